@@ -1,0 +1,5 @@
+"""kiln's crash-isolated compile pool (see :mod:`kiln.pool.pool` for the data flow)."""
+
+from kiln.pool.pool import CompilePool, PoolStats
+
+__all__ = ["CompilePool", "PoolStats"]

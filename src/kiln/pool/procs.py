@@ -1,0 +1,62 @@
+"""Process care shared by the zygote and workers: parent-death signals, thread counts, limits."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import signal
+import sys
+
+_PR_SET_PDEATHSIG = 1
+
+# Variables that stop BLAS/OpenMP runtimes from starting thread pools on import. numpy and
+# torch start one otherwise, and a process with threads must not fork.
+SINGLE_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+}
+
+
+def set_parent_death_signal(expected_parent: int, sig: int = signal.SIGKILL) -> None:
+    """Ask the kernel to send ``sig`` when our parent dies; exit now if it already has.
+
+    Linux only. The signal follows the *thread* that created us, so kiln always creates
+    processes from a thread that lives as long as the process it creates.
+    """
+    if not sys.platform.startswith("linux"):  # pragma: no cover - kiln runs on Linux
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}")
+    if os.getppid() != expected_parent:
+        os._exit(0)  # the parent died before the signal was armed
+
+
+def thread_names() -> list[str]:
+    """Names of this process's OS threads (``/proc/self/task``), the main thread included."""
+    names: list[str] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:  # pragma: no cover - no procfs
+        return ["?"]
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as handle:
+                names.append(f"{handle.read().strip()}[{tid}]")
+        except OSError:
+            continue
+    return names
+
+
+def status_from_wait(status: int) -> int:
+    """A ``waitpid`` status as a ``subprocess``-style return code (negative for signals)."""
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return -1

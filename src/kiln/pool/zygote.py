@@ -1,0 +1,265 @@
+"""The zygote: a pre-warmed, single-threaded process that compile workers fork from.
+
+Started by the pool's manager thread as a fresh interpreter (``subprocess``; the parent
+process never forks itself), the zygote imports Triton, computes Triton's key, compiles a
+warm-up kernel and imports the user modules it is told to, all without touching CUDA. Then
+it serves the parent over one ``SOCK_SEQPACKET`` socket::
+
+    parent                                   zygote (this module)              worker
+      |  ("fork", wid) + fds[chan, stderr]  ->  |  fork() -------------------->  serve(chan)
+      |  <- ("forked", wid, pid)                |                                  |
+      |  ("kill", pid)                      ->  |  killpg(pid, SIGKILL) ------->   X
+      |  <- ("exited", pid, returncode)         |  waitpid (SIGCHLD)
+      |  ("preload", [module])              ->  |  import module
+      |  EOF (parent gone)                  ->  |  killpg every worker, exit
+
+Rules it keeps:
+
+* **Fork only when single-threaded.** Before each fork it counts its OS threads; if an
+  import started one it refuses (``fork_failed``) and the parent replaces it. BLAS/OpenMP
+  pools are switched off through the environment so that importing numpy or torch starts none.
+* **It is the only reaper of its workers**, so it alone kills them: a ``kill`` for a pid it
+  has already reaped is ignored, and a late timeout can never hit a recycled pid.
+* **Nothing outlives the parent**: the zygote dies with the parent's manager thread
+  (``PR_SET_PDEATHSIG``) and on socket EOF; workers die with the zygote the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import select
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+from kiln.pool import procs
+from kiln.pool.protocol import (
+    Z_EXIT,
+    Z_EXITED,
+    Z_FORK,
+    Z_FORK_FAILED,
+    Z_FORKED,
+    Z_KILL,
+    Z_PRELOAD,
+    Z_PRELOADED,
+    Z_READY,
+)
+
+ENV_FD = "KILN_ZYGOTE_FD"
+ENV_PARENT = "KILN_ZYGOTE_PARENT"
+MAX_PACKET = 1 << 20
+
+
+class _Zygote:
+    def __init__(self, ctl: socket.socket) -> None:
+        self.ctl = ctl
+        self.children: set[int] = set()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        os.set_blocking(self.wake_r, False)
+
+    # -- messages ---------------------------------------------------------------------------
+
+    def send(self, *message: Any) -> None:
+        self.ctl.send(pickle.dumps(message))
+
+    def serve(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
+        poller = select.poll()
+        poller.register(self.ctl.fileno(), select.POLLIN)
+        poller.register(self.wake_r, select.POLLIN)
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:  # pragma: no cover - PEP 475 retries
+                continue
+            for fd, _ in events:
+                if fd == self.wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self.wake_r, 4096)
+                    self.reap()
+                else:
+                    self.handle_command()
+            self.reap()
+
+    def handle_command(self) -> None:
+        try:
+            data, fds, _, _ = socket.recv_fds(self.ctl, MAX_PACKET, 4)
+        except ConnectionResetError:
+            data, fds = b"", []
+        if not data:
+            self.shutdown()
+        message = pickle.loads(data)
+        kind = message[0]
+        if kind == Z_FORK:
+            self.fork_worker(message[1], fds)
+        elif kind == Z_KILL:
+            self.kill(message[1])
+        elif kind == Z_PRELOAD:
+            self.send(Z_PRELOADED, preload(message[1]))
+        elif kind == Z_EXIT:
+            self.shutdown()
+
+    # -- workers ----------------------------------------------------------------------------
+
+    def fork_worker(self, wid: int, fds: list[int]) -> None:
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            self.send(Z_FORK_FAILED, wid, f"expected 2 file descriptors, got {len(fds)}")
+            return
+        chan_fd, err_fd = fds
+        threads = procs.thread_names()
+        if len(threads) != 1:
+            os.close(chan_fd)
+            os.close(err_fd)
+            self.send(
+                Z_FORK_FAILED,
+                wid,
+                f"the zygote has {len(threads)} threads ({', '.join(threads)}); forking now is unsafe",
+            )
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        zygote_pid = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 70
+            try:
+                os.setpgid(0, 0)
+                procs.set_parent_death_signal(zygote_pid)
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                os.close(self.wake_r)
+                os.close(self.wake_w)
+                self.ctl.close()
+                os.dup2(err_fd, 1)
+                os.dup2(err_fd, 2)
+                os.close(err_fd)
+                from kiln.pool.worker import serve
+
+                serve(chan_fd)
+                code = 0
+            except BaseException:
+                traceback.print_exc()
+            finally:
+                os._exit(code)
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)  # also from this side, so a kill right away hits the group
+        self.children.add(pid)
+        os.close(chan_fd)
+        os.close(err_fd)
+        self.send(Z_FORKED, wid, pid)
+
+    def kill(self, pid: int) -> None:
+        if pid not in self.children:
+            return  # already reaped: the pid may belong to someone else by now
+        for kill in (os.killpg, os.kill):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                kill(pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            # The group may still hold the worker's children (ptxas): end them too. Safe: no
+            # new worker (with a new group) is forked between this reap and this kill.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            if pid in self.children:
+                self.children.discard(pid)
+                self.send(Z_EXITED, pid, procs.status_from_wait(status))
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            self.kill(pid)
+        os._exit(0)
+
+
+def preload(modules: list[str]) -> dict[str, str | None]:
+    """Import ``modules``; map each to ``None`` or the reason it failed (error, or new threads)."""
+    import importlib
+
+    results: dict[str, str | None] = {}
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:
+            results[name] = f"import failed: {type(exc).__name__}: {exc}"
+            continue
+        threads = procs.thread_names()
+        if len(threads) != 1:
+            results[name] = f"importing it started threads ({', '.join(threads)})"
+            return results  # the zygote is no longer fork-safe; stop here
+        results[name] = None
+    return results
+
+
+def _warm_up(target: tuple[str, Any, int]) -> float:
+    """Compile a tiny kernel once so forks inherit Triton's imports, backend and ptxas lookups."""
+    started = time.perf_counter()
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from kiln.pool.warmup import warmup_kernel
+
+    old = os.environ.get("TRITON_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="kiln-warmup-") as tmp:
+        os.environ["TRITON_CACHE_DIR"] = tmp
+        try:
+            src = ASTSource(warmup_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128})
+            triton.compile(src, target=GPUTarget(*target), options={"num_warps": 1})
+        finally:
+            if old is None:
+                os.environ.pop("TRITON_CACHE_DIR", None)
+            else:
+                os.environ["TRITON_CACHE_DIR"] = old
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    """Entry point of the zygote process (``python -c 'from kiln.pool.zygote import main; main()'``)."""
+    ctl_fd = int(os.environ.pop(ENV_FD))
+    parent = int(os.environ.pop(ENV_PARENT))
+    procs.set_parent_death_signal(parent)
+    ctl = socket.socket(fileno=ctl_fd)
+    data = ctl.recv(MAX_PACKET)
+    if not data:
+        os._exit(0)
+    init: dict[str, Any] = pickle.loads(data)
+    sys.path[:] = init["sys_path"]
+    with contextlib.suppress(OSError):
+        os.chdir(init["cwd"])
+    started = time.perf_counter()
+    from kiln import triton_compat
+
+    key = triton_compat.triton_key(init["cache_dir"])
+    key_s = time.perf_counter() - started
+    warmup_s = _warm_up(init["warmup_target"]) if init.get("warmup_target") else 0.0
+    preloaded = preload(list(init.get("preload", [])))
+    zygote = _Zygote(ctl)
+    zygote.send(
+        Z_READY,
+        {
+            "pid": os.getpid(),
+            "triton_key": key,
+            "key_s": key_s,
+            "warmup_s": warmup_s,
+            "preloaded": preloaded,
+            "threads": procs.thread_names(),
+            "startup_s": time.perf_counter() - started,
+        },
+    )
+    zygote.serve()

@@ -1,0 +1,237 @@
+"""A compile request: one kernel, one signature, one set of constexprs, options and target.
+
+:class:`CompileRequest` is frozen and validated on construction (unknown options, signatures
+that do not match the kernel and missing targets fail at once, in the caller's thread, with a
+message saying what to fix). Its :attr:`~CompileRequest.key` hashes everything that changes
+the binary::
+
+    kiln key version, kernel identity (source + helpers + globals, see kernel_spec),
+    signature, constexprs (type-tagged), attrs, options, target,
+    Triton's version, Triton's key, Triton's cache-invalidating environment variables
+
+so two requests that differ in a single constexpr value never share a key, and re-creating
+the same request (in this process or another) always gives the same key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kiln import triton_compat
+from kiln.errors import JobInfo, RequestError, TargetError
+from kiln.kernel_spec import KernelSpec, canonical_value
+from kiln.triton_compat import GPUTarget
+
+KEY_VERSION = 1
+
+
+class FrozenMap(Mapping[str, Any]):
+    """An immutable, hashable, picklable mapping with sorted keys."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, data: Mapping[str, Any] | None = None) -> None:
+        self._items: tuple[tuple[str, Any], ...] = tuple(sorted((data or {}).items()))
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple((k, repr(v)) for k, v in self._items))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Mapping):
+            return dict(self._items) == dict(other)
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"{dict(self._items)!r}"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenMap, (dict(self._items),))
+
+    def items_tuple(self) -> tuple[tuple[str, Any], ...]:
+        return self._items
+
+
+def _target_label(target: GPUTarget) -> str:
+    return f"{target.backend}:{target.arch}"
+
+
+@dataclass(frozen=True, eq=False)
+class CompileRequest:
+    """Everything needed to compile one kernel variant.
+
+    Args:
+        kernel: the ``@triton.jit`` function.
+        signature: type of every non-constexpr argument (``{"x_ptr": "*fp32", "n": "i32"}``);
+            constexpr arguments may be left out (they are filled in as ``"constexpr"``).
+        constexprs: values of constexpr arguments (``{"BLOCK": 1024}``).
+        options: Triton compile options (``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``...).
+        target: a ``GPUTarget``; ``None`` means the local GPU, and is an error when there is none.
+        attrs: specialization attributes per argument (``{"x_ptr": [["tt.divisibility", 16]]}``).
+    """
+
+    kernel: Any
+    signature: Mapping[str, str]
+    constexprs: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)
+    target: GPUTarget | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    triton_env: Mapping[str, str] = field(default_factory=triton_compat.triton_env)
+    spec: KernelSpec = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        spec = KernelSpec.of(self.kernel)
+        arg_names: list[str] = list(self.kernel.arg_names)
+        constexprs = dict(self.constexprs)
+        signature = dict(self.signature)
+        unknown_constexprs = set(constexprs) - set(arg_names)
+        if unknown_constexprs:
+            raise RequestError(
+                f"{spec.name}: constexprs {sorted(unknown_constexprs)} are not arguments of the kernel "
+                f"(its arguments: {arg_names})."
+            )
+        for name in constexprs:
+            signature.setdefault(name, "constexpr")
+        unknown = set(signature) - set(arg_names)
+        missing = [n for n in arg_names if n not in signature]
+        if unknown or missing:
+            raise RequestError(
+                f"{spec.name}: the signature must name every argument of the kernel {arg_names}; "
+                f"missing {missing}, unknown {sorted(unknown)}."
+            )
+        for name, kind in signature.items():
+            if not isinstance(kind, str):
+                raise RequestError(f"{spec.name}: signature[{name!r}] must be a string such as '*fp32'.")
+            if kind == "constexpr" and name not in constexprs:
+                raise RequestError(f"{spec.name}: argument {name!r} is a constexpr but has no value in constexprs.")
+        target = self.target
+        if target is None:
+            target = triton_compat.local_target()
+            if target is None:
+                raise TargetError(
+                    f"no GPU was found on this machine to compile {spec.name!r} for; pass an explicit "
+                    f"target, e.g. target=GPUTarget('cuda', 90, 32) for an H100/H200."
+                )
+        if not isinstance(target, GPUTarget):
+            raise RequestError(f"target must be a triton GPUTarget, got {target!r}.")
+        allowed = triton_compat.backend_option_names(target)
+        bad_options = set(self.options) - allowed
+        if bad_options:
+            raise RequestError(
+                f"{spec.name}: unknown compile option(s) {sorted(bad_options)} for target "
+                f"{_target_label(target)}; Triton accepts {sorted(allowed)}."
+            )
+        unknown_attrs = set(self.attrs) - set(arg_names)
+        if unknown_attrs:
+            raise RequestError(f"{spec.name}: attrs name unknown arguments {sorted(unknown_attrs)}.")
+        set_ = object.__setattr__
+        set_(self, "spec", spec)
+        set_(self, "signature", FrozenMap({n: signature[n] for n in arg_names}))
+        set_(self, "constexprs", FrozenMap(constexprs))
+        set_(self, "options", FrozenMap(self.options))
+        set_(self, "attrs", FrozenMap({k: _freeze(v) for k, v in self.attrs.items()}))
+        set_(self, "target", target)
+        set_(self, "triton_env", FrozenMap(self.triton_env))
+        _ = self.key  # computed now, while the environment matches the triton_env snapshot
+
+    # -- identity ---------------------------------------------------------------------------
+
+    def key_data(self) -> dict[str, Any]:
+        """Everything that goes into :attr:`key`, as JSON-able data (for debugging a cache miss)."""
+        assert self.target is not None
+        return {
+            "kiln_key_version": KEY_VERSION,
+            "kernel": self.spec.identity,
+            "signature": list(self.signature.items()),
+            "constexprs": [[k, canonical_value(v)] for k, v in self.constexprs.items()],
+            "attrs": [[k, canonical_value(v)] for k, v in self.attrs.items()],
+            "options": [[k, canonical_value(v)] for k, v in self.options.items()],
+            "target": [self.target.backend, str(self.target.arch), self.target.warp_size],
+            "triton_version": triton_compat.triton_version(),
+            "triton_key": _triton_key(),
+            "env": sorted(triton_compat.cache_invalidating_env().items()),
+        }
+
+    @property
+    def key(self) -> str:
+        cached = self.__dict__.get("_key")
+        if cached is None:
+            blob = json.dumps(self.key_data(), sort_keys=True, default=repr)
+            cached = hashlib.sha256(blob.encode()).hexdigest()
+            object.__setattr__(self, "_key", cached)
+        return cached
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CompileRequest) and other.key == self.key
+
+    # -- descriptions -----------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def info(self) -> JobInfo:
+        assert self.target is not None
+        return JobInfo(
+            kernel=self.spec.name,
+            constexprs=tuple(self.constexprs.items()),
+            options=tuple(self.options.items()),
+            key=self.key,
+            target=_target_label(self.target),
+        )
+
+    def label(self) -> str:
+        return self.info().label()
+
+    def __repr__(self) -> str:
+        return f"CompileRequest({self.label()}, target={self.target})"
+
+    # -- worker side ------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The kernel object itself stays behind: the worker rebuilds it from ``spec``.
+        state = dict(self.__dict__)
+        state["kernel"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def ast_source(self, kernel: Any) -> Any:
+        """Triton's ``ASTSource`` for this request, around an already loaded ``kernel``."""
+        arg_names = list(kernel.arg_names)
+        attrs = {(arg_names.index(k),): [list(a) for a in v] for k, v in self.attrs.items()}
+        return triton_compat.ASTSource(
+            kernel, dict(self.signature), dict(self.constexprs), attrs or None
+        )
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _triton_key() -> str:
+    from kiln import settings
+
+    current = settings.current()
+    return triton_compat.triton_key(current.cache_dir if current.use_disk_cache else None)

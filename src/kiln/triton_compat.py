@@ -1,0 +1,142 @@
+"""Every place kiln touches Triton's internals, in one module.
+
+kiln is pinned to Triton 3.6.0 and written to work on 3.5-3.9 where the API allows. What
+differs between versions is isolated here: where ``GPUTarget`` lives, the cache-invalidating
+environment variables, Triton's key (``triton_key``), the backend options class and the
+metadata a launcher reads. Known limits are documented in the README's compatibility table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+__all__ = [
+    "ASTSource",
+    "GPUTarget",
+    "backend_option_names",
+    "cache_invalidating_env",
+    "local_target",
+    "make_backend",
+    "triton_key",
+    "triton_version",
+]
+
+
+def triton_version() -> str:
+    return str(triton.__version__)
+
+
+def make_backend(target: GPUTarget) -> Any:
+    from triton.compiler.compiler import make_backend as _make_backend
+
+    return _make_backend(target)
+
+
+@functools.lru_cache(maxsize=None)
+def backend_option_names(target: GPUTarget) -> frozenset[str]:
+    """Names of the compile options Triton's backend for ``target`` accepts (``num_warps``...)."""
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    names = {f.name for f in dataclasses.fields(options)}
+    # Derived from the target, not chosen by callers.
+    return frozenset(names - {"arch", "backend_name", "warp_size"})
+
+
+def cache_invalidating_env() -> dict[str, str]:
+    """The environment variables Triton folds into its own cache key, with current values."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        values = get_cache_invalidating_env_vars()
+        return {str(k): str(v) for k, v in dict(values).items()}
+    except ImportError:  # pragma: no cover - older Triton computes this in Python
+        from triton.knobs import compilation  # type: ignore[attr-defined]
+
+        return {k: str(v) for k, v in compilation.cache_invalidating_env_vars().items()}  # pragma: no cover
+
+
+def triton_env() -> dict[str, str]:
+    """Every ``TRITON_*`` variable of this process (sent with each job to the worker)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+
+
+def local_target() -> GPUTarget | None:
+    """The local GPU's target, or ``None`` when this machine has no usable GPU."""
+    try:
+        from triton.runtime import driver
+
+        target = driver.active.get_current_target()
+    except Exception:  # no driver, no device, no CUDA library: all mean "no GPU here"
+        return None
+    return target if isinstance(target, GPUTarget) else None
+
+
+# ----------------------------------------------------------------------------- Triton's key
+
+_KEY_FILE_VERSION = 1
+
+
+def _triton_dir() -> Path:
+    return Path(triton.__file__).resolve().parent
+
+
+def _fingerprint() -> str:
+    """A cheap stand-in for Triton's key: path, size and mtime of every file the key hashes."""
+    root = _triton_dir()
+    entries: list[str] = [triton_version()]
+    for sub in ("compiler", "backends", "language", "_C", "runtime"):
+        base = root / sub
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.suffix in (".py", ".so", ".bc") and path.is_file():
+                stat = path.stat()
+                entries.append(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+_TRITON_KEY: str | None = None
+
+
+def triton_key(cache_dir: Path | None = None) -> str:
+    """Triton's own key (a hash of its compiler, including the 500 MB ``libtriton.so``).
+
+    Computing it costs about 2 s of CPU in a fresh process, so kiln keeps it on disk next to
+    its artifacts, validated by the size and mtime of every file it covers.
+    """
+    global _TRITON_KEY
+    if _TRITON_KEY is not None:
+        return _TRITON_KEY
+    fingerprint = _fingerprint()
+    path = None
+    if cache_dir is not None:
+        path = cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
+        try:
+            record = json.loads(path.read_text())
+            if record.get("fingerprint") == fingerprint and isinstance(record.get("key"), str):
+                _TRITON_KEY = record["key"]
+                return _TRITON_KEY
+        except (OSError, ValueError):
+            pass
+    from triton.runtime.cache import triton_key as _compute
+
+    key = str(_compute())
+    _TRITON_KEY = key
+    if path is not None:
+        from kiln.store import atomic_write
+
+        try:
+            atomic_write(path, json.dumps({"fingerprint": fingerprint, "key": key}).encode())
+        except OSError:
+            pass
+    return key
