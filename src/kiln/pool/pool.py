@@ -633,7 +633,8 @@ class CompilePool:
             {
                 "sys_path": list(sys.path),
                 "cwd": os.getcwd(),
-                "cache_dir": self.settings.cache_dir if self.settings.use_disk_cache else None,
+                # Triton's key is cached machine-wide (not per pool cache): it depends on Triton only.
+                "cache_dir": settings_mod.current().cache_dir,
                 "warmup_target": (target.backend, target.arch, target.warp_size) if target else None,
                 "preload": [m for m in dict.fromkeys(self._preload) if m not in self._unsafe_modules],
             }

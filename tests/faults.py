@@ -1,0 +1,206 @@
+"""Real faults, in real processes, for kiln's crash matrix.
+
+Nothing here pretends: ``abort`` calls libc's ``abort()`` (SIGABRT, after printing a line
+the way a failed C++ assertion does), ``segv`` reads address 0 (SIGSEGV), ``exit`` calls
+``os._exit(3)``, ``hang`` sleeps forever, ``memory`` allocates and touches memory until the
+process is killed, ``raise`` raises a Python exception.
+
+The faults fire in the phase a test asks for:
+
+* ``request``: while the worker unpickles the request (a :class:`Detonator` constexpr);
+* ``compile``: inside Triton's compile pipeline, from a stage hook that runs after LLVM
+  codegen (before ptxas) (``fault_<mode>`` kernels);
+* ``result``: while the worker serializes the job's outcome (``result_<mode>`` kernels raise
+  an exception whose pickling detonates).
+
+Importing this module installs the stage hook in that process (workers import it when they
+load a kernel defined here).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import time
+from typing import Any
+
+import triton
+import triton.language as tl
+
+MODES = ("abort", "segv", "exit", "hang", "raise", "memory")
+ASSERTION_TEXT = "LinearLayout.cpp:512: reshapeOuts: Assertion `kiln-injected' failed."
+MEMORY_CAP_BYTES = 6 << 30  # stop growing here (then hang) so a broken limit is a timeout, not an OOM
+
+
+class FaultError(RuntimeError):
+    """The Python exception ``raise`` faults throw."""
+
+
+def detonate(mode: str) -> Any:
+    if mode == "abort":
+        os.write(2, f"python: {ASSERTION_TEXT}\n".encode())
+        ctypes.CDLL(None).abort()
+    elif mode == "segv":
+        ctypes.string_at(0)
+    elif mode == "exit":
+        os._exit(3)
+    elif mode == "hang":
+        while True:
+            time.sleep(1)
+    elif mode == "raise":
+        raise FaultError(f"injected {mode} fault")
+    elif mode == "memory":
+        blocks = []
+        chunk = 64 << 20
+        while len(blocks) * chunk < MEMORY_CAP_BYTES:
+            blocks.append(bytearray(b"\x01") * chunk)
+        while True:
+            time.sleep(1)
+    raise ValueError(f"unknown fault mode {mode!r}")
+
+
+class Detonator:
+    """A constexpr value that detonates when a worker unpickles the request carrying it."""
+
+    def __init__(self, mode: str) -> None:
+        self.mode = mode
+
+    def __repr__(self) -> str:
+        return f"Detonator({self.mode!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (detonate, (self.mode,))
+
+
+class ResultBomb(Exception):
+    """An exception whose pickling (in the worker, when sending the result) detonates."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__(f"result bomb ({mode})")
+        self.mode = mode
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        detonate(self.mode)
+        raise AssertionError("unreachable")
+
+
+class Unpicklable(RuntimeError):
+    """A compile error carrying an attribute that cannot be pickled (a lambda)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.callback = lambda: None
+
+
+def _stage_hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
+    make_cubin = stages["cubin"]
+
+    def cubin_stage(src: Any, metadata: dict[str, Any]) -> Any:
+        name = str(metadata.get("name", ""))
+        if name.startswith("fault_"):
+            detonate(name.removeprefix("fault_"))
+        if name.startswith("result_"):
+            raise ResultBomb(name.removeprefix("result_"))
+        if name == "unpicklable_error":
+            raise Unpicklable("this error holds a lambda")
+        if name == "local_class_error":
+
+            class LocalError(RuntimeError):
+                pass
+
+            raise LocalError("raised from a class defined inside a function")
+        if name.startswith("slow_"):
+            time.sleep(float(os.environ.get("KILN_TEST_SLOW_S", "2")))
+        return make_cubin(src, metadata)
+
+    stages["cubin"] = cubin_stage
+
+
+triton.knobs.runtime.add_stages_inspection_hook = _stage_hook
+
+
+
+
+
+@triton.jit
+def fault_abort(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def fault_segv(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def fault_exit(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def fault_hang(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def fault_raise(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def fault_memory(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def result_abort(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def result_segv(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def result_exit(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def result_hang(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def result_raise(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def result_memory(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def unpicklable_error(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def local_class_error(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def slow_kernel(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+def kernel_for(phase: str, mode: str) -> Any:
+    """The kernel that faults in ``phase`` with ``mode`` (request-phase faults use any kernel)."""
+    if phase == "compile":
+        return globals()[f"fault_{mode}"]
+    if phase == "result":
+        return globals()[f"result_{mode}"]
+    return slow_kernel
