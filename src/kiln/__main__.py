@@ -1,0 +1,5 @@
+"""``python -m kiln`` is the ``kiln`` command."""
+
+from kiln.cli import main
+
+main()
