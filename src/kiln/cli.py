@@ -15,9 +15,15 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--arch", default=90, show_default=True, help="CUDA compute capability to compile for (no GPU needed).")
-@click.option("--workers", default=min(8, os.cpu_count() or 1), show_default=True, help="Compile worker processes.")
-@click.option("--timeout", "timeout_s", default=5.0, show_default=True, help="Seconds before a compile counts as hung.")
+@click.option(
+    "--arch", default=90, show_default=True, help="CUDA compute capability to compile for (no GPU needed)."
+)
+@click.option(
+    "--workers", default=min(8, os.cpu_count() or 1), show_default=True, help="Compile worker processes."
+)
+@click.option(
+    "--timeout", "timeout_s", default=5.0, show_default=True, help="Seconds before a compile counts as hung."
+)
 def demo(arch: int, workers: int, timeout_s: float) -> None:
     """Compile real kernels through the pool; one aborts, one hangs. Exits 0 when all end as expected."""
     from kiln.demo.run import run_demo

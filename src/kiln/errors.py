@@ -137,7 +137,9 @@ class JobInfo:
     target: str = ""
 
     def label(self) -> str:
-        parts = [f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in (*self.constexprs, *self.options)]
+        parts = [
+            f"{k}={v!r}" if isinstance(v, str) else f"{k}={v}" for k, v in (*self.constexprs, *self.options)
+        ]
         return f"{self.kernel}[{', '.join(parts)}]"
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -234,18 +235,14 @@ class KernelSpec:
     def of(cls, fn: Any, *, _seen: dict[int, KernelSpec] | None = None) -> KernelSpec:
         """Describe a ``@triton.jit`` function (reading the current values of its globals)."""
         if not _is_jit(fn):
-            raise KernelSpecError(
-                f"{fn!r} is not a @triton.jit function; kiln compiles Triton kernels only."
-            )
+            raise KernelSpecError(f"{fn!r} is not a @triton.jit function; kiln compiles Triton kernels only.")
         seen = {} if _seen is None else _seen
         if id(fn) in seen:
             return seen[id(fn)]
         src: str = fn.src
         scope: dict[str, Any] = dict(fn.__globals__)
-        try:
+        with contextlib.suppress(TypeError, ValueError):
             scope.update(inspect.getclosurevars(fn.fn).nonlocals)
-        except (TypeError, ValueError):
-            pass
         local_names, loads = _analyse(src)
         # Placeholder breaks recursion for self-referencing kernels.
         placeholder = cls(fn.__name__, fn.__module__, fn.__qualname__, False, src, "", 0, (), ())

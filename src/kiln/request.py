@@ -118,7 +118,9 @@ class CompileRequest:
             if not isinstance(kind, str):
                 raise RequestError(f"{spec.name}: signature[{name!r}] must be a string such as '*fp32'.")
             if kind == "constexpr" and name not in constexprs:
-                raise RequestError(f"{spec.name}: argument {name!r} is a constexpr but has no value in constexprs.")
+                raise RequestError(
+                    f"{spec.name}: argument {name!r} is a constexpr but has no value in constexprs."
+                )
         target = self.target
         if target is None:
             target = triton_compat.local_target()
@@ -219,9 +221,7 @@ class CompileRequest:
         """Triton's ``ASTSource`` for this request, around an already loaded ``kernel``."""
         arg_names = list(kernel.arg_names)
         attrs = {(arg_names.index(k),): [list(a) for a in v] for k, v in self.attrs.items()}
-        return triton_compat.ASTSource(
-            kernel, dict(self.signature), dict(self.constexprs), attrs or None
-        )
+        return triton_compat.ASTSource(kernel, dict(self.signature), dict(self.constexprs), attrs or None)
 
 
 def _freeze(value: Any) -> Any:

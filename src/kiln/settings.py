@@ -20,11 +20,9 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from kiln.errors import SettingsError
-
-T = TypeVar("T")
 
 
 def _default_cache_dir() -> Path:
@@ -70,24 +68,6 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-_ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
-    "workers": ("KILN_WORKERS", lambda v: _positive_int(v), "a positive integer"),
-    "job_timeout_s": ("KILN_JOB_TIMEOUT_S", lambda v: _positive_float(v), "a positive number of seconds"),
-    "memory_limit_mb": ("KILN_MEMORY_LIMIT_MB", lambda v: _positive_int(v), "a positive integer (MiB)"),
-    "memory_poll_s": ("KILN_MEMORY_POLL_S", lambda v: _positive_float(v), "a positive number of seconds"),
-    "cache_dir": ("KILN_CACHE_DIR", lambda v: Path(v).expanduser(), "a directory path"),
-    "use_disk_cache": ("KILN_DISK_CACHE", lambda v: _bool(v), "0 or 1"),
-    "zygote_start_timeout_s": (
-        "KILN_ZYGOTE_START_TIMEOUT_S",
-        lambda v: _positive_float(v),
-        "a positive number of seconds",
-    ),
-    "zygote_restarts": ("KILN_ZYGOTE_RESTARTS", lambda v: _positive_int(v), "a positive integer"),
-    "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", lambda v: _positive_int(v), "a positive integer"),
-    "progress": ("KILN_PROGRESS", lambda v: _bool(v), "0 or 1"),
-}
-
-
 def _positive_int(value: str) -> int:
     number = int(value)
     if number <= 0:
@@ -111,6 +91,24 @@ def _bool(value: str) -> bool:
     raise ValueError(value)
 
 
+_ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "workers": ("KILN_WORKERS", _positive_int, "a positive integer"),
+    "job_timeout_s": ("KILN_JOB_TIMEOUT_S", _positive_float, "a positive number of seconds"),
+    "memory_limit_mb": ("KILN_MEMORY_LIMIT_MB", _positive_int, "a positive integer (MiB)"),
+    "memory_poll_s": ("KILN_MEMORY_POLL_S", _positive_float, "a positive number of seconds"),
+    "cache_dir": ("KILN_CACHE_DIR", lambda v: Path(v).expanduser(), "a directory path"),
+    "use_disk_cache": ("KILN_DISK_CACHE", _bool, "0 or 1"),
+    "zygote_start_timeout_s": (
+        "KILN_ZYGOTE_START_TIMEOUT_S",
+        _positive_float,
+        "a positive number of seconds",
+    ),
+    "zygote_restarts": ("KILN_ZYGOTE_RESTARTS", _positive_int, "a positive integer"),
+    "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", _positive_int, "a positive integer"),
+    "progress": ("KILN_PROGRESS", _bool, "0 or 1"),
+}
+
+
 def from_env(environ: dict[str, str] | None = None) -> Settings:
     """Build settings from ``KILN_*`` variables; unset or empty variables keep their defaults."""
     env = os.environ if environ is None else environ
@@ -126,7 +124,6 @@ def from_env(environ: dict[str, str] | None = None) -> Settings:
     return Settings(**values)
 
 
-_local = threading.local()
 _scopes: list[dict[str, Any]] = []
 _scopes_lock = threading.Lock()
 

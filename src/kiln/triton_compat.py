@@ -8,6 +8,7 @@ metadata a launcher reads. Known limits are documented in the README's compatibi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -42,7 +43,7 @@ def make_backend(target: GPUTarget) -> Any:
     return _make_backend(target)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def backend_option_names(target: GPUTarget) -> frozenset[str]:
     """Names of the compile options Triton's backend for ``target`` accepts (``num_warps``...)."""
     backend = make_backend(target)
@@ -60,7 +61,7 @@ def cache_invalidating_env() -> dict[str, str]:
         values = get_cache_invalidating_env_vars()
         return {str(k): str(v) for k, v in dict(values).items()}
     except ImportError:  # pragma: no cover - older Triton computes this in Python
-        from triton.knobs import compilation  # type: ignore[attr-defined]
+        from triton.knobs import compilation
 
         return {k: str(v) for k, v in compilation.cache_invalidating_env_vars().items()}  # pragma: no cover
 
@@ -135,8 +136,6 @@ def triton_key(cache_dir: Path | None = None) -> str:
     if path is not None:
         from kiln.store import atomic_write
 
-        try:
+        with contextlib.suppress(OSError):
             atomic_write(path, json.dumps({"fingerprint": fingerprint, "key": key}).encode())
-        except OSError:
-            pass
     return key

@@ -41,7 +41,11 @@ triton.knobs.runtime.add_stages_inspection_hook = _demo_faults
 def vector_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask)
+    tl.store(
+        out_ptr + offsets,
+        tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+        mask=mask,
+    )
 
 
 @triton.jit
@@ -55,15 +59,30 @@ def softmax(out_ptr, in_ptr, in_stride, out_stride, n_cols, BLOCK: tl.constexpr)
 
 
 @triton.jit
-def matmul(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
-           BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+def matmul(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    sam,
+    sak,
+    sbk,
+    sbn,
+    scm,
+    scn,
+    BM: tl.constexpr,
+    BN: tl.constexpr,
+    BK: tl.constexpr,
+):
     offs_m = tl.program_id(0) * BM + tl.arange(0, BM)
     offs_n = tl.program_id(1) * BN + tl.arange(0, BN)
     offs_k = tl.arange(0, BK)
     a_ptrs = a_ptr + offs_m[:, None] * sam + offs_k[None, :] * sak
     b_ptrs = b_ptr + offs_k[:, None] * sbk + offs_n[None, :] * sbn
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BK)):
+    for k in range(tl.cdiv(K, BK)):
         a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BK, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BK, other=0.0)
         acc = tl.dot(a, b, acc)

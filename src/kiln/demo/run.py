@@ -31,8 +31,8 @@ class DemoJob:
 def demo_jobs(target: GPUTarget) -> list[DemoJob]:
     from kiln.demo import kernels as k
 
-    ptr16 = {n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")}
-    ints = {n: "i32" for n in ("M", "N", "K", "sam", "sak", "sbk", "sbn", "scm", "scn")}
+    ptr16 = dict.fromkeys(("a_ptr", "b_ptr", "c_ptr"), "*fp16")
+    ints = dict.fromkeys(("M", "N", "K", "sam", "sak", "sbk", "sbn", "scm", "scn"), "i32")
     jobs = [
         DemoJob(
             CompileRequest(
@@ -50,7 +50,13 @@ def demo_jobs(target: GPUTarget) -> list[DemoJob]:
         DemoJob(
             CompileRequest(
                 k.softmax,
-                {"out_ptr": "*fp32", "in_ptr": "*fp32", "in_stride": "i32", "out_stride": "i32", "n_cols": "i32"},
+                {
+                    "out_ptr": "*fp32",
+                    "in_ptr": "*fp32",
+                    "in_stride": "i32",
+                    "out_stride": "i32",
+                    "n_cols": "i32",
+                },
                 {"BLOCK": 1024},
                 {"num_warps": 8},
                 target,
@@ -60,13 +66,23 @@ def demo_jobs(target: GPUTarget) -> list[DemoJob]:
     ]
     jobs += [
         DemoJob(
-            CompileRequest(k.matmul, {**ptr16, **ints}, {"BM": bm, "BN": bn, "BK": 32}, {"num_warps": w, "num_stages": 3}, target),
+            CompileRequest(
+                k.matmul,
+                {**ptr16, **ints},
+                {"BM": bm, "BN": bn, "BK": 32},
+                {"num_warps": w, "num_stages": 3},
+                target,
+            ),
             "ok",
         )
         for bm, bn, w in ((64, 64, 4), (128, 128, 8))
     ]
-    jobs.append(DemoJob(CompileRequest(k.demo_abort, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=target), "crash"))
-    jobs.append(DemoJob(CompileRequest(k.demo_hang, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=target), "timeout"))
+    jobs.append(
+        DemoJob(CompileRequest(k.demo_abort, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=target), "crash")
+    )
+    jobs.append(
+        DemoJob(CompileRequest(k.demo_hang, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=target), "timeout")
+    )
     return jobs
 
 
@@ -94,10 +110,14 @@ def run_demo(
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")  # fresh: every job really compiles
     started = time.perf_counter()
     try:
-        with CompilePool(workers=workers, job_timeout_s=timeout_s, cache_dir=cache / "kiln", preload=["kiln.demo.kernels"]) as pool:
+        with CompilePool(
+            workers=workers, job_timeout_s=timeout_s, cache_dir=cache / "kiln", preload=["kiln.demo.kernels"]
+        ) as pool:
             jobs = demo_jobs(target)
-            echo(f"kiln demo: compiling {len(jobs)} kernels for {target.backend} sm_{target.arch} with {workers} workers "
-                 f"(timeout {timeout_s:g} s)\n")
+            echo(
+                f"kiln demo: compiling {len(jobs)} kernels for {target.backend} sm_{target.arch} "
+                f"with {workers} workers (timeout {timeout_s:g} s)\n"
+            )
             futures = [(job, pool.submit(job.request)) for job in jobs]
             rows = []
             failures: list[str] = []
@@ -109,7 +129,10 @@ def run_demo(
                 all_as_expected &= as_expected
                 if exc is None:
                     artifact = future.result()
-                    detail = f"cubin {len(artifact.binary):,} bytes, {artifact.num_warps} warps, {artifact.shared:,} B shared"
+                    detail = (
+                        f"cubin {len(artifact.binary):,} bytes, {artifact.num_warps} warps, "
+                        f"{artifact.shared:,} B shared"
+                    )
                     seconds = artifact.compile_s
                 else:
                     detail = f"{type(exc).__name__}: see below"
@@ -132,7 +155,10 @@ def run_demo(
 
 def _table(rows: list[tuple[str, str, float, str, str]], echo: Callable[[str], Any]) -> None:
     headers = ("job", "outcome", "seconds", "expected", "detail")
-    width = [max(len(h), *(len(str(r[i]) if i != 2 else f"{r[i]:.2f}") for r in rows)) for i, h in enumerate(headers[:4])]
+    width = [
+        max(len(h), *(len(str(r[i]) if i != 2 else f"{r[i]:.2f}") for r in rows))
+        for i, h in enumerate(headers[:4])
+    ]
     line = "  ".join(h.ljust(w) for h, w in zip(headers[:4], width, strict=True)) + "  detail"
     echo(line)
     echo("-" * min(len(line) + 40, 160))

@@ -150,7 +150,7 @@ class CompilePool:
         self.store = ArtifactStore(self.settings.cache_dir) if self.settings.use_disk_cache else None
         self.stats = PoolStats()
         self.pool_id = uuid.uuid4().hex
-        self._preload = [m for m in preload]
+        self._preload = list(preload)
         self._warmup_target = warmup_target
         self._lock = threading.Lock()
         self._inflight: dict[str, Job] = {}
@@ -271,7 +271,9 @@ class CompilePool:
                     raise item
         return [r for r in results if r is not None]
 
-    def as_completed(self, requests: Iterable[CompileRequest]) -> Iterator[tuple[CompileRequest, Future[CompiledArtifact]]]:
+    def as_completed(
+        self, requests: Iterable[CompileRequest]
+    ) -> Iterator[tuple[CompileRequest, Future[CompiledArtifact]]]:
         """Submit ``requests`` and yield ``(request, future)`` pairs as each finishes."""
         by_future: dict[Future[CompiledArtifact], list[CompileRequest]] = {}
         for request in requests:
@@ -676,7 +678,9 @@ class CompilePool:
             if job.attempts > 1:
                 self._fail(
                     job,
-                    ZygoteDiedError(job.request.info(), time.monotonic() - job.started, worker.tail.snapshot()),
+                    ZygoteDiedError(
+                        job.request.info(), time.monotonic() - job.started, worker.tail.snapshot()
+                    ),
                 )
             else:
                 self.stats.requeued += 1

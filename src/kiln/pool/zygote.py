@@ -219,7 +219,9 @@ def _warm_up(target: tuple[str, Any, int]) -> float:
     with tempfile.TemporaryDirectory(prefix="kiln-warmup-") as tmp:
         os.environ["TRITON_CACHE_DIR"] = tmp
         try:
-            src = ASTSource(warmup_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128})
+            src = ASTSource(
+                warmup_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}
+            )
             triton.compile(src, target=GPUTarget(*target), options={"num_warps": 1})
         finally:
             if old is None:
