@@ -31,7 +31,7 @@ from kiln.errors import (
     ZygoteDiedError,
     ZygoteError,
 )
-from kiln.pool import CompilePool, PoolStats
+from kiln.pool import CompilePool, PoolStats, get_pool
 from kiln.request import CompileRequest
 from kiln.settings import Settings
 from kiln.store import ArtifactStore, CacheWarning
@@ -64,5 +64,6 @@ __all__ = [
     "ZygoteDiedError",
     "ZygoteError",
     "as_completed",
+    "get_pool",
     "to_triton_kernel",
 ]

@@ -1,5 +1,5 @@
 """kiln's crash-isolated compile pool (see :mod:`kiln.pool.pool` for the data flow)."""
 
-from kiln.pool.pool import CompilePool, PoolStats
+from kiln.pool.pool import CompilePool, PoolStats, get_pool
 
-__all__ = ["CompilePool", "PoolStats"]
+__all__ = ["CompilePool", "PoolStats", "get_pool"]

@@ -34,6 +34,7 @@ import os
 import pickle
 import queue
 import selectors
+import signal
 import socket
 import sys
 import threading
@@ -322,6 +323,12 @@ class CompilePool:
     def zygote_pid(self) -> int | None:
         zygote = getattr(self, "_zygote", None)
         return zygote.proc.pid if zygote is not None and not zygote.dead else None
+
+    @property
+    def zygote_info(self) -> dict[str, Any]:
+        """What the current zygote reported when ready (pid, threads, start-up seconds, preloads)."""
+        zygote = getattr(self, "_zygote", None)
+        return dict(zygote.info) if zygote is not None else {}
 
     def worker_pids(self) -> list[int]:
         return [w.pid for w in list(getattr(self, "_workers", {}).values()) if w.pid is not None]
@@ -668,6 +675,11 @@ class CompilePool:
         self._zygote = None
         # Its workers die with it (parent-death signal): retry their jobs on a new zygote.
         for worker in list(self._workers.values()):
+            if worker.pid is not None:
+                # Their children (ptxas) have no such signal: end the groups from here (best
+                # effort; the reaper is gone, so this is the only chance to).
+                with contextlib.suppress(OSError):
+                    os.killpg(worker.pid, signal.SIGKILL)
             job = worker.job
             worker.job = None
             self._drop_worker(worker)
@@ -911,3 +923,23 @@ def _group_rss(worker: WorkerHandle) -> int | None:
         return total
     except psutil.Error:
         return None
+
+
+_DEFAULT_POOL: CompilePool | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def get_pool() -> CompilePool:
+    """The process-wide pool (created on first use from ``KILN_*`` settings, closed at exit).
+
+    Call it early (at import time of your library, say) to take the pool's start-up off the
+    critical path: it starts in the background and returns at once.
+    """
+    global _DEFAULT_POOL
+    with _DEFAULT_LOCK:
+        if _DEFAULT_POOL is None or _DEFAULT_POOL._closing:
+            _DEFAULT_POOL = CompilePool()
+            import atexit
+
+            atexit.register(_DEFAULT_POOL.shutdown, wait=False, cancel_futures=True)
+        return _DEFAULT_POOL
