@@ -8,6 +8,7 @@ import warnings
 from typing import Any
 
 import pytest
+
 from conftest import add_request, is_cubin
 
 
