@@ -39,7 +39,7 @@ def matmul_kernel(
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(tl.cdiv(K, BLOCK_K)):
         k_left = K - k * BLOCK_K
         a_mask = (offs_m[:, None] < M) & (offs_k[None, :] < k_left)
         b_mask = (offs_k[:, None] < k_left) & (offs_n[None, :] < N)

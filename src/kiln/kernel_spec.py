@@ -6,12 +6,13 @@ source: every global name it reads is resolved and classified. The spec serves t
 * **identity** (:attr:`KernelSpec.identity`): a stable hash of the kernel's source, the
   sources of the ``@triton.jit`` helpers it calls (transitively), and the values of the
   globals they read (constexprs, dtypes, plain numbers). It feeds the compile key.
-* **transport**: a kernel that can be imported by ``module:qualname`` travels as that
-  reference (the worker imports it, usually from the zygote's preloaded modules); a kernel
-  defined in ``__main__``, in a function body or a notebook travels as its source plus its
-  globals, and the worker rebuilds it with ``triton.jit``. Globals that cannot be rebuilt
-  from data (arbitrary objects) make :class:`~kiln.errors.KernelSpecError`, which says to
-  move the kernel into an importable module.
+* **transport**: when every global the kernel (and its helpers) read can be rebuilt from data
+  (constexprs, dtypes, plain values, modules, library objects, other ``@jit`` functions), the
+  kernel travels as source and the worker rebuilds it with ``triton.jit``, never importing the
+  user's module (which may import torch: seconds per process). Otherwise it travels as
+  ``module:qualname`` and the worker imports it (usually from the zygote's preloaded modules).
+  A kernel that is neither importable (``__main__``, a function body, a notebook) nor
+  rebuildable makes :class:`~kiln.errors.KernelSpecError`, which says what to change.
 
 Nothing here imports a worker or starts a process; it is pure analysis.
 """
@@ -326,9 +327,20 @@ class KernelSpec:
 
     # -- rebuilding (worker side) ---------------------------------------------------------
 
+    @property
+    def by_source(self) -> bool:
+        """Whether workers rebuild this kernel from source rather than importing its module.
+
+        Source is preferred whenever every global can be rebuilt from data: the worker then
+        never imports the user's module (which may import torch and cost seconds per process).
+        """
+        return not self.unshippable_globals()
+
     def load(self) -> Any:
-        """Return the JIT function this spec describes, importing or rebuilding it."""
-        return _load(self, {})
+        """Return the JIT function this spec describes, rebuilding or importing it."""
+        if self.by_source:
+            return _rebuild(self, _REBUILT)
+        return _load(self, _REBUILT)
 
 
 def _importable(fn: Any) -> bool:
@@ -347,18 +359,26 @@ def _importable(fn: Any) -> bool:
     return obj is fn
 
 
+_REBUILT: dict[str, Any] = {}  # identity -> rebuilt JIT function (per worker process)
+
+
 def _load(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     if spec.importable:
         obj: Any = importlib.import_module(spec.module)
         for part in spec.qualname.split("."):
             obj = getattr(obj, part)
         return obj
+    return _rebuild(spec, memo)
+
+
+def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     key = spec.identity
     if key in memo:
         return memo[key]
     import triton
 
-    namespace: dict[str, Any] = {"__name__": f"kiln_rebuilt.{spec.module}", "__builtins__": builtins}
+    # Same module name as the original, so Triton's names and cache keys look the same.
+    namespace: dict[str, Any] = {"__name__": spec.module, "__builtins__": builtins}
     for name, value in spec.globals:
         _bind(namespace, name, _rebuild_value(name, value, memo))
     # Keep line numbers as in the original file so tracebacks and Triton's errors point there.
@@ -416,7 +436,7 @@ def _rebuild_value(name: str, value: GlobalValue, memo: dict[str, Any]) -> Any:
     if kind == "value":
         return _decanonical(payload)
     if kind == "jit":
-        return _load(payload, memo)
+        return _rebuild(payload, memo) if payload.by_source else _load(payload, memo)
     raise KernelSpecError(f"global {name!r} of kind {kind!r} cannot be rebuilt in a worker")
 
 

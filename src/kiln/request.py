@@ -235,3 +235,28 @@ def _triton_key() -> str:
 
     current = settings.current()
     return triton_compat.triton_key(current.cache_dir if current.use_disk_cache else None)
+
+
+def guess_compile_cost(request: CompileRequest) -> float:
+    """A rough, relative guess of how long ``request`` takes to compile (bigger = longer).
+
+    Compile time grows with tile sizes (power-of-two constexprs of 16 or more) and pipeline
+    stages; the pool starts the most expensive guesses first so that the longest compile does
+    not start last and set the batch's tail.
+    """
+    cost = 1.0
+    for value in request.constexprs.values():
+        if (
+            isinstance(value, int)
+            and not isinstance(value, bool)
+            and value >= 16
+            and value & (value - 1) == 0
+        ):
+            cost *= value
+    stages = request.options.get("num_stages", 3)
+    warps = request.options.get("num_warps", 4)
+    if isinstance(stages, int) and stages > 0:
+        cost *= stages
+    if isinstance(warps, int) and warps > 0:
+        cost /= warps**0.5  # more warps: smaller per-thread tiles, slightly faster codegen
+    return cost

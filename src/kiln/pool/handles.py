@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import heapq
+import itertools
+import math
 import os
 import pickle
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -61,8 +65,33 @@ class Job:
     future: Future[CompiledArtifact]
     payload: bytes
     timeout_s: float
+    priority: float = 0.0
     attempts: int = 0
     started: float = 0.0
+
+
+class JobQueue:
+    """Pending jobs, highest priority first, FIFO among equals; retried jobs jump the queue."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Job]] = []
+        self._seq = itertools.count()
+
+    def push(self, job: Job, *, front: bool = False) -> None:
+        rank = -math.inf if front else -job.priority
+        heapq.heappush(self._heap, (rank, next(self._seq), job))
+
+    def pop(self) -> Job:
+        return heapq.heappop(self._heap)[2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter([entry[2] for entry in sorted(self._heap)])
+
+    def clear(self) -> None:
+        self._heap.clear()
 
 
 @dataclass

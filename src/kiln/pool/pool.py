@@ -41,7 +41,6 @@ import threading
 import time
 import uuid
 import warnings
-from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
@@ -61,7 +60,7 @@ from kiln.errors import (
     ZygoteDiedError,
     ZygoteError,
 )
-from kiln.pool.handles import Job, LineTail, WorkerHandle, ZygoteHandle
+from kiln.pool.handles import Job, JobQueue, LineTail, WorkerHandle, ZygoteHandle
 from kiln.pool.protocol import (
     W_ERR,
     W_HELLO,
@@ -78,7 +77,7 @@ from kiln.pool.protocol import (
     encode,
 )
 from kiln.pool.worker import decode_exception
-from kiln.request import CompileRequest
+from kiln.request import CompileRequest, guess_compile_cost
 from kiln.settings import Settings
 from kiln.store import ArtifactStore
 from kiln.triton_compat import GPUTarget
@@ -189,11 +188,19 @@ class CompilePool:
             raise self._broken
         return ready
 
-    def submit(self, request: CompileRequest, *, timeout_s: float | None = None) -> Future[CompiledArtifact]:
+    def submit(
+        self,
+        request: CompileRequest,
+        *,
+        timeout_s: float | None = None,
+        priority: float | None = None,
+    ) -> Future[CompiledArtifact]:
         """Compile ``request`` in a worker; returns a future of its :class:`CompiledArtifact`.
 
         Identical requests in flight share one future; a request compiled before (in this
         pool, or by any pool using the same cache directory) returns at once from the cache.
+        Queued jobs start highest ``priority`` first (default: :func:`guess_compile_cost`, so a
+        batch runs its longest compiles first).
         """
         if not isinstance(request, CompileRequest):
             raise TypeError(f"submit() takes a CompileRequest, got {type(request).__name__}")
@@ -228,6 +235,7 @@ class CompilePool:
                 future=future,
                 payload=pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL),
                 timeout_s=timeout_s if timeout_s is not None else self.settings.job_timeout_s,
+                priority=guess_compile_cost(request) if priority is None else priority,
             )
             self._inflight[key] = job
         self.start()
@@ -356,7 +364,7 @@ class CompilePool:
     def _run(self) -> None:
         self._sel = selectors.DefaultSelector()
         self._workers: dict[int, WorkerHandle] = {}
-        self._pending: deque[Job] = deque()
+        self._pending = JobQueue()
         self._wids = itertools.count(1)
         self._unsafe_modules: set[str] = set()
         self._zygote: ZygoteHandle | None = None
@@ -378,6 +386,9 @@ class CompilePool:
                 self._check_limits(now)
                 self._finalize_dead(now)
                 self._maintain_workers()
+                # Commands that arrived while we waited (their wake-up byte was consumed by this
+                # select) must be seen now, not after the next select's timeout.
+                self._drain_commands()
                 self._dispatch()
         except BaseException as exc:  # a bug in kiln: fail every job loudly, never hang
             log.exception("kiln pool manager crashed")
@@ -398,7 +409,7 @@ class CompilePool:
                 if self._broken is not None:
                     self._fail(payload, self._broken)
                 else:
-                    self._pending.append(payload)
+                    self._pending.push(payload)
             elif kind == "preload":
                 self._preload.extend(payload)
                 self._request_preload(payload)
@@ -406,7 +417,7 @@ class CompilePool:
                 self._cancel = self._cancel or bool(payload)
                 if self._cancel:
                     while self._pending:
-                        job = self._pending.popleft()
+                        job = self._pending.pop()
                         with self._lock:
                             self._inflight.pop(job.request.key, None)
                         job.future.cancel()
@@ -415,6 +426,8 @@ class CompilePool:
         return any(w.job is not None for w in self._workers.values())
 
     def _next_timeout(self) -> float:
+        if not self._commands.empty():
+            return 0.0
         timeout = 1.0
         now = time.monotonic()
         for w in self._workers.values():
@@ -696,7 +709,7 @@ class CompilePool:
                 )
             else:
                 self.stats.requeued += 1
-                self._pending.appendleft(job)
+                self._pending.push(job, front=True)
         if self._closing:
             return
         if not was_ready and not planned:
@@ -779,13 +792,13 @@ class CompilePool:
                 return
             if not worker.ready or worker.job is not None or worker.exited or worker.kill_reason:
                 continue
-            job = self._pending.popleft()
+            job = self._pending.pop()
             if not job.future.running() and not job.future.set_running_or_notify_cancel():
                 with self._lock:
                     self._inflight.pop(job.request.key, None)
                 continue
             spec = job.request.spec
-            if spec.importable:
+            if not spec.by_source:
                 self._request_preload([spec.module])
             now = time.monotonic()
             worker.job = job
@@ -797,7 +810,7 @@ class CompilePool:
             except OSError:
                 worker.job = None  # the worker is dying; the job never started
                 worker.deadline = None
-                self._pending.appendleft(job)
+                self._pending.push(job, front=True)
                 continue
             finally:
                 with contextlib.suppress(OSError):
