@@ -384,10 +384,18 @@ def run_arm(
 
 
 def bench_set(
-    kernel_set: str, configs: list[Config], arms: list[str], repeats: int, target: GPUTarget, cores: int
+    kernel_set: str,
+    configs: list[Config],
+    arms: list[str],
+    repeats: int,
+    target: GPUTarget,
+    cores: int,
+    checkpoint: Callable[[dict[str, Any]], None] = lambda partial: None,
 ) -> dict[str, Any]:
     records: list[dict[str, Any]] = []
     for repeat in range(repeats):
+        if repeat:
+            checkpoint(_set_result(configs, records, arms))
         ref: list[float] | None = None
         for arm in arms:
             log(f"{kernel_set}: repeat {repeat + 1}/{repeats}, arm {arm} ({len(configs)} configs)")
@@ -399,9 +407,14 @@ def bench_set(
             log(f"  wall {run.wall_s:.2f} s, job sum {record['job_sum_s']:.2f} s, ok={not problems}")
             for problem in problems:
                 log(f"  PROBLEM: {problem}")
+    return _set_result(configs, records, arms)
+
+
+def _set_result(configs: list[Config], records: list[dict[str, Any]], arms: list[str]) -> dict[str, Any]:
     return {
         "n_configs": len(configs),
         "configs": [label(c) for c in configs],
+        "repeats_done": len({r["repeat"] for r in records}),
         "runs": records,
         "summary": summarize(records, arms),
     }
@@ -598,9 +611,26 @@ def main(argv: list[str] | None = None) -> int:
     batch_arms = [a for a in args.arms if a in ARM_FUNCTIONS]
     result: dict[str, Any] = {"meta": metadata(args, target, cores), "sets": {}}
     result["meta"]["warmup_s"] = warm_up_process(target)
+    def save(partial: dict[str, Any] | None = None, kernel_set: str = "") -> None:
+        """Write what is measured so far, so a run cut off by a time limit still leaves data."""
+        if partial is not None:
+            result["sets"][kernel_set] = partial
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+
     for kernel_set in sets:
         configs = configs_for(kernel_set, args.reduced)
-        result["sets"][kernel_set] = bench_set(kernel_set, configs, batch_arms, args.repeats, target, cores)
+        result["sets"][kernel_set] = bench_set(
+            kernel_set,
+            configs,
+            batch_arms,
+            args.repeats,
+            target,
+            cores,
+            checkpoint=lambda partial, ks=kernel_set: save(partial, ks),
+        )
+        save()
     if "crash" in args.arms:
         result["crash"] = bench_crash(configs_for(sets[-1], True), args.repeats, target, cores)
     text = json.dumps(result, indent=2)
