@@ -119,9 +119,6 @@ def _stage_hook(backend: Any, stages: dict[str, Any], options: Any, language: An
 triton.knobs.runtime.add_stages_inspection_hook = _stage_hook
 
 
-
-
-
 @triton.jit
 def fault_abort(x_ptr, BLOCK: tl.constexpr):
     tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)

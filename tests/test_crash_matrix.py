@@ -15,10 +15,10 @@ import textwrap
 import time
 from typing import Any
 
-import faults
 import pytest
-from conftest import SM90, add_request, is_cubin, wait_no_processes
 
+import faults
+from conftest import SM90, add_request, is_cubin, wait_no_processes
 from kiln import (
     CompileRequest,
     CompileTimeoutError,
@@ -46,10 +46,12 @@ def check_failure(exc: BaseException | None, phase: str, mode: str) -> None:
         signame = "SIGABRT" if mode == "abort" else "SIGSEGV"
         assert exc.signal_name == signame
         assert signame in text
-        assert "after" in text and " s" in text  # seconds spent
+        assert "after" in text
+        assert " s" in text
         if mode == "abort":
             assert faults.ASSERTION_TEXT in text  # the worker's last stderr lines reach the user
-            assert exc.stderr_tail and faults.ASSERTION_TEXT in exc.stderr_tail[-1]
+            assert exc.stderr_tail
+            assert faults.ASSERTION_TEXT in exc.stderr_tail[-1]
     elif mode == "exit":
         assert isinstance(exc, WorkerCrashedError), repr(exc)
         assert exc.exit_code == 3
@@ -81,7 +83,9 @@ def check_failure(exc: BaseException | None, phase: str, mode: str) -> None:
 @pytest.mark.parametrize("mode", faults.MODES)
 @pytest.mark.parametrize("phase", ["request", "compile", "result"])
 def test_fault_fails_only_its_job(make_pool: Any, phase: str, mode: str) -> None:
-    pool = make_pool(workers=2, job_timeout_s=HANG_TIMEOUT_S, memory_limit_mb=MEMORY_LIMIT_MB, preload=["faults"])
+    pool = make_pool(
+        workers=2, job_timeout_s=HANG_TIMEOUT_S, memory_limit_mb=MEMORY_LIMIT_MB, preload=["faults"]
+    )
     good = [add_request(block) for block in (64, 128, 256, 512)]
     bad = fault_request(phase, mode)
     futures = [pool.submit(r) for r in good[:2]] + [pool.submit(bad)] + [pool.submit(r) for r in good[2:]]
@@ -103,7 +107,9 @@ def test_fault_fails_only_its_job(make_pool: Any, phase: str, mode: str) -> None
 @pytest.mark.timeout(60)
 def test_unpicklable_exception_comes_back_as_its_type(make_pool: Any) -> None:
     pool = make_pool(workers=1, preload=["faults"])
-    exc = pool.submit(CompileRequest(faults.unpicklable_error, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)).exception()
+    exc = pool.submit(
+        CompileRequest(faults.unpicklable_error, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)
+    ).exception()
     assert isinstance(exc, faults.Unpicklable)
     assert "holds a lambda" in str(exc)
     assert not hasattr(exc, "callback")  # the unpicklable attribute was dropped, not the error
@@ -112,7 +118,9 @@ def test_unpicklable_exception_comes_back_as_its_type(make_pool: Any) -> None:
 @pytest.mark.timeout(60)
 def test_exception_of_unimportable_class_degrades_to_text(make_pool: Any) -> None:
     pool = make_pool(workers=1, preload=["faults"])
-    exc = pool.submit(CompileRequest(faults.local_class_error, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)).exception()
+    exc = pool.submit(
+        CompileRequest(faults.local_class_error, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)
+    ).exception()
     assert isinstance(exc, RemoteCompileError)
     assert "LocalError" in exc.exc_type
     assert "defined inside a function" in str(exc)
@@ -125,7 +133,8 @@ def test_zygote_killed_mid_batch(make_pool: Any, monkeypatch: pytest.MonkeyPatch
     pool = make_pool(workers=2, preload=["faults"])
     assert pool.wait_ready(60)
     slow = [
-        CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": b}, target=SM90) for b in (32, 64, 128, 256)
+        CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": b}, target=SM90)
+        for b in (32, 64, 128, 256)
     ]
     futures = [pool.submit(r) for r in slow]
     deadline = time.monotonic() + 30

@@ -30,12 +30,16 @@ KEY_VERSION = 1
 
 
 class FrozenMap(Mapping[str, Any]):
-    """An immutable, hashable, picklable mapping with sorted keys."""
+    """An immutable, hashable, picklable mapping that keeps its insertion order.
+
+    Order matters for signatures: Triton's launcher takes arguments in signature order.
+    Equality and hashing ignore order, as for a dict.
+    """
 
     __slots__ = ("_items",)
 
     def __init__(self, data: Mapping[str, Any] | None = None) -> None:
-        self._items: tuple[tuple[str, Any], ...] = tuple(sorted((data or {}).items()))
+        self._items: tuple[tuple[str, Any], ...] = tuple((data or {}).items())
 
     def __getitem__(self, key: str) -> Any:
         for k, v in self._items:
@@ -50,7 +54,7 @@ class FrozenMap(Mapping[str, Any]):
         return len(self._items)
 
     def __hash__(self) -> int:
-        return hash(tuple((k, repr(v)) for k, v in self._items))
+        return hash(tuple(sorted((k, repr(v)) for k, v in self._items)))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Mapping):
@@ -159,10 +163,10 @@ class CompileRequest:
         return {
             "kiln_key_version": KEY_VERSION,
             "kernel": self.spec.identity,
-            "signature": list(self.signature.items()),
-            "constexprs": [[k, canonical_value(v)] for k, v in self.constexprs.items()],
-            "attrs": [[k, canonical_value(v)] for k, v in self.attrs.items()],
-            "options": [[k, canonical_value(v)] for k, v in self.options.items()],
+            "signature": list(self.signature.items()),  # argument order (it is the kernel's)
+            "constexprs": sorted([k, canonical_value(v)] for k, v in self.constexprs.items()),
+            "attrs": sorted([k, canonical_value(v)] for k, v in self.attrs.items()),
+            "options": sorted([k, canonical_value(v)] for k, v in self.options.items()),
             "target": [self.target.backend, str(self.target.arch), self.target.warp_size],
             "triton_version": triton_compat.triton_version(),
             "triton_key": _triton_key(),
