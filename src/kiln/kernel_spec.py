@@ -290,6 +290,8 @@ class KernelSpec:
         return {
             "name": self.name,
             "src": self.src,
+            # The binary embeds line info: the same source on another line is another cubin.
+            "first_line": self.first_line,
             "jit": [[k, _canonical(v) if not isinstance(v, tuple) else list(v)] for k, v in self.jit_options],
             "globals": [[n, value_data(v)] for n, v in self.globals],
         }

@@ -124,7 +124,7 @@ def from_env(environ: dict[str, str] | None = None) -> Settings:
     return Settings(**values)
 
 
-_scopes: list[dict[str, Any]] = []
+_scopes: list[tuple[object, dict[str, Any]]] = []  # (token, overrides), innermost last
 _scopes_lock = threading.Lock()
 
 
@@ -132,7 +132,7 @@ def current() -> Settings:
     """The settings in force: the environment, then every active :func:`scope`, innermost last."""
     settings = from_env()
     with _scopes_lock:
-        overrides = [dict(s) for s in _scopes]
+        overrides = [dict(layer) for _, layer in _scopes]
     for layer in overrides:
         settings = settings.replace(**layer)
     return settings
@@ -146,10 +146,11 @@ def scope(**overrides: Any) -> Iterator[Settings]:
         raise SettingsError(
             f"unknown setting(s) {sorted(unknown)}; known: {[f.name for f in dataclasses.fields(Settings)]}"
         )
+    token = object()
     with _scopes_lock:
-        _scopes.append(overrides)
+        _scopes.append((token, overrides))
     try:
         yield current()
     finally:
         with _scopes_lock:
-            _scopes.remove(overrides)
+            _scopes[:] = [entry for entry in _scopes if entry[0] is not token]

@@ -121,7 +121,9 @@ class ArtifactStore:
         """Store ``artifact`` (atomically); returns its directory. Existing entries are kept."""
         final = self.path_for(artifact.key)
         if (final / _RECORD).is_file():
-            return final
+            if self._valid(final, artifact.key):
+                return final
+            self._discard(final)  # a corrupt entry (get() warned about it): replace it
         final.parent.mkdir(parents=True, exist_ok=True)
         self._clean_stale(final.parent)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{artifact.key[:16]}-"))
@@ -155,17 +157,33 @@ class ArtifactStore:
             try:
                 os.rename(tmp, final)
             except OSError:
-                if (final / _RECORD).is_file():  # another writer won the race: keep theirs
-                    shutil.rmtree(tmp, ignore_errors=True)
+                if (final / _RECORD).is_file() and self._valid(final, artifact.key):
+                    shutil.rmtree(tmp, ignore_errors=True)  # another writer won the race: keep theirs
                     return final
-                # a broken entry without a record: replace it
-                shutil.rmtree(final, ignore_errors=True)
+                self._discard(final)  # a broken entry: replace it
                 os.rename(tmp, final)
             _fsync_dir(final.parent)
             return final
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def _valid(self, entry: Path, key: str) -> bool:
+        try:
+            self._read(entry, key)
+        except (OSError, ValueError, KeyError, TypeError, ArtifactError):
+            return False
+        return True
+
+    @staticmethod
+    def _discard(entry: Path) -> None:
+        """Remove an entry atomically from readers' view (rename aside first, then delete)."""
+        aside = entry.with_name(f".tmp-discard-{entry.name[:16]}-{os.getpid()}-{time.monotonic_ns()}")
+        try:
+            os.rename(entry, aside)
+        except OSError:
+            aside = entry
+        shutil.rmtree(aside, ignore_errors=True)
 
     @staticmethod
     def _clean_stale(directory: Path) -> None:

@@ -36,11 +36,13 @@ import queue
 import selectors
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
 import uuid
 import warnings
+import weakref
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
@@ -159,6 +161,9 @@ class CompilePool:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
+        # Closes the wake-up pipe once: at teardown, at shutdown of a never-started pool, or
+        # when a never-started pool is garbage-collected.
+        self._close_wake = weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
         self._closing = False
         self._closed = threading.Event()
         self._ready = threading.Event()
@@ -186,6 +191,8 @@ class CompilePool:
         ready = self._ready.wait(timeout)
         if self._broken is not None:
             raise self._broken
+        if ready and self._closed.is_set():
+            raise PoolClosedError("the pool was shut down; create a new CompilePool")
         return ready
 
     def submit(
@@ -317,6 +324,7 @@ class CompilePool:
             thread = self._thread
         self._command("shutdown", cancel_futures)
         if thread is None:
+            self._close_wake()
             self._closed.set()
         elif wait and thread is not threading.current_thread():
             thread.join()
@@ -421,6 +429,10 @@ class CompilePool:
                         with self._lock:
                             self._inflight.pop(job.request.key, None)
                         job.future.cancel()
+
+    def _workers_ready(self) -> bool:
+        workers = getattr(self, "_workers", {})
+        return len(workers) >= self.settings.workers and all(w.ready for w in workers.values())
 
     def _busy(self) -> bool:
         return any(w.job is not None for w in self._workers.values())
@@ -565,7 +577,7 @@ class CompilePool:
             worker.ready = True
             if worker.replaces_since is not None:
                 self.stats.replacement_s.append(time.monotonic() - worker.replaces_since)
-            if all(w.ready for w in self._workers.values()) and len(self._workers) >= self.settings.workers:
+            if self._workers_ready():
                 self._ready.set()
             return
         job = worker.job
@@ -631,7 +643,10 @@ class CompilePool:
         future.set_exception(exc)
 
     def _fail_everything(self, exc: KilnError) -> None:
-        jobs = list(getattr(self, "_pending", ()))
+        pending = getattr(self, "_pending", None)
+        jobs = list(pending or ())
+        if pending is not None:
+            pending.clear()
         jobs += [w.job for w in getattr(self, "_workers", {}).values() if w.job is not None]
         with self._lock:
             jobs += [j for j in self._inflight.values() if j not in jobs]
@@ -681,6 +696,10 @@ class CompilePool:
             return
         was_ready = zygote.ready
         returncode = zygote.proc.poll()
+        if returncode is None and not planned:
+            # Its socket closed first; give it a moment to exit so the error can say how.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                returncode = zygote.proc.wait(timeout=2.0)
         self._unregister(zygote.ctl)
         self._unregister(zygote.out_fd)
         zygote.read_output()
@@ -725,6 +744,7 @@ class CompilePool:
                     f"{reason} ({self._zygote_failures} attempts in a row)", zygote.tail.snapshot()
                 )
                 self._fail_everything(self._broken)
+                self._ready.set()  # wake wait_ready(), which raises the error
                 return
             log.warning("kiln zygote failed to start (%s); retrying", reason)
         elif not planned:
@@ -754,8 +774,10 @@ class CompilePool:
 
     def _maintain_workers(self) -> None:
         zygote = self._zygote
-        if self._closing or zygote is None or not zygote.ready or zygote.dead:
+        if zygote is None or not zygote.ready or zygote.dead:
             return
+        if self._closing and not self._pending:
+            return  # shutting down: queued jobs still need workers, nothing else does
         while len(self._workers) < self.settings.workers:
             self._fork_worker(zygote)
             if zygote.dead:
@@ -910,10 +932,15 @@ class CompilePool:
         self._pending.clear()
         with contextlib.suppress(Exception):
             self._sel.close()
-        for fd in (self._wake_r, self._wake_w):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+        self._close_wake()
+        self._ready.set()  # nobody waits for a pool that has ended
         self._closed.set()
+
+
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def _done(artifact: CompiledArtifact) -> Future[CompiledArtifact]:

@@ -1,0 +1,202 @@
+"""Settings: KILN_* variables, malformed values, and scope() overrides."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+import pytest
+
+from kiln import CompilePool, Settings, SettingsError, settings
+
+ALL_VARS = [
+    "KILN_WORKERS",
+    "KILN_JOB_TIMEOUT_S",
+    "KILN_MEMORY_LIMIT_MB",
+    "KILN_MEMORY_POLL_S",
+    "KILN_CACHE_DIR",
+    "KILN_DISK_CACHE",
+    "KILN_ZYGOTE_START_TIMEOUT_S",
+    "KILN_ZYGOTE_RESTARTS",
+    "KILN_STDERR_TAIL_LINES",
+    "KILN_PROGRESS",
+]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ALL_VARS:
+        monkeypatch.delenv(var, raising=False)
+
+
+def test_defaults_without_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    current = settings.current()
+    assert current == Settings()
+    assert current.workers == max(1, os.cpu_count() or 1)
+    assert current.cache_dir == tmp_path / "kiln"
+    assert current.use_disk_cache is True
+    assert current.memory_limit_mb is None
+    assert current.progress is None
+
+
+def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    env = {
+        "KILN_WORKERS": "3",
+        "KILN_JOB_TIMEOUT_S": "2.5",
+        "KILN_MEMORY_LIMIT_MB": "1024",
+        "KILN_MEMORY_POLL_S": "0.2",
+        "KILN_CACHE_DIR": "~/kiln-cache",
+        "KILN_DISK_CACHE": "0",
+        "KILN_ZYGOTE_START_TIMEOUT_S": "30",
+        "KILN_ZYGOTE_RESTARTS": "5",
+        "KILN_STDERR_TAIL_LINES": " 7 ",
+        "KILN_PROGRESS": "yes",
+    }
+    for var, value in env.items():
+        monkeypatch.setenv(var, value)
+    current = settings.current()
+    assert current == settings.from_env(env)
+    assert current.workers == 3
+    assert current.job_timeout_s == 2.5
+    assert current.memory_limit_mb == 1024
+    assert current.memory_poll_s == 0.2
+    assert current.cache_dir == tmp_path / "kiln-cache"  # ~ expanded
+    assert current.use_disk_cache is False
+    assert current.zygote_start_timeout_s == 30.0
+    assert current.zygote_restarts == 5
+    assert current.stderr_tail_lines == 7
+    assert current.progress is True
+    # Each variable moved its field away from the default.
+    defaults = Settings()
+    fields = [f.name for f in dataclasses.fields(Settings)]
+    changed = [name for name in fields if getattr(current, name) != getattr(defaults, name)]
+    assert len(changed) == len(env) == len(fields)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1", True),
+        ("true", True),
+        ("ON", True),
+        ("0", False),
+        ("false", False),
+        ("No", False),
+        ("off", False),
+    ],
+)
+def test_boolean_spellings(value: str, expected: bool) -> None:
+    assert settings.from_env({"KILN_DISK_CACHE": value}).use_disk_cache is expected
+    assert settings.from_env({"KILN_PROGRESS": value}).progress is expected
+
+
+def test_empty_variable_keeps_default() -> None:
+    assert settings.from_env({"KILN_WORKERS": "", "KILN_JOB_TIMEOUT_S": "   "}) == settings.from_env({})
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("KILN_WORKERS", "abc"),
+        ("KILN_WORKERS", "0"),
+        ("KILN_WORKERS", "-2"),
+        ("KILN_WORKERS", "2.5"),
+        ("KILN_JOB_TIMEOUT_S", "-1"),
+        ("KILN_JOB_TIMEOUT_S", "0"),
+        ("KILN_JOB_TIMEOUT_S", "nan"),
+        ("KILN_JOB_TIMEOUT_S", "soon"),
+        ("KILN_MEMORY_LIMIT_MB", "1.5G"),
+        ("KILN_DISK_CACHE", "maybe"),
+        ("KILN_PROGRESS", "2"),
+        ("KILN_ZYGOTE_RESTARTS", "0"),
+    ],
+)
+def test_malformed_variable_names_itself(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:
+    monkeypatch.setenv(var, value)
+    with pytest.raises(SettingsError) as info:
+        settings.current()
+    text = str(info.value)
+    assert var in text
+    assert repr(value) in text
+    assert "expected" in text
+    assert isinstance(info.value, ValueError)
+    # A pool reads its settings from the same place and fails the same way, before starting anything.
+    with pytest.raises(SettingsError, match=var):
+        CompilePool(start=False)
+
+
+def test_pool_reads_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("KILN_WORKERS", "3")
+    monkeypatch.setenv("KILN_JOB_TIMEOUT_S", "12")
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "c"))
+    pool = CompilePool(start=False)
+    assert (pool.settings.workers, pool.settings.job_timeout_s) == (3, 12.0)
+    assert pool.store is not None
+    assert pool.store.root.parent == tmp_path / "c"
+    explicit = CompilePool(workers=2, start=False)  # an argument beats the variable
+    assert explicit.settings.workers == 2
+    for p in (pool, explicit):
+        p.shutdown()
+
+
+# ---------------------------------------------------------------------------- scope()
+
+
+def test_scope_overrides_and_restores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KILN_JOB_TIMEOUT_S", "30")
+    assert settings.current().job_timeout_s == 30.0
+    with settings.scope(job_timeout_s=5.0, workers=2) as inside:
+        assert inside.job_timeout_s == 5.0
+        assert inside.workers == 2
+        assert settings.current().job_timeout_s == 5.0
+        pool = CompilePool(start=False)
+        assert pool.settings.job_timeout_s == 5.0
+        assert pool.settings.workers == 2
+        pool.shutdown()
+        with settings.scope(job_timeout_s=1.0):
+            assert settings.current().job_timeout_s == 1.0
+            assert settings.current().workers == 2  # outer layer still applies
+        assert settings.current().job_timeout_s == 5.0
+    assert settings.current().job_timeout_s == 30.0
+    assert settings.current().workers == Settings().workers
+
+
+def test_scope_restores_after_exception() -> None:
+    default = settings.current().zygote_restarts
+    seen: list[int] = []
+
+    def failing_block() -> None:
+        with settings.scope(zygote_restarts=9):
+            seen.append(settings.current().zygote_restarts)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        failing_block()
+    assert seen == [9]
+    assert settings.current().zygote_restarts == default
+
+
+def test_scope_beats_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    with settings.scope(workers=4):
+        monkeypatch.setenv("KILN_WORKERS", "6")
+        assert settings.current().workers == 4
+    assert settings.current().workers == 6
+
+
+def test_scope_unknown_setting_raises() -> None:
+    with pytest.raises(SettingsError, match="worker_count") as info, settings.scope(worker_count=2):
+        pass  # pragma: no cover
+    assert "workers" in str(info.value)  # lists the known ones
+    assert settings.current() == settings.from_env()  # nothing was left applied
+
+
+def test_nested_equal_scopes_restore_in_order() -> None:
+    with settings.scope(workers=2):
+        with settings.scope(workers=3):
+            with settings.scope(workers=2):
+                assert settings.current().workers == 2
+            assert settings.current().workers == 3
+        assert settings.current().workers == 2
