@@ -611,6 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     batch_arms = [a for a in args.arms if a in ARM_FUNCTIONS]
     result: dict[str, Any] = {"meta": metadata(args, target, cores), "sets": {}}
     result["meta"]["warmup_s"] = warm_up_process(target)
+
     def save(partial: dict[str, Any] | None = None, kernel_set: str = "") -> None:
         """Write what is measured so far, so a run cut off by a time limit still leaves data."""
         if partial is not None:

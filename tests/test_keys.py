@@ -235,7 +235,7 @@ def test_attrs_change_key() -> None:
 
 # ---------------------------------------------------------------------------- kernel identity
 
-HELPER_MODULE = '''
+HELPER_MODULE = """
 import triton
 import triton.language as tl
 {pad}
@@ -250,7 +250,7 @@ def kernel(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(x_ptr + offs, helper(tl.load(x_ptr + offs, mask=mask)), mask=mask)
-'''
+"""
 
 
 def load_module(path: Path, name: str) -> ModuleType:
