@@ -201,3 +201,49 @@ def kernel_for(phase: str, mode: str) -> Any:
     if phase == "result":
         return globals()[f"result_{mode}"]
     return slow_kernel
+
+
+# --------------------------------------------------------------------------- GPU-side faults
+# For the autotuner's fault suite: one kernel whose constexpr FAULT picks what goes wrong.
+# 0 healthy; 1 illegal memory access; 2 never finishes; 3 wrong values; 4 the compiler aborts
+# (the llir stage hook below aborts when it sees the marker constant that only FAULT=4 emits).
+COMPILER_ABORT_MARKER = 4242.5
+
+
+@triton.jit
+def faulty_scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr, FAULT: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    if FAULT == 1:
+        tl.store(out_ptr + offsets + (1 << 40), x * 3.0, mask=mask)
+    elif FAULT == 2:
+        acc = x
+        for i in range(2_000_000_000):  # a dependent load per step: minutes, not seconds
+            acc = acc * 1.0000001 + tl.load(x_ptr + (i % n))
+        tl.store(out_ptr + offsets, acc, mask=mask)
+    elif FAULT == 3:
+        tl.store(out_ptr + offsets, x * 4.0, mask=mask)
+    elif FAULT == 4:
+        tl.store(out_ptr + offsets, x * 4242.5, mask=mask)
+    else:
+        tl.store(out_ptr + offsets, x * 3.0, mask=mask)
+
+
+_previous_hook = triton.knobs.runtime.add_stages_inspection_hook
+
+
+def _marker_hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
+    _previous_hook(backend, stages, options, language, capability)
+    make_llir = stages["llir"]
+
+    def llir_stage(src: Any, metadata: dict[str, Any]) -> Any:
+        if "4.242500e+03" in str(src):
+            os.write(2, f"python: {ASSERTION_TEXT}\n".encode())
+            ctypes.CDLL(None).abort()
+        return make_llir(src, metadata)
+
+    stages["llir"] = llir_stage
+
+
+triton.knobs.runtime.add_stages_inspection_hook = _marker_hook

@@ -21,6 +21,10 @@ ALL_VARS = [
     "KILN_ZYGOTE_RESTARTS",
     "KILN_STDERR_TAIL_LINES",
     "KILN_PROGRESS",
+    "KILN_TUNING_DB",
+    "KILN_USE_TUNING_DB",
+    "KILN_SANDBOX",
+    "KILN_BENCH_TIMEOUT_S",
 ]
 
 
@@ -54,6 +58,10 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_ZYGOTE_RESTARTS": "5",
         "KILN_STDERR_TAIL_LINES": " 7 ",
         "KILN_PROGRESS": "yes",
+        "KILN_TUNING_DB": "~/tuning.sqlite3",
+        "KILN_USE_TUNING_DB": "0",
+        "KILN_SANDBOX": "off",
+        "KILN_BENCH_TIMEOUT_S": "12",
     }
     for var, value in env.items():
         monkeypatch.setenv(var, value)
@@ -69,6 +77,10 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.zygote_restarts == 5
     assert current.stderr_tail_lines == 7
     assert current.progress is True
+    assert current.tuning_db == tmp_path / "tuning.sqlite3"
+    assert current.use_tuning_db is False
+    assert current.sandbox is False
+    assert current.bench_timeout_s == 12.0
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

@@ -13,7 +13,10 @@ Quick start::
 
 from concurrent.futures import as_completed
 
+from triton import Config
+
 from kiln.artifact import CompiledArtifact, to_triton_kernel
+from kiln.autotuner import AutotuneError, Autotuner, autotune
 from kiln.errors import (
     ArtifactError,
     CompileTimeoutError,
@@ -42,11 +45,14 @@ __version__ = "0.1.0"
 __all__ = [
     "ArtifactError",
     "ArtifactStore",
+    "AutotuneError",
+    "Autotuner",
     "CacheWarning",
     "CompilePool",
     "CompileRequest",
     "CompileTimeoutError",
     "CompiledArtifact",
+    "Config",
     "GPUTarget",
     "JobFailure",
     "KernelSpecError",
@@ -64,6 +70,7 @@ __all__ = [
     "ZygoteDiedError",
     "ZygoteError",
     "as_completed",
+    "autotune",
     "get_pool",
     "to_triton_kernel",
 ]

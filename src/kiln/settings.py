@@ -64,6 +64,18 @@ class Settings:
     progress: bool | None = None
     """``KILN_PROGRESS``: ``1`` always shows progress bars, ``0`` never; unset = on a terminal only."""
 
+    tuning_db: Path | None = None
+    """``KILN_TUNING_DB``: the tuning database file (default ``<cache_dir>/tuning.sqlite3``)."""
+
+    use_tuning_db: bool = True
+    """``KILN_USE_TUNING_DB``: ``0`` keeps tuning results in memory only (as ``triton.autotune``)."""
+
+    sandbox: bool = True
+    """``KILN_SANDBOX``: benchmark configs in a separate GPU process (``0``: in the caller's process)."""
+
+    bench_timeout_s: float = 60.0
+    """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -106,6 +118,10 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "zygote_restarts": ("KILN_ZYGOTE_RESTARTS", _positive_int, "a positive integer"),
     "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", _positive_int, "a positive integer"),
     "progress": ("KILN_PROGRESS", _bool, "0 or 1"),
+    "tuning_db": ("KILN_TUNING_DB", lambda v: Path(v).expanduser(), "a file path"),
+    "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
+    "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
+    "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive number of seconds"),
 }
 
 

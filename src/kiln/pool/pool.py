@@ -978,7 +978,8 @@ def get_pool() -> CompilePool:
     global _DEFAULT_POOL
     with _DEFAULT_LOCK:
         if _DEFAULT_POOL is None or _DEFAULT_POOL._closing:
-            _DEFAULT_POOL = CompilePool()
+            # Started by its first job (a cache hit needs no process), or by start()/wait_ready().
+            _DEFAULT_POOL = CompilePool(start=False)
             import atexit
 
             atexit.register(_DEFAULT_POOL.shutdown, wait=False, cancel_futures=True)

@@ -1,0 +1,317 @@
+"""``triton.autotune`` against ``kiln.autotune`` on the GPU, side by side in one run.
+
+Run from the repository root on a machine with a GPU::
+
+    python bench/autotune.py --set matmul --json bench/results/autotune.json
+
+Sets (kernels from ``bench/kernels_bench.py``, the same as ``compile_batch.py``):
+
+* ``matmul``: the 72-config fp16 matmul set, M = N = K = 4096;
+* ``softmax``: the 32-config row softmax set, 32768 x 128 fp16 (every config is correct).
+
+Arms, each from a fresh Triton cache, a fresh kiln cache and a fresh tuning database:
+
+* ``triton``: ``triton.autotune`` as shipped: the first call compiles each config inside its
+  first benchmark, one after the other, in this process;
+* ``kiln``: ``kiln.autotune`` with its defaults (compile pool started inside the timed region,
+  GPU sandbox, output checks, tuning database);
+* ``kiln-second-process``: a new Python process with the same kiln cache and database times
+  its first call to the tuned kernel (it should tune nothing and compile nothing).
+
+Reported: wall seconds to the first tuned result (the first call returns, synchronized), the
+chosen config, and both chosen configs timed again under one harness
+(``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters), so the ratio
+``kiln_choice / triton_choice`` compares choices, not harnesses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import kernels_bench
+import kiln
+
+
+def matmul_configs() -> list[triton.Config]:
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+        for bm in (64, 128, 256)
+        for bn in (64, 128, 256)
+        for bk in (32, 64)
+        for w in (4, 8)
+        for s in (3, 4)
+    ]
+
+
+def softmax_configs() -> list[triton.Config]:
+    return [
+        triton.Config({"BLOCK_SIZE": 128 << i}, num_warps=w, num_stages=s)
+        for i in range(8)
+        for w in (4, 8)
+        for s in (2, 3)
+    ]
+
+
+Case = tuple[Callable[..., None], Callable[[], Any], list[str]]
+
+
+def matmul_case(size: int) -> Case:
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    c = torch.empty(size, size, device="cuda", dtype=torch.float16)
+
+    def call(kernel: Any, **meta: Any) -> None:
+        def grid(m: dict[str, Any]) -> tuple[int, int]:
+            return (triton.cdiv(size, m["BLOCK_M"]), triton.cdiv(size, m["BLOCK_N"]))
+
+        kernel[grid](
+            a,
+            b,
+            c,
+            size,
+            size,
+            size,
+            a.stride(0),
+            a.stride(1),
+            b.stride(0),
+            b.stride(1),
+            c.stride(0),
+            c.stride(1),
+            **meta,
+        )
+
+    def check() -> float:
+        ref = (a.float() @ b.float()).half()
+        return float((c.float() - ref.float()).abs().max())
+
+    return call, check, ["M", "N", "K"]
+
+
+def softmax_case(
+    rows: int = 32768, cols: int = 128
+) -> tuple[Callable[[Any], None], Callable[[], Any], list[str]]:
+    x = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
+    y = torch.empty_like(x)
+
+    def call(kernel: Any, **meta: Any) -> None:
+        kernel[(1024,)](y, x, x.stride(0), y.stride(0), rows, cols, **meta)
+
+    def check() -> float:
+        return float((y.float() - torch.softmax(x.float(), dim=1)).abs().max())
+
+    return call, check, ["n_rows", "n_cols"]
+
+
+SETS = {
+    "matmul": (kernels_bench.matmul_kernel, matmul_configs, lambda: matmul_case(4096)),
+    "softmax": (kernels_bench.softmax_kernel, softmax_configs, softmax_case),
+}
+
+
+@contextlib.contextmanager
+def fresh_environment(tag: str) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix=f"kiln-bench-{tag}-"))
+    saved = {k: os.environ.get(k) for k in ("TRITON_CACHE_DIR", "KILN_CACHE_DIR", "KILN_TUNING_DB")}
+    os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
+    os.environ["KILN_CACHE_DIR"] = str(root / "kiln")
+    os.environ["KILN_TUNING_DB"] = str(root / "kiln" / "tuning.sqlite3")
+    try:
+        yield root
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def timed_first_call(call: Callable[[Any], None], tuned: Any) -> float:
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    call(tuned)
+    torch.cuda.synchronize()
+    return time.perf_counter() - started
+
+
+def harness_ms(call: Callable[..., None], kernel: Any, config: triton.Config) -> float:
+    """The chosen config timed on Triton's JIT (same harness for both tuners' choices)."""
+    meta = config.all_kwargs()
+    call(kernel, **meta)  # compile (cached) and warm
+    return float(triton.testing.do_bench(lambda: call(kernel, **meta), warmup=50, rep=300, quantiles=None))
+
+
+SECOND_PROCESS = textwrap.dedent(
+    """
+    import sys, time
+    started = time.perf_counter()
+    sys.path[:0] = {paths!r}
+    import torch, triton, kiln
+    import autotune as bench
+    kernel, configs, case = bench.SETS[{set_name!r}]
+    call, check, key = case()
+    tuned = kiln.autotune(configs(), key=key)(kernel)
+    torch.cuda.synchronize()
+    ready = time.perf_counter()
+    call(tuned)
+    torch.cuda.synchronize()
+    done = time.perf_counter()
+    print("RESULT", done - ready, done - started, tuned.loaded_from, tuned._get_pool().stats.dispatched,
+          check(), flush=True)
+    """
+)
+
+
+def second_process(set_name: str, root: Path) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["TRITON_CACHE_DIR"] = str(root / "triton-second")  # Triton's cache stays cold: kiln must not need it
+    env["KILN_CACHE_DIR"] = str(root / "kiln")
+    env["KILN_TUNING_DB"] = str(root / "kiln" / "tuning.sqlite3")
+    paths = [str(Path(__file__).resolve().parent), *sys.path]
+    script = SECOND_PROCESS.format(paths=paths, set_name=set_name)
+    started = time.perf_counter()
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env, timeout=600
+    )
+    wall = time.perf_counter() - started
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT")), None)
+    if line is None:
+        return {"error": out.stderr[-2000:], "process_wall_s": wall}
+    _, first_call_s, in_process_s, loaded_from, dispatched, max_err = line.split()
+    return {
+        "first_tuned_call_s": float(first_call_s),
+        "since_interpreter_start_s": float(in_process_s),
+        "process_wall_s": wall,
+        "loaded_from": loaded_from,
+        "compile_jobs_dispatched": int(dispatched),
+        "max_abs_err": float(max_err),
+    }
+
+
+def run_set(set_name: str) -> dict[str, Any]:
+    kernel, configs_fn, case = SETS[set_name]
+    call, check, key = case()
+    result: dict[str, Any] = {"n_configs": len(configs_fn())}
+
+    print(f"[autotune] {set_name}: triton.autotune", file=sys.stderr, flush=True)
+    with fresh_environment("triton"):
+        tuned_t = triton.autotune(configs_fn(), key=key)(kernel)
+        wall_t = timed_first_call(call, tuned_t)
+        err_t = check()
+        triton_choice = tuned_t.best_config
+        triton_own = float(tuned_t.configs_timings[triton_choice][0])
+
+    print(f"[autotune] {set_name}: kiln.autotune", file=sys.stderr, flush=True)
+    with fresh_environment("kiln") as root:
+        tuned_k = kiln.autotune(configs_fn(), key=key)(kernel)
+        wall_k = timed_first_call(call, tuned_k)
+        err_k = check()
+        kiln_choice = tuned_k.best_config
+        run = tuned_k.last_run
+        kiln_own = float(tuned_k.configs_timings[kiln_choice][0])
+        statuses: dict[str, int] = {}
+        for r in run.results:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+        from kiln.tuning.report import format_table, to_json
+
+        table = format_table(run)
+        print("[autotune] waiting for the pool to go idle before the second process", file=sys.stderr)
+        print(f"[autotune] {set_name}: second process", file=sys.stderr, flush=True)
+        second = second_process(set_name, root)
+        kiln.get_pool().shutdown()
+        shutil.rmtree(root / "triton", ignore_errors=True)
+
+    with fresh_environment("harness"):
+        t_ms = harness_ms(call, kernel, triton_choice)
+        k_ms = harness_ms(call, kernel, kiln_choice)
+    result.update(
+        {
+            "triton": {
+                "first_result_s": wall_t,
+                "choice": str(triton_choice),
+                "own_timing_ms": triton_own,
+                "max_abs_err": err_t,
+            },
+            "kiln": {
+                "first_result_s": wall_k,
+                "choice": str(kiln_choice),
+                "own_timing_ms": kiln_own,
+                "max_abs_err": err_k,
+                "statuses": statuses,
+                "first_benchmark_s": run.first_result_s,
+                "run": to_json(run),
+            },
+            "kiln_second_process": second,
+            "harness_ms": {"triton_choice": t_ms, "kiln_choice": k_ms, "kiln_over_triton": k_ms / t_ms},
+            "speedup_first_result": wall_t / wall_k,
+            "kiln_report": table,
+        }
+    )
+    return result
+
+
+def summary(result: dict[str, Any]) -> str:
+    lines = ["set       triton s   kiln s  speed-up  kiln/triton runtime  2nd proc first call s  compiles"]
+    for name, r in result["sets"].items():
+        second = r["kiln_second_process"]
+        lines.append(
+            f"{name:8} {r['triton']['first_result_s']:9.1f} {r['kiln']['first_result_s']:8.1f} "
+            f"{r['speedup_first_result']:8.2f}x {r['harness_ms']['kiln_over_triton']:19.3f} "
+            f"{second.get('first_tuned_call_s', float('nan')):22.3f} "
+            f"{second.get('compile_jobs_dispatched', '-'):>9}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--set", choices=[*SETS, "all"], default="all", dest="kernel_set")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("bench/autotune.py needs a GPU", file=sys.stderr)
+        return 2
+    names = list(SETS) if args.kernel_set == "all" else [args.kernel_set]
+    result: dict[str, Any] = {
+        "meta": {
+            "device": torch.cuda.get_device_name(),
+            "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+            "triton_version": triton.__version__,
+            "torch_version": torch.__version__,
+            "cores": os.cpu_count(),
+        },
+        "sets": {},
+    }
+    for name in names:
+        result["sets"][name] = run_set(name)
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    for name, r in result["sets"].items():
+        print(f"\n{name}:\n{r['kiln_report']}", file=sys.stderr)
+    print("\n" + summary(result), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

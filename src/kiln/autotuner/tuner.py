@@ -1,0 +1,722 @@
+"""``kiln.autotune``: ``triton.autotune``'s contract, with parallel compiles and a GPU sandbox.
+
+A tuning run, on the first call for a new key::
+
+    caller thread
+      prune configs (early_config_prune, perf_model/top_k: Triton's own code)
+      one CompileRequest per config (Triton's specialization of this call's arguments)
+      database lookup ---- hit: take the recorded best config, tune nothing ----------+
+      submit all to the CompilePool (longest guessed compile first)                    |
+      sandbox.start() in the background (torch + CUDA context while compiles run)      |
+      as each binary arrives: benchmark it (sandbox, or in-process) -> check outputs   |
+           -> record the config in the database (committed at once)                   |
+      best = min(timings) -> cache[key], configs_timings, best_config  <---------------+
+      launch the best config's binary (loaded from the artifact; no triton.compile)
+
+Configs that fail to compile (Python error, compiler crash, timeout), to load (out of
+resources), to run (illegal memory access, hang, crash) or that disagree with the reference
+are skipped with their reason recorded; if every config fails, :class:`AutotuneError` lists
+each with its reason. User callables that must run in the caller's process (a custom
+``do_bench``, ``pre_hook``/``post_hook``, a config's ``pre_hook``) switch that kernel to
+in-process benchmarking, as does ``sandbox=False``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import logging
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triton.runtime.autotuner import Autotuner as _TritonAutotuner
+
+from kiln import settings as settings_mod
+from kiln import triton_compat
+from kiln.artifact import CompiledArtifact, to_triton_kernel, write_triton_group
+from kiln.autotuner.check import compare
+from kiln.autotuner.specialize import BoundCall, config_label, request_for, tuning_key
+from kiln.errors import (
+    CompileTimeoutError,
+    KilnError,
+    TargetError,
+    WorkerCrashedError,
+    WorkerMemoryError,
+)
+from kiln.pool import CompilePool, get_pool
+from kiln.request import CompileRequest, guess_compile_cost
+
+log = logging.getLogger("kiln.autotune")
+
+_INF = float("inf")
+
+
+class AutotuneError(KilnError):
+    """Every config of a tuning run failed; the message lists each with its reason."""
+
+
+@dataclass
+class _Candidate:
+    config: Any
+    label: str
+    request: CompileRequest
+    bound: BoundCall
+    future: Future[CompiledArtifact] | None = None
+
+
+def _reason(exc: BaseException) -> str:
+    """One line saying why a compile failed: kiln's headline, or the error's own last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, KilnError):
+        text = lines[0] if lines else type(exc).__name__
+    else:  # Triton's CompilationError: source excerpt first, the message last
+        text = f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+    return text[:500]
+
+
+def _compile_status(exc: BaseException) -> str:
+    if isinstance(exc, CompileTimeoutError):
+        return "timeout"
+    if isinstance(exc, (WorkerCrashedError, WorkerMemoryError)):
+        return "crashed"
+    name = type(exc).__name__
+    if name in ("OutOfResources", "PTXASError"):
+        return "out_of_resources"
+    return "compile_error"
+
+
+class Autotuner(_TritonAutotuner):  # type: ignore[misc]
+    """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        fn: Any,
+        arg_names: list[str],
+        configs: list[Any],
+        key: list[str],
+        reset_to_zero: list[str] | None,
+        restore_value: list[str] | None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        prune_configs_by: dict[str, Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        cache_results: bool = False,
+        *,
+        sandbox: bool | None = None,
+        check_outputs: bool = True,
+        reference: Callable[[dict[str, Any]], Any] | None = None,
+        tolerances: tuple[float, float] | None = None,
+        pool: CompilePool | None = None,
+        database: Any = None,
+        target: Any = None,
+        bencher: Callable[[Autotuner, Sequence[Any], Mapping[str, Any]], _Bencher] | None = None,
+    ) -> None:
+        super().__init__(
+            fn,
+            arg_names,
+            configs,
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            cache_results=cache_results,
+        )
+        current = settings_mod.current()
+        self._user_do_bench = do_bench is not None or use_cuda_graph or warmup is not None or rep is not None
+        self._warmup_ms = 25.0 if warmup is None else float(warmup)
+        self._rep_ms = 100.0 if rep is None else float(rep)
+        self._sandbox_wanted = current.sandbox if sandbox is None else sandbox
+        self._check_outputs = check_outputs
+        self._reference = reference
+        self._tolerances = tolerances
+        self._pool = pool
+        self._database = database
+        self._target: Any = target
+        self._bencher_factory = bencher
+        self._kernels: dict[tuple[Any, ...], tuple[Any, CompileRequest]] = {}
+        self._lock = threading.RLock()
+        self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
+        self.loaded_from: str | None = None  # "database" when the last tuning was skipped
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._run(*args, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        grid = kwargs.pop("grid", None)
+        warmup = bool(kwargs.pop("warmup", False))
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        key: tuple[Any, ...] | None = None
+        if len(self.configs) > 1:
+            key = tuning_key(self.arg_names, self.keys, args, kwargs)
+            if key not in self.cache:
+                pruned = self.prune_configs(kwargs)
+                started = time.time()
+                self._tune(key, pruned, args, kwargs, grid)
+                self.bench_time = time.time() - started
+                full_nargs = {**self.nargs, **kwargs, **self.cache[key].all_kwargs()}
+                self.pre_hook(full_nargs, reset_only=True)
+            config = self.cache[key]
+        else:
+            config = self.configs[0]
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        result = None if warmup else self._launch(config, args, kwargs, grid)
+        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        return result
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every (pruned) config for these arguments, in parallel, without running."""
+        kwargs.pop("grid", None)
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        candidates = [self._candidate(c, args, kwargs) for c in self.prune_configs(kwargs)]
+        pool = self._get_pool()
+        futures = [pool.submit(c.request) for c in candidates]
+        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        return [f.result() for f in futures]
+
+    # -- tuning -------------------------------------------------------------------------------
+
+    def _tune(
+        self,
+        key: tuple[Any, ...],
+        configs: Sequence[Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        grid: Any,
+    ) -> None:
+        from kiln.tuning import TuningRun
+
+        started = time.monotonic()
+        candidates = [self._candidate(c, args, kwargs) for c in configs]
+        identity = self._identity(candidates)
+        database = self._get_database()
+        lookup = {k: v for k, v in identity.items() if k != "kernel"}
+        recorded = database.lookup(**lookup) if database is not None else None
+        if recorded is not None and self._adopt(key, candidates, recorded):
+            self.loaded_from = "database"
+            self.last_run = recorded
+            log.info(
+                "kiln: %s %s: best config %s from the tuning database",
+                self.base_fn.__name__,
+                key,
+                recorded.best_label,
+            )
+            return
+        self.loaded_from = None
+        run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
+
+        pool = self._get_pool()
+        by_future: dict[Future[CompiledArtifact], _Candidate] = {}
+        for candidate in candidates:
+            candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
+            by_future.setdefault(candidate.future, candidate)
+        bencher = self._bencher(args, kwargs)
+        results: dict[str, Any] = {}
+        timings: dict[Any, list[float]] = {}
+        # A user reference is known up front; otherwise the first config that runs cleanly is it.
+        reference = bencher.user_reference()
+        first_result_s: float | None = None
+
+        for future in as_completed(by_future):
+            for candidate in [c for c in candidates if c.future is future]:
+                result, outputs, times = self._evaluate(candidate, future, bencher, grid, reference)
+                if result.status == "ok" and reference is None and outputs is not None:
+                    reference = outputs
+                results[candidate.label] = result
+                timings[candidate.config] = times
+                if first_result_s is None:
+                    first_result_s = time.monotonic() - started
+                if database is not None and run_id is not None:
+                    database.record(run_id, result)
+        bencher.finish()
+
+        ok = {c.config: timings[c.config] for c in candidates if results[c.label].status == "ok"}
+        if not ok:
+            lines = [f"  {c.label}: {results[c.label].status}: {results[c.label].reason}" for c in candidates]
+            raise AutotuneError(
+                f"every config of {self.base_fn.__name__} failed for key {key}:\n" + "\n".join(lines)
+            )
+        best = builtins.min(ok, key=ok.__getitem__)
+        self.cache[key] = best
+        self.configs_timings = timings
+        best_label = config_label(best)
+        wall = time.monotonic() - started
+        if database is not None and run_id is not None:
+            database.finish_run(run_id, best_label, wall, first_result_s)
+        self.last_run = TuningRun(
+            kernel=identity["kernel"],
+            kernel_key=identity["kernel_key"],
+            key_repr=identity["key_repr"],
+            device_name=identity["device_name"],
+            capability=identity["capability"],
+            triton_version=identity["triton_version"],
+            results=tuple(results[c.label] for c in candidates),
+            best_label=best_label,
+            default_label=candidates[0].label,
+            started_at=time.time() - wall,
+            wall_s=wall,
+            first_result_s=first_result_s,
+        )
+
+    def _evaluate(
+        self,
+        candidate: _Candidate,
+        future: Future[CompiledArtifact],
+        bencher: _Bencher,
+        grid: Any,
+        reference: dict[str, Any] | None,
+    ) -> tuple[Any, dict[str, Any] | None, list[float]]:
+        """Benchmark and check one compiled (or failed) config; returns its record and timings."""
+        failed = [_INF, _INF, _INF]
+        exc = future.exception()
+        if exc is not None:
+            return _result(candidate, _compile_status(exc), _reason(exc), None), None, failed
+        artifact = future.result()
+        outcome = bencher.bench(candidate, artifact, self._grid(grid, candidate, candidate.config))
+        if outcome.status != "ok" or outcome.timings is None:
+            return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), None, failed
+        times = [float(t) for t in outcome.timings][:3]
+        times += [times[0]] * (3 - len(times))
+        max_diff = None
+        if outcome.outputs is not None and reference is not None:
+            comparison = compare(outcome.outputs, reference, self._tolerances)
+            max_diff = comparison.max_abs_diff
+            if not comparison.ok:
+                record = _result(
+                    candidate, "wrong_output", comparison.detail, artifact.compile_s, times, max_diff
+                )
+                return record, None, failed
+        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), outcome.outputs, times
+
+    def _adopt(self, key: tuple[Any, ...], candidates: list[_Candidate], recorded: Any) -> bool:
+        by_label = {c.label: c for c in candidates}
+        best = by_label.get(recorded.best_label)
+        if best is None:
+            return False
+        self.cache[key] = best.config
+        timings: dict[Any, list[float]] = {}
+        for result in recorded.results:
+            candidate = by_label.get(result.label)
+            if candidate is None:
+                continue
+            if result.status == "ok" and result.runtime_ms is not None:
+                timings[candidate.config] = [
+                    result.runtime_ms,
+                    result.runtime_ms_p20 or result.runtime_ms,
+                    result.runtime_ms_p80 or result.runtime_ms,
+                ]
+            else:
+                timings[candidate.config] = [_INF, _INF, _INF]
+        self.configs_timings = timings
+        return True
+
+    # -- launching ----------------------------------------------------------------------------
+
+    def _launch(self, config: Any, args: Sequence[Any], kwargs: dict[str, Any], grid: Any) -> Any:
+        candidate = self._candidate(config, args, kwargs)
+        cache_key = (candidate.request.key,)
+        hit = self._kernels.get(cache_key)
+        if hit is None:
+            artifact = self._get_pool().compile(candidate.request)
+            kernel = to_triton_kernel(artifact, candidate.request, self._artifact_dir(artifact))
+            hit = (kernel, candidate.request)
+            self._kernels[cache_key] = hit
+        kernel = hit[0]
+        bounds = self._grid(grid, candidate, config)
+        kernel[bounds](*candidate.bound.args.values())
+        return kernel
+
+    def _grid(self, grid: Any, candidate: _Candidate, config: Any) -> tuple[int, ...]:
+        if grid is None:
+            raise ValueError(f"{self.base_fn.__name__}: launch it as kernel[grid](...)")
+        if callable(grid):
+            grid = grid({**candidate.bound.args, **config.all_kwargs()})
+        dims = tuple(int(g) for g in grid)
+        return dims + (1,) * (3 - len(dims))
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _candidate(self, config: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> _Candidate:
+        request, bound = request_for(self.fn, config, args, kwargs, self._local_target())
+        return _Candidate(config, config_label(config), request, bound)
+
+    def _local_target(self) -> Any:
+        if self._target is None:
+            target = triton_compat.local_target()
+            if target is None:
+                raise TargetError(
+                    f"kiln.autotune needs a GPU to tune {self.base_fn.__name__} on, and none was found."
+                )
+            self._target = target
+        return self._target
+
+    def _identity(self, candidates: list[_Candidate]) -> dict[str, str]:
+        device_name, capability = _device_identity(self._local_target())
+        spec = candidates[0].request.spec
+        configs = json.dumps([c.label for c in candidates])
+        import hashlib
+
+        kernel_key = hashlib.sha256(f"{spec.identity}|{configs}".encode()).hexdigest()
+        return {
+            "kernel": self.base_fn.__name__,
+            "kernel_key": kernel_key,
+            "key_repr": json.dumps([repr(v) for v in self._key_values(candidates[0])]),
+            "device_name": device_name,
+            "capability": capability,
+            "triton_version": triton_compat.triton_version(),
+        }
+
+    def _key_values(self, candidate: _Candidate) -> list[Any]:
+        named = candidate.bound.args
+        values: list[Any] = [named[k] for k in self.keys if k in named]
+        values += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return values
+
+    def _get_pool(self) -> CompilePool:
+        return self._pool if self._pool is not None else get_pool()
+
+    def _get_database(self) -> Any:
+        if self._database is False:
+            return None
+        if self._database is not None:
+            return self._database
+        current = settings_mod.current()
+        if not current.use_tuning_db:
+            return None
+        from kiln.tuning import TuningDatabase, default_database_path
+
+        path = current.tuning_db or default_database_path(current)
+        return _shared_database(Path(path), TuningDatabase)
+
+    def _artifact_dir(self, artifact: CompiledArtifact) -> Path:
+        pool = self._get_pool()
+        if pool.store is not None:
+            return pool.store.put(artifact) / "triton"
+        return Path(tempfile.mkdtemp(prefix="kiln-kernel-"))
+
+    def _bencher(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> _Bencher:
+        if self._bencher_factory is not None:
+            return self._bencher_factory(self, args, kwargs)
+        needs_process = (
+            self._user_do_bench
+            or self.user_defined_pre_hook
+            or self.user_defined_post_hook
+            or any(c.pre_hook for c in self.configs)
+        )
+        if self._sandbox_wanted and not needs_process:
+            return _SandboxBencher(self, args, kwargs)
+        if self._sandbox_wanted:
+            log.info(
+                "kiln: %s benchmarks in-process: it has user hooks or a custom do_bench, which run in "
+                "the caller's process",
+                self.base_fn.__name__,
+            )
+        return _InProcessBencher(self, args, kwargs)
+
+
+class _Bencher:
+    tuner: Autotuner
+    args: Sequence[Any]
+
+    def bench(self, candidate: _Candidate, artifact: CompiledArtifact, grid: tuple[int, ...]) -> Any:
+        raise NotImplementedError
+
+    def user_reference(self) -> dict[str, Any] | None:
+        """Outputs of the user's ``reference`` function, if one was given (else ``None``)."""
+        if self.tuner._reference is None or not self.tuner._check_outputs:
+            return None
+        return _user_reference(self.tuner._reference, self.args, self.tuner.arg_names)
+
+    def finish(self) -> None:
+        return None
+
+
+_SANDBOXES: dict[int, Any] = {}
+_DATABASES: dict[Path, Any] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def _shared_database(path: Path, factory: Any) -> Any:
+    with _SHARED_LOCK:
+        database = _DATABASES.get(path)
+        if database is None:
+            database = factory(path)
+            _DATABASES[path] = database
+        return database
+
+
+def _sandbox_for(device: int) -> Any:
+    from kiln.sandbox import Sandbox
+
+    with _SHARED_LOCK:
+        sandbox = _SANDBOXES.get(device)
+        if sandbox is None:
+            sandbox = Sandbox(device, timeout_s=settings_mod.current().bench_timeout_s)
+            _SANDBOXES[device] = sandbox
+            import atexit
+
+            atexit.register(sandbox.close)
+        return sandbox
+
+
+class _SandboxBencher(_Bencher):
+    def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        import torch
+
+        self.tuner = tuner
+        self.sandbox = _sandbox_for(torch.cuda.current_device())
+        self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
+        self.inputs_set = False
+        self.kwargs = kwargs
+        self.args = args
+        self.want_outputs = tuner._check_outputs
+
+    def bench(self, candidate: _Candidate, artifact: CompiledArtifact, grid: tuple[int, ...]) -> Any:
+        from kiln.sandbox import BenchSpec
+
+        if not self.inputs_set:
+            self.sandbox.set_inputs(
+                dict(candidate.bound.args), self.tuner.reset_to_zero, self.tuner.restore_value
+            )
+            self.inputs_set = True
+        directory = self.tuner._artifact_dir(artifact)
+        group = write_triton_group(artifact, directory)
+        spec = BenchSpec(
+            key=artifact.key,
+            group=group,
+            hash=str(artifact.metadata.get("hash", artifact.key)),
+            arg_names=list(candidate.bound.args),
+            signature=dict(candidate.request.signature),
+            constexprs=dict(candidate.request.constexprs),
+            grid=grid,
+            warmup=self.tuner._warmup_ms,
+            rep=self.tuner._rep_ms,
+            want_outputs=self.want_outputs,
+        )
+        return self.sandbox.bench(spec)
+
+
+class _InProcessBencher(_Bencher):
+    """Benchmarks in the caller's process, exactly as ``triton.autotune`` does (hooks included)."""
+
+    def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        import torch
+
+        self.tuner = tuner
+        self.args = args
+        self.kwargs = dict(kwargs)
+        self.snapshot: dict[str, Any] | None = None
+        if tuner._check_outputs:
+            named = dict(zip(tuner.arg_names, args, strict=False))
+            self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
+
+    def _restore(self) -> None:
+        if self.snapshot is None:
+            return
+        named = dict(zip(self.tuner.arg_names, self.args, strict=False))
+        for name, clone in self.snapshot.items():
+            named[name].copy_(clone)
+
+    def bench(self, candidate: _Candidate, artifact: CompiledArtifact, grid: tuple[int, ...]) -> Any:
+        import torch
+        from triton.runtime.errors import OutOfResources
+
+        from kiln.sandbox import BenchOutcome
+
+        tuner = self.tuner
+        config = candidate.config
+        started = time.monotonic()
+        try:
+            kernel = to_triton_kernel(artifact, candidate.request, tuner._artifact_dir(artifact))
+            kernel._init_handles()
+        except OutOfResources as exc:
+            return BenchOutcome("out_of_resources", reason=str(exc), seconds=time.monotonic() - started)
+        launcher = kernel[grid]
+        ordered = list(candidate.bound.args.values())
+        full_nargs = {**tuner.nargs, **self.kwargs, **config.all_kwargs()}
+
+        def kernel_call() -> None:
+            if config.pre_hook:
+                config.pre_hook(full_nargs)
+            tuner.pre_hook(full_nargs)
+            try:
+                launcher(*ordered)
+            except Exception as exc:
+                try:
+                    tuner.post_hook(full_nargs, exception=exc)
+                finally:
+                    raise
+            tuner.post_hook(full_nargs, exception=None)
+
+        outputs = None
+        try:
+            if self.snapshot is not None:
+                self._restore()
+                kernel_call()
+                torch.cuda.synchronize()
+                outputs = {k: v.clone() for k, v in full_nargs.items() if isinstance(v, torch.Tensor)}
+                self._restore()
+            timings = tuner.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+            torch.cuda.synchronize()
+        except OutOfResources as exc:
+            return BenchOutcome("out_of_resources", reason=str(exc), seconds=time.monotonic() - started)
+        except Exception as exc:
+            return BenchOutcome(
+                "bench_error", reason=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started
+            )
+        finally:
+            self._restore()
+        if isinstance(timings, (int, float)):
+            timings = [float(timings)] * 3
+        return BenchOutcome(
+            "ok", timings=[float(t) for t in timings], outputs=outputs, seconds=time.monotonic() - started
+        )
+
+    def finish(self) -> None:
+        self._restore()
+
+
+def _user_reference(
+    reference: Callable[[dict[str, Any]], Any], args: Sequence[Any], names: list[str]
+) -> dict[str, Any]:
+    """Run the user's reference on clones of the arguments; its outputs are the tensors after."""
+    import torch
+
+    named = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in zip(names, args, strict=False)}
+    reference(named)
+    return {k: v.detach().cpu() for k, v in named.items() if isinstance(v, torch.Tensor)}
+
+
+def _device_identity(target: Any) -> tuple[str, str]:
+    """The current GPU's name and capability; without one (a bencher that needs none), the target."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            device = torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(device)
+            return torch.cuda.get_device_name(device), f"{major}.{minor}"
+    except ImportError:
+        pass
+    return f"no GPU ({target.backend} target)", str(target.arch)
+
+
+def _config_json(config: Any) -> dict[str, Any]:
+    return {
+        "kwargs": {
+            k: (v if isinstance(v, (int, float, str, bool)) or v is None else repr(v))
+            for k, v in config.kwargs.items()
+        },
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "num_ctas": config.num_ctas,
+        "maxnreg": config.maxnreg,
+    }
+
+
+def _result(
+    candidate: _Candidate,
+    status: str,
+    reason: str | None,
+    compile_s: float | None,
+    times: list[float] | None = None,
+    max_diff: float | None = None,
+) -> Any:
+    from kiln.tuning import ConfigResult
+
+    return ConfigResult(
+        label=candidate.label,
+        config=_config_json(candidate.config),
+        status=status,
+        reason=reason,
+        compile_s=compile_s,
+        runtime_ms=times[0] if times else None,
+        runtime_ms_p20=times[1] if times else None,
+        runtime_ms_p80=times[2] if times else None,
+        max_abs_diff=max_diff,
+        artifact_key=candidate.request.key,
+    )
+
+
+def autotune(
+    configs: list[Any],
+    key: list[str],
+    prune_configs_by: dict[str, Any] | None = None,
+    reset_to_zero: list[str] | None = None,
+    restore_value: list[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    warmup: float | None = None,
+    rep: float | None = None,
+    use_cuda_graph: bool = False,
+    do_bench: Callable[..., Any] | None = None,
+    cache_results: bool = False,
+    *,
+    sandbox: bool | None = None,
+    check_outputs: bool = True,
+    reference: Callable[[dict[str, Any]], Any] | None = None,
+    tolerances: tuple[float, float] | None = None,
+    pool: CompilePool | None = None,
+    database: Any = None,
+    target: Any = None,
+) -> Callable[[Any], Autotuner]:
+    """``triton.autotune`` with parallel compiles, a crash-proof GPU sandbox and a tuning database.
+
+    Same arguments and attributes as ``triton.autotune``; kiln's own (keyword-only):
+
+    * ``sandbox``: benchmark in a separate GPU process (default ``KILN_SANDBOX``, on);
+    * ``check_outputs``: compare each config's outputs with the reference (default on);
+    * ``reference``: ``f(args: dict) -> None`` writing the expected outputs into (clones of)
+      the arguments; default: the first config that ran cleanly;
+    * ``tolerances``: ``(rtol, atol)`` for the output check (default: by dtype);
+    * ``pool``: the :class:`~kiln.CompilePool` to compile in (default: :func:`kiln.get_pool`);
+    * ``database``: a ``kiln.tuning.TuningDatabase``, or ``False`` for none (default: the one
+      at ``KILN_TUNING_DB``);
+    * ``target``: the ``GPUTarget`` to compile for (default: the local GPU's).
+    """
+
+    def decorator(fn: Any) -> Autotuner:
+        return Autotuner(
+            fn,
+            fn.arg_names,
+            configs,
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            cache_results=cache_results,
+            sandbox=sandbox,
+            check_outputs=check_outputs,
+            reference=reference,
+            tolerances=tolerances,
+            pool=pool,
+            database=database,
+            target=target,
+        )
+
+    return decorator

@@ -1,0 +1,284 @@
+"""The caller's side of the benchmark sandbox (see :mod:`kiln.sandbox.worker` for the flow).
+
+:class:`Sandbox` is synchronous and used by one tuner thread at a time (a lock guards it). It
+starts the sandbox process lazily, in the background, so the process's start (torch import,
+CUDA context) overlaps with compiling; it restarts it after a crash, a timeout or a sticky CUDA
+error, and sends the inputs again. Each :meth:`Sandbox.bench` returns a :class:`BenchOutcome`;
+failures are outcomes, never exceptions, so one bad config cannot stop a tuning run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kiln.errors import describe_exit, likely_cause
+from kiln.pool.protocol import FrameReader, encode
+from kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
+
+_START_TIMEOUT_S = 120.0
+_STDERR_TAIL = 15
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """One config to run: where its binary is and how to launch it."""
+
+    key: str
+    group: dict[str, str]  # Triton's cache layout: {"<name>.json": path, "<name>.cubin": path}
+    hash: str
+    arg_names: list[str]
+    signature: dict[str, str]
+    constexprs: dict[str, Any]
+    grid: tuple[int, ...]
+    warmup: float = 25.0
+    rep: float = 100.0
+    want_outputs: bool = False
+
+
+@dataclass(frozen=True)
+class BenchOutcome:
+    status: str  # "ok", "out_of_resources", "bench_error", "bench_crashed", "bench_timeout"
+    timings: list[float] | None = None  # [p50, p20, p80] in ms
+    outputs: dict[str, Any] | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+    stderr_tail: tuple[str, ...] = field(default_factory=tuple)
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be started at all (no GPU, torch missing...)."""
+
+
+class Sandbox:
+    """A long-lived, spawned GPU process that benchmarks compiled configs on copies of the inputs."""
+
+    def __init__(self, device: int = 0, timeout_s: float = 60.0) -> None:
+        self.device = device
+        self.timeout_s = timeout_s
+        self._lock = threading.RLock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._chan: socket.socket | None = None
+        self._reader = FrameReader()
+        self._frames: list[bytes] = []
+        self._stderr: Any = None
+        self._inputs: tuple[Any, ...] | None = None
+        self._inputs_sent = False
+        self._started_at = 0.0
+        self._hello = False
+        self.restarts = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the process if it is not running (returns at once; it warms up on its own)."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            self._cleanup()
+            parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            env = dict(os.environ)
+            env[ENV_FD] = str(child_end.fileno())
+            env[ENV_PARENT] = str(os.getpid())
+            kiln_root = str(Path(__file__).resolve().parents[2])
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (kiln_root, env.get("PYTHONPATH", "")) if p)
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
+            self._proc = subprocess.Popen(
+                [sys.executable, "-c", "from kiln.sandbox.worker import main; main()"],
+                pass_fds=[child_end.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=self._stderr,
+                stderr=self._stderr,
+                env=env,
+                close_fds=True,
+            )
+            child_end.close()
+            self._chan = parent_end
+            self._reader = FrameReader()
+            self._frames = []
+            self._inputs_sent = False
+            self._hello = False
+            self._started_at = time.monotonic()
+            parent_end.sendall(encode({"sys_path": list(sys.path), "device": self.device}))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                with contextlib.suppress(OSError):
+                    self._chan.close() if self._chan else None
+                try:
+                    self._proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait()
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._chan is not None:
+            with contextlib.suppress(OSError):
+                self._chan.close()
+        self._chan = None
+        if self._stderr is not None:
+            with contextlib.suppress(OSError):
+                self._stderr.close()
+        self._stderr = None
+        self._proc = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    # -- use ----------------------------------------------------------------------------------
+
+    def set_inputs(self, args: dict[str, Any], reset_to_zero: list[str], restore_value: list[str]) -> None:
+        """Inputs for the following benchmarks: tensors are copied to the CPU now and sent."""
+        import torch
+
+        host = {
+            name: (value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+            for name, value in args.items()
+        }
+        with self._lock:
+            self._inputs = (host, list(reset_to_zero), list(restore_value))
+            self._inputs_sent = False
+
+    def bench(self, spec: BenchSpec) -> BenchOutcome:
+        with self._lock:
+            started = time.monotonic()
+            try:
+                self._ensure_ready()
+                assert self._chan is not None
+                self._chan.sendall(encode(("bench", spec.__dict__)))
+                reply = self._receive(self.timeout_s)
+            except _Died as died:
+                return self._death_outcome(died, started)
+            except _TimedOut:
+                self._kill()
+                return BenchOutcome(
+                    "bench_timeout",
+                    reason=f"benchmark did not finish within {self.timeout_s:g} s (the sandbox was killed)",
+                    seconds=time.monotonic() - started,
+                )
+            seconds = time.monotonic() - started
+            if reply[0] == "ok":
+                return BenchOutcome("ok", timings=reply[1], outputs=reply[2], seconds=seconds)
+            _, what, message, _tb, sticky = reply
+            if sticky:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._proc.wait(timeout=10) if self._proc else None
+                self.restarts += 1
+                self._cleanup()
+                return BenchOutcome(
+                    "bench_crashed",
+                    reason=f"{message} (a sticky CUDA error: the sandbox was replaced)",
+                    seconds=seconds,
+                )
+            status = "out_of_resources" if what == "out_of_resources" else "bench_error"
+            return BenchOutcome(status, reason=message, seconds=seconds)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _ensure_ready(self) -> None:
+        if self._proc is None or self._proc.poll() is not None:
+            if self._proc is not None:
+                self.restarts += 1
+            self.start()
+        if not self._hello:
+            reply = self._receive(_START_TIMEOUT_S, starting=True)
+            if reply[0] != "hello":
+                raise _Died(f"unexpected first message {reply[0]!r}")
+            self._hello = True
+        if not self._inputs_sent:
+            if self._inputs is None:
+                raise SandboxError("set_inputs() must be called before bench()")
+            assert self._chan is not None
+            self._chan.sendall(encode(("inputs", *self._inputs)))
+            reply = self._receive(_START_TIMEOUT_S)
+            if reply[0] != "ok_inputs":
+                raise _Died(f"could not take the inputs: {reply}")
+            self._inputs_sent = True
+
+    def _receive(self, timeout: float, starting: bool = False) -> Any:
+        import pickle
+
+        assert self._chan is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._frames:
+                return pickle.loads(self._frames.pop(0))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if starting:
+                    self._kill()
+                    raise _Died(f"the sandbox did not start within {timeout:g} s")
+                raise _TimedOut()
+            ready, _, _ = select.select([self._chan], [], [], min(remaining, 0.5))
+            if not ready:
+                if self._proc is not None and self._proc.poll() is not None:
+                    raise _Died("")
+                continue
+            try:
+                data = self._chan.recv(1 << 20)
+            except OSError:
+                data = b""
+            if not data:
+                raise _Died("")
+            self._frames.extend(self._reader.feed(data))
+
+    def _kill(self) -> None:
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=10)
+        self.restarts += 1
+        self._cleanup()
+
+    def _stderr_tail(self) -> tuple[str, ...]:
+        if self._stderr is None:
+            return ()
+        try:
+            self._stderr.seek(0)
+            lines = self._stderr.read().decode(errors="replace").splitlines()
+        except OSError:
+            return ()
+        return tuple(line for line in lines if line.strip())[-_STDERR_TAIL:]
+
+    def _death_outcome(self, died: _Died, started: float) -> BenchOutcome:
+        returncode = None
+        if self._proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                returncode = self._proc.wait(timeout=10)
+        tail = self._stderr_tail()
+        self.restarts += 1
+        self._cleanup()
+        how = describe_exit(returncode)
+        cause = likely_cause(returncode)
+        reason = died.args[0] if died.args and died.args[0] else f"the sandbox died with {how}"
+        if cause:
+            reason += f" ({cause})"
+        if returncode == STICKY_EXIT:
+            reason = "the sandbox hit a sticky CUDA error"
+        if tail:
+            reason += "; it printed: " + " | ".join(tail[-3:])
+        return BenchOutcome(
+            "bench_crashed", reason=reason, seconds=time.monotonic() - started, stderr_tail=tail
+        )
+
+
+class _Died(Exception):
+    pass
+
+
+class _TimedOut(Exception):
+    pass

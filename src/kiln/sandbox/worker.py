@@ -1,0 +1,169 @@
+"""The sandbox process: loads compiled kernels, runs and times them on its own copies of the inputs.
+
+::
+
+    tuner (caller process)                          sandbox (spawned; its own CUDA context)
+      ("inputs", {name: CPU tensor | value},   ->   copy to the GPU, keep a pristine clone
+               reset_to_zero, restore_value)
+      ("bench", BenchSpec)                     ->   load cubin (no compile) -> restore inputs ->
+                                                    run once -> (outputs to CPU) -> do_bench
+      <- ("ok", timings [p50, p20, p80], outputs) | ("err", kind, message, sticky)
+
+The sandbox never shares memory with the caller: a config that writes out of bounds or makes
+an illegal memory access corrupts only the sandbox's copies and context. After a sticky CUDA
+error the sandbox replies and exits, and the client starts a fresh one for the next config.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import traceback
+from types import SimpleNamespace
+from typing import Any
+
+from kiln.pool import procs
+from kiln.pool.protocol import encode, recv_frame
+
+ENV_FD = "KILN_SANDBOX_FD"
+ENV_PARENT = "KILN_SANDBOX_PARENT"
+STICKY_EXIT = 3
+
+_STICKY_MARKERS = (
+    "illegal memory access",
+    "illegal instruction",
+    "misaligned address",
+    "unspecified launch failure",
+    "an illegal",
+    "device-side assert",
+    "cudaErrorLaunchFailure",
+    "CUDA_ERROR_ILLEGAL",
+)
+
+
+class _State:
+    def __init__(self, device: int) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = torch.device("cuda", device)
+        torch.cuda.set_device(self.device)  # creates this process's own CUDA context
+        self.args: dict[str, Any] = {}
+        self.pristine: dict[str, Any] = {}
+        self.reset_to_zero: list[str] = []
+        self.restore_value: list[str] = []
+        self.kernels: dict[str, Any] = {}
+
+    def set_inputs(self, args: dict[str, Any], reset_to_zero: list[str], restore_value: list[str]) -> None:
+        torch = self.torch
+        self.args = {}
+        self.pristine = {}
+        for name, value in args.items():
+            if isinstance(value, torch.Tensor):
+                on_gpu = torch.empty_strided(
+                    value.shape, value.stride(), dtype=value.dtype, device=self.device
+                )
+                on_gpu.copy_(value)
+                self.args[name] = on_gpu
+                self.pristine[name] = on_gpu.clone()
+            else:
+                self.args[name] = value
+        self.reset_to_zero = list(reset_to_zero)
+        self.restore_value = list(restore_value)
+        torch.cuda.synchronize()
+
+    def restore_all(self) -> None:
+        for name, clone in self.pristine.items():
+            self.args[name].copy_(clone)
+
+    def kernel(self, spec: dict[str, Any]) -> Any:
+        cached = self.kernels.get(spec["key"])
+        if cached is not None:
+            return cached
+        from triton.compiler.compiler import CompiledKernel
+
+        names = spec["arg_names"]
+        src = SimpleNamespace(
+            signature=dict(spec["signature"]),
+            constants={(names.index(k),): v for k, v in spec["constexprs"].items()},
+            fn=SimpleNamespace(arg_names=names, launch_metadata=None),
+        )
+        kernel = CompiledKernel(src, spec["group"], spec["hash"])
+        kernel._init_handles()  # load now: resource errors (shared memory...) surface here
+        self.kernels[spec["key"]] = kernel
+        return kernel
+
+    def bench(self, spec: dict[str, Any]) -> tuple[Any, ...]:
+        import triton.testing
+
+        torch = self.torch
+        kernel = self.kernel(spec)
+        ordered = [self.args[name] for name in spec["arg_names"]]
+        grid = tuple(spec["grid"]) + (1,) * (3 - len(spec["grid"]))
+        launcher = kernel[grid]
+
+        self.restore_all()
+        launcher(*ordered)
+        torch.cuda.synchronize()
+        outputs = None
+        if spec["want_outputs"]:
+            outputs = {name: t.detach().cpu() for name, t in self.args.items() if isinstance(t, torch.Tensor)}
+        self.restore_all()
+
+        restore = {name: self.pristine[name] for name in self.restore_value}
+        zero = [self.args[name] for name in self.reset_to_zero]
+
+        def call() -> None:  # what triton.autotune times: hooks included
+            for tensor in zero:
+                tensor.zero_()
+            launcher(*ordered)
+            for name, clone in restore.items():
+                self.args[name].copy_(clone)
+
+        timings = triton.testing.do_bench(
+            call, warmup=spec["warmup"], rep=spec["rep"], quantiles=(0.5, 0.2, 0.8)
+        )
+        torch.cuda.synchronize()
+        self.restore_all()
+        return ("ok", [float(t) for t in timings], outputs)
+
+
+def _classify(exc: BaseException) -> tuple[str, bool]:
+    text = f"{type(exc).__name__}: {exc}"
+    sticky = any(marker.lower() in text.lower() for marker in _STICKY_MARKERS)
+    if type(exc).__name__ == "OutOfResources":
+        return "out_of_resources", False
+    return ("sticky" if sticky else "error"), sticky
+
+
+def main() -> None:
+    chan_fd = int(os.environ.pop(ENV_FD))
+    parent = int(os.environ.pop(ENV_PARENT))
+    procs.set_parent_death_signal(parent)
+    chan = socket.socket(fileno=chan_fd)
+    init = recv_frame(chan)
+    sys.path[:] = init["sys_path"]
+    state = _State(init["device"])
+    chan.sendall(encode(("hello", os.getpid())))
+    while True:
+        try:
+            message = recv_frame(chan)
+        except (EOFError, ConnectionResetError):
+            return
+        kind = message[0]
+        if kind == "inputs":
+            _, args, reset_to_zero, restore_value = message
+            state.set_inputs(args, reset_to_zero, restore_value)
+            chan.sendall(encode(("ok_inputs",)))
+            continue
+        try:
+            reply = state.bench(message[1])
+        except BaseException as exc:
+            what, sticky = _classify(exc)
+            tb = traceback.format_exc()
+            chan.sendall(encode(("err", what, f"{type(exc).__name__}: {exc}", tb, sticky)))
+            if sticky:
+                os._exit(STICKY_EXIT)  # this process's CUDA context is gone for good
+            continue
+        chan.sendall(encode(reply))

@@ -1,0 +1,37 @@
+"""Autotuning results: what each config measured (:mod:`.records`), where it is kept
+(:mod:`.db`, one SQLite file safe for many processes) and how it is shown (:mod:`.report`).
+
+::
+
+    from kiln.tuning import ConfigResult, TuningDatabase, format_table
+
+    with TuningDatabase() as db:                      # Settings.cache_dir / "tuning.sqlite3"
+        run = db.lookup(kernel_key, key_repr, device_name, capability, triton_version)
+        if run is not None:
+            print(format_table(run))
+"""
+
+from kiln.tuning.db import (
+    SCHEMA_VERSION,
+    TuningDatabase,
+    TuningDatabaseError,
+    default_database_path,
+)
+from kiln.tuning.records import STATUSES, ConfigResult, TuningRun
+from kiln.tuning.report import format_table, read_json, speedup, speedups, to_json, write_json
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "STATUSES",
+    "ConfigResult",
+    "TuningDatabase",
+    "TuningDatabaseError",
+    "TuningRun",
+    "default_database_path",
+    "format_table",
+    "read_json",
+    "speedup",
+    "speedups",
+    "to_json",
+    "write_json",
+]

@@ -1,0 +1,537 @@
+"""The tuning database: every autotuning run and every config it measured, in one SQLite file.
+
+Default location: ``Settings.cache_dir / "tuning.sqlite3"`` (:func:`default_database_path`).
+
+A run is written as it goes::
+
+    with TuningDatabase(path) as db:
+        run_id = db.begin_run(kernel, kernel_key, key_repr, device, "9.0", triton_version, default_label)
+        for config in configs:
+            db.record(run_id, measure(config))      # committed at once
+        db.finish_run(run_id, best_label, wall_s, first_result_s)
+
+and read back with :meth:`TuningDatabase.lookup`, which only ever returns a *finished* run
+for exactly the same kernel identity, key, device, compute capability and Triton version.
+
+Crashes and restarts
+    Each :meth:`~TuningDatabase.record` is its own committed transaction, so a process killed
+    with SIGKILL loses at most the config it was measuring. Its run stays unfinished and is
+    never returned by :meth:`~TuningDatabase.lookup`; :meth:`~TuningDatabase.partial` hands
+    its results to the restarted process, which can skip configs already measured. It should
+    :meth:`~TuningDatabase.record` those reused results into its own new run, so that the
+    finished run is complete.
+
+    Commits use ``synchronous=NORMAL`` in WAL mode: a committed record survives the process
+    being killed; after a power loss the last few commits may be lost, but the file is never
+    corrupt.
+
+Concurrency
+    Several processes may use the same file at once: SQLite's file locks serialise writers,
+    ``journal_mode=WAL`` lets readers go on while one writes, and every write transaction
+    starts with ``BEGIN IMMEDIATE`` under a ``busy_timeout`` (30 s by default), so a writer
+    waits for the lock instead of failing with "database is locked". WAL needs a local file
+    system (not NFS).
+
+    Within a process, a :class:`TuningDatabase` holds one connection shared by all threads,
+    guarded by a lock: each method runs alone, so one thread's transaction never interleaves
+    with another's. (Operations are short; a tuning run writes a row per config measured.) A
+    process forked from one that had the database open gets a fresh connection on first use
+    (SQLite connections must not cross ``fork``).
+
+Schema
+    Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by a newer
+    kiln raises :class:`TuningDatabaseError` instead of being misread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from kiln.errors import KilnError
+from kiln.settings import Settings, current
+from kiln.tuning.records import ConfigResult, TuningRun
+
+SCHEMA_VERSION = 1
+"""Version of the tables below; bump it (with a migration) whenever they change."""
+
+DATABASE_FILENAME = "tuning.sqlite3"
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE runs (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel         TEXT NOT NULL,
+    kernel_key     TEXT NOT NULL,
+    key_repr       TEXT NOT NULL,
+    device_name    TEXT NOT NULL,
+    capability     TEXT NOT NULL,
+    triton_version TEXT NOT NULL,
+    started_at     REAL NOT NULL,
+    finished_at    REAL,
+    wall_s         REAL,
+    first_result_s REAL,
+    best_label     TEXT,
+    default_label  TEXT
+);
+CREATE INDEX runs_identity
+    ON runs (kernel_key, key_repr, device_name, capability, triton_version, finished_at);
+CREATE INDEX runs_kernel ON runs (kernel);
+CREATE TABLE configs (
+    run_id         INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    label          TEXT NOT NULL,
+    config_json    TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    reason         TEXT,
+    compile_s      REAL,
+    runtime_ms     REAL,
+    runtime_ms_p20 REAL,
+    runtime_ms_p80 REAL,
+    max_abs_diff   REAL,
+    artifact_key   TEXT,
+    recorded_at    REAL NOT NULL,
+    UNIQUE (run_id, label)
+);
+"""
+
+_RUN_COLUMNS = (
+    "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
+    "started_at, finished_at, wall_s, first_result_s, best_label, default_label"
+)
+_CONFIG_COLUMNS = (
+    "label, config_json, status, reason, compile_s, runtime_ms, runtime_ms_p20, runtime_ms_p80, "
+    "max_abs_diff, artifact_key"
+)
+_IDENTITY = "kernel_key = ? AND key_repr = ? AND device_name = ? AND capability = ? AND triton_version = ?"
+
+# Connections inherited through fork() are abandoned, never closed or finalised in the child
+# (closing would touch locks and shared memory that belong to the parent's connection).
+_abandoned: list[sqlite3.Connection] = []
+
+
+class TuningDatabaseError(KilnError):
+    """The tuning database cannot be opened, read or written (or was asked for something invalid)."""
+
+
+def default_database_path(settings: Settings | None = None) -> Path:
+    """``settings.cache_dir / "tuning.sqlite3"`` (``settings`` defaults to the settings in force)."""
+    return (current() if settings is None else settings).cache_dir / DATABASE_FILENAME
+
+
+class TuningDatabase:
+    """Autotuning results in one SQLite file, safe for many threads and processes at once.
+
+    ``path`` defaults to :func:`default_database_path`. Use as a context manager, or call
+    :meth:`close`. See the module's documentation for the guarantees.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S):
+        self.path = Path(path) if path is not None else default_database_path()
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        with self._lock:
+            self._conn = self._open()
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TuningDatabaseError(
+                f"cannot create the directory of the tuning database {self.path}: {exc}. "
+                f"Point KILN_CACHE_DIR (or path=) at a writable directory."
+            ) from exc
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,  # autocommit: transactions are explicit (BEGIN IMMEDIATE)
+                check_same_thread=False,  # shared by threads, serialised by self._lock
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._set_wal(conn)
+            conn.execute("PRAGMA synchronous = NORMAL")
+            self._ensure_schema(conn)
+        except sqlite3.Error as exc:
+            if conn is not None:
+                conn.close()
+            raise self._error("open", exc) from exc
+        except BaseException:
+            if conn is not None:
+                conn.close()
+            raise
+        return conn
+
+    def _set_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new file to WAL takes an exclusive lock; retry while other openers hold it.
+        deadline = time.monotonic() + self.busy_timeout_s
+        while True:
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                break
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+        if str(mode).lower() != "wal":
+            warnings.warn(
+                f"the tuning database {self.path} could not use WAL journaling (got {mode!r}); "
+                f"readers will wait for writers. Keep it on a local file system.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+
+    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
+        with _transaction(conn):  # the usual case, an existing database: no write lock needed
+            if _has_meta(conn):
+                self._check_version(conn)
+                return
+        with _transaction(conn, immediate=True):  # a new file: create the tables, once
+            if not _has_meta(conn):
+                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                    raise TuningDatabaseError(
+                        f"{self.path} is an SQLite database but not a kiln tuning database (it has no "
+                        f"'meta' table). Pass another path, or delete the file if it is yours to remove."
+                    )
+                for statement in _SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+                )
+                return
+            self._check_version(conn)
+
+    def _check_version(self, conn: sqlite3.Connection) -> None:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        try:
+            version = int(row[0]) if row else None
+        except ValueError:
+            version = None
+        if version is None:
+            raise TuningDatabaseError(
+                f"the tuning database {self.path} has no valid schema_version in its meta table "
+                f"({row[0] if row else 'missing'!r}); it is damaged or was not written by kiln. It only "
+                f"caches tuning results: delete it (with its -wal and -shm files) to start over."
+            )
+        if version > SCHEMA_VERSION:
+            raise TuningDatabaseError(
+                f"the tuning database {self.path} has schema version {version}, but this kiln "
+                f"understands versions up to {SCHEMA_VERSION}: it was written by a newer kiln. "
+                f"Upgrade kiln, or use another file (TuningDatabase(path=...)); deleting the file "
+                f"discards the newer kiln's tuning results."
+            )
+        if version < SCHEMA_VERSION:  # pragma: no cover - no older version exists yet
+            raise TuningDatabaseError(
+                f"the tuning database {self.path} has schema version {version}, older than "
+                f"{SCHEMA_VERSION}, and no migration exists for it; delete it to start over."
+            )
+
+    @contextlib.contextmanager
+    def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, with SQLite errors turned into TuningDatabaseError."""
+        with self._lock:
+            if self._closed:
+                raise TuningDatabaseError(
+                    f"the tuning database {self.path} is closed; open a new TuningDatabase to {action}."
+                )
+            if self._pid != os.getpid():  # forked: never use the parent's connection
+                if self._conn is not None:
+                    _abandoned.append(self._conn)
+                self._conn = None
+                self._pid = os.getpid()
+            if self._conn is None:
+                self._conn = self._open()
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise self._error(action, exc) from exc
+
+    def _error(self, action: str, exc: sqlite3.Error) -> TuningDatabaseError:
+        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+            return TuningDatabaseError(
+                f"could not {action} the tuning database {self.path}: another process held its lock "
+                f"for more than {self.busy_timeout_s:g} s ({exc}). Retry, or raise busy_timeout_s."
+            )
+        if isinstance(exc, sqlite3.IntegrityError):
+            return TuningDatabaseError(f"could not {action} the tuning database {self.path}: {exc}.")
+        return TuningDatabaseError(
+            f"could not {action} the tuning database {self.path} ({type(exc).__name__}: {exc}). It only "
+            f"caches tuning results: if this repeats, delete it (with its -wal and -shm files)."
+        )
+
+    def close(self) -> None:
+        """Close the connection (idempotent). Later calls raise :class:`TuningDatabaseError`."""
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+            if conn is not None and self._pid == os.getpid():
+                conn.close()
+            elif conn is not None:
+                _abandoned.append(conn)
+
+    def __enter__(self) -> TuningDatabase:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"TuningDatabase({str(self.path)!r}, {state})"
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def begin_run(
+        self,
+        kernel: str,
+        kernel_key: str,
+        key_repr: str,
+        device_name: str,
+        capability: str,
+        triton_version: str,
+        default_label: str | None,
+    ) -> int:
+        """Start a run; returns its id, for :meth:`record` and :meth:`finish_run`."""
+        with self._connection("begin a run in") as conn, _transaction(conn, immediate=True):
+            cursor = conn.execute(
+                "INSERT INTO runs (kernel, kernel_key, key_repr, device_name, capability, triton_version, "
+                "started_at, default_label) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (kernel, kernel_key, key_repr, device_name, capability, triton_version, time.time(),
+                 default_label),
+            )  # fmt: skip
+            run_id = cursor.lastrowid
+        assert run_id is not None
+        return run_id
+
+    def record(self, run_id: int, result: ConfigResult) -> None:
+        """Store one config's result, committed before returning.
+
+        Recording a label twice in a run replaces the earlier result (keeping its place in
+        the run's order). A finished run cannot be changed.
+        """
+        config_json = json.dumps(result.config, allow_nan=False)
+        with self._connection("record a result in") as conn, _transaction(conn, immediate=True):
+            self._check_open_run(conn, run_id, f"record config {result.label!r}")
+            conn.execute(
+                f"INSERT INTO configs (run_id, {_CONFIG_COLUMNS}, recorded_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, label) DO UPDATE SET config_json = excluded.config_json, "
+                "status = excluded.status, reason = excluded.reason, compile_s = excluded.compile_s, "
+                "runtime_ms = excluded.runtime_ms, runtime_ms_p20 = excluded.runtime_ms_p20, "
+                "runtime_ms_p80 = excluded.runtime_ms_p80, max_abs_diff = excluded.max_abs_diff, "
+                "artifact_key = excluded.artifact_key, recorded_at = excluded.recorded_at",
+                (
+                    run_id,
+                    result.label,
+                    config_json,
+                    result.status,
+                    result.reason,
+                    result.compile_s,
+                    result.runtime_ms,
+                    result.runtime_ms_p20,
+                    result.runtime_ms_p80,
+                    result.max_abs_diff,
+                    result.artifact_key,
+                    time.time(),
+                ),
+            )
+
+    def finish_run(
+        self, run_id: int, best_label: str | None, wall_s: float | None, first_result_s: float | None
+    ) -> None:
+        """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
+        the label of a recorded result (or ``None`` when no config worked)."""
+        with self._connection("finish a run in") as conn, _transaction(conn, immediate=True):
+            self._check_open_run(conn, run_id, "finish it")
+            if (
+                best_label is not None
+                and not conn.execute(
+                    "SELECT 1 FROM configs WHERE run_id = ? AND label = ?", (run_id, best_label)
+                ).fetchone()
+            ):
+                raise TuningDatabaseError(
+                    f"cannot finish run {run_id} with best config {best_label!r}: no result with that "
+                    f"label was recorded in it. record() the best config's result first."
+                )
+            conn.execute(
+                "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ? "
+                "WHERE id = ?",
+                (time.time(), best_label, wall_s, first_result_s, run_id),
+            )
+
+    def _check_open_run(self, conn: sqlite3.Connection, run_id: int, what: str) -> None:
+        row = conn.execute("SELECT finished_at FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise TuningDatabaseError(
+                f"cannot {what}: run {run_id} does not exist in {self.path}; use the id that "
+                f"begin_run() returned."
+            )
+        if row[0] is not None:
+            raise TuningDatabaseError(
+                f"cannot {what}: run {run_id} is already finished; begin a new run to measure again."
+            )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def lookup(
+        self, kernel_key: str, key_repr: str, device_name: str, capability: str, triton_version: str
+    ) -> TuningRun | None:
+        """The most recently finished run for exactly this identity, or ``None``.
+
+        Unfinished runs (still going, or left by a process that died) are never returned.
+        """
+        identity = (kernel_key, key_repr, device_name, capability, triton_version)
+        with self._connection("look up a run in") as conn, _transaction(conn):
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_IDENTITY} AND finished_at IS NOT NULL "
+                "ORDER BY finished_at DESC, id DESC LIMIT 1",
+                identity,
+            ).fetchone()
+            return None if row is None else self._run_from_row(conn, row)
+
+    def partial(
+        self, kernel_key: str, key_repr: str, device_name: str, capability: str, triton_version: str
+    ) -> dict[str, ConfigResult]:
+        """Results already measured by *unfinished* runs for this identity, by label (``{}`` if none).
+
+        This is how a restarted process resumes: a config found here was measured by a run whose
+        process died (or by one still going in another process) and can be skipped, reusing its
+        result. Call :meth:`lookup` first: a finished run, when there is one, is the answer.
+
+        Every unfinished run started after the latest finished one counts (the newest result
+        per label wins), so the answer does not change when the restarted process begins its own run
+        (before or after calling this), and nothing is lost if it is killed in turn. Record the
+        reused results into the new run as well, so that it ends complete.
+        """
+        identity = (kernel_key, key_repr, device_name, capability, triton_version)
+        with self._connection("read partial results from") as conn, _transaction(conn):
+            rows = conn.execute(
+                f"SELECT {_CONFIG_COLUMNS} FROM configs WHERE run_id IN ("
+                f"  SELECT id FROM runs WHERE {_IDENTITY} AND finished_at IS NULL AND id > coalesce("
+                f"    (SELECT max(id) FROM runs WHERE {_IDENTITY} AND finished_at IS NOT NULL), 0)"
+                ") ORDER BY run_id, rowid",
+                identity + identity,
+            ).fetchall()
+            results: dict[str, ConfigResult] = {}
+            for row in rows:
+                result = self._result_from_row(row, "an unfinished run")
+                results[result.label] = result  # a later run's measurement wins
+            return results
+
+    def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]:
+        """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one kernel."""
+        with self._connection("list the runs in") as conn, _transaction(conn):
+            if kernel is None:
+                rows = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE kernel = ? ORDER BY id DESC LIMIT ?",
+                    (kernel, limit),
+                ).fetchall()
+            return [self._run_from_row(conn, row) for row in rows]
+
+    def _results(self, conn: sqlite3.Connection, run_id: int) -> list[ConfigResult]:
+        rows = conn.execute(
+            f"SELECT {_CONFIG_COLUMNS} FROM configs WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ).fetchall()
+        return [self._result_from_row(row, f"run {run_id}") for row in rows]
+
+    def _result_from_row(self, row: tuple[Any, ...], where: str) -> ConfigResult:
+        try:
+            return ConfigResult(
+                label=row[0],
+                config=json.loads(row[1]),
+                status=row[2],
+                reason=row[3],
+                compile_s=row[4],
+                runtime_ms=row[5],
+                runtime_ms_p20=row[6],
+                runtime_ms_p80=row[7],
+                max_abs_diff=row[8],
+                artifact_key=row[9],
+            )
+        except ValueError as exc:  # bad JSON, an unknown status (a newer kiln's?)
+            raise TuningDatabaseError(
+                f"{where} in the tuning database {self.path} holds an unreadable result for config "
+                f"{row[0]!r}: {exc}"
+            ) from exc
+
+    def _run_from_row(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> TuningRun:
+        results = self._results(conn, row[0])
+        try:
+            return TuningRun(
+                kernel=row[1],
+                kernel_key=row[2],
+                key_repr=row[3],
+                device_name=row[4],
+                capability=row[5],
+                triton_version=row[6],
+                results=tuple(results),
+                best_label=row[11],
+                default_label=row[12],
+                started_at=row[7],
+                wall_s=row[9],
+                first_result_s=row[10],
+                finished_at=row[8],
+                run_id=row[0],
+            )
+        except ValueError as exc:
+            raise TuningDatabaseError(
+                f"run {row[0]} in the tuning database {self.path} is invalid: {exc}"
+            ) from exc
+
+
+@contextlib.contextmanager
+def _transaction(conn: sqlite3.Connection, *, immediate: bool = False) -> Iterator[None]:
+    """One transaction: committed on success, rolled back on any exception.
+
+    Writers use ``BEGIN IMMEDIATE``: they take the write lock up front (waiting up to the busy
+    timeout), so they never fail half-way when upgrading a read lock. Readers use a deferred
+    transaction, so several statements see one snapshot.
+    """
+    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _has_meta(conn: sqlite3.Connection) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    return conn.execute(query).fetchone() is not None
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text

@@ -1,0 +1,226 @@
+"""The autotuner's logic on CI: real compiles of real configs, a stand-in for the GPU's timings.
+
+Only the benchmark needs a GPU, so these tests replace it with :class:`FakeBench`, which
+returns timings chosen by the test (and, where asked, outputs); compiling, specialization,
+pruning, keys, skipping failed configs, pipelining and the tuning database are the real code.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import triton
+import triton.language as tl
+
+import kiln
+from conftest import SM90
+from kiln.sandbox import BenchOutcome
+from kiln.tuning import TuningDatabase
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@triton.jit
+def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
+
+
+class FakeBench:
+    """Stands in for the GPU: ``runtime_of(config)`` gives each config's time in ms."""
+
+    instances: list[FakeBench] = []
+
+    def __init__(self, tuner: Any, args: Any, kwargs: Any, runtime_of: Any, outputs_of: Any = None) -> None:
+        self.tuner = tuner
+        self.args = args
+        self.runtime_of = runtime_of
+        self.outputs_of = outputs_of
+        self.calls: list[tuple[str, float, int]] = []
+        FakeBench.instances.append(self)
+
+    def bench(self, candidate: Any, artifact: Any, grid: Any) -> BenchOutcome:
+        assert artifact.binary[:4] == b"\x7fELF"  # a real binary reached the benchmark
+        pool = self.tuner._get_pool()
+        self.calls.append((candidate.label, time.monotonic(), pool.stats.compiled))
+        ms = self.runtime_of(candidate.config)
+        outputs = self.outputs_of(candidate.config) if self.outputs_of else None
+        return BenchOutcome("ok", timings=[ms, ms * 0.9, ms * 1.1], outputs=outputs)
+
+    def user_reference(self) -> dict[str, Any] | None:
+        if self.tuner._reference is None:
+            return None
+        from kiln.autotuner.tuner import _user_reference
+
+        return _user_reference(self.tuner._reference, self.args, self.tuner.arg_names)
+
+    def finish(self) -> None:
+        return None
+
+
+def by_block(times: dict[int, float]) -> Any:
+    return lambda config: times[config.kwargs["BLOCK"]]
+
+
+def make_tuner(make_pool: Any, tmp_path: Path, configs: list[Any], runtime_of: Any, **kwargs: Any) -> Any:
+    pool = kwargs.pop("pool", None) or make_pool(workers=2)
+    database = kwargs.pop("database", None) or TuningDatabase(tmp_path / "tuning.sqlite3")
+    outputs_of = kwargs.pop("outputs_of", None)
+    return kiln.autotune(
+        configs,
+        key=["n"],
+        pool=pool,
+        database=database,
+        target=SM90,
+        **kwargs,
+    )(scale_kernel), (lambda tuner, args, kw: FakeBench(tuner, args, kw, runtime_of, outputs_of))
+
+
+def tune(tuner: Any, bench: Any, n: int = 4096, dtype: Any = None) -> None:
+    tuner._bencher_factory = bench
+    x = torch.randn(n, dtype=dtype or torch.float32)
+    out = torch.empty_like(x)
+    tuner.run(x, out, n, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=True)
+
+
+def configs(*blocks: int, warps: int = 4) -> list[Any]:
+    return [kiln.Config({"BLOCK": b}, num_warps=warps) for b in blocks]
+
+
+def test_picks_the_fastest_and_fills_triton_attributes(make_pool: Any, tmp_path: Path) -> None:
+    tuner, bench = make_tuner(
+        make_pool, tmp_path, configs(64, 128, 256), by_block({64: 3.0, 128: 1.0, 256: 2.0})
+    )
+    tune(tuner, bench)
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+    assert len(tuner.configs_timings) == 3
+    assert tuner.configs_timings[tuner.best_config] == [1.0, 0.9, 1.1]
+    assert (4096, "torch.float32", "torch.float32") in tuner.cache
+    run = tuner.last_run
+    assert run.best_label == "BLOCK=128, num_warps=4, num_stages=3, num_ctas=1"
+    assert {r.status for r in run.results} == {"ok"}
+    assert all(r.compile_s and r.compile_s > 0 for r in run.results)
+
+
+def test_same_key_does_not_retune_new_key_or_dtype_does(make_pool: Any, tmp_path: Path) -> None:
+    FakeBench.instances.clear()
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(64, 128), by_block({64: 1.0, 128: 2.0}))
+    tune(tuner, bench, n=4096)
+    tune(tuner, bench, n=4096)
+    assert len(FakeBench.instances) == 1
+    tune(tuner, bench, n=8192)
+    assert len(FakeBench.instances) == 2
+    tune(tuner, bench, n=8192, dtype=torch.float16)
+    assert len(FakeBench.instances) == 3
+    assert len(tuner.cache) == 3
+
+
+def test_pruning_limits_what_is_compiled_and_benchmarked(make_pool: Any, tmp_path: Path) -> None:
+    FakeBench.instances.clear()
+    pool = make_pool(workers=2)
+    early = lambda cfgs, nargs, **kw: [c for c in cfgs if c.kwargs["BLOCK"] >= 128]  # noqa: E731
+    perf = lambda **kw: -kw["BLOCK"]  # noqa: E731 - bigger predicted faster
+    tuner, bench = make_tuner(
+        make_pool,
+        tmp_path,
+        configs(32, 64, 128, 256, 512),
+        by_block({32: 1, 64: 1, 128: 3.0, 256: 2.0, 512: 1.0}),
+        pool=pool,
+        prune_configs_by={"early_config_prune": early, "perf_model": perf, "top_k": 2},
+    )
+    tune(tuner, bench)
+    benched = sorted(label for label, _, _ in FakeBench.instances[-1].calls)
+    assert benched == [
+        "BLOCK=256, num_warps=4, num_stages=3, num_ctas=1",
+        "BLOCK=512, num_warps=4, num_stages=3, num_ctas=1",
+    ]
+    assert pool.stats.dispatched == 2
+    assert tuner.best_config.kwargs == {"BLOCK": 512}
+
+
+def test_failed_compiles_are_skipped_with_their_reason(make_pool: Any, tmp_path: Path) -> None:
+    # BLOCK=48 is not a power of two: tl.arange rejects it at compile time.
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(48, 128), by_block({48: 0.1, 128: 1.0}))
+    tune(tuner, bench)
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+    failed = [r for r in tuner.last_run.results if r.status != "ok"]
+    assert [r.status for r in failed] == ["compile_error"]
+    assert "power of 2" in (failed[0].reason or "")
+    assert tuner.configs_timings[configs(48)[0]] == [float("inf")] * 3
+
+
+def test_every_config_failing_lists_each_reason(make_pool: Any, tmp_path: Path) -> None:
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(48, 96), by_block({48: 1.0, 96: 1.0}))
+    with pytest.raises(kiln.AutotuneError) as info:
+        tune(tuner, bench)
+    text = str(info.value)
+    assert "BLOCK=48" in text
+    assert "BLOCK=96" in text
+    assert text.count("compile_error") == 2
+
+
+def test_wrong_outputs_are_rejected_even_when_fastest(make_pool: Any, tmp_path: Path) -> None:
+    good = {"out_ptr": torch.ones(4096)}
+    bad = {"out_ptr": torch.ones(4096) * 2}
+    tuner, bench = make_tuner(
+        make_pool,
+        tmp_path,
+        configs(64, 128, 256),
+        by_block({64: 2.0, 128: 0.5, 256: 1.0}),
+        outputs_of=lambda config: bad if config.kwargs["BLOCK"] == 128 else good,
+        reference=lambda args: args["out_ptr"].fill_(1.0),
+    )
+    tune(tuner, bench)
+    by_label = {r.label.split(",")[0]: r for r in tuner.last_run.results}
+    assert by_label["BLOCK=128"].status == "wrong_output"
+    assert by_label["BLOCK=128"].max_abs_diff == pytest.approx(1.0)
+    assert tuner.best_config.kwargs == {"BLOCK": 256}
+
+
+def test_second_tuner_uses_the_database_and_compiles_nothing(make_pool: Any, tmp_path: Path) -> None:
+    FakeBench.instances.clear()
+    cache = tmp_path / "kiln-cache"
+    database = TuningDatabase(tmp_path / "shared.sqlite3")
+    first, bench = make_tuner(
+        make_pool,
+        tmp_path,
+        configs(64, 128, 256),
+        by_block({64: 3.0, 128: 2.0, 256: 1.0}),
+        pool=make_pool(workers=2, cache_dir=cache),
+        database=database,
+    )
+    tune(first, bench)
+    assert first.loaded_from is None
+    second_pool = make_pool(workers=2, cache_dir=cache, start=False)
+    second, bench2 = make_tuner(
+        make_pool,
+        tmp_path,
+        configs(64, 128, 256),
+        by_block({64: 9.0, 128: 9.0, 256: 9.0}),
+        pool=second_pool,
+        database=TuningDatabase(tmp_path / "shared.sqlite3"),
+    )
+    tune(second, bench2)
+    assert second.loaded_from == "database"
+    assert second.best_config.kwargs == {"BLOCK": 256}
+    assert len(FakeBench.instances) == 1  # the second tuner benchmarked nothing
+    assert second_pool.stats.dispatched == 0  # ...and compiled nothing
+    assert second.configs_timings[second.best_config][0] == 1.0
+
+
+def test_benchmarks_start_while_other_configs_still_compile(make_pool: Any, tmp_path: Path) -> None:
+    FakeBench.instances.clear()
+    blocks = (64, 128, 256, 512, 1024, 2048)
+    pool = make_pool(workers=1)
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(*blocks), lambda c: 1.0, pool=pool)
+    tune(tuner, bench)
+    calls = FakeBench.instances[-1].calls
+    assert len(calls) == len(blocks)
+    # The first benchmark ran when fewer than all configs had compiled: compile and benchmark overlap.
+    assert calls[0][2] < len(blocks)
