@@ -297,13 +297,14 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         times = [float(t) for t in outcome.timings][:3]
         times += [times[0]] * (3 - len(times))
         max_diff = None
-        if outcome.outputs is not None and reference is not None:
+        verdict = outcome.check  # the sandbox checks on the GPU and sends only a verdict
+        if verdict is None and outcome.outputs is not None and reference is not None:
             comparison = compare(outcome.outputs, reference, self._tolerances)
-            max_diff = comparison.max_abs_diff
-            if not comparison.ok:
-                record = _result(
-                    candidate, "wrong_output", comparison.detail, artifact.compile_s, times, max_diff
-                )
+            verdict = (comparison.ok, comparison.max_abs_diff, comparison.detail)
+        if verdict is not None:
+            ok, max_diff, detail = verdict
+            if not ok:
+                record = _result(candidate, "wrong_output", detail, artifact.compile_s, times, max_diff)
                 return record, None, failed
         return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), outcome.outputs, times
 
@@ -494,9 +495,11 @@ class _SandboxBencher(_Bencher):
         from kiln.sandbox import BenchSpec
 
         if not self.inputs_set:
-            self.sandbox.set_inputs(
-                dict(candidate.bound.args), self.tuner.reset_to_zero, self.tuner.restore_value
-            )
+            tuner = self.tuner
+            self.sandbox.set_inputs(dict(candidate.bound.args), tuner.reset_to_zero, tuner.restore_value)
+            expected = self.user_reference()
+            if expected is not None:
+                self.sandbox.set_reference(expected, tuner._tolerances)
             self.inputs_set = True
         directory = self.tuner._artifact_dir(artifact)
         group = write_triton_group(artifact, directory)

@@ -50,7 +50,8 @@ class BenchSpec:
 class BenchOutcome:
     status: str  # "ok", "out_of_resources", "bench_error", "bench_crashed", "bench_timeout"
     timings: list[float] | None = None  # [p50, p20, p80] in ms
-    outputs: dict[str, Any] | None = None
+    outputs: dict[str, Any] | None = None  # in-process benchmarks: the tensors after one run
+    check: tuple[bool, float, str] | None = None  # sandbox: (outputs ok, max |diff|, detail)
     reason: str | None = None
     seconds: float = 0.0
     stderr_tail: tuple[str, ...] = field(default_factory=tuple)
@@ -74,6 +75,7 @@ class Sandbox:
         self._stderr: Any = None
         self._inputs: tuple[Any, ...] | None = None
         self._inputs_sent = False
+        self._reference: tuple[Any, ...] | None = None
         self._started_at = 0.0
         self._hello = False
         self.restarts = 0
@@ -151,6 +153,12 @@ class Sandbox:
         with self._lock:
             self._inputs = (host, list(reset_to_zero), list(restore_value))
             self._inputs_sent = False
+            self._reference = None
+
+    def set_reference(self, outputs: dict[str, Any], tolerances: tuple[float, float] | None) -> None:
+        """Expected outputs (CPU tensors) to check every config against; sent after the inputs."""
+        with self._lock:
+            self._reference = (outputs, tolerances)
 
     def bench(self, spec: BenchSpec) -> BenchOutcome:
         with self._lock:
@@ -171,7 +179,7 @@ class Sandbox:
                 )
             seconds = time.monotonic() - started
             if reply[0] == "ok":
-                return BenchOutcome("ok", timings=reply[1], outputs=reply[2], seconds=seconds)
+                return BenchOutcome("ok", timings=reply[1], check=reply[2], seconds=seconds)
             _, what, message, _tb, sticky = reply
             if sticky:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -206,6 +214,10 @@ class Sandbox:
             reply = self._receive(_START_TIMEOUT_S)
             if reply[0] != "ok_inputs":
                 raise _Died(f"could not take the inputs: {reply}")
+            if self._reference is not None:
+                self._chan.sendall(encode(("reference", *self._reference)))
+                if self._receive(_START_TIMEOUT_S)[0] != "ok_reference":
+                    raise _Died("could not take the reference outputs")
             self._inputs_sent = True
 
     def _receive(self, timeout: float, starting: bool = False) -> Any:

@@ -5,9 +5,14 @@
     tuner (caller process)                          sandbox (spawned; its own CUDA context)
       ("inputs", {name: CPU tensor | value},   ->   copy to the GPU, keep a pristine clone
                reset_to_zero, restore_value)
+      ("reference", {name: CPU tensor})        ->   expected outputs (optional, from the user)
       ("bench", BenchSpec)                     ->   load cubin (no compile) -> restore inputs ->
-                                                    run once -> (outputs to CPU) -> do_bench
-      <- ("ok", timings [p50, p20, p80], outputs) | ("err", kind, message, sticky)
+                                                    run once -> check outputs here -> do_bench
+      <- ("ok", timings [p50, p20, p80], check) | ("err", kind, message, sticky)
+
+Outputs are checked inside the sandbox, on the GPU: the first config that runs cleanly (or the
+user's reference, when one was sent) becomes the reference, and only a verdict (ok, largest
+difference, detail) travels back, never the tensors.
 
 The sandbox never shares memory with the caller: a config that writes out of bounds or makes
 an illegal memory access corrupts only the sandbox's copies and context. After a sticky CUDA
@@ -54,6 +59,8 @@ class _State:
         self.reset_to_zero: list[str] = []
         self.restore_value: list[str] = []
         self.kernels: dict[str, Any] = {}
+        self.reference: dict[str, Any] | None = None
+        self.tolerances: tuple[float, float] | None = None
 
     def set_inputs(self, args: dict[str, Any], reset_to_zero: list[str], restore_value: list[str]) -> None:
         torch = self.torch
@@ -71,7 +78,12 @@ class _State:
                 self.args[name] = value
         self.reset_to_zero = list(reset_to_zero)
         self.restore_value = list(restore_value)
+        self.reference = None
         torch.cuda.synchronize()
+
+    def set_reference(self, reference: dict[str, Any], tolerances: tuple[float, float] | None) -> None:
+        self.reference = {name: t.to(self.device) for name, t in reference.items()}
+        self.tolerances = tolerances
 
     def restore_all(self) -> None:
         for name, clone in self.pristine.items():
@@ -106,9 +118,9 @@ class _State:
         self.restore_all()
         launcher(*ordered)
         torch.cuda.synchronize()
-        outputs = None
+        check = None
         if spec["want_outputs"]:
-            outputs = {name: t.detach().cpu() for name, t in self.args.items() if isinstance(t, torch.Tensor)}
+            check = self.check_outputs()
         self.restore_all()
 
         restore = {name: self.pristine[name] for name in self.restore_value}
@@ -126,7 +138,26 @@ class _State:
         )
         torch.cuda.synchronize()
         self.restore_all()
-        return ("ok", [float(t) for t in timings], outputs)
+        return ("ok", [float(t) for t in timings], check)
+
+    def check_outputs(self) -> tuple[bool, float, str]:
+        """Compare this run's tensors with the reference (the first clean run becomes it)."""
+        from kiln.autotuner.check import compare
+
+        torch = self.torch
+        changed = {
+            name: t
+            for name, t in self.args.items()
+            if isinstance(t, torch.Tensor) and not torch.equal(t, self.pristine[name])
+        }
+        if self.reference is None:
+            # What the run changed is the output; if it changed nothing, compare everything.
+            tensors = changed or {n: t for n, t in self.args.items() if isinstance(t, torch.Tensor)}
+            self.reference = {name: t.clone() for name, t in tensors.items()}
+            return (True, 0.0, "reference")
+        outputs = {name: self.args[name] for name in self.reference}
+        result = compare(outputs, self.reference, self.tolerances)
+        return (result.ok, result.max_abs_diff, result.detail)
 
 
 def _classify(exc: BaseException) -> tuple[str, bool]:
@@ -156,6 +187,10 @@ def main() -> None:
             _, args, reset_to_zero, restore_value = message
             state.set_inputs(args, reset_to_zero, restore_value)
             chan.sendall(encode(("ok_inputs",)))
+            continue
+        if kind == "reference":
+            state.set_reference(message[1], message[2])
+            chan.sendall(encode(("ok_reference",)))
             continue
         try:
             reply = state.bench(message[1])
