@@ -160,8 +160,9 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             return self._run(*args, **kwargs)
 
     def _run(self, *args: Any, **kwargs: Any) -> Any:
-        grid = kwargs.pop("grid", None)
-        warmup = bool(kwargs.pop("warmup", False))
+        # grid and warmup stay in kwargs: Triton passes them to pruning, perf models and hooks.
+        grid = kwargs.get("grid")
+        warmup = bool(kwargs.get("warmup", False))
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         key: tuple[Any, ...] | None = None
         if len(self.configs) > 1:
@@ -207,7 +208,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
 
         started = time.monotonic()
         candidates = [self._candidate(c, args, kwargs) for c in configs]
-        identity = self._identity(candidates)
+        identity = self._identity(candidates, key)
         database = self._get_database()
         lookup = {k: v for k, v in identity.items() if k != "kernel"}
         recorded = database.lookup(**lookup) if database is not None else None
@@ -306,7 +307,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             if not ok:
                 record = _result(candidate, "wrong_output", detail, artifact.compile_s, times, max_diff)
                 return record, None, failed
-        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), outcome.outputs, times
+        raw = outcome.raw if outcome.raw is not None else times  # what do_bench returned, as Triton keeps it
+        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), outcome.outputs, raw
 
     def _adopt(self, key: tuple[Any, ...], candidates: list[_Candidate], recorded: Any) -> bool:
         by_label = {c.label: c for c in candidates}
@@ -370,7 +372,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             self._target = target
         return self._target
 
-    def _identity(self, candidates: list[_Candidate]) -> dict[str, str]:
+    def _identity(self, candidates: list[_Candidate], key: tuple[Any, ...]) -> dict[str, str]:
         device_name, capability = _device_identity(self._local_target())
         spec = candidates[0].request.spec
         configs = json.dumps([c.label for c in candidates])
@@ -380,17 +382,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         return {
             "kernel": self.base_fn.__name__,
             "kernel_key": kernel_key,
-            "key_repr": json.dumps([repr(v) for v in self._key_values(candidates[0])]),
+            "key_repr": json.dumps([repr(v) for v in key]),
             "device_name": device_name,
             "capability": capability,
             "triton_version": triton_compat.triton_version(),
         }
-
-    def _key_values(self, candidate: _Candidate) -> list[Any]:
-        named = candidate.bound.args
-        values: list[Any] = [named[k] for k in self.keys if k in named]
-        values += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
-        return values
 
     def _get_pool(self) -> CompilePool:
         return self._pool if self._pool is not None else get_pool()
@@ -401,7 +397,10 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         if self._database is not None:
             return self._database
         current = settings_mod.current()
-        if not current.use_tuning_db:
+        # With the database off, Triton's semantics: remember across autotuners only when
+        # cache_results asks, and not when a config has a pre_hook (Triton cannot save those).
+        triton_would_cache = self.cache_results and not any(c.pre_hook for c in self.configs)
+        if not current.use_tuning_db and not triton_would_cache:
             return None
         from kiln.tuning import TuningDatabase, default_database_path
 
@@ -519,7 +518,11 @@ class _SandboxBencher(_Bencher):
 
 
 class _InProcessBencher(_Bencher):
-    """Benchmarks in the caller's process, exactly as ``triton.autotune`` does (hooks included)."""
+    """Benchmarks in the caller's process, exactly as ``triton.autotune`` does (hooks included).
+
+    Output checks need kiln to own every run of the kernel, so they are off when the kernel has
+    user hooks or a custom ``do_bench`` (those see exactly the calls Triton would make).
+    """
 
     def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         import torch
@@ -528,9 +531,18 @@ class _InProcessBencher(_Bencher):
         self.args = args
         self.kwargs = dict(kwargs)
         self.snapshot: dict[str, Any] | None = None
-        if tuner._check_outputs:
+        self.user_code = (
+            tuner._user_do_bench
+            or tuner.user_defined_pre_hook
+            or tuner.user_defined_post_hook
+            or any(c.pre_hook for c in tuner.configs)
+        )
+        if tuner._check_outputs and not self.user_code:
             named = dict(zip(tuner.arg_names, args, strict=False))
             self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
+
+    def user_reference(self) -> dict[str, Any] | None:
+        return None if self.snapshot is None else super().user_reference()
 
     def _restore(self) -> None:
         if self.snapshot is None:
@@ -541,19 +553,15 @@ class _InProcessBencher(_Bencher):
 
     def bench(self, candidate: _Candidate, artifact: CompiledArtifact, grid: tuple[int, ...]) -> Any:
         import torch
-        from triton.runtime.errors import OutOfResources
+        from triton.compiler.errors import CompileTimeAssertionFailure
+        from triton.runtime.errors import OutOfResources, PTXASError
 
         from kiln.sandbox import BenchOutcome
 
         tuner = self.tuner
         config = candidate.config
         started = time.monotonic()
-        try:
-            kernel = to_triton_kernel(artifact, candidate.request, tuner._artifact_dir(artifact))
-            kernel._init_handles()
-        except OutOfResources as exc:
-            return BenchOutcome("out_of_resources", reason=str(exc), seconds=time.monotonic() - started)
-        launcher = kernel[grid]
+        kernel = to_triton_kernel(artifact, candidate.request, tuner._artifact_dir(artifact))
         ordered = list(candidate.bound.args.values())
         full_nargs = {**tuner.nargs, **self.kwargs, **config.all_kwargs()}
 
@@ -562,7 +570,7 @@ class _InProcessBencher(_Bencher):
                 config.pre_hook(full_nargs)
             tuner.pre_hook(full_nargs)
             try:
-                launcher(*ordered)
+                kernel[grid](*ordered)  # loads the binary on first use: OutOfResources shows here
             except Exception as exc:
                 try:
                     tuner.post_hook(full_nargs, exception=exc)
@@ -580,18 +588,19 @@ class _InProcessBencher(_Bencher):
                 self._restore()
             timings = tuner.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
             torch.cuda.synchronize()
-        except OutOfResources as exc:
+        except (OutOfResources, CompileTimeAssertionFailure, PTXASError) as exc:
             return BenchOutcome("out_of_resources", reason=str(exc), seconds=time.monotonic() - started)
         except Exception as exc:
+            if self.user_code:
+                raise  # as triton.autotune does: the user's benchmark or hook failed, not the config
             return BenchOutcome(
                 "bench_error", reason=f"{type(exc).__name__}: {exc}", seconds=time.monotonic() - started
             )
         finally:
             self._restore()
-        if isinstance(timings, (int, float)):
-            timings = [float(timings)] * 3
+        values = [float(timings)] * 3 if isinstance(timings, (int, float)) else [float(t) for t in timings]
         return BenchOutcome(
-            "ok", timings=[float(t) for t in timings], outputs=outputs, seconds=time.monotonic() - started
+            "ok", timings=values, outputs=outputs, raw=timings, seconds=time.monotonic() - started
         )
 
     def finish(self) -> None:

@@ -164,6 +164,7 @@ class CompilePool:
         # Closes the wake-up pipe once: at teardown, at shutdown of a never-started pool, or
         # when a never-started pool is garbage-collected.
         self._close_wake = weakref.finalize(self, _close_fds, self._wake_r, self._wake_w)
+        self._close_wake.atexit = False  # at exit the manager thread may still be reading it
         self._closing = False
         self._closed = threading.Event()
         self._ready = threading.Event()
@@ -457,7 +458,7 @@ class CompilePool:
 
     def _on_readable(self, kind: str, ref: Any) -> None:
         if kind == "wake":
-            with contextlib.suppress(BlockingIOError):
+            with contextlib.suppress(OSError):
                 os.read(self._wake_r, 65536)
         elif kind == "zctl":
             self._read_zygote(ref)

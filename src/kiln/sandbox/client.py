@@ -52,6 +52,7 @@ class BenchOutcome:
     timings: list[float] | None = None  # [p50, p20, p80] in ms
     outputs: dict[str, Any] | None = None  # in-process benchmarks: the tensors after one run
     check: tuple[bool, float, str] | None = None  # sandbox: (outputs ok, max |diff|, detail)
+    raw: Any = None  # in-process: exactly what do_bench returned (kept in configs_timings)
     reason: str | None = None
     seconds: float = 0.0
     stderr_tail: tuple[str, ...] = field(default_factory=tuple)
