@@ -20,8 +20,10 @@ Arms, each from a fresh Triton cache, a fresh kiln cache and a fresh tuning data
 
 Reported: wall seconds to the first tuned result (the first call returns, synchronized), the
 chosen config, and both chosen configs timed again under one harness
-(``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters), so the ratio
-``kiln_choice / triton_choice`` compares choices, not harnesses.
+(``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters, five interleaved
+rounds, medians), so the ratio ``kiln_choice / triton_choice`` compares choices, not
+harnesses; when both tuners chose the same config the ratio is 1 by definition (the runs of
+the same config measured twice are kept in the JSON, as a measure of the harness's noise).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import json
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -239,9 +242,16 @@ def run_set(set_name: str) -> dict[str, Any]:
         kiln.get_pool().shutdown()
         shutil.rmtree(root / "triton", ignore_errors=True)
 
+    same_choice = triton_choice.all_kwargs() == kiln_choice.all_kwargs()
     with fresh_environment("harness"):
-        t_ms = harness_ms(call, kernel, triton_choice)
-        k_ms = harness_ms(call, kernel, kiln_choice)
+        t_runs: list[float] = []
+        k_runs: list[float] = []
+        for round_ in range(5):  # interleaved, alternating order: drift hits both alike
+            order = [(t_runs, triton_choice), (k_runs, kiln_choice)]
+            for runs, choice in order if round_ % 2 == 0 else order[::-1]:
+                runs.append(harness_ms(call, kernel, choice))
+        t_ms = statistics.median(t_runs)
+        k_ms = t_ms if same_choice else statistics.median(k_runs)
     result.update(
         {
             "triton": {
@@ -260,7 +270,14 @@ def run_set(set_name: str) -> dict[str, Any]:
                 "run": to_json(run),
             },
             "kiln_second_process": second,
-            "harness_ms": {"triton_choice": t_ms, "kiln_choice": k_ms, "kiln_over_triton": k_ms / t_ms},
+            "harness_ms": {
+                "triton_choice": t_ms,
+                "kiln_choice": k_ms,
+                "kiln_over_triton": k_ms / t_ms,
+                "same_config": same_choice,
+                "triton_runs": t_runs,
+                "kiln_runs": k_runs,
+            },
             "speedup_first_result": wall_t / wall_k,
             "kiln_report": table,
         }

@@ -45,7 +45,9 @@ class FakeBench:
         self.calls: list[tuple[str, float, int]] = []
         FakeBench.instances.append(self)
 
-    def bench(self, candidate: Any, artifact: Any, grid: Any) -> BenchOutcome:
+    owns_timing = False  # one pass, like a user do_bench (the two-phase pass has its own test)
+
+    def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> BenchOutcome:
         assert artifact.binary[:4] == b"\x7fELF"  # a real binary reached the benchmark
         pool = self.tuner._get_pool()
         self.calls.append((candidate.label, time.monotonic(), pool.stats.compiled))
@@ -224,3 +226,44 @@ def test_benchmarks_start_while_other_configs_still_compile(make_pool: Any, tmp_
     assert len(calls) == len(blocks)
     # The first benchmark ran when fewer than all configs had compiled: compile and benchmark overlap.
     assert calls[0][2] < len(blocks)
+
+
+class TwoPhaseBench(FakeBench):
+    """Screening times from ``runtime_of``; full-run times from ``final_of``."""
+
+    owns_timing = True
+
+    def __init__(self, *args: Any, final_of: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.final_of = final_of
+        self.phases: list[tuple[str, float]] = []
+
+    def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> BenchOutcome:
+        self.phases.append((candidate.label.split(",")[0], phase.rep_ms))
+        if phase.rep_ms >= 100:
+            ms = self.final_of(candidate.config)
+            return BenchOutcome("ok", timings=[ms, ms, ms])
+        return super().bench(candidate, artifact, grid, phase)
+
+
+def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Path) -> None:
+    blocks = (16, 32, 64, 128, 256, 512, 1024, 2048)
+    screen = {b: float(i) for i, b in enumerate(blocks)}  # screening ranks 16 < 32 < 64 < ...
+    final = {16: 3.0, 32: 2.0, 64: 0.5}  # ...but timed in full, 64 is the fastest of the top three
+    tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
+    benches: list[TwoPhaseBench] = []
+
+    def factory(t: Any, args: Any, kw: Any) -> TwoPhaseBench:
+        benches.append(TwoPhaseBench(t, args, kw, by_block(screen), final_of=by_block(final)))
+        return benches[-1]
+
+    tune(tuner, factory)
+    phases = benches[0].phases
+    screened = [label for label, rep in phases if rep < 100]
+    full = [label for label, rep in phases if rep >= 100]
+    assert sorted(screened) == sorted(f"BLOCK={b}" for b in blocks)  # every config, once, short
+    assert full == ["BLOCK=16", "BLOCK=32", "BLOCK=64"]  # the best three, in full, after all compiles
+    assert phases.index(("BLOCK=16", 100.0)) >= len(blocks)
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+    assert tuner.configs_timings[tuner.best_config] == [0.5, 0.5, 0.5]
+    assert tuner.last_run.best_label.startswith("BLOCK=64")
