@@ -17,6 +17,7 @@ from triton import Config
 
 from kiln.artifact import CompiledArtifact, to_triton_kernel
 from kiln.autotuner import AutotuneError, Autotuner, autotune
+from kiln.bundle import load_bundle, precompile, save_bundle
 from kiln.errors import (
     ArtifactError,
     CompileTimeoutError,
@@ -72,5 +73,8 @@ __all__ = [
     "as_completed",
     "autotune",
     "get_pool",
+    "load_bundle",
+    "precompile",
+    "save_bundle",
     "to_triton_kernel",
 ]

@@ -33,5 +33,44 @@ def demo(arch: int, workers: int, timeout_s: float) -> None:
     sys.exit(0 if ok else 1)
 
 
+@main.command()
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tuning database (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3).",
+)
+@click.option("--kernel", default=None, help="Only runs of this kernel (by name).")
+@click.option("--limit", default=5, show_default=True, help="How many runs, newest first.")
+@click.option(
+    "--json",
+    "json_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write each run as JSON into this directory.",
+)
+def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | None) -> None:
+    """Print the latest tuning runs from the tuning database as tables."""
+    from pathlib import Path
+
+    from kiln.tuning import TuningDatabase, default_database_path, format_table, write_json
+
+    path = Path(db_path) if db_path else default_database_path()
+    if not path.exists():
+        raise click.ClickException(f"no tuning database at {path}; tune a kernel with kiln.autotune first")
+    with TuningDatabase(path) as database:
+        runs = database.runs(kernel=kernel, limit=limit)
+    if not runs:
+        click.echo(f"no tuning runs{f' of {kernel!r}' if kernel else ''} in {path}")
+        return
+    for index, run in enumerate(runs):
+        click.echo(format_table(run) + "\n")
+        if json_dir:
+            target = Path(json_dir) / f"{run.kernel}-{index}.json"
+            write_json(run, target)
+            click.echo(f"written: {target}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -475,8 +475,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             return None
         from kiln.tuning import TuningDatabase, default_database_path
 
-        path = current.tuning_db or default_database_path(current)
-        return _shared_database(Path(path), TuningDatabase)
+        return _shared_database(default_database_path(current), TuningDatabase)
 
     def _artifact_dir(self, artifact: CompiledArtifact) -> Path:
         pool = self._get_pool()

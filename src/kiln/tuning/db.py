@@ -128,8 +128,9 @@ class TuningDatabaseError(KilnError):
 
 
 def default_database_path(settings: Settings | None = None) -> Path:
-    """``settings.cache_dir / "tuning.sqlite3"`` (``settings`` defaults to the settings in force)."""
-    return (current() if settings is None else settings).cache_dir / DATABASE_FILENAME
+    """``KILN_TUNING_DB``, else ``cache_dir / "tuning.sqlite3"`` (of the settings in force by default)."""
+    chosen = current() if settings is None else settings
+    return chosen.tuning_db or chosen.cache_dir / DATABASE_FILENAME
 
 
 class TuningDatabase:
