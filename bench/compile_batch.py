@@ -32,7 +32,7 @@ directory, and must produce a cubin (``\\x7fELF``) for every config:
 
 Both kiln pools are used as a user would: no ``preload``. kiln sends these kernels to its
 workers as source (every global they read is rebuildable), so no worker imports the kernel
-module or torch; the ``crash`` pool preloads ``bench/kernels_crash.py`` only to install its
+module or torch; the ``crash`` pool preloads ``tests/faults.py`` only to install its
 fault hook.
 
 The limit. With ``cores`` workers no schedule can beat ``max(sum / cores, longest)``, where
@@ -45,7 +45,7 @@ spawned workers, cores shared with other compiles), so ``ratio_own`` says how we
 packs the work it actually did, not how fast it is. Medians over ``--repeats`` are reported.
 
 ``crash`` (a separate measurement, after all arms): a warm pool compiles a few good configs
-plus one kernel whose compile calls ``abort()`` (``bench/kernels_crash.py``); it reports
+plus one kernel whose compile calls ``abort()`` (``fault_abort`` from ``tests/faults.py``); it reports
 ``PoolStats.replacement_s`` (seconds from the worker's death being reported to its
 replacement being ready) and checks that no other job failed.
 
@@ -425,20 +425,21 @@ def _set_result(configs: list[Config], records: list[dict[str, Any]], arms: list
 
 def crash_once(configs: list[Config], target: GPUTarget, cores: int, tag: str) -> dict[str, Any]:
     """A warm pool, a few good jobs plus one that aborts: replacement time and collateral."""
-    import kernels_crash
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    import faults  # the test suite's real fault injection (a stage hook that calls abort())
 
     good = configs[:CRASH_GOOD_JOBS]
     with fresh_caches(tag) as (_, kiln_dir):
         pool = CompilePool(
             workers=cores,
             cache_dir=kiln_dir,
-            preload=[kernels_crash.__name__],
+            preload=["faults"],
             warmup_target=target,
         )
         try:
             pool.wait_ready()
             crash_request = CompileRequest(
-                kernels_crash.bench_crash_abort, kernels_crash.CRASH_SIGNATURE, {"BLOCK": 64}, target=target
+                faults.fault_abort, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=target
             )
             crash_future = pool.submit(crash_request)
             good_futures = [pool.submit(kiln_request(c, target)) for c in good]

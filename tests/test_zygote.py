@@ -21,7 +21,7 @@ import pytest
 
 from conftest import SM90, add_request, is_cubin
 from kiln import CompileRequest, GPUTarget, ZygoteError, settings
-from kiln.pool import handles
+from kiln.pool import procs
 
 THREAD_AT_IMPORT = textwrap.dedent(
     """
@@ -153,7 +153,7 @@ BOOM = "import sys; sys.stderr.write('boom: cannot start\\n'); sys.exit(7)"
 
 
 class _FailingSubprocess:
-    """``subprocess`` as kiln.pool.handles sees it, but the zygote command is replaced."""
+    """``subprocess`` as kiln.pool.procs sees it, but the zygote command is replaced."""
 
     def __init__(self, code: str) -> None:
         self.code = code
@@ -170,7 +170,7 @@ class _FailingSubprocess:
 @pytest.mark.timeout(60)
 def test_zygote_that_cannot_start_fails_jobs(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = _FailingSubprocess(BOOM)
-    monkeypatch.setattr(handles, "subprocess", fake)
+    monkeypatch.setattr(procs, "subprocess", fake)
     pool = make_pool(workers=1, settings=settings.current().replace(zygote_restarts=2), start=False)
     futures = [pool.submit(add_request(64)), pool.submit(add_request(128))]
     for future in futures:
@@ -193,7 +193,7 @@ def test_zygote_that_cannot_start_fails_jobs(make_pool: Any, monkeypatch: pytest
 
 @pytest.mark.timeout(60)
 def test_wait_ready_on_broken_pool_raises_promptly(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handles, "subprocess", _FailingSubprocess(BOOM))
+    monkeypatch.setattr(procs, "subprocess", _FailingSubprocess(BOOM))
     pool = make_pool(workers=1, settings=settings.current().replace(zygote_restarts=1), start=False)
     assert isinstance(pool.submit(add_request(64)).exception(timeout=30), ZygoteError)
     outcome: list[BaseException | bool] = []
@@ -224,7 +224,7 @@ def test_zygote_that_cannot_start_is_retried(make_pool: Any, monkeypatch: pytest
         return subprocess.Popen(args, **kwargs)
 
     monkeypatch.setattr(_FailingSubprocess, "Popen", popen_once)
-    monkeypatch.setattr(handles, "subprocess", fake)
+    monkeypatch.setattr(procs, "subprocess", fake)
     pool = make_pool(workers=1, settings=settings.current().replace(zygote_restarts=2))
     assert is_cubin(pool.compile(add_request(64), timeout_s=60).binary)
     assert pool.stats.zygote_starts == 2
@@ -260,7 +260,7 @@ BOOM_LINGER = (
 def test_zygote_error_names_exit_code_when_socket_closes_first(
     make_pool: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(handles, "subprocess", _FailingSubprocess(BOOM_LINGER))
+    monkeypatch.setattr(procs, "subprocess", _FailingSubprocess(BOOM_LINGER))
     pool = make_pool(workers=1, settings=settings.current().replace(zygote_restarts=1), start=False)
     exc = pool.submit(add_request(64)).exception(timeout=30)
     assert isinstance(exc, ZygoteError), repr(exc)
@@ -270,7 +270,7 @@ def test_zygote_error_names_exit_code_when_socket_closes_first(
 
 @pytest.mark.timeout(60)
 def test_shutdown_after_zygote_failure_does_not_hang(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(handles, "subprocess", _FailingSubprocess(BOOM))
+    monkeypatch.setattr(procs, "subprocess", _FailingSubprocess(BOOM))
     pool = make_pool(workers=1, settings=settings.current().replace(zygote_restarts=1), start=False)
     future = pool.submit(add_request(64))
     assert isinstance(future.exception(timeout=30), ZygoteError)

@@ -16,11 +16,9 @@ import os
 import pickle
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln.pool import procs
@@ -131,21 +129,9 @@ class ZygoteHandle:
     def __init__(self, pool_id: str, stderr_lines: int) -> None:
         self.pool_id = pool_id
         self.ctl, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = dict(os.environ)
-        env.update(procs.SINGLE_THREAD_ENV)
-        env[ENV_FD] = str(child.fileno())
-        env[ENV_PARENT] = str(os.getpid())
-        env[ENV_POOL_ID] = pool_id
-        kiln_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (kiln_root, env.get("PYTHONPATH", "")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from kiln.pool.zygote import main; main()"],
-            pass_fds=[child.fileno()],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            close_fds=True,
+        env = {**os.environ, **procs.SINGLE_THREAD_ENV, ENV_POOL_ID: pool_id}
+        self.proc = procs.spawn_kiln_process(
+            "kiln.pool.zygote", child.fileno(), env, ENV_FD, ENV_PARENT, subprocess.PIPE, subprocess.STDOUT
         )
         child.close()
         assert self.proc.stdout is not None

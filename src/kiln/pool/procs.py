@@ -6,7 +6,10 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -60,3 +63,34 @@ def status_from_wait(status: int) -> int:
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     return -1
+
+
+def spawn_kiln_process(
+    entry_module: str,
+    channel_fd: int,
+    env: dict[str, str],
+    fd_variable: str,
+    parent_variable: str,
+    stdout: Any,
+    stderr: Any,
+) -> subprocess.Popen[bytes]:
+    """Start ``python -c "from <entry_module> import main; main()"``: a fresh interpreter.
+
+    Never a fork of this process (which may hold threads and a CUDA context). The child finds
+    kiln on its path, inherits ``channel_fd`` only, and learns both through ``env``: the fd in
+    ``fd_variable``, this process's pid in ``parent_variable`` (for its parent-death check).
+    """
+    env = dict(env)
+    env[fd_variable] = str(channel_fd)
+    env[parent_variable] = str(os.getpid())
+    kiln_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (kiln_root, env.get("PYTHONPATH", "")) if p)
+    return subprocess.Popen(
+        [sys.executable, "-c", f"from {entry_module} import main; main()"],
+        pass_fds=[channel_fd],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        close_fds=True,
+    )

@@ -19,10 +19,10 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from kiln.errors import describe_exit, likely_cause
+from kiln.pool.procs import spawn_kiln_process
 from kiln.pool.protocol import FrameReader, encode
 from kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 
@@ -90,20 +90,15 @@ class Sandbox:
                 return
             self._cleanup()
             parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            env = dict(os.environ)
-            env[ENV_FD] = str(child_end.fileno())
-            env[ENV_PARENT] = str(os.getpid())
-            kiln_root = str(Path(__file__).resolve().parents[2])
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (kiln_root, env.get("PYTHONPATH", "")) if p)
             self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
-            self._proc = subprocess.Popen(
-                [sys.executable, "-c", "from kiln.sandbox.worker import main; main()"],
-                pass_fds=[child_end.fileno()],
-                stdin=subprocess.DEVNULL,
-                stdout=self._stderr,
-                stderr=self._stderr,
-                env=env,
-                close_fds=True,
+            self._proc = spawn_kiln_process(
+                "kiln.sandbox.worker",
+                child_end.fileno(),
+                dict(os.environ),
+                ENV_FD,
+                ENV_PARENT,
+                self._stderr,
+                self._stderr,
             )
             child_end.close()
             self._chan = parent_end
