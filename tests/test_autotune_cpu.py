@@ -269,3 +269,26 @@ def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Pa
     assert tuner.best_config.kwargs == {"BLOCK": 64}
     assert tuner.configs_timings[tuner.best_config] == [0.5, 0.5, 0.5]
     assert tuner.last_run.best_label.startswith("BLOCK=64")
+
+
+def test_precompile_returns_at_once_and_the_first_call_reuses_its_compiles(
+    make_pool: Any, tmp_path: Path
+) -> None:
+    pool = make_pool(workers=2)
+    tuner, bench = make_tuner(
+        make_pool, tmp_path, configs(64, 128, 256), by_block({64: 3.0, 128: 1.0, 256: 2.0}), pool=pool
+    )
+    x = torch.randn(4096)
+    out = torch.empty_like(x)
+    futures = kiln.precompile(tuner, x, out, 4096)
+    assert len(futures) == 3
+    assert not any(f.done() for f in futures)  # returned at once: the (cold) pool is still compiling
+    tune(tuner, bench)
+    assert pool.stats.dispatched == 3  # the call compiled nothing more
+    assert pool.stats.deduplicated + pool.stats.memory_hits == 3  # it waited on precompile's work
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+def test_precompile_rejects_a_plain_jit_kernel() -> None:
+    with pytest.raises(TypeError, match=r"kiln\.autotune"):
+        kiln.precompile(scale_kernel, torch.randn(8), torch.randn(8), 8)

@@ -1,4 +1,4 @@
-"""Bundles of tuned kernels and the fast launch path: issue #4, not built yet.
+"""Bundles of tuned kernels and the fast launch path (issue #4): only ``precompile`` is built.
 
 These entry points exist so that code written against the planned API fails loudly, with the
 reason, instead of doing something half-way. What exists today: tuned results live in the
@@ -28,8 +28,16 @@ def load_bundle(path: str | Path) -> Any:
 
 
 def precompile(kernel: Any, *args: Any, **kwargs: Any) -> Any:
-    """Submit a kernel's configs to the pool in the background. Not built yet.
+    """Start compiling a ``kiln.autotune``'d kernel's configs for calls like ``kernel(*args)``.
 
-    Today, ``autotuned_kernel.warmup(*args, grid=...)`` compiles every config in parallel.
+    Returns the list of futures at once; the first real call waits only for what is missing.
+    (Bundles, the fast launcher and definition-time precompiling are still to come: issue #4.)
     """
-    raise NotImplementedError(_REASON)
+    from kiln.autotuner import Autotuner
+
+    if not isinstance(kernel, Autotuner):
+        raise TypeError(
+            f"kiln.precompile takes a kernel decorated with kiln.autotune, got {type(kernel).__name__}; "
+            f"for a plain @triton.jit kernel, submit CompileRequests to a CompilePool."
+        )
+    return kernel.precompile(*args, **kwargs)

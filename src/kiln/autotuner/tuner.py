@@ -197,6 +197,23 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
         return result
 
+    def precompile(self, *args: Any, **kwargs: Any) -> list[Future[CompiledArtifact]]:
+        """Start compiling every (pruned) config for calls like this one; return at once.
+
+        The compiles run in the pool in the background. The first real call with the same
+        argument types then waits only for what is still missing: its requests are the same,
+        so the pool hands it the futures already in flight (or the cached artifacts).
+        """
+        with self._lock:
+            self.nargs = dict(zip(self.arg_names, args, strict=False))
+            try:
+                configs = self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs
+                candidates = [self._candidate(c, args, kwargs) for c in configs]
+            finally:
+                self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+            pool = self._get_pool()
+            return [pool.submit(c.request, priority=guess_compile_cost(c.request)) for c in candidates]
+
     def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
         """Compile every (pruned) config for these arguments, in parallel, without running."""
         kwargs.pop("grid", None)
