@@ -340,8 +340,6 @@ class KernelSpec:
 
     def load(self) -> Any:
         """Return the JIT function this spec describes, rebuilding or importing it."""
-        if self.by_source:
-            return _rebuild(self, _REBUILT)
         return _load(self, _REBUILT)
 
 
@@ -365,6 +363,9 @@ _REBUILT: dict[str, Any] = {}  # identity -> rebuilt JIT function (per worker pr
 
 
 def _load(spec: KernelSpec, memo: dict[str, Any]) -> Any:
+    """Rebuild from source when possible (see :attr:`KernelSpec.by_source`), else import."""
+    if spec.by_source:
+        return _rebuild(spec, memo)
     if spec.importable:
         obj: Any = importlib.import_module(spec.module)
         for part in spec.qualname.split("."):
@@ -438,7 +439,7 @@ def _rebuild_value(name: str, value: GlobalValue, memo: dict[str, Any]) -> Any:
     if kind == "value":
         return _decanonical(payload)
     if kind == "jit":
-        return _rebuild(payload, memo) if payload.by_source else _load(payload, memo)
+        return _load(payload, memo)
     raise KernelSpecError(f"global {name!r} of kind {kind!r} cannot be rebuilt in a worker")
 
 

@@ -27,7 +27,6 @@ import builtins
 import json
 import logging
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +39,7 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 
 from kiln import settings as settings_mod
 from kiln import triton_compat
-from kiln.artifact import CompiledArtifact, to_triton_kernel, write_triton_group
+from kiln.artifact import CompiledArtifact
 from kiln.autotuner.check import compare
 from kiln.autotuner.specialize import BoundCall, config_label, request_for, tuning_key
 from kiln.errors import (
@@ -427,8 +426,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         cache_key = (candidate.request.key,)
         hit = self._kernels.get(cache_key)
         if hit is None:
-            artifact = self._get_pool().compile(candidate.request)
-            kernel = to_triton_kernel(artifact, candidate.request, self._artifact_dir(artifact))
+            kernel = self._get_pool().load_kernel(candidate.request)
             hit = (kernel, candidate.request)
             self._kernels[cache_key] = hit
         kernel = hit[0]
@@ -493,12 +491,6 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         from kiln.tuning import TuningDatabase, default_database_path
 
         return _shared_database(default_database_path(current), TuningDatabase)
-
-    def _artifact_dir(self, artifact: CompiledArtifact) -> Path:
-        pool = self._get_pool()
-        if pool.store is not None:
-            return pool.store.put(artifact) / "triton"
-        return Path(tempfile.mkdtemp(prefix="kiln-kernel-"))
 
     def _bencher(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> _Bencher:
         if self._bencher_factory is not None:
@@ -592,8 +584,7 @@ class _SandboxBencher(_Bencher):
             if expected is not None:
                 self.sandbox.set_reference(expected, tuner._tolerances)
             self.inputs_set = True
-        directory = self.tuner._artifact_dir(artifact)
-        group = write_triton_group(artifact, directory)
+        group = self.tuner._get_pool().triton_files(artifact)
         spec = BenchSpec(
             key=artifact.key,
             group=group,
@@ -656,7 +647,7 @@ class _InProcessBencher(_Bencher):
         tuner = self.tuner
         config = candidate.config
         started = time.monotonic()
-        kernel = to_triton_kernel(artifact, candidate.request, tuner._artifact_dir(artifact))
+        kernel = tuner._get_pool().load_kernel(candidate.request, artifact)
         ordered = list(candidate.bound.args.values())
         full_nargs = {**tuner.nargs, **self.kwargs, **config.all_kwargs()}
 

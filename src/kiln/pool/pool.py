@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln import settings as settings_mod
-from kiln.artifact import CompiledArtifact, to_triton_kernel
+from kiln.artifact import CompiledArtifact, to_triton_kernel, write_triton_group
 from kiln.errors import (
     CompileTimeoutError,
     KilnError,
@@ -305,13 +305,18 @@ class CompilePool:
         The parent never calls ``triton.compile``: the binary comes from a worker or the cache.
         """
         artifact = artifact or self.compile(request)
-        if self.store is not None:
-            directory = self.store.put(artifact)
-        else:
-            import tempfile
+        return to_triton_kernel(artifact, request, self._triton_dir(artifact))
 
-            directory = Path(tempfile.mkdtemp(prefix="kiln-kernel-"))
-        return to_triton_kernel(artifact, request, directory / "triton")
+    def triton_files(self, artifact: CompiledArtifact) -> dict[str, str]:
+        """The artifact laid out as Triton's cache does (``{"<name>.json": path, ...}``)."""
+        return write_triton_group(artifact, self._triton_dir(artifact))
+
+    def _triton_dir(self, artifact: CompiledArtifact) -> Path:
+        if self.store is not None:
+            return self.store.put(artifact) / "triton"
+        import tempfile
+
+        return Path(tempfile.mkdtemp(prefix="kiln-kernel-"))
 
     def preload(self, modules: Iterable[str]) -> None:
         """Have the zygote import ``modules`` so later workers inherit them."""
