@@ -62,6 +62,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_USE_TUNING_DB": "0",
         "KILN_SANDBOX": "off",
         "KILN_BENCH_TIMEOUT_S": "12",
+        "KILN_FAST_LAUNCH": "0",
     }
     for var, value in env.items():
         monkeypatch.setenv(var, value)
@@ -81,6 +82,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.use_tuning_db is False
     assert current.sandbox is False
     assert current.bench_timeout_s == 12.0
+    assert current.fast_launch is False
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

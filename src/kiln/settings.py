@@ -76,6 +76,9 @@ class Settings:
     bench_timeout_s: float = 60.0
     """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
 
+    fast_launch: bool = True
+    """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -122,6 +125,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
     "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
     "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive number of seconds"),
+    "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
 }
 
 

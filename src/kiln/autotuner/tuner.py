@@ -41,6 +41,7 @@ from kiln import settings as settings_mod
 from kiln import triton_compat
 from kiln.artifact import CompiledArtifact
 from kiln.autotuner.check import compare
+from kiln.autotuner.fastpath import FastCache, FastEntry, GridCall
 from kiln.autotuner.specialize import BoundCall, config_label, request_for, tuning_key
 from kiln.errors import (
     CompileTimeoutError,
@@ -49,6 +50,8 @@ from kiln.errors import (
     WorkerCrashedError,
     WorkerMemoryError,
 )
+from kiln.launch import KernelLauncher, LaunchSpec, param_flags
+from kiln.launch.native import NativeBuildError, native
 from kiln.pool import CompilePool, get_pool
 from kiln.request import CompileRequest, guess_compile_cost
 
@@ -160,10 +163,38 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._database = database
         self._target: Any = target
         self._bencher_factory = bencher
-        self._kernels: dict[tuple[Any, ...], tuple[Any, CompileRequest]] = {}
+        self._kernels: dict[str, tuple[Any, KernelLauncher]] = {}  # request key -> (Triton kernel, launcher)
         self._lock = threading.RLock()
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
+        self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
+        # The fast path (see fastpath.py): len(args) -> call key -> FastEntry.
+        self._fast: dict[int, dict[tuple[Any, ...], FastEntry]] = {}
+        flags = param_flags(fn.params, key)
+        self._flags_by_len = [flags[:n] for n in range(len(flags) + 1)]
+        self._call_key: Any = None
+        try:
+            self._call_key = native().call_key
+        except NativeBuildError as exc:
+            log.info("kiln: %s has no fast launch path: %s", fn.__name__, exc)
+
+    # The cache (tuning key -> config) drops the fast path's entries whenever it changes.
+    @property
+    def cache(self) -> dict[Any, Any]:
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: dict[Any, Any]) -> None:
+        self._cache = FastCache(self._drop_fast, value)
+        self._drop_fast()
+
+    def _drop_fast(self) -> None:
+        fast = getattr(self, "_fast", None)
+        if fast:
+            fast.clear()
+
+    def __getitem__(self, grid: Any) -> GridCall:
+        return GridCall(self, grid)
 
     # -- the contract -------------------------------------------------------------------------
 
@@ -184,6 +215,15 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 started = time.time()
                 self._tune(key, pruned, args, kwargs, grid)
                 self.bench_time = time.time() - started
+                if self.loaded_from is None:
+                    log.info(
+                        "kiln: %s %s: tuned %d configs on this call in %.2f s; best %s",
+                        self.base_fn.__name__,
+                        key,
+                        len(pruned),
+                        self.bench_time,
+                        config_label(self.cache[key]),
+                    )
                 full_nargs = {**self.nargs, **kwargs, **self.cache[key].all_kwargs()}
                 self.pre_hook(full_nargs, reset_only=True)
             config = self.cache[key]
@@ -192,7 +232,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.best_config = config
         if config.pre_hook is not None:
             config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
-        result = None if warmup else self._launch(config, args, kwargs, grid)
+        result = None if warmup else self._launch(config, args, kwargs, grid, key)
         self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
         return result
 
@@ -421,18 +461,53 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
 
     # -- launching ----------------------------------------------------------------------------
 
-    def _launch(self, config: Any, args: Sequence[Any], kwargs: dict[str, Any], grid: Any) -> Any:
+    def _launch(
+        self, config: Any, args: Sequence[Any], kwargs: dict[str, Any], grid: Any, key: tuple[Any, ...] | None
+    ) -> Any:
         candidate = self._candidate(config, args, kwargs)
-        cache_key = (candidate.request.key,)
-        hit = self._kernels.get(cache_key)
+        hit = self._kernels.get(candidate.request.key)
         if hit is None:
-            kernel = self._get_pool().load_kernel(candidate.request)
-            hit = (kernel, candidate.request)
-            self._kernels[cache_key] = hit
-        kernel = hit[0]
+            pool = self._get_pool()
+            artifact = pool.compile(candidate.request)
+            kernel = pool.load_kernel(candidate.request, artifact)
+            launcher = KernelLauncher(artifact, LaunchSpec.from_request(candidate.request), triton=kernel)
+            hit = (kernel, launcher)
+            self._kernels[candidate.request.key] = hit
+        kernel, launcher = hit
         bounds = self._grid(grid, candidate, config)
-        kernel[bounds](*candidate.bound.args.values())
+        full_args = tuple(candidate.bound.args.values())
+        launcher.launch(bounds, full_args)
+        self._register_fast(config, args, kwargs, candidate, kernel, launcher, key)
         return kernel
+
+    def _register_fast(
+        self,
+        config: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        candidate: _Candidate,
+        kernel: Any,
+        launcher: KernelLauncher,
+        key: tuple[Any, ...] | None,
+    ) -> None:
+        """Let later calls like this one skip everything but the launch (see fastpath.py)."""
+        if self._call_key is None or config.pre_hook is not None:
+            return
+        if any(k not in ("grid", "warmup") for k in kwargs):
+            return
+        args = tuple(args)
+        names = tuple(candidate.bound.args)
+        if len(args) > len(names):
+            return
+        try:
+            call_key = self._call_key(args, self._flags_by_len[len(args)])
+            hash(call_key)
+        except (TypeError, AttributeError, OverflowError, ValueError):
+            return
+        source = self.loaded_from or "tuned"
+        tail = tuple(candidate.bound.args.values())[len(args) :]
+        entry = FastEntry(launcher, names, tail, dict(config.all_kwargs()), config, kernel, source)
+        self._fast.setdefault(len(args), {})[call_key] = entry
 
     def _grid(self, grid: Any, candidate: _Candidate, config: Any) -> tuple[int, ...]:
         if grid is None:

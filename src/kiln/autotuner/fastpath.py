@@ -1,0 +1,121 @@
+"""The tuned call's fast path: call key -> cached launcher -> grid -> launch.
+
+::
+
+    kernel[grid](*args)            GridCall.__call__
+      no keyword arguments?        else: Autotuner.run (the full path)
+      key = call_key(args, flags)  C: the key args' values, dtypes, alignment, int classes
+      entry = fast[len(args)][key] miss: Autotuner.run, which tunes or loads, then registers
+      grid(meta) when callable     meta = the call's arguments + the config's kwargs
+      entry.launcher.launch(...)   kiln's C launcher on torch's current stream
+
+A :class:`FastEntry` is registered by the full path after it has launched a config for a call
+with only positional arguments. The key covers everything that chose the config and the
+binary (tuning-key values, dtypes, Triton's specialization), so a hit launches exactly what the
+full path would. Entries are dropped whenever the autotuner's ``cache`` changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from kiln.launch.launcher import KernelLauncher
+
+
+class FastEntry:
+    """What a call with this key launches: the binary, the arguments the call leaves out, the config."""
+
+    __slots__ = ("config", "launcher", "meta_extra", "names", "result", "source", "tail")
+
+    def __init__(
+        self,
+        launcher: KernelLauncher,
+        names: tuple[str, ...],
+        tail: tuple[Any, ...],
+        meta_extra: dict[str, Any],
+        config: Any,
+        result: Any,
+        source: str,
+    ) -> None:
+        self.launcher = launcher
+        self.names = names
+        self.tail = tail
+        self.meta_extra = meta_extra
+        self.config = config
+        self.result = result
+        self.source = source  # "tuned", "database" or "bundle <path>"
+
+    def launch(self, grid: Any, args: tuple[Any, ...]) -> Any:
+        full = args + self.tail if self.tail else args
+        if callable(grid):
+            meta = dict(zip(self.names, full, strict=False))
+            meta.update(self.meta_extra)
+            grid = grid(meta)
+        if type(grid) is not tuple:
+            grid = tuple(grid)
+        self.launcher.launch(grid, full)
+        return self.result
+
+
+class FastCache(dict[Any, Any]):
+    """``Autotuner.cache`` (tuning key -> config) that drops the fast entries when it changes."""
+
+    def __init__(self, on_change: Callable[[], None], *args: Any) -> None:
+        super().__init__(*args)
+        self._on_change = on_change
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self._on_change()
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        self._on_change()
+
+    def clear(self) -> None:
+        super().clear()
+        self._on_change()
+
+    def pop(self, *args: Any) -> Any:
+        value = super().pop(*args)
+        self._on_change()
+        return value
+
+    def popitem(self) -> tuple[Any, Any]:
+        item = super().popitem()
+        self._on_change()
+        return item
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._on_change()
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        value = super().setdefault(key, default)
+        self._on_change()
+        return value
+
+
+class GridCall:
+    """``kernel[grid]``: calls with positional arguments only take the fast path."""
+
+    __slots__ = ("grid", "tuner")
+
+    def __init__(self, tuner: Any, grid: Any) -> None:
+        self.tuner = tuner
+        self.grid = grid
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tuner = self.tuner
+        if not kwargs:
+            table = tuner._fast.get(len(args))
+            if table is not None:
+                try:
+                    entry = table.get(tuner._call_key(args, tuner._flags_by_len[len(args)]))
+                except (TypeError, AttributeError, OverflowError, ValueError):
+                    entry = None  # arguments the key cannot describe: the full path decides
+                if entry is not None:
+                    tuner.best_config = entry.config
+                    return entry.launch(self.grid, args)
+        return tuner.run(*args, grid=self.grid, warmup=False, **kwargs)

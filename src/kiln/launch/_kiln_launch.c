@@ -1,0 +1,533 @@
+/*
+ * kiln's launcher: loads a cubin and launches it with cuLaunchKernel, nothing else.
+ *
+ * Built on first use by kiln/launch/native.py with the system C compiler (as Triton builds its
+ * own launcher) and cached by the hash of this file. It needs no CUDA headers or libraries at
+ * build time: the few driver types are declared below and libcuda.so.1 is opened with dlopen
+ * on first use, so the module imports (and call_key works) on machines without a GPU.
+ *
+ *   call_key(args, flags) -> tuple          what the binary depends on, for the launch cache
+ *   Launcher(binary, name, kinds, block_x, shared, n_extra)
+ *   Launcher.launch(grid, stream, args)     pack the arguments, cuLaunchKernel on `stream`
+ *   Launcher.n_params / .n_regs / .n_spills
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+#define CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES 1
+#define CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES 3
+#define CU_FUNC_ATTRIBUTE_NUM_REGS 4
+#define CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES 8
+#define CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN 97
+#define CU_FUNC_CACHE_PREFER_SHARED 1
+#define CU_POINTER_ATTRIBUTE_DEVICE_POINTER 3
+
+#define MAX_ARGS 256
+#define MAX_CONTEXTS 16
+
+static struct {
+  int loaded;
+  CUresult (*cuInit)(unsigned int);
+  CUresult (*cuCtxGetCurrent)(CUcontext *);
+  CUresult (*cuCtxSetCurrent)(CUcontext);
+  CUresult (*cuCtxGetDevice)(CUdevice *);
+  CUresult (*cuDeviceGet)(CUdevice *, int);
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+  CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+  CUresult (*cuModuleLoadData)(CUmodule *, const void *);
+  CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+  CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+  CUresult (*cuFuncSetCacheConfig)(CUfunction, int);
+  CUresult (*cuFuncGetParamInfo)(CUfunction, size_t, size_t *, size_t *); /* CUDA >= 12.4 */
+  CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, CUstream, void **, void **);
+  CUresult (*cuGetErrorString)(CUresult, const char **);
+} cu;
+
+static PyObject *str_data_ptr = NULL;
+static PyObject *str_dtype = NULL;
+
+static int load_driver(void) {
+  if (cu.loaded) return 0;
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  if (!lib) {
+    PyErr_Format(PyExc_RuntimeError,
+                 "kiln's launcher could not open libcuda.so.1 (%s): no NVIDIA driver on this machine?",
+                 dlerror());
+    return -1;
+  }
+#define SYM(name)                                                                             \
+  do {                                                                                        \
+    *(void **)(&cu.name) = dlsym(lib, #name);                                                 \
+    if (!cu.name) {                                                                           \
+      PyErr_Format(PyExc_RuntimeError, "libcuda.so.1 has no symbol %s (driver too old?)", #name); \
+      return -1;                                                                              \
+    }                                                                                         \
+  } while (0)
+  SYM(cuInit);
+  SYM(cuCtxGetCurrent);
+  SYM(cuCtxSetCurrent);
+  SYM(cuCtxGetDevice);
+  SYM(cuDeviceGet);
+  SYM(cuDevicePrimaryCtxRetain);
+  SYM(cuDeviceGetAttribute);
+  SYM(cuModuleLoadData);
+  SYM(cuModuleGetFunction);
+  SYM(cuFuncGetAttribute);
+  SYM(cuFuncSetAttribute);
+  SYM(cuFuncSetCacheConfig);
+  SYM(cuPointerGetAttribute);
+  SYM(cuLaunchKernel);
+  SYM(cuGetErrorString);
+#undef SYM
+  *(void **)(&cu.cuFuncGetParamInfo) = dlsym(lib, "cuFuncGetParamInfo");
+  cu.loaded = 1;
+  return 0;
+}
+
+static int check(CUresult status, const char *what) {
+  if (status == CUDA_SUCCESS) return 0;
+  const char *text = NULL;
+  if (cu.cuGetErrorString) cu.cuGetErrorString(status, &text);
+  PyErr_Format(PyExc_RuntimeError, "CUDA driver error %d (%s) in %s", status, text ? text : "unknown", what);
+  return -1;
+}
+
+/* ------------------------------------------------------------------------------ call_key */
+
+/* Codes kept in sync with kiln/launch/callkey.py (see there for what each means). */
+#define CODE_ONE 1
+#define CODE_BOOL 2
+#define CODE_FLOAT 3
+#define CODE_INT 16    /* + 2 * range (0: i32, 1: i64, 2: u64) + divisible-by-16 */
+#define CODE_PTR 100   /* + aligned-to-16 */
+
+static int append(PyObject **items, Py_ssize_t *n, PyObject *value) {
+  if (*n >= 2 * MAX_ARGS + 8) {
+    Py_DECREF(value);
+    PyErr_SetString(PyExc_ValueError, "too many kernel arguments for kiln's launcher");
+    return -1;
+  }
+  items[(*n)++] = value;
+  return 0;
+}
+
+static int int_code(PyObject *obj, int specialize, int align, long *code) {
+  int overflow = 0;
+  long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  int range, divisible;
+  if (overflow > 0) {
+    unsigned long long u = PyLong_AsUnsignedLongLong(obj);
+    if (u == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+    range = 2;
+    divisible = (u % 16) == 0;
+  } else if (overflow < 0) {
+    PyErr_SetString(PyExc_OverflowError, "integer argument below -2**63");
+    return -1;
+  } else {
+    if (specialize && v == 1) {
+      *code = CODE_ONE;
+      return 0;
+    }
+    range = (v >= INT32_MIN && v <= INT32_MAX) ? 0 : 1;
+    divisible = (v % 16) == 0;
+  }
+  *code = CODE_INT + 2 * range + (specialize && align ? divisible : 0);
+  return 0;
+}
+
+/* flags: one byte per argument: 'c' constexpr (the value itself), 's' specialized,
+ * 'n' not specialized (do_not_specialize), 'k' a tuning-key argument (its value, then as 's'),
+ * 'a' specialized but not on alignment (do_not_specialize_on_alignment). */
+static PyObject *call_key(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
+  if (argc != 2 || !PyTuple_Check(argv[0]) || !PyBytes_Check(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "call_key(args: tuple, flags: bytes)");
+    return NULL;
+  }
+  PyObject *args = argv[0];
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  const char *flags = PyBytes_AS_STRING(argv[1]);
+  if (n != PyBytes_GET_SIZE(argv[1]) || n > MAX_ARGS) {
+    PyErr_Format(PyExc_TypeError, "call_key: %zd arguments for %zd flags", n, PyBytes_GET_SIZE(argv[1]));
+    return NULL;
+  }
+  PyObject *items[2 * MAX_ARGS + 8];
+  Py_ssize_t count = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *obj = PyTuple_GET_ITEM(args, i);
+    char flag = flags[i];
+    if (flag == 'c') {
+      Py_INCREF(obj);
+      if (append(items, &count, obj)) goto fail;
+      continue;
+    }
+    if (flag == 'k') {
+      Py_INCREF(obj);
+      if (append(items, &count, obj)) goto fail;
+    }
+    int specialize = flag != 'n';
+    long code;
+    if (obj == Py_None) {
+      Py_INCREF(Py_None);
+      if (append(items, &count, Py_None)) goto fail;
+    } else if (PyBool_Check(obj)) {
+      if (append(items, &count, PyLong_FromLong(CODE_BOOL))) goto fail;
+    } else if (PyLong_Check(obj)) {
+      if (int_code(obj, specialize, flag != 'a', &code)) goto fail;
+      if (append(items, &count, PyLong_FromLong(code))) goto fail;
+    } else if (PyFloat_Check(obj)) {
+      if (append(items, &count, PyLong_FromLong(CODE_FLOAT))) goto fail;
+    } else {
+      PyObject *dtype = PyObject_GetAttr(obj, str_dtype);
+      if (!dtype) goto fail;
+      PyObject *ptr = PyObject_CallMethodNoArgs(obj, str_data_ptr);
+      if (!ptr) {
+        Py_DECREF(dtype);
+        goto fail;
+      }
+      unsigned long long p = PyLong_AsUnsignedLongLongMask(ptr);
+      Py_DECREF(ptr);
+      if (PyErr_Occurred()) {
+        Py_DECREF(dtype);
+        goto fail;
+      }
+      if (append(items, &count, dtype)) goto fail;
+      int aligned = (flag == 's' || flag == 'k') && (p % 16) == 0;
+      if (append(items, &count, PyLong_FromLong(CODE_PTR + aligned))) goto fail;
+    }
+    if (items[count - 1] == NULL) goto fail; /* PyLong_FromLong failed */
+  }
+  PyObject *key = PyTuple_New(count);
+  if (!key) goto fail;
+  for (Py_ssize_t j = 0; j < count; j++) PyTuple_SET_ITEM(key, j, items[j]);
+  return key;
+fail:
+  for (Py_ssize_t j = 0; j < count; j++) Py_XDECREF(items[j]);
+  return NULL;
+}
+
+/* ------------------------------------------------------------------------------ Launcher */
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *binary; /* bytes: the cubin, kept to load it into other contexts (devices) */
+  PyObject *name;   /* str: the entry point */
+  char kinds[MAX_ARGS + 1];
+  Py_ssize_t n_args;
+  int n_extra;      /* trailing pointer parameters passed as NULL (Triton's scratch buffers) */
+  int block_x;
+  int shared;
+  int n_params;     /* as the driver reports it (-1: cuFuncGetParamInfo missing) */
+  int n_regs, n_spills;
+  int n_contexts;
+  CUcontext contexts[MAX_CONTEXTS];
+  CUfunction functions[MAX_CONTEXTS];
+} Launcher;
+
+static int kind_size(char kind) {
+  switch (kind) {
+    case 'P': case 'l': case 'L': case 'd': return 8;
+    case 'i': case 'I': case 'f': return 4;
+    case 'h': case 'H': case 'e': case 'B': return 2;
+    case 'b': case 'c': return 1;
+    case 'C': return 0;
+    default: return -1;
+  }
+}
+
+static int count_params(CUfunction fn) {
+  if (!cu.cuFuncGetParamInfo) return -1;
+  size_t offset, size;
+  int i = 0;
+  while (i < 4 * MAX_ARGS && cu.cuFuncGetParamInfo(fn, (size_t)i, &offset, &size) == CUDA_SUCCESS) i++;
+  return i;
+}
+
+/* Load the module into the current context (making the primary context of `device` current
+ * when there is none), once per context. Returns NULL with an exception set on error. */
+static CUfunction function_for_context(Launcher *self, int device) {
+  CUcontext ctx = NULL;
+  if (check(cu.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent")) return NULL;
+  for (int i = 0; i < self->n_contexts; i++)
+    if (self->contexts[i] == ctx && ctx) return self->functions[i];
+  if (!ctx) {
+    CUdevice dev;
+    if (check(cu.cuInit(0), "cuInit")) return NULL;
+    if (check(cu.cuDeviceGet(&dev, device < 0 ? 0 : device), "cuDeviceGet")) return NULL;
+    if (check(cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain")) return NULL;
+    if (check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")) return NULL;
+    for (int i = 0; i < self->n_contexts; i++)
+      if (self->contexts[i] == ctx) return self->functions[i];
+  }
+  if (self->n_contexts >= MAX_CONTEXTS) {
+    PyErr_SetString(PyExc_RuntimeError, "kiln launcher: kernel loaded into too many CUDA contexts");
+    return NULL;
+  }
+  CUdevice dev;
+  if (check(cu.cuCtxGetDevice(&dev), "cuCtxGetDevice")) return NULL;
+  CUmodule mod;
+  CUfunction fn;
+  const char *name = PyUnicode_AsUTF8(self->name);
+  if (!name) return NULL;
+  if (check(cu.cuModuleLoadData(&mod, PyBytes_AS_STRING(self->binary)), "cuModuleLoadData")) return NULL;
+  if (check(cu.cuModuleGetFunction(&fn, mod, name), "cuModuleGetFunction")) return NULL;
+  if (check(cu.cuFuncGetAttribute(&self->n_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn), "cuFuncGetAttribute"))
+    return NULL;
+  int local = 0;
+  if (check(cu.cuFuncGetAttribute(&local, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, fn), "cuFuncGetAttribute"))
+    return NULL;
+  self->n_spills = local / 4;
+  int optin = 0;
+  if (check(cu.cuDeviceGetAttribute(&optin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, dev),
+            "cuDeviceGetAttribute"))
+    return NULL;
+  if (self->shared > 49152) {
+    if (optin < self->shared) {
+      PyErr_Format(PyExc_RuntimeError,
+                   "kernel %s needs %d bytes of shared memory; this device allows %d per block",
+                   name, self->shared, optin);
+      return NULL;
+    }
+    int shared_static = 0;
+    if (check(cu.cuFuncSetCacheConfig(fn, CU_FUNC_CACHE_PREFER_SHARED), "cuFuncSetCacheConfig")) return NULL;
+    if (check(cu.cuFuncGetAttribute(&shared_static, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn),
+              "cuFuncGetAttribute"))
+      return NULL;
+    if (check(cu.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin - shared_static),
+              "cuFuncSetAttribute"))
+      return NULL;
+  }
+  self->n_params = count_params(fn);
+  self->contexts[self->n_contexts] = ctx;
+  self->functions[self->n_contexts] = fn;
+  self->n_contexts++;
+  return fn;
+}
+
+static int Launcher_init(Launcher *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"binary", "name", "kinds", "block_x", "shared", "n_extra", "device", NULL};
+  PyObject *binary, *name;
+  const char *kinds;
+  int device = -1;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "SUsiii|i", kwlist, &binary, &name, &kinds, &self->block_x,
+                                   &self->shared, &self->n_extra, &device))
+    return -1;
+  Py_ssize_t n = (Py_ssize_t)strlen(kinds);
+  if (n > MAX_ARGS || self->n_extra < 0 || self->n_extra > 8) {
+    PyErr_Format(PyExc_ValueError, "kiln launcher supports %d arguments and 8 extra parameters", MAX_ARGS);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (kind_size(kinds[i]) < 0) {
+      PyErr_Format(PyExc_ValueError, "unknown argument kind %c at %zd", kinds[i], i);
+      return -1;
+    }
+  }
+  memcpy(self->kinds, kinds, (size_t)n + 1);
+  self->n_args = n;
+  Py_INCREF(binary);
+  Py_XSETREF(self->binary, binary);
+  Py_INCREF(name);
+  Py_XSETREF(self->name, name);
+  self->n_contexts = 0;
+  self->n_params = -1;
+  if (load_driver()) return -1;
+  if (!function_for_context(self, device)) return -1;
+  return 0;
+}
+
+static void Launcher_dealloc(Launcher *self) {
+  Py_XDECREF(self->binary);
+  Py_XDECREF(self->name);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int pack(Launcher *self, PyObject *args, uint64_t *slots, void **params, int *n_params) {
+  int p = 0;
+  for (Py_ssize_t i = 0; i < self->n_args; i++) {
+    char kind = self->kinds[i];
+    if (kind == 'C') continue;
+    PyObject *obj = PyTuple_GET_ITEM(args, i);
+    uint64_t *slot = &slots[p];
+    *slot = 0;
+    if (kind == 'P') {
+      uint64_t ptr = 0;
+      if (obj == Py_None) {
+        ptr = 0;
+      } else if (PyLong_Check(obj)) {
+        ptr = PyLong_AsUnsignedLongLong(obj);
+        if (PyErr_Occurred()) return -1;
+      } else {
+        PyObject *ret = PyObject_CallMethodNoArgs(obj, str_data_ptr);
+        if (!ret) return -1;
+        ptr = PyLong_AsUnsignedLongLong(ret);
+        Py_DECREF(ret);
+        if (PyErr_Occurred()) return -1;
+        if (ptr) {
+          uint64_t dev_ptr = 0;
+          CUresult status = cu.cuPointerGetAttribute(&dev_ptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr);
+          if (status == CUDA_ERROR_INVALID_VALUE) {
+            PyErr_Format(PyExc_ValueError,
+                         "argument %zd is not GPU memory the kernel can reach (a CPU tensor?)", i);
+            return -1;
+          }
+          if (check(status, "cuPointerGetAttribute")) return -1;
+          ptr = dev_ptr;
+        }
+      }
+      *slot = ptr;
+    } else if (kind == 'f' || kind == 'd' || kind == 'e' || kind == 'B') {
+      double v = PyFloat_AsDouble(obj);
+      if (v == -1.0 && PyErr_Occurred()) return -1;
+      if (kind == 'd') {
+        memcpy(slot, &v, 8);
+      } else if (kind == 'f') {
+        float f = (float)v;
+        memcpy(slot, &f, 4);
+      } else if (kind == 'e') {
+        uint16_t h;
+#if PY_VERSION_HEX < 0x030B0000
+        if (_PyFloat_Pack2(v, (unsigned char *)&h, 1)) return -1;
+#else
+        if (PyFloat_Pack2(v, (char *)&h, 1)) return -1;
+#endif
+        memcpy(slot, &h, 2);
+      } else {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        uint16_t b = (uint16_t)(u >> 16);
+        memcpy(slot, &b, 2);
+      }
+    } else {
+      /* integers of every width: two's complement, little endian, the low bytes */
+      uint64_t u;
+      if (PyBool_Check(obj)) {
+        u = obj == Py_True;
+      } else {
+        u = PyLong_AsUnsignedLongLongMask(obj);
+        if (u == (uint64_t)-1 && PyErr_Occurred()) return -1;
+      }
+      *slot = u;
+    }
+    params[p] = slot;
+    p++;
+  }
+  for (int e = 0; e < self->n_extra; e++) {
+    slots[p] = 0;
+    params[p] = &slots[p];
+    p++;
+  }
+  *n_params = p;
+  return 0;
+}
+
+static PyObject *Launcher_launch(Launcher *self, PyObject *const *argv, Py_ssize_t argc) {
+  if (argc != 3 || !PyTuple_Check(argv[0]) || !PyTuple_Check(argv[2])) {
+    PyErr_SetString(PyExc_TypeError, "launch(grid: tuple, stream: int, args: tuple)");
+    return NULL;
+  }
+  PyObject *grid = argv[0];
+  PyObject *args = argv[2];
+  Py_ssize_t gn = PyTuple_GET_SIZE(grid);
+  if (gn < 1 || gn > 3) {
+    PyErr_Format(PyExc_ValueError, "the grid must have 1 to 3 dimensions, got %zd", gn);
+    return NULL;
+  }
+  long g[3] = {1, 1, 1};
+  for (Py_ssize_t i = 0; i < gn; i++) {
+    g[i] = PyLong_AsLong(PyTuple_GET_ITEM(grid, i));
+    if (g[i] == -1 && PyErr_Occurred()) return NULL;
+    if (g[i] < 0 || g[i] > 0x7fffffffL) {
+      PyErr_Format(PyExc_ValueError, "grid dimension %zd is %ld, outside 0..2**31-1", i, g[i]);
+      return NULL;
+    }
+  }
+  if (PyTuple_GET_SIZE(args) != self->n_args) {
+    PyErr_Format(PyExc_TypeError, "kernel %U takes %zd arguments, got %zd", self->name, self->n_args,
+                 PyTuple_GET_SIZE(args));
+    return NULL;
+  }
+  uint64_t stream = PyLong_AsUnsignedLongLongMask(argv[1]);
+  if (stream == (uint64_t)-1 && PyErr_Occurred()) return NULL;
+  CUfunction fn = function_for_context(self, -1);
+  if (!fn) return NULL;
+  uint64_t slots[MAX_ARGS + 8];
+  void *params[MAX_ARGS + 8];
+  int n_params = 0;
+  if (pack(self, args, slots, params, &n_params)) return NULL;
+  if (g[0] * g[1] * g[2] == 0) Py_RETURN_NONE;
+  if (check(cu.cuLaunchKernel(fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)self->block_x, 1, 1,
+                              (unsigned)self->shared, (CUstream)(uintptr_t)stream, params, NULL),
+            "cuLaunchKernel"))
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *Launcher_get_n_params(Launcher *self, void *closure) { return PyLong_FromLong(self->n_params); }
+static PyObject *Launcher_get_n_regs(Launcher *self, void *closure) { return PyLong_FromLong(self->n_regs); }
+static PyObject *Launcher_get_n_spills(Launcher *self, void *closure) { return PyLong_FromLong(self->n_spills); }
+static PyObject *Launcher_get_n_expected(Launcher *self, void *closure) {
+  long n = self->n_extra;
+  for (Py_ssize_t i = 0; i < self->n_args; i++) n += self->kinds[i] != 'C';
+  return PyLong_FromLong(n);
+}
+
+static PyGetSetDef Launcher_getset[] = {
+    {"n_params", (getter)Launcher_get_n_params, NULL, "parameters the driver reports (-1: unknown)", NULL},
+    {"n_expected", (getter)Launcher_get_n_expected, NULL, "parameters this launcher passes", NULL},
+    {"n_regs", (getter)Launcher_get_n_regs, NULL, "registers per thread", NULL},
+    {"n_spills", (getter)Launcher_get_n_spills, NULL, "spilled 4-byte words per thread", NULL},
+    {NULL}};
+
+static PyMethodDef Launcher_methods[] = {
+    {"launch", (PyCFunction)(void (*)(void))Launcher_launch, METH_FASTCALL,
+     "launch(grid, stream, args): launch on `stream` (a CUstream as int)"},
+    {NULL}};
+
+static PyTypeObject LauncherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kiln_launch.Launcher",
+    .tp_basicsize = sizeof(Launcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A cubin loaded for launching: Launcher(binary, name, kinds, block_x, shared, n_extra)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Launcher_init,
+    .tp_dealloc = (destructor)Launcher_dealloc,
+    .tp_methods = Launcher_methods,
+    .tp_getset = Launcher_getset,
+};
+
+static PyMethodDef module_methods[] = {
+    {"call_key", (PyCFunction)(void (*)(void))call_key, METH_FASTCALL,
+     "call_key(args, flags): what a compiled binary depends on in these arguments"},
+    {NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kiln_launch", NULL, -1, module_methods};
+
+PyMODINIT_FUNC PyInit__kiln_launch(void) {
+  str_data_ptr = PyUnicode_InternFromString("data_ptr");
+  str_dtype = PyUnicode_InternFromString("dtype");
+  if (!str_data_ptr || !str_dtype) return NULL;
+  if (PyType_Ready(&LauncherType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&module);
+  if (!m) return NULL;
+  Py_INCREF(&LauncherType);
+  if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) return NULL;
+  return m;
+}
