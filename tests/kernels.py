@@ -64,3 +64,37 @@ def matmul_kernel(
 def broken_kernel(x_ptr, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     tl.store(x_ptr + offsets, undefined_name + 1)  # noqa: F821 - a Python-level compile error
+
+
+@triton.jit
+def axpby_kernel(
+    x_ptr,
+    out_ptr,
+    n,
+    stride_x,
+    alpha,
+    beta_flag,
+    offset,
+    SQUARE: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    """out[i] = alpha * x[i * stride_x] (squared if SQUARE) + offset (+1 if beta_flag): all arg kinds."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets * stride_x, mask=mask).to(tl.float32)
+    if SQUARE:
+        x = x * x
+    y = alpha * x + offset
+    if beta_flag:
+        y = y + 1.0
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def tile2d_kernel(x_ptr, out_ptr, M, N, stride_m, stride_n, BM: tl.constexpr, BN: tl.constexpr):
+    """out = x.T + 1 over a 2-D grid (program ids 0 and 1)."""
+    rm = tl.program_id(0) * BM + tl.arange(0, BM)
+    rn = tl.program_id(1) * BN + tl.arange(0, BN)
+    mask = (rm[:, None] < M) & (rn[None, :] < N)
+    x = tl.load(x_ptr + rm[:, None] * stride_m + rn[None, :] * stride_n, mask=mask)
+    tl.store(out_ptr + rn[None, :] * M + rm[:, None], x + 1, mask=mask)

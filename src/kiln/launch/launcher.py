@@ -72,16 +72,18 @@ def _triton_launch_hooks() -> bool:
     try:
         from triton import knobs
 
-        return bool(knobs.runtime.launch_enter_hook or knobs.runtime.launch_exit_hook)
+        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
     except Exception:  # an older Triton without knobs: no hooks kiln knows of
         return False
+    # Triton 3.6 keeps them as HookChain objects (always truthy; empty .calls = no hooks).
+    return any(bool(getattr(hook, "calls", hook)) for hook in hooks if hook is not None)
 
 
 _stream_getter: Callable[[], int] | None = None
 
 
-def current_stream() -> int:
-    """The caller's current CUDA stream (torch's, on torch's current device), as an int."""
+def stream_getter() -> Callable[[], int]:
+    """A function returning the caller's current CUDA stream (torch's, on its current device)."""
     global _stream_getter
     if _stream_getter is None:
         import torch
@@ -90,10 +92,15 @@ def current_stream() -> int:
         get_device = torch._C._cuda_getDevice
 
         def _getter() -> int:
-            return int(get_stream(get_device()))
+            return get_stream(get_device())
 
         _stream_getter = _getter
-    return _stream_getter()
+    return _stream_getter
+
+
+def current_stream() -> int:
+    """The caller's current CUDA stream (torch's, on torch's current device), as an int."""
+    return stream_getter()()
 
 
 class KernelLauncher:
@@ -121,6 +128,7 @@ class KernelLauncher:
                 self.fallback_reason = str(exc)
         self._triton: Any = triton
         if self.native is not None:
+            self._stream = stream_getter()
             self.launch = self._launch_native
         else:
             log.info("kiln: %s launches through Triton's launcher: %s", artifact.name, self.fallback_reason)
@@ -131,12 +139,12 @@ class KernelLauncher:
         return self.native is not None
 
     def _launch_native(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
-        self.native.launch(grid, current_stream(), args)
+        self.native.launch(grid, self._stream(), args)
 
     def _launch_triton(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         if self._triton is None:
             self._triton = triton_kernel(self.artifact, self.spec, self._files_dir)
-        self._triton[grid](*args)
+        self._triton[grid + (1,) * (3 - len(grid))](*args)
 
     def __repr__(self) -> str:
         how = "kiln" if self.is_fast else f"triton ({self.fallback_reason})"
