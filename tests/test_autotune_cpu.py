@@ -289,6 +289,24 @@ def test_precompile_returns_at_once_and_the_first_call_reuses_its_compiles(
     assert tuner.best_config.kwargs == {"BLOCK": 128}
 
 
+def test_definition_time_precompile_with_dtypes_matches_real_calls(make_pool: Any) -> None:
+    pool = make_pool(workers=2)
+    tuner = kiln.autotune(
+        configs(64, 128),
+        key=["n"],
+        pool=pool,
+        target=SM90,
+        database=False,
+        precompile=[(torch.float32, torch.float32, 4096)],
+    )(scale_kernel)
+    assert pool.stats.submitted == 2  # started at definition time
+    x = torch.randn(4096)
+    futures = kiln.precompile(tuner, x, torch.empty_like(x), 4096)  # what a real call would need
+    for future in futures:
+        assert future.result().binary
+    assert pool.stats.dispatched == 2  # the real arguments needed nothing the dtypes had not started
+
+
 def test_precompile_rejects_a_plain_jit_kernel() -> None:
     with pytest.raises(TypeError, match=r"kiln\.autotune"):
         kiln.precompile(scale_kernel, torch.randn(8), torch.randn(8), 8)

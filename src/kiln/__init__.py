@@ -11,35 +11,101 @@ Quick start::
         kernel = pool.load_kernel(request, artifact)   # Triton CompiledKernel, no recompile
 """
 
-from concurrent.futures import as_completed
+from __future__ import annotations
 
-from triton import Config
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from kiln.artifact import CompiledArtifact, to_triton_kernel
-from kiln.autotuner import AutotuneError, Autotuner, autotune
-from kiln.bundle import load_bundle, precompile, save_bundle
-from kiln.errors import (
-    ArtifactError,
-    CompileTimeoutError,
-    JobFailure,
-    KernelSpecError,
-    KilnError,
-    MissingMetadataError,
-    PoolClosedError,
-    RemoteCompileError,
-    RequestError,
-    SettingsError,
-    TargetError,
-    WorkerCrashedError,
-    WorkerMemoryError,
-    ZygoteDiedError,
-    ZygoteError,
+# Names are imported on first use, so that ``import kiln`` (and a process that only loads a
+# bundle) does not import Triton.
+_LAZY: dict[str, str] = {
+    "as_completed": "concurrent.futures",
+    "Config": "triton",
+    "CompiledArtifact": "kiln.artifact",
+    "to_triton_kernel": "kiln.artifact",
+    "AutotuneError": "kiln.autotuner",
+    "Autotuner": "kiln.autotuner",
+    "autotune": "kiln.autotuner",
+    "Bundle": "kiln.bundle",
+    "BundleError": "kiln.bundle",
+    "BundleMissError": "kiln.bundle",
+    "load_bundle": "kiln.bundle",
+    "precompile": "kiln.bundle",
+    "save_bundle": "kiln.bundle",
+    "CompilePool": "kiln.pool",
+    "PoolStats": "kiln.pool",
+    "get_pool": "kiln.pool",
+    "CompileRequest": "kiln.request",
+    "Settings": "kiln.settings",
+    "ArtifactStore": "kiln.store",
+    "CacheWarning": "kiln.store",
+    "GPUTarget": "kiln.triton_compat",
+    "KernelLauncher": "kiln.launch",
+}
+_ERRORS = (
+    "ArtifactError",
+    "CompileTimeoutError",
+    "JobFailure",
+    "KernelSpecError",
+    "KilnError",
+    "MissingMetadataError",
+    "PoolClosedError",
+    "RemoteCompileError",
+    "RequestError",
+    "SettingsError",
+    "TargetError",
+    "WorkerCrashedError",
+    "WorkerMemoryError",
+    "ZygoteDiedError",
+    "ZygoteError",
 )
-from kiln.pool import CompilePool, PoolStats, get_pool
-from kiln.request import CompileRequest
-from kiln.settings import Settings
-from kiln.store import ArtifactStore, CacheWarning
-from kiln.triton_compat import GPUTarget
+_LAZY.update(dict.fromkeys(_ERRORS, "kiln.errors"))
+
+if TYPE_CHECKING:
+    from concurrent.futures import as_completed
+
+    from triton import Config
+
+    from kiln.artifact import CompiledArtifact, to_triton_kernel
+    from kiln.autotuner import AutotuneError, Autotuner, autotune
+    from kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, precompile, save_bundle
+    from kiln.errors import (
+        ArtifactError,
+        CompileTimeoutError,
+        JobFailure,
+        KernelSpecError,
+        KilnError,
+        MissingMetadataError,
+        PoolClosedError,
+        RemoteCompileError,
+        RequestError,
+        SettingsError,
+        TargetError,
+        WorkerCrashedError,
+        WorkerMemoryError,
+        ZygoteDiedError,
+        ZygoteError,
+    )
+    from kiln.launch import KernelLauncher
+    from kiln.pool import CompilePool, PoolStats, get_pool
+    from kiln.request import CompileRequest
+    from kiln.settings import Settings
+    from kiln.store import ArtifactStore, CacheWarning
+    from kiln.triton_compat import GPUTarget
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
@@ -48,6 +114,9 @@ __all__ = [
     "ArtifactStore",
     "AutotuneError",
     "Autotuner",
+    "Bundle",
+    "BundleError",
+    "BundleMissError",
     "CacheWarning",
     "CompilePool",
     "CompileRequest",
@@ -56,6 +125,7 @@ __all__ = [
     "Config",
     "GPUTarget",
     "JobFailure",
+    "KernelLauncher",
     "KernelSpecError",
     "KilnError",
     "MissingMetadataError",

@@ -72,5 +72,65 @@ def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | 
             click.echo(f"written: {target}")
 
 
+@main.group()
+def bundle() -> None:
+    """Write and inspect bundles of tuned kernels (binaries + launch metadata + tuning records)."""
+
+
+@bundle.command("save")
+@click.argument("path", type=click.Path(dir_okay=True, file_okay=True))
+@click.option("--kernel", default=None, help="Only this kernel (by name).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="kiln cache holding the tuned variants (default: KILN_CACHE_DIR, else ~/.cache/kiln).",
+)
+def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
+    """Write every tuned variant recorded in the kiln cache to PATH (a directory, or .tar/.tar.gz/.tgz)."""
+    import warnings
+    from pathlib import Path
+
+    from kiln import settings
+    from kiln.bundle import BundleError, collect_recorded, write_bundle
+
+    root = Path(cache_dir) if cache_dir else settings.current().cache_dir
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            kernels, binaries = collect_recorded(root, kernel)
+            written = write_bundle(Path(path), kernels, binaries)
+        except BundleError as exc:
+            raise click.ClickException(str(exc)) from None
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
+    for record in kernels:
+        click.echo(f"{record.name}: {len(record.entries)} variant(s)")
+    click.echo(f"written: {written}")
+
+
+@bundle.command("show")
+@click.argument("path", type=click.Path(exists=True))
+def bundle_show(path: str) -> None:
+    """List a bundle's kernels and variants (no GPU needed)."""
+    from kiln.bundle import BundleError, BundleReader
+
+    try:
+        reader = BundleReader(path)
+    except BundleError as exc:
+        raise click.ClickException(str(exc)) from None
+    manifest = reader.manifest
+    click.echo(f"{path}: kiln {manifest.kiln_version}, Triton {manifest.triton_version}, {manifest.created}")
+    for record in manifest.kernels:
+        click.echo(f"{record.name} ({record.kernel_hash[:12]})")
+        for entry in record.entries:
+            kwargs = entry.config.get("kwargs", {})
+            click.echo(
+                f"  key {entry.key_values}  config {kwargs} warps={entry.config.get('num_warps')} "
+                f"stages={entry.config.get('num_stages')}  sm_{entry.metadata['target']['arch']}  "
+                f"{entry.source}"
+            )
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

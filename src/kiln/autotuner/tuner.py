@@ -168,6 +168,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
+        # Variants launched in this process, for bundles: (tuning key, request key) -> (entry, artifact).
+        self._variants: dict[tuple[Any, str], tuple[Any, CompiledArtifact]] = {}
         # The fast path (see fastpath.py): len(args) -> call key -> FastEntry.
         self._fast: dict[int, dict[tuple[Any, ...], FastEntry]] = {}
         flags = param_flags(fn.params, key)
@@ -210,6 +212,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         key: tuple[Any, ...] | None = None
         if len(self.configs) > 1:
             key = tuning_key(self.arg_names, self.keys, args, kwargs)
+            if key not in self.cache and not warmup:
+                adopted = self._from_bundle(key, args, kwargs, grid)
+                if adopted is not None:
+                    self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+                    return adopted
             if key not in self.cache:
                 pruned = self.prune_configs(kwargs)
                 started = time.time()
@@ -243,6 +250,9 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         argument types then waits only for what is still missing: its requests are the same,
         so the pool hands it the futures already in flight (or the cached artifacts).
         """
+        from triton.runtime.jit import MockTensor
+
+        args = tuple(MockTensor.wrap_dtype(a) for a in args)  # torch.float16 stands for a tensor
         with self._lock:
             self.nargs = dict(zip(self.arg_names, args, strict=False))
             try:
@@ -284,6 +294,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         if recorded is not None and self._adopt(key, candidates, recorded):
             self.loaded_from = "database"
             self.last_run = recorded
+            self.tuned[key] = recorded
             log.info(
                 "kiln: %s %s: best config %s from the tuning database",
                 self.base_fn.__name__,
@@ -357,6 +368,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             wall_s=wall,
             first_result_s=first_result_s,
         )
+        self.tuned[key] = self.last_run
 
     def _final_round(
         self,
@@ -478,7 +490,104 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         full_args = tuple(candidate.bound.args.values())
         launcher.launch(bounds, full_args)
         self._register_fast(config, args, kwargs, candidate, kernel, launcher, key)
+        if (key, candidate.request.key) not in self._variants:
+            self._record_variant(key, config, candidate, launcher)
         return kernel
+
+    # -- bundles ------------------------------------------------------------------------------
+
+    def _kernel_record(self) -> Any:
+        from kiln.bundle.format import KernelRecord, ParamRecord
+        from kiln.kernel_spec import KernelSpec
+
+        flags = self._flags_by_len[-1].decode()
+        params = []
+        for param, flag in zip(self.fn.params, flags, strict=True):
+            default = param.default if param.has_default else None
+            has_default = bool(param.has_default) and _json_able(default)
+            params.append(ParamRecord(param.name, flag, has_default, default if has_default else None))
+        import hashlib
+
+        kernel_hash = hashlib.sha256(str(KernelSpec.of(self.fn).identity).encode()).hexdigest()
+        return KernelRecord(self.base_fn.__name__, kernel_hash, params)
+
+    def _record_variant(
+        self, key: tuple[Any, ...] | None, config: Any, candidate: _Candidate, launcher: KernelLauncher
+    ) -> None:
+        """Remember the variant for save_bundle, and record it in the cache for `kiln bundle save`."""
+        from kiln.bundle.format import entry_for
+        from kiln.bundle.records import write_record
+
+        key_values = {k: candidate.bound.args[k] for k in self.keys if k in candidate.bound.args}
+        run = self.tuned.get(key) if key is not None else None
+        try:
+            entry = entry_for(
+                self.base_fn.__name__,
+                launcher.artifact,
+                launcher.spec,
+                key_values,
+                _config_json(config),
+                run.to_json() if run is not None else None,
+                self.loaded_from or ("tuned" if key is not None else "single config"),
+            )
+        except KilnError as exc:
+            log.info("kiln: %s: this variant cannot go into a bundle: %s", self.base_fn.__name__, exc)
+            return
+        self._variants[(key, candidate.request.key)] = (entry, launcher.artifact)
+        current = settings_mod.current()
+        if current.use_disk_cache:
+            try:
+                write_record(current.cache_dir, self._kernel_record(), entry)
+            except OSError as exc:
+                name = self.base_fn.__name__
+                log.warning("kiln: could not record %s for `kiln bundle save`: %s", name, exc)
+
+    def bundle_record(self) -> tuple[Any, dict[str, CompiledArtifact]]:
+        """This kernel's variants launched in this process, as a bundle's KernelRecord + binaries."""
+        record = self._kernel_record()
+        artifacts: dict[str, CompiledArtifact] = {}
+        for entry, artifact in self._variants.values():
+            record.entries.append(entry)
+            artifacts[artifact.key] = artifact
+        return record, artifacts
+
+    def _from_bundle(
+        self, key: tuple[Any, ...], args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any
+    ) -> Any:
+        """Launch from a loaded bundle's variant for this call, if one matches; None otherwise."""
+        from kiln.bundle.runtime import BundleMissError, registered_bundles
+
+        bundles = registered_bundles()
+        if not bundles or self._call_key is None or any(k not in ("grid", "warmup") for k in kwargs):
+            return None
+        record = self._kernel_record()
+        for bundle in reversed(bundles):
+            kernel = bundle.find(record.name, record.kernel_hash)
+            if kernel is None:
+                continue
+            try:
+                variant = kernel.variant_for(tuple(args))
+            except BundleMissError:
+                continue
+            launcher = variant.ensure_launcher()
+            config = _config_from_json(variant.entry.config)
+            self.cache[key] = config
+            self.best_config = config
+            self.loaded_from = f"bundle {bundle.path}"
+            log.info(
+                "kiln: %s %s: best config %s from bundle %s",
+                self.base_fn.__name__,
+                key,
+                config_label(config),
+                bundle.path,
+            )
+            call_key = self._call_key(tuple(args), self._flags_by_len[len(args)])
+            entry = FastEntry(
+                launcher, variant.names, variant.tail, variant.meta_extra, config, launcher, self.loaded_from
+            )
+            self._fast.setdefault(len(args), {})[call_key] = entry
+            return entry.launch(grid, tuple(args))
+        return None
 
     def _register_fast(
         self,
@@ -800,6 +909,22 @@ def _device_identity(target: Any) -> tuple[str, str]:
     return f"no GPU ({target.backend} target)", str(target.arch)
 
 
+def _json_able(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _config_from_json(data: Mapping[str, Any]) -> Any:
+    from triton import Config
+
+    names = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+    options = {k: data[k] for k in names if data.get(k) is not None}
+    return Config(dict(data.get("kwargs", {})), **options)
+
+
 def _config_json(config: Any) -> dict[str, Any]:
     return {
         "kwargs": {
@@ -858,6 +983,7 @@ def autotune(
     pool: CompilePool | None = None,
     database: Any = None,
     target: Any = None,
+    precompile: Sequence[Sequence[Any]] | None = None,
 ) -> Callable[[Any], Autotuner]:
     """``triton.autotune`` with parallel compiles, a crash-proof GPU sandbox and a tuning database.
 
@@ -871,11 +997,16 @@ def autotune(
     * ``pool``: the :class:`~kiln.CompilePool` to compile in (default: :func:`kiln.get_pool`);
     * ``database``: a ``kiln.tuning.TuningDatabase``, or ``False`` for none (default: the one
       at ``KILN_TUNING_DB``);
-    * ``target``: the ``GPUTarget`` to compile for (default: the local GPU's).
+    * ``target``: the ``GPUTarget`` to compile for (default: the local GPU's);
+    * ``precompile``: example argument tuples (dtypes stand for tensors, e.g.
+      ``[(torch.float16, torch.float16, 4096)]``) whose configs start compiling in the pool at
+      definition time, in the background; the first real call with matching arguments waits
+      only for what is still compiling. Without it, the kernel tunes on its first call with
+      real inputs, or loads a result from a loaded bundle or the tuning database (logged at INFO).
     """
 
     def decorator(fn: Any) -> Autotuner:
-        return Autotuner(
+        tuner = Autotuner(
             fn,
             fn.arg_names,
             configs,
@@ -898,5 +1029,8 @@ def autotune(
             database=database,
             target=target,
         )
+        for example in precompile or ():
+            tuner.precompile(*example)
+        return tuner
 
     return decorator

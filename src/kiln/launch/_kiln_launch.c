@@ -57,6 +57,7 @@ static struct {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                              unsigned, CUstream, void **, void **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
+  CUresult (*cuDriverGetVersion)(int *);
 } cu;
 
 static PyObject *str_data_ptr = NULL;
@@ -94,6 +95,7 @@ static int load_driver(void) {
   SYM(cuPointerGetAttribute);
   SYM(cuLaunchKernel);
   SYM(cuGetErrorString);
+  SYM(cuDriverGetVersion);
 #undef SYM
   *(void **)(&cu.cuFuncGetParamInfo) = dlsym(lib, "cuFuncGetParamInfo");
   cu.loaded = 1;
@@ -513,7 +515,24 @@ static PyTypeObject LauncherType = {
     .tp_getset = Launcher_getset,
 };
 
+/* device_info(device) -> (major, minor, driver_version): what a bundle is checked against. */
+static PyObject *device_info(PyObject *self, PyObject *arg) {
+  long device = PyLong_AsLong(arg);
+  if (device == -1 && PyErr_Occurred()) return NULL;
+  if (load_driver()) return NULL;
+  CUdevice dev;
+  int major = 0, minor = 0, version = 0;
+  if (check(cu.cuInit(0), "cuInit")) return NULL;
+  if (check(cu.cuDeviceGet(&dev, (int)device), "cuDeviceGet")) return NULL;
+  if (check(cu.cuDeviceGetAttribute(&major, 75, dev), "cuDeviceGetAttribute")) return NULL;
+  if (check(cu.cuDeviceGetAttribute(&minor, 76, dev), "cuDeviceGetAttribute")) return NULL;
+  if (check(cu.cuDriverGetVersion(&version), "cuDriverGetVersion")) return NULL;
+  return Py_BuildValue("(iii)", major, minor, version);
+}
+
 static PyMethodDef module_methods[] = {
+    {"device_info", (PyCFunction)device_info, METH_O,
+     "device_info(device) -> (major, minor, driver_version)"},
     {"call_key", (PyCFunction)(void (*)(void))call_key, METH_FASTCALL,
      "call_key(args, flags): what a compiled binary depends on in these arguments"},
     {NULL}};

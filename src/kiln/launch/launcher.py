@@ -165,7 +165,12 @@ def _native_launcher(artifact: CompiledArtifact, spec: LaunchSpec) -> Any:
     kinds = spec.kinds()
     block_x = 32 * int(artifact.launch_field("num_warps"))
     shared = int(artifact.launch_field("shared"))
-    launcher = module.Launcher(artifact.binary, artifact.name, kinds, block_x, shared, _TRITON_EXTRA_PARAMS)
+    try:
+        launcher = module.Launcher(
+            artifact.binary, artifact.name, kinds, block_x, shared, _TRITON_EXTRA_PARAMS
+        )
+    except RuntimeError as exc:  # no driver, or the driver refused the binary
+        raise _Unsupported(f"kiln's launcher could not load the binary: {exc}") from None
     reported, expected = launcher.n_params, launcher.n_expected
     if reported >= 0 and reported != expected:
         extra = reported - (expected - _TRITON_EXTRA_PARAMS)

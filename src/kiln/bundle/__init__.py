@@ -1,0 +1,78 @@
+"""Bundles: tuned kernels that a fresh process (or a C/C++ host) runs without compiling.
+
+* :func:`save_bundle` writes the variants ``kiln.autotune``'d kernels have launched in this
+  process; ``kiln bundle save PATH`` writes those recorded in the kiln cache by any process.
+* :func:`load_bundle` reads one back (:mod:`.runtime`); the format is in :mod:`.format` and
+  ``docs/BUNDLES.md``.
+* :func:`precompile` starts a tuned kernel's compiles in the background.
+
+Importing this package does not import Triton.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from kiln.bundle.format import BUNDLE_FORMAT, BundleError, BundleReader, KernelRecord, write_bundle
+from kiln.bundle.records import collect_recorded, record_path
+from kiln.bundle.runtime import Bundle, BundledKernel, BundleMissError, load_bundle
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "Bundle",
+    "BundleError",
+    "BundleMissError",
+    "BundleReader",
+    "BundledKernel",
+    "KernelRecord",
+    "collect_recorded",
+    "load_bundle",
+    "precompile",
+    "record_path",
+    "save_bundle",
+    "write_bundle",
+]
+
+
+def save_bundle(path: str | Path, *kernels: Any) -> Path:
+    """Write the tuned variants of ``kernels`` (``kiln.autotune``'d) that this process launched.
+
+    Each variant carries its binary, launch metadata, argument specialization and tuning
+    record. ``path`` is a directory, or an archive if it ends in ``.tar``, ``.tar.gz`` or
+    ``.tgz``. Raises :class:`BundleError` if a kernel has not run yet (nothing to save).
+    """
+    from kiln.autotuner import Autotuner
+
+    records: list[KernelRecord] = []
+    binaries: dict[str, Any] = {}
+    for kernel in kernels:
+        if not isinstance(kernel, Autotuner):
+            raise TypeError(
+                f"save_bundle takes kernels decorated with kiln.autotune, got {type(kernel).__name__}"
+            )
+        record, artifacts = kernel.bundle_record()
+        if not record.entries:
+            raise BundleError(
+                f"{record.name} has not been called in this process, so there is nothing of it to save; "
+                f"call it with real inputs first (or use `kiln bundle save`, which reads the kiln cache)."
+            )
+        records.append(record)
+        binaries.update(artifacts)
+    return write_bundle(Path(path), records, binaries)
+
+
+def precompile(kernel: Any, *args: Any, **kwargs: Any) -> Any:
+    """Start compiling a ``kiln.autotune``'d kernel's configs for calls like ``kernel(*args)``.
+
+    Returns the list of futures at once; the first real call waits only for what is missing.
+    Arguments may be dtypes standing for tensors (``torch.float16``), as in Triton's warmup.
+    """
+    from kiln.autotuner import Autotuner
+
+    if not isinstance(kernel, Autotuner):
+        raise TypeError(
+            f"kiln.precompile takes a kernel decorated with kiln.autotune, got {type(kernel).__name__}; "
+            f"for a plain @triton.jit kernel, submit CompileRequests to a CompilePool."
+        )
+    return kernel.precompile(*args, **kwargs)
