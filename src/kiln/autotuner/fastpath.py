@@ -123,5 +123,9 @@ class GridCall:
                     entry = None  # arguments the key cannot describe: the full path decides
                 if entry is not None:
                     tuner.best_config = entry.config
-                    return entry.launch(self.grid, args)
+                    grid = self.grid
+                    if entry.stream is not None and type(grid) is tuple:  # the common case, inline
+                        entry.native.launch(grid, entry.stream(), args + entry.tail if entry.tail else args)
+                        return entry.result
+                    return entry.launch(grid, args)
         return tuner.run(*args, grid=self.grid, warmup=False, **kwargs)
