@@ -35,7 +35,8 @@ def _tuned(pool: Any) -> Any:
 
 _BLOCKED_RUN = """
 import sys
-import torch  # torch itself may import Triton (torch.cuda registers Triton kernels)
+import torch
+torch.zeros(1, device="cuda")  # CUDA init: torch >= 2.11 imports Triton here itself (kernel registration)
 
 def triton_modules():
     return {{m for m in sys.modules if m.split(".")[0] == "triton"}}
@@ -71,7 +72,7 @@ new = triton_modules() - before - {{"triton.compiler.compiler", "triton.runtime.
 assert not new, f"kiln imported {{new}}"
 variant = add.variant_for((x, y, out, n))
 assert variant.launcher.is_fast, variant.launcher.fallback_reason
-print("OK", variant.meta_extra, "triton imported by torch:", bool(before))
+print("OK", variant.meta_extra, "Triton imported by torch:", bool(before))
 """
 
 
