@@ -96,7 +96,8 @@ def test_save_then_fresh_process_runs_without_triton(
     import kiln
 
     caplog.set_level(logging.INFO, logger="kiln")
-    tuned = _tuned(make_pool(workers=4))
+    pool = make_pool(workers=4)
+    tuned = _tuned(pool)
     n = 100_000
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.zeros_like(x)
@@ -112,7 +113,8 @@ def test_save_then_fresh_process_runs_without_triton(
 
     from kiln.cli import main as cli
 
-    result = CliRunner().invoke(cli, ["bundle", "save", str(tmp_path / "cli-bundle")])
+    cache = str(pool.settings.cache_dir)
+    result = CliRunner().invoke(cli, ["bundle", "save", str(tmp_path / "cli-bundle"), "--cache-dir", cache])
     assert result.exit_code == 0, result.output
     _run_blocked(tmp_path / "cli-bundle", n)
 

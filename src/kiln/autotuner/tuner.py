@@ -534,10 +534,10 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             log.info("kiln: %s: this variant cannot go into a bundle: %s", self.base_fn.__name__, exc)
             return
         self._variants[(key, candidate.request.key)] = (entry, launcher.artifact)
-        current = settings_mod.current()
-        if current.use_disk_cache:
+        pool = self._get_pool()
+        if pool.store is not None:  # beside the binaries, in the pool's cache
             try:
-                write_record(current.cache_dir, self._kernel_record(), entry)
+                write_record(pool.settings.cache_dir, self._kernel_record(), entry)
             except OSError as exc:
                 name = self.base_fn.__name__
                 log.warning("kiln: could not record %s for `kiln bundle save`: %s", name, exc)
