@@ -147,8 +147,14 @@ def to_triton_kernel(artifact: CompiledArtifact, request: CompileRequest, direct
     ``directory`` receives the binary and metadata (Triton reads them from files). The kernel
     binary is loaded onto the GPU lazily, on first launch, as Triton always does.
     """
+    return triton_kernel_from_source(artifact, request.ast_source(request.kernel), directory)
+
+
+def triton_kernel_from_source(artifact: CompiledArtifact, src: Any, directory: Path) -> Any:
+    """Triton's ``CompiledKernel`` from the artifact's files in ``directory`` and a source record
+    (an ``ASTSource``, or any object with the ``fn.arg_names``, ``signature`` and ``constants``
+    Triton's launcher reads)."""
     from triton.compiler.compiler import CompiledKernel
 
     group = write_triton_group(artifact, directory)
-    src = request.ast_source(request.kernel)
     return CompiledKernel(src, group, artifact.metadata.get("hash", artifact.key))

@@ -9,7 +9,7 @@
       grid(meta) when callable     meta = the call's arguments + the config's kwargs
       entry.launcher.launch(...)   kiln's C launcher on torch's current stream
 
-A :class:`FastEntry` is registered by the full path after it has launched a config for a call
+A :class:`LaunchEntry` is registered by the full path after it has launched a config for a call
 with only positional arguments. The key covers everything that chose the config and the
 binary (tuning-key values, dtypes, Triton's specialization), so a hit launches exactly what the
 full path would. Entries are dropped whenever the autotuner's ``cache`` changes.
@@ -19,49 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
-
-from kiln.launch.launcher import KernelLauncher, stream_getter
-
-
-class FastEntry:
-    """What a call with this key launches: the binary, the arguments the call leaves out, the config."""
-
-    __slots__ = ("config", "launcher", "meta_extra", "names", "native", "result", "source", "stream", "tail")
-
-    def __init__(
-        self,
-        launcher: KernelLauncher,
-        names: tuple[str, ...],
-        tail: tuple[Any, ...],
-        meta_extra: dict[str, Any],
-        config: Any,
-        result: Any,
-        source: str,
-    ) -> None:
-        self.launcher = launcher
-        self.names = names
-        self.tail = tail
-        self.meta_extra = meta_extra
-        self.config = config
-        self.result = result
-        self.source = source  # "tuned", "database" or "bundle <path>"
-        # kiln's C launcher and torch's stream getter, called directly (one Python frame less).
-        self.native = launcher.native
-        self.stream = stream_getter() if launcher.native is not None else None
-
-    def launch(self, grid: Any, args: tuple[Any, ...]) -> Any:
-        full = args + self.tail if self.tail else args
-        if callable(grid):
-            meta = dict(zip(self.names, full, strict=False))
-            meta.update(self.meta_extra)
-            grid = grid(meta)
-        if type(grid) is not tuple:
-            grid = tuple(grid)
-        if self.stream is not None:
-            self.native.launch(grid, self.stream(), full)
-        else:
-            self.launcher.launch(grid, full)
-        return self.result
 
 
 class FastCache(dict[Any, Any]):

@@ -24,6 +24,8 @@ in-process benchmarking, as does ``sandbox=False``.
 from __future__ import annotations
 
 import builtins
+import functools
+import hashlib
 import json
 import logging
 import statistics
@@ -41,7 +43,7 @@ from kiln import settings as settings_mod
 from kiln import triton_compat
 from kiln.artifact import CompiledArtifact
 from kiln.autotuner.check import compare
-from kiln.autotuner.fastpath import FastCache, FastEntry, GridCall
+from kiln.autotuner.fastpath import FastCache, GridCall
 from kiln.autotuner.specialize import BoundCall, config_label, request_for, tuning_key
 from kiln.errors import (
     CompileTimeoutError,
@@ -51,6 +53,7 @@ from kiln.errors import (
     WorkerMemoryError,
 )
 from kiln.launch import KernelLauncher, LaunchSpec, param_flags
+from kiln.launch.entry import LaunchEntry
 from kiln.launch.native import NativeBuildError, native
 from kiln.pool import CompilePool, get_pool
 from kiln.request import CompileRequest, guess_compile_cost
@@ -170,8 +173,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
         # Variants launched in this process, for bundles: (tuning key, request key) -> (entry, artifact).
         self._variants: dict[tuple[Any, str], tuple[Any, CompiledArtifact]] = {}
-        # The fast path (see fastpath.py): len(args) -> call key -> FastEntry.
-        self._fast: dict[int, dict[tuple[Any, ...], FastEntry]] = {}
+        # The fast path (see fastpath.py): len(args) -> call key -> LaunchEntry.
+        self._fast: dict[int, dict[tuple[Any, ...], LaunchEntry]] = {}
         flags = param_flags(fn.params, key)
         self._flags_by_len = [flags[:n] for n in range(len(flags) + 1)]
         self._call_key: Any = None
@@ -496,8 +499,10 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
 
     # -- bundles ------------------------------------------------------------------------------
 
-    def _kernel_record(self) -> Any:
-        from kiln.bundle.format import KernelRecord, ParamRecord
+    @functools.cached_property
+    def _bundle_identity(self) -> tuple[str, list[Any]]:
+        """The kernel's hash (source, helpers, globals) and parameter records, computed once."""
+        from kiln.bundle.format import ParamRecord
         from kiln.kernel_spec import KernelSpec
 
         flags = self._flags_by_len[-1].decode()
@@ -506,10 +511,15 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             default = param.default if param.has_default else None
             has_default = bool(param.has_default) and _json_able(default)
             params.append(ParamRecord(param.name, flag, has_default, default if has_default else None))
-        import hashlib
-
         kernel_hash = hashlib.sha256(str(KernelSpec.of(self.fn).identity).encode()).hexdigest()
-        return KernelRecord(self.base_fn.__name__, kernel_hash, params)
+        return kernel_hash, params
+
+    def _kernel_record(self) -> Any:
+        """A new, empty KernelRecord for this kernel (entries are the caller's to add)."""
+        from kiln.bundle.format import KernelRecord
+
+        kernel_hash, params = self._bundle_identity
+        return KernelRecord(self.base_fn.__name__, kernel_hash, list(params))
 
     def _record_variant(
         self, key: tuple[Any, ...] | None, config: Any, candidate: _Candidate, launcher: KernelLauncher
@@ -582,7 +592,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 bundle.path,
             )
             call_key = self._call_key(tuple(args), self._flags_by_len[len(args)])
-            entry = FastEntry(
+            entry = LaunchEntry(
                 launcher, variant.names, variant.tail, variant.meta_extra, config, launcher, self.loaded_from
             )
             self._fast.setdefault(len(args), {})[call_key] = entry
@@ -615,7 +625,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             return
         source = self.loaded_from or "tuned"
         tail = tuple(candidate.bound.args.values())[len(args) :]
-        entry = FastEntry(launcher, names, tail, dict(config.all_kwargs()), config, kernel, source)
+        entry = LaunchEntry(launcher, names, tail, dict(config.all_kwargs()), config, kernel, source)
         self._fast.setdefault(len(args), {})[call_key] = entry
 
     def _grid(self, grid: Any, candidate: _Candidate, config: Any) -> tuple[int, ...]:
@@ -646,8 +656,6 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         device_name, capability = _device_identity(self._local_target())
         spec = candidates[0].request.spec
         configs = json.dumps([c.label for c in candidates])
-        import hashlib
-
         kernel_key = hashlib.sha256(f"{spec.identity}|{configs}".encode()).hexdigest()
         return {
             "kernel": self.base_fn.__name__,

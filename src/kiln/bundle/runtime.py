@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from kiln.bundle.format import BundleError, BundleReader, EntryRecord, KernelRecord
-from kiln.launch.launcher import KernelLauncher, stream_getter
+from kiln.launch.entry import LaunchEntry
+from kiln.launch.launcher import KernelLauncher
 from kiln.launch.spec import LaunchSpec, LaunchSpecError, call_key_for, torch_dtype
 
 log = logging.getLogger("kiln.bundle")
@@ -46,7 +47,7 @@ def _meta_extra(config: Mapping[str, Any]) -> dict[str, Any]:
 class _Variant:
     """One entry, ready to launch once its launcher is built (lazily, on first use)."""
 
-    __slots__ = ("bundle", "entry", "kernel", "launcher", "meta_extra", "names", "native", "stream", "tail")
+    __slots__ = ("bundle", "entry", "kernel", "meta_extra", "names", "ready", "tail")
 
     def __init__(
         self, bundle: Bundle, kernel: KernelRecord, entry: EntryRecord, tail: tuple[Any, ...]
@@ -57,38 +58,33 @@ class _Variant:
         self.tail = tail
         self.names = tuple(p.name for p in kernel.params)
         self.meta_extra = _meta_extra(entry.config)
-        self.launcher: KernelLauncher | None = None
-        self.native: Any = None
-        self.stream: Any = None
+        self.ready: LaunchEntry | None = None
+
+    @property
+    def launcher(self) -> KernelLauncher | None:
+        return self.ready.launcher if self.ready is not None else None
 
     def ensure_launcher(self) -> KernelLauncher:
-        if self.launcher is None:
+        return self._prepare().launcher
+
+    def _prepare(self) -> LaunchEntry:
+        if self.ready is None:
             artifact = self.bundle.reader.artifact(self.kernel, self.entry)
-            self.launcher = KernelLauncher(artifact, self.entry.args)
-            if self.launcher.native is not None:
-                self.native = self.launcher.native
-                self.stream = stream_getter()
+            launcher = KernelLauncher(artifact, self.entry.args)
+            self.ready = LaunchEntry(
+                launcher, self.names, self.tail, self.meta_extra, source=f"bundle {self.bundle.path}"
+            )
             log.info(
                 "kiln: %s: tuned config %s loaded from bundle %s (%s launcher)",
                 self.kernel.name,
                 self.meta_extra,
                 self.bundle.path,
-                "kiln" if self.launcher.is_fast else "Triton's",
+                "kiln" if launcher.is_fast else "Triton's",
             )
-        return self.launcher
+        return self.ready
 
     def launch(self, grid: Any, args: tuple[Any, ...]) -> None:
-        full = args + self.tail if self.tail else args
-        if callable(grid):
-            meta = dict(zip(self.names, full, strict=False))
-            meta.update(self.meta_extra)
-            grid = grid(meta)
-        if type(grid) is not tuple:
-            grid = tuple(grid)
-        if self.stream is not None:
-            self.native.launch(grid, self.stream(), full)
-            return
-        self.ensure_launcher().launch(grid, full)
+        (self.ready or self._prepare()).launch(grid, args)
 
 
 class BundledKernel:

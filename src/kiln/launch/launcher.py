@@ -184,16 +184,12 @@ def _native_launcher(artifact: CompiledArtifact, spec: LaunchSpec) -> Any:
 
 def triton_kernel(artifact: CompiledArtifact, spec: LaunchSpec, files_dir: Path | None = None) -> Any:
     """Triton's ``CompiledKernel`` for this binary, built without the kernel's source or a compile."""
-    from triton.compiler.compiler import CompiledKernel
-
-    from kiln.artifact import write_triton_group
+    from kiln.artifact import triton_kernel_from_source
 
     directory = files_dir or Path(tempfile.mkdtemp(prefix="kiln-triton-"))
-    group = write_triton_group(artifact, directory / artifact.key[:32])
-    names = list(spec.names)
     src = SimpleNamespace(
-        fn=SimpleNamespace(arg_names=names),
+        fn=SimpleNamespace(arg_names=list(spec.names)),
         signature={a.name: a.type for a in spec.args},
         constants={(i,): a.value for i, a in enumerate(spec.args) if a.type == "constexpr"},
     )
-    return CompiledKernel(src, group, artifact.metadata.get("hash", artifact.key))
+    return triton_kernel_from_source(artifact, src, directory / artifact.key[:32])

@@ -1,0 +1,58 @@
+"""A launch ready to go: binary, the arguments a call leaves out, and how to compute the grid.
+
+:class:`LaunchEntry` is what both the autotuner's fast path (:mod:`kiln.autotuner.fastpath`)
+and a bundle's kernels (:mod:`kiln.bundle.runtime`) launch once a call has been matched::
+
+    launch(grid, args): full = args + tail; grid = grid(meta) if callable
+                        (meta = the arguments by name + the config's kwargs);
+                        kiln's C launcher on torch's current stream, or Triton's launcher
+
+It imports no Triton.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kiln.launch.launcher import KernelLauncher, stream_getter
+
+
+class LaunchEntry:
+    """What a matched call launches: the binary, the arguments the call leaves out, the config."""
+
+    __slots__ = ("config", "launcher", "meta_extra", "names", "native", "result", "source", "stream", "tail")
+
+    def __init__(
+        self,
+        launcher: KernelLauncher,
+        names: tuple[str, ...],
+        tail: tuple[Any, ...],
+        meta_extra: dict[str, Any],
+        config: Any = None,
+        result: Any = None,
+        source: str = "",
+    ) -> None:
+        self.launcher = launcher
+        self.names = names
+        self.tail = tail
+        self.meta_extra = meta_extra
+        self.config = config
+        self.result = result
+        self.source = source  # "tuned", "database", "bundle <path>"
+        # kiln's C launcher and torch's stream getter, called directly (one Python frame less).
+        self.native = launcher.native
+        self.stream = stream_getter() if launcher.native is not None else None
+
+    def launch(self, grid: Any, args: tuple[Any, ...]) -> Any:
+        full = args + self.tail if self.tail else args
+        if callable(grid):
+            meta = dict(zip(self.names, full, strict=False))
+            meta.update(self.meta_extra)
+            grid = grid(meta)
+        if type(grid) is not tuple:
+            grid = tuple(grid)
+        if self.stream is not None:
+            self.native.launch(grid, self.stream(), full)
+        else:
+            self.launcher.launch(grid, full)
+        return self.result
