@@ -1,4 +1,4 @@
-"""Compile a batch of Triton kernel configs five ways and compare the wall time with its limit.
+"""Compile a batch of Triton kernel configs six ways and compare the wall time with its limit.
 
 Run from the repository root (kiln installed, editable or not)::
 
@@ -26,6 +26,12 @@ directory, and must produce a cubin (``\\x7fELF``) for every config:
   ``fork`` arm, whose workers inherit this process) does not pay Triton's one-off start-up.
 * ``fork`` / ``spawn``: a ``ProcessPoolExecutor`` with that start method and ``cores``
   workers; each task compiles one config and returns its own compile seconds.
+* ``fork-cold``: the ``fork`` arm forked from a parent that has imported Triton but not
+  compiled yet: Triton's in-process key (``triton.runtime.cache.triton_key``, a hash of
+  ``libtriton.so``) is cleared before the pool starts, so each worker computes it on its first
+  compile, as a fork pool started by a fresh program would. The key is restored, untimed,
+  afterwards. ``fork`` is the pool forked from a warm parent (the issue's baseline);
+  ``fork-cold`` shows how much of that baseline is the parent's warmth.
 * ``kiln-cold``: ``CompilePool`` created inside the timed region, every request submitted,
   every future waited for.
 * ``kiln-warm``: the pool is created and ``wait_ready()`` returns before timing starts.
@@ -81,7 +87,7 @@ import kernels_bench
 from kiln import CompilePool, CompileRequest, GPUTarget, WorkerCrashedError
 from kiln.triton_compat import local_target
 
-ARMS = ("seq", "fork", "spawn", "kiln-cold", "kiln-warm", "crash")
+ARMS = ("seq", "fork", "fork-cold", "spawn", "kiln-cold", "kiln-warm", "crash")
 SETS = ("matmul", "softmax")
 CUBIN_MAGIC = b"\x7fELF"
 KERNEL_MODULE = kernels_bench.__name__
@@ -201,20 +207,42 @@ def run_seq(configs: list[Config], target: GPUTarget, cores: int, kiln_dir: Path
     return ArmRun(time.perf_counter() - started, jobs)
 
 
-def run_executor(method: str) -> ArmFn:
+def _triton_key_function() -> Any:
+    """Triton's in-process, ``lru_cache``-d key function (``None`` on a Triton without it)."""
+    import triton.runtime.cache as cache_mod
+
+    fn = getattr(cache_mod, "triton_key", None)
+    return fn if hasattr(fn, "cache_clear") else None
+
+
+def run_executor(method: str, cold_parent: bool = False) -> ArmFn:
     def run(configs: list[Config], target: GPUTarget, cores: int, kiln_dir: Path) -> ArmRun:
-        context = multiprocessing.get_context(method)
-        started = time.perf_counter()
-        executor = ProcessPoolExecutor(max_workers=cores, mp_context=context)
+        key_fn = _triton_key_function()
+        if key_fn is not None:
+            if cold_parent:
+                key_fn.cache_clear()
+            else:
+                key_fn()  # the warm parent the ``fork`` arm is defined with (untimed)
         try:
-            futures = [executor.submit(compile_config, c, target) for c in configs]
-            jobs = [f.result() for f in futures]
-            wall = time.perf_counter() - started
+            return _run_executor(method, configs, target, cores)
         finally:
-            executor.shutdown(wait=True, cancel_futures=True)  # not timed
-        return ArmRun(wall, jobs)
+            if key_fn is not None:
+                key_fn()  # restore the parent's key for the next arm (untimed)
 
     return run
+
+
+def _run_executor(method: str, configs: list[Config], target: GPUTarget, cores: int) -> ArmRun:
+    context = multiprocessing.get_context(method)
+    started = time.perf_counter()
+    executor = ProcessPoolExecutor(max_workers=cores, mp_context=context)
+    try:
+        futures = [executor.submit(compile_config, c, target) for c in configs]
+        jobs = [f.result() for f in futures]
+        wall = time.perf_counter() - started
+    finally:
+        executor.shutdown(wait=True, cancel_futures=True)  # not timed
+    return ArmRun(wall, jobs)
 
 
 def _kiln_batch(pool: CompilePool, configs: list[Config], target: GPUTarget) -> list[Job]:
@@ -264,6 +292,7 @@ def run_kiln_warm(configs: list[Config], target: GPUTarget, cores: int, kiln_dir
 ARM_FUNCTIONS: dict[str, ArmFn] = {
     "seq": run_seq,
     "fork": run_executor("fork"),
+    "fork-cold": run_executor("fork", cold_parent=True),
     "spawn": run_executor("spawn"),
     "kiln-cold": run_kiln_cold,
     "kiln-warm": run_kiln_warm,
@@ -417,6 +446,28 @@ def _set_result(configs: list[Config], records: list[dict[str, Any]], arms: list
         "repeats_done": len({r["repeat"] for r in records}),
         "runs": records,
         "summary": summarize(records, arms),
+        "targets": targets(records),
+    }
+
+
+def targets(records: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Issue #2's batch targets, each a median over repeats of a ratio taken within one repeat."""
+
+    def ratio(num_arm: str, den_arm: str, den_field: str = "wall_s") -> float | None:
+        values: list[float | None] = []
+        for repeat in sorted({r["repeat"] for r in records}):
+            here = {r["arm"]: r for r in records if r["repeat"] == repeat}
+            if num_arm in here and den_arm in here and here[den_arm][den_field]:
+                values.append(here[num_arm]["wall_s"] / here[den_arm][den_field])
+        return median_or_none(values)
+
+    return {
+        # target <= 1.05
+        "kiln_warm_wall_over_own_limit": median_or_none(
+            [r["ratio_own"] for r in records if r["arm"] == "kiln-warm"]
+        ),
+        "kiln_cold_over_fork": ratio("kiln-cold", "fork"),  # target <= 1.0
+        "kiln_cold_over_fork_cold": ratio("kiln-cold", "fork-cold"),
     }
 
 
@@ -568,6 +619,13 @@ def table(result: dict[str, Any]) -> str:
                 f"{_num(s['median_ratio_ref'])} {_num(s['median_limit_own_s'])} "
                 f"{_num(s['median_ratio_own'])} {'yes' if s['verified'] else 'NO'}"
             )
+    for kernel_set, data in result["sets"].items():
+        t = data.get("targets", {})
+        lines.append(
+            f"{kernel_set}: kiln-warm wall/own limit={_num(t.get('kiln_warm_wall_over_own_limit'), 0)} "
+            f"(target <= 1.05)  kiln-cold/fork={_num(t.get('kiln_cold_over_fork'), 0)} (target <= 1.0)  "
+            f"kiln-cold/fork-cold={_num(t.get('kiln_cold_over_fork_cold'), 0)}"
+        )
     crash = result.get("crash")
     if crash:
         runs = crash["runs"]

@@ -279,3 +279,69 @@ def test_shutdown_after_zygote_failure_does_not_hang(make_pool: Any, monkeypatch
     closer.join(5)
     # (if it hangs, make_pool's shutdown(cancel_futures=True) ends the manager afterwards)
     assert not closer.is_alive(), "shutdown() hung after the zygote failed to start"
+
+
+SEED_PROBE = textwrap.dedent(
+    """
+    import json, os, sys
+    import triton
+    import triton.runtime.cache as cache_mod
+    from kiln import triton_compat
+    from kiln.pool.warmup import warmup_kernel
+
+    cache_dir, seed = sys.argv[1], sys.argv[2] == "seed"
+    original = cache_mod.triton_key
+    key = triton_compat.triton_key(__import__("pathlib").Path(cache_dir))
+    seeded = triton_compat.seed_triton_key(key) if seed else False
+    src = triton_compat.ASTSource(
+        warmup_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 64}
+    )
+    compiled = triton.compile(src, target=triton_compat.GPUTarget("cuda", 90, 32))
+    print(json.dumps({
+        "seeded": seeded,
+        "hash": compiled.hash,
+        "original_calls": original.cache_info().misses,
+        "installed": cache_mod.triton_key() == key,
+    }))
+    """
+)
+
+
+def _seed_probe(tmp_path: Path, cache_dir: Path, mode: str) -> dict[str, Any]:
+    import json
+
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / f"triton-{mode}")}
+    out = subprocess.run(
+        [sys.executable, "-c", SEED_PROBE, str(cache_dir), mode],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_seeded_triton_key_skips_the_hash_and_gives_the_same_binary_key(tmp_path: Path) -> None:
+    """A process that installs kiln's stored key never runs Triton's hash, and compiles to
+    exactly the cache key (``compiled.hash``) that Triton's own key gives."""
+    key_dir = tmp_path / "kiln"
+    genuine = _seed_probe(tmp_path, key_dir, "plain")  # computes Triton's key, stores it
+    assert genuine["original_calls"] == 1
+    assert not genuine["seeded"]
+    seeded = _seed_probe(tmp_path, key_dir, "seed")
+    assert seeded["seeded"]
+    assert seeded["installed"]
+    assert seeded["original_calls"] == 0, "Triton hashed libtriton.so despite the seeded key"
+    assert seeded["hash"] == genuine["hash"]
+
+
+def test_zygote_installs_the_stored_key(make_pool: Any) -> None:
+    from kiln import triton_compat
+
+    triton_compat.triton_key(settings.current().cache_dir)  # make sure the key file exists
+    pool = make_pool()
+    pool.wait_ready()
+    assert pool.zygote_info["key_seeded"] is True
+    assert is_cubin(pool.submit(add_request()).result(timeout=120).binary)

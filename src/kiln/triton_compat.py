@@ -14,6 +14,7 @@ import functools
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "cache_invalidating_env",
     "local_target",
     "make_backend",
+    "seed_triton_key",
     "triton_key",
     "triton_version",
 ]
@@ -139,3 +141,36 @@ def triton_key(cache_dir: Path | None = None) -> str:
         with contextlib.suppress(OSError):
             atomic_write(path, json.dumps({"fingerprint": fingerprint, "key": key}).encode())
     return key
+
+
+def seed_triton_key(key: str) -> bool:
+    """Make Triton's own ``triton_key()`` return ``key`` in this process, without hashing.
+
+    Triton computes its key on a process's first compile by hashing its sources and the
+    500 MB ``libtriton.so`` (0.3-0.5 s of CPU). The zygote already holds that key, read from
+    kiln's fingerprint-checked file, so it installs it in place of Triton's cached function
+    before its warm-up compile. Every module of Triton that imported ``triton_key`` by name
+    gets the replacement. Returns ``False`` (and changes nothing) when this Triton has no
+    ``triton.runtime.cache.triton_key`` of the expected cached kind, or when Triton already
+    computed its key here.
+    """
+    try:
+        import triton.runtime.cache as cache_mod
+    except ImportError:  # pragma: no cover - layout of another Triton version
+        return False
+    original = getattr(cache_mod, "triton_key", None)
+    cache_info = getattr(original, "cache_info", None)
+    if original is None or cache_info is None:
+        return False
+    if cache_info().currsize:
+        return False  # already computed in this process: nothing to save
+
+    @functools.lru_cache
+    def seeded() -> str:
+        return key
+
+    for name, module in list(sys.modules.items()):
+        is_triton = name == "triton" or name.startswith("triton.")
+        if is_triton and getattr(module, "triton_key", None) is original:
+            setattr(module, "triton_key", seeded)  # noqa: B010 - typed as ModuleType
+    return True

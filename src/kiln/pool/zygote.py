@@ -1,9 +1,10 @@
 """The zygote: a pre-warmed, single-threaded process that compile workers fork from.
 
 Started by the pool's manager thread as a fresh interpreter (``subprocess``; the parent
-process never forks itself), the zygote imports Triton, computes Triton's key, compiles a
-warm-up kernel and imports the user modules it is told to, all without touching CUDA. Then
-it serves the parent over one ``SOCK_SEQPACKET`` socket::
+process never forks itself), the zygote imports Triton, reads Triton's key from kiln's
+fingerprint-checked file and installs it in Triton (so that no compile in it or its forks
+hashes ``libtriton.so`` again), compiles a warm-up kernel and imports the user modules it is
+told to, all without touching CUDA. Then it serves the parent over one ``SOCK_SEQPACKET`` socket::
 
     parent                                   zygote (this module)              worker
       |  ("fork", wid) + fds[chan, stderr]  ->  |  fork() -------------------->  serve(chan)
@@ -213,6 +214,9 @@ def _warm_up(target: tuple[str, Any, int]) -> float:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    # What every job unpickles and returns: forks inherit these imports.
+    import kiln.artifact
+    import kiln.request  # noqa: F401
     from kiln.pool.warmup import warmup_kernel
 
     old = os.environ.get("TRITON_CACHE_DIR")
@@ -248,6 +252,7 @@ def main() -> None:
     from kiln import triton_compat
 
     key = triton_compat.triton_key(init["cache_dir"])
+    key_seeded = triton_compat.seed_triton_key(key)
     key_s = time.perf_counter() - started
     warmup_s = _warm_up(init["warmup_target"]) if init.get("warmup_target") else 0.0
     preloaded = preload(list(init.get("preload", [])))
@@ -258,6 +263,7 @@ def main() -> None:
             "pid": os.getpid(),
             "triton_key": key,
             "key_s": key_s,
+            "key_seeded": key_seeded,
             "warmup_s": warmup_s,
             "preloaded": preloaded,
             "threads": procs.thread_names(),
