@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# One GPU round on the device machine: GPU tests, the demo, and compile_batch for the local GPU.
+# One GPU round on the device machine: GPU tests, the demo, compile_batch for the local GPU and
+# (LAUNCH_BENCH=1) bench/launch.py with its bundle part.
 # Usage (from the repository root, on the device): bash bench/gpu_round.sh SETS REPEATS
 #   SETS: all | matmul | softmax ; REPEATS: repeats for compile_batch (medians are reported)
+#   SKIP_TESTS=1: no GPU tests or demo; LAUNCH_BENCH=1: also bench/launch.py --bundle
 # Wheels for psutil/tqdm/click/pytest-timeout travel in .whl/ (the device has no network).
 set -uo pipefail
 sets=${1:-all}
@@ -28,3 +30,7 @@ fi
 python3 bench/compile_batch.py --set "$sets" --repeats "$repeats" --json "$out/compile_batch-$sets.json" \
   2> "$out/compile_batch-$sets.err" > /dev/null
 tail -20 "$out/compile_batch-$sets.err"
+if [ "${LAUNCH_BENCH:-0}" = 1 ]; then
+  python3 bench/launch.py --bundle --json "$out/launch.json" 2> "$out/launch.err" | tail -30
+  tail -5 "$out/launch.err"
+fi

@@ -12,6 +12,10 @@ repeated and interleaved across arms, and medians reported. Arms:
 * ``triton_jit``: ``kernel[grid](x, n, BLOCK=1024)`` (Triton's JIT dispatch);
 * ``triton_compiled``: the ``CompiledKernel`` Triton returned, ``ck[grid](x, n, 1024)``;
 * ``kiln_tuned``: a ``kiln.autotune``'d kernel, tuned once, ``tuned[grid](x, n)`` (fast path);
+* ``kiln_tuned_bound``: the same with ``kernel[grid]`` bound once, outside the loop
+  (``call = tuned[grid]`` then ``call(x, n)``);
+* ``kiln_tuned_python``: the fast path in Python (``GridCall``, what runs when kiln's C
+  helper cannot be built, and what ``kiln_tuned`` was before the C dispatcher);
 * ``kiln_tuned_meta_grid``: the same with a grid function of the meta-parameters;
 * ``kiln_launcher``: kiln's launcher object alone (``launcher.launch(grid, args)``);
 * ``torch_op``: ``x.add_(1)``;
@@ -93,15 +97,22 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
     with torch.cuda.graph(graph, stream=side):
         inc_kernel[grid](x, n, BLOCK=1024)
 
+    from kiln.autotuner.fastpath import GridCall
+
+    bound = tuned[grid]
     arms: dict[str, Callable[[], Any]] = {
         "triton_jit": lambda: inc_kernel[grid](x, n, BLOCK=1024),
         "triton_compiled": lambda: compiled[grid3](x, n, 1024),
         "kiln_tuned": lambda: tuned[grid](x, n),
+        "kiln_tuned_bound": lambda: bound(x, n),
+        "kiln_tuned_python": lambda: GridCall(tuned, grid)(x, n),
         "kiln_tuned_meta_grid": lambda: tuned[meta_grid](x, n),
         "kiln_launcher": lambda: launcher.launch(grid, full_args),
         "torch_op": lambda: x.add_(1),
         "cuda_graph": graph.replay,
     }
+    torch.cuda.synchronize()
+    before = float(x[0])
     for call in arms.values():  # warm every path
         _time_batch(call, 50)
     samples: dict[str, list[float]] = {name: [] for name in arms}
@@ -109,7 +120,10 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
         for name, call in arms.items():
             samples[name].append(_time_batch(call, batch))
     torch.cuda.synchronize()
-    # Correctness of the fast path on the way: x was incremented by every launch of every arm.
+    # Every call of every arm adds 1 to every element: a launch that was dropped or went wrong shows.
+    expected = before + len(arms) * (50 + batches * batch)
+    if not bool((x == expected).all()):
+        raise SystemExit(f"launch bench: x is {x[:4].tolist()}..., expected {expected} everywhere")
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return {
         "us_per_call_median": medians,

@@ -1,8 +1,11 @@
 """The tuned call's fast path: call key -> cached launcher -> grid -> launch.
 
-::
+``kernel[grid]`` returns kiln's C ``BoundCall`` (``_kiln_launch.c``: ``Dispatcher.bind``),
+which runs the steps below without entering Python on a hit with a tuple grid; it reads each
+entry's ``LaunchEntry.fast``. :class:`GridCall` is the same path in Python, used when the C
+helper could not be built (then every launch goes through Triton's launcher anyway)::
 
-    kernel[grid](*args)            GridCall.__call__
+    kernel[grid](*args)            BoundCall / GridCall.__call__
       no keyword arguments?        else: Autotuner.run (the full path)
       key = call_key(args, flags)  C: the key args' values, dtypes, alignment, int classes
       entry = fast[len(args)][key] miss: Autotuner.run, which tunes or loads, then registers

@@ -178,8 +178,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         flags = param_flags(fn.params, key)
         self._flags_by_len = [flags[:n] for n in range(len(flags) + 1)]
         self._call_key: Any = None
+        self._dispatcher: Any = None  # kiln's C fast path (fastpath.py), when it builds
         try:
-            self._call_key = native().call_key
+            module = native()
+            self._call_key = module.call_key
+            self._dispatcher = module.Dispatcher(self._fast, list(self._flags_by_len), self, self._full_path)
         except NativeBuildError as exc:
             log.info("kiln: %s has no fast launch path: %s", fn.__name__, exc)
 
@@ -198,8 +201,14 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         if fast:
             fast.clear()
 
-    def __getitem__(self, grid: Any) -> GridCall:
+    def __getitem__(self, grid: Any) -> Any:
+        if self._dispatcher is not None:
+            return self._dispatcher[grid]  # a _kiln_launch.BoundCall: the whole fast path in C
         return GridCall(self, grid)
+
+    def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """What ``kernel[grid](*args, **kwargs)`` does when the fast path has no entry for it."""
+        return self.run(*args, grid=grid, warmup=False, **kwargs)
 
     # -- the contract -------------------------------------------------------------------------
 

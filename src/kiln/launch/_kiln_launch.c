@@ -10,10 +10,22 @@
  *   Launcher(binary, name, kinds, block_x, shared, n_extra)
  *   Launcher.launch(grid, stream, args)     pack the arguments, cuLaunchKernel on `stream`
  *   Launcher.n_params / .n_regs / .n_spills
+ *   Dispatcher(tables, flags_by_len, owner, fallback)
+ *   Dispatcher.bind(grid) -> BoundCall      `kernel[grid]`; calling it is the whole fast path:
+ *
+ *     BoundCall(*args)   keyword arguments?                  -> fallback(grid, args, kwargs)
+ *                        key = call key of args (C, keeps each tensor's data_ptr)
+ *                        entry = tables[len(args)][key]       miss -> fallback(grid, args, {})
+ *                        (native, tail, config, result, get_stream, get_device) = entry.fast
+ *                        owner.best_config = config
+ *                        grid a tuple and native?  launch args + tail on get_stream(get_device())
+ *                        else                      entry.launch(grid, args) (Python)
+ *                        return result
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -154,47 +166,36 @@ static int int_code(PyObject *obj, int specialize, int align, long *code) {
   return 0;
 }
 
-/* flags: one byte per argument: 'c' constexpr (the value itself), 's' specialized,
- * 'n' not specialized (do_not_specialize), 'k' a tuning-key argument (its value, then as 's'),
- * 'a' specialized but not on alignment (do_not_specialize_on_alignment). */
-static PyObject *call_key(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
-  if (argc != 2 || !PyTuple_Check(argv[0]) || !PyBytes_Check(argv[1])) {
-    PyErr_SetString(PyExc_TypeError, "call_key(args: tuple, flags: bytes)");
-    return NULL;
-  }
-  PyObject *args = argv[0];
-  Py_ssize_t n = PyTuple_GET_SIZE(args);
-  const char *flags = PyBytes_AS_STRING(argv[1]);
-  if (n != PyBytes_GET_SIZE(argv[1]) || n > MAX_ARGS) {
-    PyErr_Format(PyExc_TypeError, "call_key: %zd arguments for %zd flags", n, PyBytes_GET_SIZE(argv[1]));
-    return NULL;
-  }
-  PyObject *items[2 * MAX_ARGS + 8];
+/* The call key of items[0..n) under `flags`; for each tensor argument i, its data_ptr() goes to
+ * ptrs[i] and has_ptr[i] is set (both may be NULL). */
+static PyObject *make_key(PyObject *const *items, Py_ssize_t n, const char *flags, uint64_t *ptrs, char *has_ptr) {
+  PyObject *key_items[2 * MAX_ARGS + 8];
   Py_ssize_t count = 0;
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject *obj = PyTuple_GET_ITEM(args, i);
+    PyObject *obj = items[i];
     char flag = flags[i];
+    if (has_ptr) has_ptr[i] = 0;
     if (flag == 'c') {
       Py_INCREF(obj);
-      if (append(items, &count, obj)) goto fail;
+      if (append(key_items, &count, obj)) goto fail;
       continue;
     }
     if (flag == 'k') {
       Py_INCREF(obj);
-      if (append(items, &count, obj)) goto fail;
+      if (append(key_items, &count, obj)) goto fail;
     }
     int specialize = flag != 'n';
     long code;
     if (obj == Py_None) {
       Py_INCREF(Py_None);
-      if (append(items, &count, Py_None)) goto fail;
+      if (append(key_items, &count, Py_None)) goto fail;
     } else if (PyBool_Check(obj)) {
-      if (append(items, &count, PyLong_FromLong(CODE_BOOL))) goto fail;
+      if (append(key_items, &count, PyLong_FromLong(CODE_BOOL))) goto fail;
     } else if (PyLong_Check(obj)) {
       if (int_code(obj, specialize, flag != 'a', &code)) goto fail;
-      if (append(items, &count, PyLong_FromLong(code))) goto fail;
+      if (append(key_items, &count, PyLong_FromLong(code))) goto fail;
     } else if (PyFloat_Check(obj)) {
-      if (append(items, &count, PyLong_FromLong(CODE_FLOAT))) goto fail;
+      if (append(key_items, &count, PyLong_FromLong(CODE_FLOAT))) goto fail;
     } else {
       PyObject *dtype = PyObject_GetAttr(obj, str_dtype);
       if (!dtype) goto fail;
@@ -209,19 +210,40 @@ static PyObject *call_key(PyObject *self, PyObject *const *argv, Py_ssize_t argc
         Py_DECREF(dtype);
         goto fail;
       }
-      if (append(items, &count, dtype)) goto fail;
+      if (ptrs) {
+        ptrs[i] = p;
+        has_ptr[i] = 1;
+      }
+      if (append(key_items, &count, dtype)) goto fail;
       int aligned = (flag == 's' || flag == 'k') && (p % 16) == 0;
-      if (append(items, &count, PyLong_FromLong(CODE_PTR + aligned))) goto fail;
+      if (append(key_items, &count, PyLong_FromLong(CODE_PTR + aligned))) goto fail;
     }
-    if (items[count - 1] == NULL) goto fail; /* PyLong_FromLong failed */
+    if (key_items[count - 1] == NULL) goto fail; /* PyLong_FromLong failed */
   }
   PyObject *key = PyTuple_New(count);
   if (!key) goto fail;
-  for (Py_ssize_t j = 0; j < count; j++) PyTuple_SET_ITEM(key, j, items[j]);
+  for (Py_ssize_t j = 0; j < count; j++) PyTuple_SET_ITEM(key, j, key_items[j]);
   return key;
 fail:
-  for (Py_ssize_t j = 0; j < count; j++) Py_XDECREF(items[j]);
+  for (Py_ssize_t j = 0; j < count; j++) Py_XDECREF(key_items[j]);
   return NULL;
+}
+
+/* flags: one byte per argument: 'c' constexpr (the value itself), 's' specialized,
+ * 'n' not specialized (do_not_specialize), 'k' a tuning-key argument (its value, then as 's'),
+ * 'a' specialized but not on alignment (do_not_specialize_on_alignment). */
+static PyObject *call_key(PyObject *self, PyObject *const *argv, Py_ssize_t argc) {
+  if (argc != 2 || !PyTuple_Check(argv[0]) || !PyBytes_Check(argv[1])) {
+    PyErr_SetString(PyExc_TypeError, "call_key(args: tuple, flags: bytes)");
+    return NULL;
+  }
+  PyObject *args = argv[0];
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  if (n != PyBytes_GET_SIZE(argv[1]) || n > MAX_ARGS) {
+    PyErr_Format(PyExc_TypeError, "call_key: %zd arguments for %zd flags", n, PyBytes_GET_SIZE(argv[1]));
+    return NULL;
+  }
+  return make_key(&PyTuple_GET_ITEM(args, 0), n, PyBytes_AS_STRING(argv[1]), NULL, NULL);
 }
 
 /* ------------------------------------------------------------------------------ Launcher */
@@ -240,6 +262,11 @@ typedef struct {
   int n_contexts;
   CUcontext contexts[MAX_CONTEXTS];
   CUfunction functions[MAX_CONTEXTS];
+  /* The last pointer that passed the GPU-memory check for each argument, and what the driver
+   * mapped it to: torch's caching allocator hands out the same addresses again and again, so
+   * most launches skip cuPointerGetAttribute. */
+  uint64_t checked_in[MAX_ARGS];
+  uint64_t checked_out[MAX_ARGS];
 } Launcher;
 
 static int kind_size(char kind) {
@@ -360,40 +387,63 @@ static void Launcher_dealloc(Launcher *self) {
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static int pack(Launcher *self, PyObject *args, uint64_t *slots, void **params, int *n_params) {
+/* A device pointer for argument i: the int itself, NULL for None, or the tensor's data_ptr()
+ * (`known` when the caller already read it), checked to be memory the GPU can reach. */
+static int device_pointer(Launcher *self, Py_ssize_t i, PyObject *obj, const uint64_t *known, uint64_t *out) {
+  uint64_t ptr = 0;
+  if (obj == Py_None) {
+    *out = 0;
+    return 0;
+  }
+  if (PyLong_Check(obj)) {
+    ptr = PyLong_AsUnsignedLongLong(obj);
+    if (PyErr_Occurred()) return -1;
+    *out = ptr;
+    return 0;
+  }
+  if (known) {
+    ptr = *known;
+  } else {
+    PyObject *ret = PyObject_CallMethodNoArgs(obj, str_data_ptr);
+    if (!ret) return -1;
+    ptr = PyLong_AsUnsignedLongLong(ret);
+    Py_DECREF(ret);
+    if (PyErr_Occurred()) return -1;
+  }
+  if (!ptr) {
+    *out = 0;
+    return 0;
+  }
+  if (ptr == self->checked_in[i]) {
+    *out = self->checked_out[i];
+    return 0;
+  }
+  uint64_t dev_ptr = 0;
+  CUresult status = cu.cuPointerGetAttribute(&dev_ptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr);
+  if (status == CUDA_ERROR_INVALID_VALUE) {
+    PyErr_Format(PyExc_ValueError, "argument %zd is not GPU memory the kernel can reach (a CPU tensor?)", i);
+    return -1;
+  }
+  if (check(status, "cuPointerGetAttribute")) return -1;
+  self->checked_in[i] = ptr;
+  self->checked_out[i] = dev_ptr;
+  *out = dev_ptr;
+  return 0;
+}
+
+/* Pack items[0..n_args) (every argument, constexprs included) into the driver's parameter
+ * array. ptrs/has_ptr (may be NULL): data_ptr() values the caller already read. */
+static int pack(Launcher *self, PyObject *const *items, const uint64_t *ptrs, const char *has_ptr, uint64_t *slots,
+                void **params, int *n_params) {
   int p = 0;
   for (Py_ssize_t i = 0; i < self->n_args; i++) {
     char kind = self->kinds[i];
     if (kind == 'C') continue;
-    PyObject *obj = PyTuple_GET_ITEM(args, i);
+    PyObject *obj = items[i];
     uint64_t *slot = &slots[p];
     *slot = 0;
     if (kind == 'P') {
-      uint64_t ptr = 0;
-      if (obj == Py_None) {
-        ptr = 0;
-      } else if (PyLong_Check(obj)) {
-        ptr = PyLong_AsUnsignedLongLong(obj);
-        if (PyErr_Occurred()) return -1;
-      } else {
-        PyObject *ret = PyObject_CallMethodNoArgs(obj, str_data_ptr);
-        if (!ret) return -1;
-        ptr = PyLong_AsUnsignedLongLong(ret);
-        Py_DECREF(ret);
-        if (PyErr_Occurred()) return -1;
-        if (ptr) {
-          uint64_t dev_ptr = 0;
-          CUresult status = cu.cuPointerGetAttribute(&dev_ptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr);
-          if (status == CUDA_ERROR_INVALID_VALUE) {
-            PyErr_Format(PyExc_ValueError,
-                         "argument %zd is not GPU memory the kernel can reach (a CPU tensor?)", i);
-            return -1;
-          }
-          if (check(status, "cuPointerGetAttribute")) return -1;
-          ptr = dev_ptr;
-        }
-      }
-      *slot = ptr;
+      if (device_pointer(self, i, obj, (has_ptr && has_ptr[i]) ? &ptrs[i] : NULL, slot)) return -1;
     } else if (kind == 'f' || kind == 'd' || kind == 'e' || kind == 'B') {
       double v = PyFloat_AsDouble(obj);
       if (v == -1.0 && PyErr_Occurred()) return -1;
@@ -440,45 +490,48 @@ static int pack(Launcher *self, PyObject *args, uint64_t *slots, void **params, 
   return 0;
 }
 
+/* Launch with every argument in items[0..n); 0 on success, -1 with an exception set. */
+static int launch_items(Launcher *self, PyObject *grid, uint64_t stream, PyObject *const *items, Py_ssize_t n,
+                        const uint64_t *ptrs, const char *has_ptr) {
+  Py_ssize_t gn = PyTuple_GET_SIZE(grid);
+  if (gn < 1 || gn > 3) {
+    PyErr_Format(PyExc_ValueError, "the grid must have 1 to 3 dimensions, got %zd", gn);
+    return -1;
+  }
+  long g[3] = {1, 1, 1};
+  for (Py_ssize_t i = 0; i < gn; i++) {
+    g[i] = PyLong_AsLong(PyTuple_GET_ITEM(grid, i));
+    if (g[i] == -1 && PyErr_Occurred()) return -1;
+    if (g[i] < 0 || g[i] > 0x7fffffffL) {
+      PyErr_Format(PyExc_ValueError, "grid dimension %zd is %ld, outside 0..2**31-1", i, g[i]);
+      return -1;
+    }
+  }
+  if (n != self->n_args) {
+    PyErr_Format(PyExc_TypeError, "kernel %U takes %zd arguments, got %zd", self->name, self->n_args, n);
+    return -1;
+  }
+  CUfunction fn = function_for_context(self, -1);
+  if (!fn) return -1;
+  uint64_t slots[MAX_ARGS + 8];
+  void *params[MAX_ARGS + 8];
+  int n_params = 0;
+  if (pack(self, items, ptrs, has_ptr, slots, params, &n_params)) return -1;
+  if (g[0] * g[1] * g[2] == 0) return 0;
+  return check(cu.cuLaunchKernel(fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)self->block_x, 1, 1,
+                                 (unsigned)self->shared, (CUstream)(uintptr_t)stream, params, NULL),
+               "cuLaunchKernel");
+}
+
 static PyObject *Launcher_launch(Launcher *self, PyObject *const *argv, Py_ssize_t argc) {
   if (argc != 3 || !PyTuple_Check(argv[0]) || !PyTuple_Check(argv[2])) {
     PyErr_SetString(PyExc_TypeError, "launch(grid: tuple, stream: int, args: tuple)");
     return NULL;
   }
-  PyObject *grid = argv[0];
-  PyObject *args = argv[2];
-  Py_ssize_t gn = PyTuple_GET_SIZE(grid);
-  if (gn < 1 || gn > 3) {
-    PyErr_Format(PyExc_ValueError, "the grid must have 1 to 3 dimensions, got %zd", gn);
-    return NULL;
-  }
-  long g[3] = {1, 1, 1};
-  for (Py_ssize_t i = 0; i < gn; i++) {
-    g[i] = PyLong_AsLong(PyTuple_GET_ITEM(grid, i));
-    if (g[i] == -1 && PyErr_Occurred()) return NULL;
-    if (g[i] < 0 || g[i] > 0x7fffffffL) {
-      PyErr_Format(PyExc_ValueError, "grid dimension %zd is %ld, outside 0..2**31-1", i, g[i]);
-      return NULL;
-    }
-  }
-  if (PyTuple_GET_SIZE(args) != self->n_args) {
-    PyErr_Format(PyExc_TypeError, "kernel %U takes %zd arguments, got %zd", self->name, self->n_args,
-                 PyTuple_GET_SIZE(args));
-    return NULL;
-  }
   uint64_t stream = PyLong_AsUnsignedLongLongMask(argv[1]);
   if (stream == (uint64_t)-1 && PyErr_Occurred()) return NULL;
-  CUfunction fn = function_for_context(self, -1);
-  if (!fn) return NULL;
-  uint64_t slots[MAX_ARGS + 8];
-  void *params[MAX_ARGS + 8];
-  int n_params = 0;
-  if (pack(self, args, slots, params, &n_params)) return NULL;
-  if (g[0] * g[1] * g[2] == 0) Py_RETURN_NONE;
-  if (check(cu.cuLaunchKernel(fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)self->block_x, 1, 1,
-                              (unsigned)self->shared, (CUstream)(uintptr_t)stream, params, NULL),
-            "cuLaunchKernel"))
-    return NULL;
+  PyObject *args = argv[2];
+  if (launch_items(self, argv[0], stream, &PyTuple_GET_ITEM(args, 0), PyTuple_GET_SIZE(args), NULL, NULL)) return NULL;
   Py_RETURN_NONE;
 }
 
@@ -515,6 +568,256 @@ static PyTypeObject LauncherType = {
     .tp_getset = Launcher_getset,
 };
 
+/* ---------------------------------------------------------------------------- Dispatcher */
+
+static PyObject *str_fast = NULL;
+static PyObject *str_best_config = NULL;
+static PyObject *str_launch = NULL;
+
+typedef struct {
+  PyObject_HEAD
+  PyObject *tables;   /* dict: len(args) -> dict(call key -> entry); shared with (and filled by) Python */
+  PyObject *flags;    /* list: len(args) -> bytes, the call key's flags */
+  PyObject *owner;    /* its best_config is set on every hit (the autotuner) */
+  PyObject *fallback; /* fallback(grid, args, kwargs): the full path */
+} Dispatcher;
+
+typedef struct {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+  Dispatcher *dispatcher;
+  PyObject *grid;
+} BoundCall;
+
+static PyTypeObject BoundCallType;
+
+static int Dispatcher_traverse(Dispatcher *self, visitproc visit, void *arg) {
+  Py_VISIT(self->tables);
+  Py_VISIT(self->flags);
+  Py_VISIT(self->owner);
+  Py_VISIT(self->fallback);
+  return 0;
+}
+
+static int Dispatcher_clear(Dispatcher *self) {
+  Py_CLEAR(self->tables);
+  Py_CLEAR(self->flags);
+  Py_CLEAR(self->owner);
+  Py_CLEAR(self->fallback);
+  return 0;
+}
+
+static void Dispatcher_dealloc(Dispatcher *self) {
+  PyObject_GC_UnTrack(self);
+  Dispatcher_clear(self);
+  Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int Dispatcher_init(Dispatcher *self, PyObject *args, PyObject *kwds) {
+  static char *kwlist[] = {"tables", "flags_by_len", "owner", "fallback", NULL};
+  PyObject *tables, *flags, *owner, *fallback;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OO", kwlist, &PyDict_Type, &tables, &PyList_Type, &flags,
+                                   &owner, &fallback))
+    return -1;
+  if (!PyCallable_Check(fallback)) {
+    PyErr_SetString(PyExc_TypeError, "Dispatcher: fallback must be callable");
+    return -1;
+  }
+  Py_ssize_t n = PyList_GET_SIZE(flags);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *f = PyList_GET_ITEM(flags, i);
+    if (!PyBytes_Check(f) || PyBytes_GET_SIZE(f) != i) {
+      PyErr_Format(PyExc_TypeError, "Dispatcher: flags_by_len[%zd] must be %zd bytes", i, i);
+      return -1;
+    }
+  }
+  Py_INCREF(tables);
+  Py_XSETREF(self->tables, tables);
+  Py_INCREF(flags);
+  Py_XSETREF(self->flags, flags);
+  Py_INCREF(owner);
+  Py_XSETREF(self->owner, owner);
+  Py_INCREF(fallback);
+  Py_XSETREF(self->fallback, fallback);
+  return 0;
+}
+
+static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+
+static PyObject *Dispatcher_bind(Dispatcher *self, PyObject *grid) {
+  BoundCall *bound = PyObject_GC_New(BoundCall, &BoundCallType);
+  if (!bound) return NULL;
+  bound->vectorcall = (vectorcallfunc)BoundCall_vectorcall;
+  Py_INCREF(self);
+  bound->dispatcher = self;
+  Py_INCREF(grid);
+  bound->grid = grid;
+  PyObject_GC_Track(bound);
+  return (PyObject *)bound;
+}
+
+static PyMethodDef Dispatcher_methods[] = {
+    {"bind", (PyCFunction)Dispatcher_bind, METH_O, "bind(grid) -> a callable that launches with that grid"},
+    {NULL}};
+
+static PyMappingMethods Dispatcher_as_mapping = {.mp_subscript = (binaryfunc)Dispatcher_bind};
+
+static PyTypeObject DispatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kiln_launch.Dispatcher",
+    .tp_basicsize = sizeof(Dispatcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The tuned call's fast path: Dispatcher(tables, flags_by_len, owner, fallback)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Dispatcher_init,
+    .tp_dealloc = (destructor)Dispatcher_dealloc,
+    .tp_traverse = (traverseproc)Dispatcher_traverse,
+    .tp_clear = (inquiry)Dispatcher_clear,
+    .tp_methods = Dispatcher_methods,
+    .tp_as_mapping = &Dispatcher_as_mapping,
+};
+
+static int BoundCall_traverse(BoundCall *self, visitproc visit, void *arg) {
+  Py_VISIT(self->dispatcher);
+  Py_VISIT(self->grid);
+  return 0;
+}
+
+static int BoundCall_clear(BoundCall *self) {
+  Py_CLEAR(self->dispatcher);
+  Py_CLEAR(self->grid);
+  return 0;
+}
+
+static void BoundCall_dealloc(BoundCall *self) {
+  PyObject_GC_UnTrack(self);
+  BoundCall_clear(self);
+  PyObject_GC_Del(self);
+}
+
+/* The full path: fallback(grid, args, kwargs). */
+static PyObject *slow_call(BoundCall *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+  PyObject *tuple = PyTuple_New(nargs);
+  if (!tuple) return NULL;
+  for (Py_ssize_t i = 0; i < nargs; i++) {
+    Py_INCREF(args[i]);
+    PyTuple_SET_ITEM(tuple, i, args[i]);
+  }
+  PyObject *kwargs = PyDict_New();
+  if (!kwargs) {
+    Py_DECREF(tuple);
+    return NULL;
+  }
+  Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t i = 0; i < nkw; i++) {
+    if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, i), args[nargs + i])) {
+      Py_DECREF(tuple);
+      Py_DECREF(kwargs);
+      return NULL;
+    }
+  }
+  PyObject *result = PyObject_CallFunctionObjArgs(self->dispatcher->fallback, self->grid, tuple, kwargs, NULL);
+  Py_DECREF(tuple);
+  Py_DECREF(kwargs);
+  return result;
+}
+
+static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  Dispatcher *d = self->dispatcher;
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs >= PyList_GET_SIZE(d->flags) || nargs > MAX_ARGS)
+    return slow_call(self, args, nargs, kwnames);
+  PyObject *n_obj = PyLong_FromSsize_t(nargs);
+  if (!n_obj) return NULL;
+  PyObject *table = PyDict_GetItemWithError(d->tables, n_obj); /* borrowed */
+  Py_DECREF(n_obj);
+  if (!table) return PyErr_Occurred() ? NULL : slow_call(self, args, nargs, kwnames);
+  uint64_t ptrs[MAX_ARGS];
+  char has_ptr[MAX_ARGS];
+  PyObject *key = make_key(args, nargs, PyBytes_AS_STRING(PyList_GET_ITEM(d->flags, nargs)), ptrs, has_ptr);
+  if (!key) {
+    /* arguments the key cannot describe: the full path decides (and raises its own error) */
+    if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_AttributeError) ||
+        PyErr_ExceptionMatches(PyExc_OverflowError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
+      PyErr_Clear();
+      return slow_call(self, args, nargs, kwnames);
+    }
+    return NULL;
+  }
+  PyObject *entry = PyDict_GetItemWithError(table, key); /* borrowed */
+  Py_DECREF(key);
+  if (!entry) return PyErr_Occurred() ? NULL : slow_call(self, args, nargs, kwnames);
+  Py_INCREF(entry); /* the table may change while Python code runs below */
+  PyObject *result = NULL;
+  PyObject *fast = PyObject_GetAttr(entry, str_fast);
+  if (!fast) goto done;
+  if (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 6) {
+    PyErr_SetString(PyExc_TypeError, "kiln: a fast-path entry's .fast must be a 6-tuple");
+    goto done;
+  }
+  PyObject *native = PyTuple_GET_ITEM(fast, 0);
+  PyObject *tail = PyTuple_GET_ITEM(fast, 1);
+  if (PyObject_SetAttr(d->owner, str_best_config, PyTuple_GET_ITEM(fast, 2))) goto done;
+  if (native == Py_None || !PyTuple_CheckExact(self->grid) ||
+      !PyObject_TypeCheck(native, &LauncherType) || !PyTuple_Check(tail)) {
+    PyObject *tuple = PyTuple_New(nargs);
+    if (!tuple) goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+      Py_INCREF(args[i]);
+      PyTuple_SET_ITEM(tuple, i, args[i]);
+    }
+    result = PyObject_CallMethodObjArgs(entry, str_launch, self->grid, tuple, NULL);
+    Py_DECREF(tuple);
+    goto done;
+  }
+  Py_ssize_t ntail = PyTuple_GET_SIZE(tail);
+  if (nargs + ntail > MAX_ARGS) {
+    PyErr_SetString(PyExc_ValueError, "too many kernel arguments for kiln's launcher");
+    goto done;
+  }
+  PyObject *items[MAX_ARGS];
+  for (Py_ssize_t i = 0; i < nargs; i++) items[i] = args[i];
+  for (Py_ssize_t i = 0; i < ntail; i++) {
+    items[nargs + i] = PyTuple_GET_ITEM(tail, i);
+    has_ptr[nargs + i] = 0;
+  }
+  PyObject *device = PyObject_CallNoArgs(PyTuple_GET_ITEM(fast, 5));
+  if (!device) goto done;
+  PyObject *stream_obj = PyObject_CallOneArg(PyTuple_GET_ITEM(fast, 4), device);
+  Py_DECREF(device);
+  if (!stream_obj) goto done;
+  uint64_t stream = PyLong_AsUnsignedLongLongMask(stream_obj);
+  Py_DECREF(stream_obj);
+  if (stream == (uint64_t)-1 && PyErr_Occurred()) goto done;
+  if (launch_items((Launcher *)native, self->grid, stream, items, nargs + ntail, ptrs, has_ptr)) goto done;
+  result = PyTuple_GET_ITEM(fast, 3);
+  Py_INCREF(result);
+done:
+  Py_XDECREF(fast);
+  Py_DECREF(entry);
+  return result;
+}
+
+static PyObject *BoundCall_get_grid(BoundCall *self, void *closure) {
+  Py_INCREF(self->grid);
+  return self->grid;
+}
+
+static PyGetSetDef BoundCall_getset[] = {{"grid", (getter)BoundCall_get_grid, NULL, "the grid it launches with", NULL},
+                                         {NULL}};
+
+static PyTypeObject BoundCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kiln_launch.BoundCall",
+    .tp_basicsize = sizeof(BoundCall),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "kernel[grid]: call it with the kernel's arguments",
+    .tp_vectorcall_offset = offsetof(BoundCall, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)BoundCall_dealloc,
+    .tp_traverse = (traverseproc)BoundCall_traverse,
+    .tp_clear = (inquiry)BoundCall_clear,
+    .tp_getset = BoundCall_getset,
+};
+
 /* device_info(device) -> (major, minor, driver_version): what a bundle is checked against. */
 static PyObject *device_info(PyObject *self, PyObject *arg) {
   long device = PyLong_AsLong(arg);
@@ -542,11 +845,20 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kiln_launch", NULL,
 PyMODINIT_FUNC PyInit__kiln_launch(void) {
   str_data_ptr = PyUnicode_InternFromString("data_ptr");
   str_dtype = PyUnicode_InternFromString("dtype");
-  if (!str_data_ptr || !str_dtype) return NULL;
+  str_fast = PyUnicode_InternFromString("fast");
+  str_best_config = PyUnicode_InternFromString("best_config");
+  str_launch = PyUnicode_InternFromString("launch");
+  if (!str_data_ptr || !str_dtype || !str_fast || !str_best_config || !str_launch) return NULL;
   if (PyType_Ready(&LauncherType) < 0) return NULL;
+  if (PyType_Ready(&DispatcherType) < 0) return NULL;
+  if (PyType_Ready(&BoundCallType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
   Py_INCREF(&LauncherType);
   if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) return NULL;
+  Py_INCREF(&DispatcherType);
+  if (PyModule_AddObject(m, "Dispatcher", (PyObject *)&DispatcherType) < 0) return NULL;
+  Py_INCREF(&BoundCallType);
+  if (PyModule_AddObject(m, "BoundCall", (PyObject *)&BoundCallType) < 0) return NULL;
   return m;
 }

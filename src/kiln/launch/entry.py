@@ -6,6 +6,9 @@ and a bundle's kernels (:mod:`kiln.bundle.runtime`) launch once a call has been 
     launch(grid, args): full = args + tail; grid = grid(meta) if callable
                         (meta = the arguments by name + the config's kwargs);
                         kiln's C launcher on torch's current stream, or Triton's launcher
+    fast:               (native launcher or None, tail, config, result, get_stream, get_device),
+                        what kiln's C dispatcher (``_kiln_launch.Dispatcher``) reads to launch a
+                        tuple grid without entering Python
 
 It imports no Triton.
 """
@@ -14,13 +17,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from kiln.launch.launcher import KernelLauncher, stream_getter
+from kiln.launch.launcher import KernelLauncher, stream_functions, stream_getter
 
 
 class LaunchEntry:
     """What a matched call launches: the binary, the arguments the call leaves out, the config."""
 
-    __slots__ = ("config", "launcher", "meta_extra", "names", "native", "result", "source", "stream", "tail")
+    __slots__ = (
+        "config",
+        "fast",
+        "launcher",
+        "meta_extra",
+        "names",
+        "native",
+        "result",
+        "source",
+        "stream",
+        "tail",
+    )
 
     def __init__(
         self,
@@ -42,6 +56,8 @@ class LaunchEntry:
         # kiln's C launcher and torch's stream getter, called directly (one Python frame less).
         self.native = launcher.native
         self.stream = stream_getter() if launcher.native is not None else None
+        get_stream, get_device = stream_functions() if launcher.native is not None else (None, None)
+        self.fast = (self.native, tuple(tail), config, result, get_stream, get_device)
 
     def launch(self, grid: Any, args: tuple[Any, ...]) -> Any:
         full = args + self.tail if self.tail else args

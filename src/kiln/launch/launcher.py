@@ -82,6 +82,13 @@ def _triton_launch_hooks() -> bool:
 _stream_getter: Callable[[], int] | None = None
 
 
+def stream_functions() -> tuple[Callable[[int], int], Callable[[], int]]:
+    """torch's ``(get_raw_stream(device), get_device())``, for kiln's C dispatcher to call."""
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+
+
 def stream_getter() -> Callable[[], int]:
     """A function returning the caller's current CUDA stream (torch's, on its current device)."""
     global _stream_getter
