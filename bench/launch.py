@@ -17,6 +17,8 @@ repeated and interleaved across arms, and medians reported. Arms:
 * ``kiln_tuned_python``: the fast path in Python (``GridCall``, what runs when kiln's C
   helper cannot be built, and what ``kiln_tuned`` was before the C dispatcher);
 * ``kiln_tuned_meta_grid``: the same with a grid function of the meta-parameters;
+* ``kiln_bundle``: that tuned kernel saved to a bundle and loaded back in this process
+  (``kiln.load_bundle(path, register=False)["inc_kernel"][grid](x, n)``);
 * ``kiln_launcher``: kiln's launcher object alone (``launcher.launch(grid, args)``);
 * ``torch_op``: ``x.add_(1)``;
 * ``cuda_graph``: replay of a CUDA graph holding one launch of the kernel.
@@ -100,6 +102,8 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
     from kiln.autotuner.fastpath import GridCall
 
     bound = tuned[grid]
+    bundle_dir = Path(tempfile.mkdtemp(prefix="kiln-launch-bundle-"))
+    bundled = kiln.load_bundle(kiln.save_bundle(bundle_dir / "b", tuned), register=False)["inc_kernel"]
     arms: dict[str, Callable[[], Any]] = {
         "triton_jit": lambda: inc_kernel[grid](x, n, BLOCK=1024),
         "triton_compiled": lambda: compiled[grid3](x, n, 1024),
@@ -107,6 +111,7 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
         "kiln_tuned_bound": lambda: bound(x, n),
         "kiln_tuned_python": lambda: GridCall(tuned, grid)(x, n),
         "kiln_tuned_meta_grid": lambda: tuned[meta_grid](x, n),
+        "kiln_bundle": lambda: bundled[grid](x, n),
         "kiln_launcher": lambda: launcher.launch(grid, full_args),
         "torch_op": lambda: x.add_(1),
         "cuda_graph": graph.replay,
@@ -124,6 +129,7 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
     expected = before + len(arms) * (50 + batches * batch)
     if not bool((x == expected).all()):
         raise SystemExit(f"launch bench: x is {x[:4].tolist()}..., expected {expected} everywhere")
+    shutil.rmtree(bundle_dir, ignore_errors=True)
     medians = {name: statistics.median(values) for name, values in samples.items()}
     return {
         "us_per_call_median": medians,

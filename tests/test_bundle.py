@@ -93,6 +93,26 @@ def test_round_trip_and_matching(tmp_path: Path, bundle_parts: Any, name: str) -
         bundle["nope"]
 
 
+def test_calls_that_match_no_variant_say_so_through_the_c_dispatcher(
+    tmp_path: Path, bundle_parts: Any
+) -> None:
+    """``bundle[name][grid](...)`` is kiln's C BoundCall; its misses reach the Python path,
+    which raises the same errors as ``variant_for``, and nothing is launched (no GPU here)."""
+    _, record, artifact, args = bundle_parts
+    bundle = Bundle(write_bundle(tmp_path / "b", [record], {artifact.key: artifact}), check_device=False)
+    add = bundle["add_kernel"]
+    call = add[(4,)]
+    assert type(call).__name__ == "BoundCall"
+    x = args[0]
+    with pytest.raises(BundleMissError, match="no tuned variant of add_kernel"):
+        call(x, x, x, 8192)
+    with pytest.raises(BundleMissError):
+        call(x.half(), x, x, 4096)
+    with pytest.raises(TypeError, match="positional arguments only"):
+        call(x, x, x, n=4096)
+    assert add.best_config is None  # nothing launched
+
+
 def test_rejects_corrupt_and_mismatched_bundles(tmp_path: Path, bundle_parts: Any) -> None:
     _, record, artifact, _ = bundle_parts
     path = write_bundle(tmp_path / "b", [record], {artifact.key: artifact})

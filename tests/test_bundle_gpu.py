@@ -67,6 +67,11 @@ for n in ({n}, {n}):
     x = torch.randn(n, device="cuda"); y = torch.randn(n, device="cuda"); out = torch.zeros_like(x)
     add[lambda m: ((m["n"] + m["BLOCK"] - 1) // m["BLOCK"],)](x, y, out, n)
     torch.testing.assert_close(out, 2 * x + y)
+# a tuple grid: the whole call in kiln's C dispatcher
+block = add.best_config["kwargs"]["BLOCK"]
+out = torch.zeros_like(x)
+add[((n + block - 1) // block,)](x, y, out, n)
+torch.testing.assert_close(out, 2 * x + y)
 assert not calls
 new = triton_modules() - before - {{"triton.compiler.compiler", "triton.runtime.jit"}}
 assert not new, f"kiln imported {{new}}"

@@ -34,9 +34,20 @@ def _fast_entries(tuned: Any) -> list[Any]:
 @pytest.mark.parametrize(
     ("alpha", "flag", "offset", "square"), [(2.5, True, 7, False), (-0.5, False, -3, True)]
 )
+@pytest.mark.parametrize("grid_kind", ["tuple", "meta"])
 def test_fast_path_matches_triton(
-    make_pool: Any, dtype: str, n: int, stride: int, alpha: float, flag: bool, offset: int, square: bool
+    make_pool: Any,
+    dtype: str,
+    n: int,
+    stride: int,
+    alpha: float,
+    flag: bool,
+    offset: int,
+    square: bool,
+    grid_kind: str,
 ) -> None:
+    """A tuple grid launches entirely in C (BoundCall); a grid function goes through
+    ``LaunchEntry.launch``: both must give Triton's output, bit for bit."""
     import triton
 
     import kernels
@@ -50,11 +61,12 @@ def test_fast_path_matches_triton(
     kernels.axpby_kernel[grid](
         x, expected, n, stride, alpha, flag, offset, BLOCK=256, SQUARE=square, num_warps=4
     )
+    call_grid: Any = grid
+    if grid_kind == "meta":
+        call_grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731
     for attempt in range(3):  # the first call registers the fast entry, the others use it
         out = torch.full_like(expected, float("nan"))
-        tuned[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)](
-            x, out, n, stride, alpha, flag, offset, square
-        )
+        tuned[call_grid](x, out, n, stride, alpha, flag, offset, square)
         torch.cuda.synchronize()
         torch.testing.assert_close(out, expected, rtol=0, atol=0, msg=f"call {attempt}")
     entries = _fast_entries(tuned)

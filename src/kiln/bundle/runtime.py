@@ -72,7 +72,12 @@ class _Variant:
             artifact = self.bundle.reader.artifact(self.kernel, self.entry)
             launcher = KernelLauncher(artifact, self.entry.args)
             self.ready = LaunchEntry(
-                launcher, self.names, self.tail, self.meta_extra, source=f"bundle {self.bundle.path}"
+                launcher,
+                self.names,
+                self.tail,
+                self.meta_extra,
+                config=dict(self.entry.config),
+                source=f"bundle {self.bundle.path}",
             )
             log.info(
                 "kiln: %s: tuned config %s loaded from bundle %s (%s launcher)",
@@ -86,6 +91,11 @@ class _Variant:
     def launch(self, grid: Any, args: tuple[Any, ...]) -> None:
         (self.ready or self._prepare()).launch(grid, args)
 
+    @property
+    def fast(self) -> tuple[Any, ...]:
+        """What kiln's C dispatcher launches (see :class:`LaunchEntry`); builds the launcher once."""
+        return (self.ready or self._prepare()).fast
+
 
 class BundledKernel:
     """A tuned kernel from a bundle: ``kernel[grid](*args)`` launches the matching variant."""
@@ -98,6 +108,8 @@ class BundledKernel:
         self._flags_by_len = [self._flags[:n] for n in range(len(self._flags) + 1)]
         self._table: dict[int, dict[tuple[Any, ...], _Variant]] = {}
         self._call_key: Any = None
+        self._dispatcher: Any = None  # kiln's C fast path over self._table, made on first use
+        self.best_config: dict[str, Any] | None = None  # the config (JSON) the last call launched
         for entry in record.entries:
             self._index(entry)
 
@@ -157,8 +169,23 @@ class BundledKernel:
             + "\nTune this kernel for these inputs and save the bundle again."
         )
 
-    def __getitem__(self, grid: Any) -> _BundledCall:
-        return _BundledCall(self, grid)
+    def __getitem__(self, grid: Any) -> Any:
+        """``kernel[grid]``: kiln's C ``BoundCall`` over this kernel's variants (the autotuner's
+        fast path), or :class:`_BundledCall` where kiln's C helper cannot be built."""
+        if self._dispatcher is None:
+            from kiln.launch.native import NativeBuildError, native
+
+            try:
+                self._dispatcher = native().Dispatcher(
+                    self._table, list(self._flags_by_len), self, self._full_path
+                )
+            except NativeBuildError:
+                return _BundledCall(self, grid)
+        return self._dispatcher[grid]
+
+    def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """A call the C dispatcher did not match: launch it, or say why it cannot be."""
+        _BundledCall(self, grid)(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"BundledKernel({self.name}, {len(self.record.entries)} variants, from {self.bundle.path})"
@@ -176,7 +203,9 @@ class _BundledCall:
             raise TypeError(
                 f"{self.kernel.name} from a bundle takes positional arguments only (got {sorted(kwargs)})"
             )
-        self.kernel.variant_for(args).launch(self.grid, args)
+        variant = self.kernel.variant_for(args)
+        variant.launch(self.grid, args)
+        self.kernel.best_config = dict(variant.entry.config)
 
 
 class Bundle(Mapping[str, BundledKernel]):
