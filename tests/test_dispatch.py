@@ -22,7 +22,7 @@ class FakeEntry:
     """A registered entry without kiln's launcher (``fast[0] is None``): hits call ``launch``."""
 
     def __init__(self, config: str, result: str) -> None:
-        self.fast = (None, (), config, result, None, None)
+        self.fast = (None, (), config, result, None, None, ("x", "y", "n"), {})
         self.launched: list[tuple[Any, tuple[Any, ...]]] = []
 
     def launch(self, grid: Any, args: tuple[Any, ...]) -> str:
@@ -138,11 +138,11 @@ def test_errors_from_the_full_path_and_entries_propagate() -> None:
         dispatcher[(1,)](1, 2, 3)
 
     class Broken:
-        fast = ("not a 6-tuple",)
+        fast = ("not an 8-tuple",)
 
     x, y = torch.zeros(8), torch.zeros(8)
     dispatcher, _, _ = make({3: {key(x, y, 8): Broken()}})
-    with pytest.raises(TypeError, match="6-tuple"):
+    with pytest.raises(TypeError, match="8-tuple"):
         dispatcher[(1,)](x, y, 8)
 
 

@@ -1,8 +1,8 @@
 """The tuned call's fast path: call key -> cached launcher -> grid -> launch.
 
 ``kernel[grid]`` returns kiln's C ``BoundCall`` (``_kiln_launch.c``: ``Dispatcher.bind``),
-which runs the steps below without entering Python on a hit with a tuple grid; it reads each
-entry's ``LaunchEntry.fast``. :class:`GridCall` is the same path in Python, used when the C
+which runs the steps below in C on a hit (only a grid function itself runs Python); it reads
+each entry's ``LaunchEntry.fast``. :class:`GridCall` is the same path in Python, used when the C
 helper could not be built (then every launch goes through Triton's launcher anyway)::
 
     kernel[grid](*args)            BoundCall / GridCall.__call__

@@ -16,10 +16,12 @@
  *     BoundCall(*args)   keyword arguments?                  -> fallback(grid, args, kwargs)
  *                        key = call key of args (C, keeps each tensor's data_ptr)
  *                        entry = tables[len(args)][key]       miss -> fallback(grid, args, {})
- *                        (native, tail, config, result, get_stream, get_device) = entry.fast
+ *                        (native, tail, config, result, get_stream, get_device, names, meta_extra)
+ *                            = entry.fast
  *                        owner.best_config = config
- *                        grid a tuple and native?  launch args + tail on get_stream(get_device())
- *                        else                      entry.launch(grid, args) (Python)
+ *                        grid callable?  grid = grid({names: args + tail} | meta_extra)
+ *                        native?         launch args + tail on get_stream(get_device())
+ *                        else            entry.launch(grid, args) (Python: Triton's launcher)
  *                        return result
  */
 #define PY_SSIZE_T_CLEAN
@@ -721,6 +723,41 @@ static PyObject *slow_call(BoundCall *self, PyObject *const *args, Py_ssize_t na
   return result;
 }
 
+/* The launch grid as a tuple (new reference in *out): `grid` itself, or what grid(meta) returns,
+ * meta = {names[i]: items[i]} updated with meta_extra (the config's kwargs and options), as
+ * Triton's autotuner builds it. */
+static int grid_of(PyObject *grid, PyObject *names, PyObject *meta_extra, PyObject *const *items, Py_ssize_t n,
+                   PyObject **out) {
+  if (PyTuple_CheckExact(grid)) {
+    Py_INCREF(grid);
+    *out = grid;
+    return 0;
+  }
+  PyObject *meta = PyDict_New();
+  if (!meta) return -1;
+  Py_ssize_t n_names = PyTuple_GET_SIZE(names);
+  for (Py_ssize_t i = 0; i < n && i < n_names; i++) {
+    if (PyDict_SetItem(meta, PyTuple_GET_ITEM(names, i), items[i])) {
+      Py_DECREF(meta);
+      return -1;
+    }
+  }
+  if (PyDict_Update(meta, meta_extra)) {
+    Py_DECREF(meta);
+    return -1;
+  }
+  PyObject *value = PyObject_CallOneArg(grid, meta);
+  Py_DECREF(meta);
+  if (!value) return -1;
+  if (PyTuple_CheckExact(value)) {
+    *out = value;
+    return 0;
+  }
+  *out = PySequence_Tuple(value);
+  Py_DECREF(value);
+  return *out ? 0 : -1;
+}
+
 static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
   Dispatcher *d = self->dispatcher;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
@@ -748,17 +785,21 @@ static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, si
   if (!entry) return PyErr_Occurred() ? NULL : slow_call(self, args, nargs, kwnames);
   Py_INCREF(entry); /* the table may change while Python code runs below */
   PyObject *result = NULL;
+  PyObject *grid = NULL; /* the grid as a tuple (a new reference) */
   PyObject *fast = PyObject_GetAttr(entry, str_fast);
   if (!fast) goto done;
-  if (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 6) {
-    PyErr_SetString(PyExc_TypeError, "kiln: a fast-path entry's .fast must be a 6-tuple");
+  if (!PyTuple_Check(fast) || PyTuple_GET_SIZE(fast) != 8) {
+    PyErr_SetString(PyExc_TypeError, "kiln: a fast-path entry's .fast must be an 8-tuple");
     goto done;
   }
   PyObject *native = PyTuple_GET_ITEM(fast, 0);
   PyObject *tail = PyTuple_GET_ITEM(fast, 1);
+  PyObject *names = PyTuple_GET_ITEM(fast, 6);
+  PyObject *meta_extra = PyTuple_GET_ITEM(fast, 7);
   if (PyObject_SetAttr(d->owner, str_best_config, PyTuple_GET_ITEM(fast, 2))) goto done;
-  if (native == Py_None || !PyTuple_CheckExact(self->grid) ||
-      !PyObject_TypeCheck(native, &LauncherType) || !PyTuple_Check(tail)) {
+  if (native == Py_None || !PyObject_TypeCheck(native, &LauncherType) || !PyTuple_Check(tail) ||
+      !PyTuple_Check(names) || !PyDict_Check(meta_extra) ||
+      !(PyTuple_CheckExact(self->grid) || PyCallable_Check(self->grid))) {
     PyObject *tuple = PyTuple_New(nargs);
     if (!tuple) goto done;
     for (Py_ssize_t i = 0; i < nargs; i++) {
@@ -780,6 +821,7 @@ static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, si
     items[nargs + i] = PyTuple_GET_ITEM(tail, i);
     has_ptr[nargs + i] = 0;
   }
+  if (grid_of(self->grid, names, meta_extra, items, nargs + ntail, &grid)) goto done;
   PyObject *device = PyObject_CallNoArgs(PyTuple_GET_ITEM(fast, 5));
   if (!device) goto done;
   PyObject *stream_obj = PyObject_CallOneArg(PyTuple_GET_ITEM(fast, 4), device);
@@ -788,10 +830,11 @@ static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, si
   uint64_t stream = PyLong_AsUnsignedLongLongMask(stream_obj);
   Py_DECREF(stream_obj);
   if (stream == (uint64_t)-1 && PyErr_Occurred()) goto done;
-  if (launch_items((Launcher *)native, self->grid, stream, items, nargs + ntail, ptrs, has_ptr)) goto done;
+  if (launch_items((Launcher *)native, grid, stream, items, nargs + ntail, ptrs, has_ptr)) goto done;
   result = PyTuple_GET_ITEM(fast, 3);
   Py_INCREF(result);
 done:
+  Py_XDECREF(grid);
   Py_XDECREF(fast);
   Py_DECREF(entry);
   return result;

@@ -6,9 +6,9 @@ and a bundle's kernels (:mod:`kiln.bundle.runtime`) launch once a call has been 
     launch(grid, args): full = args + tail; grid = grid(meta) if callable
                         (meta = the arguments by name + the config's kwargs);
                         kiln's C launcher on torch's current stream, or Triton's launcher
-    fast:               (native launcher or None, tail, config, result, get_stream, get_device),
-                        what kiln's C dispatcher (``_kiln_launch.Dispatcher``) reads to launch a
-                        tuple grid without entering Python
+    fast:               (native launcher or None, tail, config, result, get_stream, get_device,
+                        names, meta_extra): what kiln's C dispatcher (``_kiln_launch.Dispatcher``)
+                        reads to compute the grid and launch without entering Python
 
 It imports no Triton.
 """
@@ -57,7 +57,16 @@ class LaunchEntry:
         self.native = launcher.native
         self.stream = stream_getter() if launcher.native is not None else None
         get_stream, get_device = stream_functions() if launcher.native is not None else (None, None)
-        self.fast = (self.native, tuple(tail), config, result, get_stream, get_device)
+        self.fast = (
+            self.native,
+            tuple(tail),
+            config,
+            result,
+            get_stream,
+            get_device,
+            tuple(names),
+            dict(meta_extra),
+        )
 
     def launch(self, grid: Any, args: tuple[Any, ...]) -> Any:
         full = args + self.tail if self.tail else args
