@@ -14,8 +14,6 @@ repeated and interleaved across arms, and medians reported. Arms:
 * ``kiln_tuned``: a ``kiln.autotune``'d kernel, tuned once, ``tuned[grid](x, n)`` (fast path);
 * ``kiln_tuned_bound``: the same with ``kernel[grid]`` bound once, outside the loop
   (``call = tuned[grid]`` then ``call(x, n)``);
-* ``kiln_tuned_python``: the fast path in Python (``GridCall``, what runs when kiln's C
-  helper cannot be built, and what ``kiln_tuned`` was before the C dispatcher);
 * ``kiln_tuned_meta_grid``: the same with a grid function of the meta-parameters;
 * ``kiln_bundle``: that tuned kernel saved to a bundle and loaded back in this process
   (``kiln.load_bundle(path, register=False)["inc_kernel"][grid](x, n)``);
@@ -99,8 +97,6 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
     with torch.cuda.graph(graph, stream=side):
         inc_kernel[grid](x, n, BLOCK=1024)
 
-    from kiln.autotuner.fastpath import GridCall
-
     bound = tuned[grid]
     bundle_dir = Path(tempfile.mkdtemp(prefix="kiln-launch-bundle-"))
     bundled = kiln.load_bundle(kiln.save_bundle(bundle_dir / "b", tuned), register=False)["inc_kernel"]
@@ -109,7 +105,6 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
         "triton_compiled": lambda: compiled[grid3](x, n, 1024),
         "kiln_tuned": lambda: tuned[grid](x, n),
         "kiln_tuned_bound": lambda: bound(x, n),
-        "kiln_tuned_python": lambda: GridCall(tuned, grid)(x, n),
         "kiln_tuned_meta_grid": lambda: tuned[meta_grid](x, n),
         "kiln_bundle": lambda: bundled[grid](x, n),
         "kiln_launcher": lambda: launcher.launch(grid, full_args),

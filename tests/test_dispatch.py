@@ -164,3 +164,22 @@ def test_a_dispatcher_in_a_cycle_with_its_owner_is_collected() -> None:
     del owner
     gc.collect()
     assert ref() is None
+
+
+def test_without_the_c_helper_kernel_grid_is_the_full_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No C compiler: no dispatcher, and ``kernel[grid](...)`` goes to ``Autotuner.run``."""
+    import kernels
+    import kiln
+    from kiln.autotuner import tuner as tuner_mod
+    from kiln.launch.native import NativeBuildError
+
+    def no_helper() -> Any:
+        raise NativeBuildError("no C compiler (test)")
+
+    monkeypatch.setattr(tuner_mod, "native", no_helper)
+    tuned = kiln.autotune([kiln.Config({"BLOCK": 128})], key=["n"])(kernels.add_kernel)
+    assert tuned._dispatcher is None
+    runs: list[Any] = []
+    monkeypatch.setattr(tuned, "run", lambda *args, **kwargs: runs.append((args, kwargs)) or "ran")
+    assert tuned[(2,)](1, 2, 3, n=4) == "ran"
+    assert runs == [((1, 2, 3), {"grid": (2,), "warmup": False, "n": 4})]

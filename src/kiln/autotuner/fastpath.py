@@ -2,10 +2,10 @@
 
 ``kernel[grid]`` returns kiln's C ``BoundCall`` (``_kiln_launch.c``: ``Dispatcher.bind``),
 which runs the steps below in C on a hit (only a grid function itself runs Python); it reads
-each entry's ``LaunchEntry.fast``. :class:`GridCall` is the same path in Python, used when the C
-helper could not be built (then every launch goes through Triton's launcher anyway)::
+each entry's ``LaunchEntry.fast``. Where the C helper cannot be built there is no fast path:
+``kernel[grid]`` is Triton's own proxy to ``Autotuner.run``::
 
-    kernel[grid](*args)            BoundCall / GridCall.__call__
+    kernel[grid](*args)            BoundCall.__call__ (C)
       no keyword arguments?        else: Autotuner.run (the full path)
       key = call_key(args, flags)  C: the key args' values, dtypes, alignment, int classes
       entry = fast[len(args)][key] miss: Autotuner.run, which tunes or loads, then registers
@@ -61,31 +61,3 @@ class FastCache(dict[Any, Any]):
         value = super().setdefault(key, default)
         self._on_change()
         return value
-
-
-class GridCall:
-    """``kernel[grid]``: calls with positional arguments only take the fast path."""
-
-    __slots__ = ("grid", "tuner")
-
-    def __init__(self, tuner: Any, grid: Any) -> None:
-        self.tuner = tuner
-        self.grid = grid
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        tuner = self.tuner
-        if not kwargs:
-            table = tuner._fast.get(len(args))
-            if table is not None:
-                try:
-                    entry = table.get(tuner._call_key(args, tuner._flags_by_len[len(args)]))
-                except (TypeError, AttributeError, OverflowError, ValueError):
-                    entry = None  # arguments the key cannot describe: the full path decides
-                if entry is not None:
-                    tuner.best_config = entry.config
-                    grid = self.grid
-                    if entry.stream is not None and type(grid) is tuple:  # the common case, inline
-                        entry.native.launch(grid, entry.stream(), args + entry.tail if entry.tail else args)
-                        return entry.result
-                    return entry.launch(grid, args)
-        return tuner.run(*args, grid=self.grid, warmup=False, **kwargs)

@@ -43,7 +43,7 @@ from kiln import settings as settings_mod
 from kiln import triton_compat
 from kiln.artifact import CompiledArtifact
 from kiln.autotuner.check import compare
-from kiln.autotuner.fastpath import FastCache, GridCall
+from kiln.autotuner.fastpath import FastCache
 from kiln.autotuner.specialize import BoundCall, config_label, request_for, tuning_key
 from kiln.errors import (
     CompileTimeoutError,
@@ -204,7 +204,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     def __getitem__(self, grid: Any) -> Any:
         if self._dispatcher is not None:
             return self._dispatcher[grid]  # a _kiln_launch.BoundCall: the whole fast path in C
-        return GridCall(self, grid)
+        return super().__getitem__(grid)  # no C helper, no fast path: Triton's proxy to run()
 
     def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """What ``kernel[grid](*args, **kwargs)`` does when the fast path has no entry for it."""

@@ -93,10 +93,7 @@ def stream_getter() -> Callable[[], int]:
     """A function returning the caller's current CUDA stream (torch's, on its current device)."""
     global _stream_getter
     if _stream_getter is None:
-        import torch
-
-        get_stream = torch._C._cuda_getCurrentRawStream
-        get_device = torch._C._cuda_getDevice
+        get_stream, get_device = stream_functions()
 
         def _getter() -> int:
             return get_stream(get_device())

@@ -214,9 +214,6 @@ def _warm_up(target: tuple[str, Any, int]) -> float:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    # What every job unpickles and returns: forks inherit these imports.
-    import kiln.artifact
-    import kiln.request  # noqa: F401
     from kiln.pool.warmup import warmup_kernel
 
     old = os.environ.get("TRITON_CACHE_DIR")
@@ -254,6 +251,10 @@ def main() -> None:
     key = triton_compat.triton_key(init["cache_dir"])
     key_seeded = triton_compat.seed_triton_key(key)
     key_s = time.perf_counter() - started
+    # What every job unpickles and returns: forks inherit these imports, warm-up or not.
+    import kiln.artifact
+    import kiln.request  # noqa: F401
+
     warmup_s = _warm_up(init["warmup_target"]) if init.get("warmup_target") else 0.0
     preloaded = preload(list(init.get("preload", [])))
     zygote = _Zygote(ctl)
