@@ -17,17 +17,17 @@ from click.testing import CliRunner
 import kernels
 import kiln
 from conftest import SM90
+from kiln.artifacts.store import ArtifactStore
 from kiln.autotuner.specialize import request_for
 from kiln.autotuner.tuner import _config_json
 from kiln.bundle import BundleError, BundleMissError, BundleReader, write_bundle
 from kiln.bundle.format import entry_for
-from kiln.bundle.records import collect_recorded, write_record
+from kiln.bundle.index import collect_recorded, write_record
 from kiln.bundle.runtime import Bundle, check_device_matches
 from kiln.cli import main as cli
 from kiln.errors import MissingMetadataError
 from kiln.launch.native import native
 from kiln.launch.spec import LaunchSpec, call_key_for, param_flags, torch_dtype
-from kiln.store import ArtifactStore
 
 CONFIGS = [kiln.Config({"BLOCK": 1024}, num_warps=4), kiln.Config({"BLOCK": 256}, num_warps=2)]
 

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 _LAZY: dict[str, str] = {
     "as_completed": "concurrent.futures",
     "Config": "triton",
-    "CompiledArtifact": "kiln.artifact",
-    "to_triton_kernel": "kiln.artifact",
+    "CompiledArtifact": "kiln.artifacts.artifact",
+    "to_triton_kernel": "kiln.artifacts.artifact",
     "AutotuneError": "kiln.autotuner",
     "Autotuner": "kiln.autotuner",
     "autotune": "kiln.autotuner",
@@ -35,10 +35,10 @@ _LAZY: dict[str, str] = {
     "CompilePool": "kiln.pool",
     "PoolStats": "kiln.pool",
     "get_pool": "kiln.pool",
-    "CompileRequest": "kiln.request",
+    "CompileRequest": "kiln.compile.request",
     "Settings": "kiln.settings",
-    "ArtifactStore": "kiln.store",
-    "CacheWarning": "kiln.store",
+    "ArtifactStore": "kiln.artifacts.store",
+    "CacheWarning": "kiln.artifacts.store",
     "GPUTarget": "kiln.triton_compat",
     "KernelLauncher": "kiln.launch",
 }
@@ -66,9 +66,11 @@ if TYPE_CHECKING:
 
     from triton import Config
 
-    from kiln.artifact import CompiledArtifact, to_triton_kernel
+    from kiln.artifacts.artifact import CompiledArtifact, to_triton_kernel
+    from kiln.artifacts.store import ArtifactStore, CacheWarning
     from kiln.autotuner import AutotuneError, Autotuner, autotune
     from kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, precompile, save_bundle
+    from kiln.compile.request import CompileRequest
     from kiln.errors import (
         ArtifactError,
         CompileTimeoutError,
@@ -88,9 +90,7 @@ if TYPE_CHECKING:
     )
     from kiln.launch import KernelLauncher
     from kiln.pool import CompilePool, PoolStats, get_pool
-    from kiln.request import CompileRequest
     from kiln.settings import Settings
-    from kiln.store import ArtifactStore, CacheWarning
     from kiln.triton_compat import GPUTarget
 
 

@@ -136,7 +136,7 @@ def triton_key(cache_dir: Path | None = None) -> str:
     key = str(_compute())
     _TRITON_KEY = key
     if path is not None:
-        from kiln.store import atomic_write
+        from kiln.files import atomic_write
 
         with contextlib.suppress(OSError):
             atomic_write(path, json.dumps({"fingerprint": fingerprint, "key": key}).encode())

@@ -1,4 +1,4 @@
-"""From a call's real arguments to one :class:`~kiln.request.CompileRequest` per config.
+"""From a call's real arguments to one :class:`~kiln.compile.request.CompileRequest` per config.
 
 kiln specializes exactly as Triton's JIT does (same types, same ``tt.divisibility`` hints for
 16-byte-aligned pointers and multiples of 16, integers equal to 1 turned into constexprs), by
@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.compile.request import CompileRequest
 from kiln.errors import RequestError
-from kiln.request import CompileRequest
 from kiln.triton_compat import GPUTarget, make_backend
 
 _OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")

@@ -41,10 +41,10 @@ from triton.runtime.autotuner import Autotuner as _TritonAutotuner
 
 from kiln import settings as settings_mod
 from kiln import triton_compat
-from kiln.artifact import CompiledArtifact
-from kiln.autotuner.check import compare
-from kiln.autotuner.fastpath import FastCache
+from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.specialize import BoundCall, config_label, request_for, tuning_key
+from kiln.autotuner.variants import FastCache
+from kiln.compile.request import CompileRequest, guess_compile_cost
 from kiln.errors import (
     CompileTimeoutError,
     KilnError,
@@ -56,7 +56,7 @@ from kiln.launch import KernelLauncher, LaunchSpec, param_flags
 from kiln.launch.entry import LaunchEntry
 from kiln.launch.native import NativeBuildError, native
 from kiln.pool import CompilePool, get_pool
-from kiln.request import CompileRequest, guess_compile_cost
+from kiln.sandbox.compare import compare
 
 log = logging.getLogger("kiln.autotune")
 
@@ -512,7 +512,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     def _bundle_identity(self) -> tuple[str, list[Any]]:
         """The kernel's hash (source, helpers, globals) and parameter records, computed once."""
         from kiln.bundle.format import ParamRecord
-        from kiln.kernel_spec import KernelSpec
+        from kiln.compile.kernel_spec import KernelSpec
 
         flags = self._flags_by_len[-1].decode()
         params = []
@@ -535,7 +535,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     ) -> None:
         """Remember the variant for save_bundle, and record it in the cache for `kiln bundle save`."""
         from kiln.bundle.format import entry_for
-        from kiln.bundle.records import write_record
+        from kiln.bundle.index import write_record
 
         key_values = {k: candidate.bound.args[k] for k in self.keys if k in candidate.bound.args}
         run = self.tuned.get(key) if key is not None else None

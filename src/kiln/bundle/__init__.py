@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kiln.bundle.format import BUNDLE_FORMAT, BundleError, BundleReader, KernelRecord, write_bundle
-from kiln.bundle.records import collect_recorded, record_path
+from kiln.bundle.index import collect_recorded, record_path
 from kiln.bundle.runtime import Bundle, BundledKernel, BundleMissError, load_bundle
 
 __all__ = [

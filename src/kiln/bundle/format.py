@@ -9,7 +9,7 @@
 A :class:`KernelRecord` describes one ``@triton.jit`` kernel (its parameters and how each is
 matched against a call) and holds one :class:`EntryRecord` per tuned variant: the tuning key's
 values, the chosen config, the binary's file, checksum and full launch metadata (every field
-of :data:`kiln.artifact.LAUNCH_FIELDS` required), each argument's type and specialization, and
+of :data:`kiln.artifacts.artifact.LAUNCH_FIELDS` required), each argument's type and specialization, and
 the tuning record. Reading checks the format version, every required field and every binary's
 checksum, and says which entry and which field is wrong. Nothing is unpickled.
 """
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kiln.artifact import LAUNCH_FIELDS, CompiledArtifact
+from kiln.artifacts.artifact import LAUNCH_FIELDS, CompiledArtifact
 from kiln.errors import KilnError, MissingMetadataError
 from kiln.launch.spec import LaunchSpec, LaunchSpecError
 

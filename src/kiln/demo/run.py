@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln.compile.request import CompileRequest
 from kiln.errors import CompileTimeoutError, WorkerCrashedError
 from kiln.pool import CompilePool
-from kiln.request import CompileRequest
 from kiln.triton_compat import GPUTarget
 
 

@@ -28,8 +28,8 @@ from kiln.pool.zygote import ENV_FD, ENV_PARENT
 if TYPE_CHECKING:
     from concurrent.futures import Future
 
-    from kiln.artifact import CompiledArtifact
-    from kiln.request import CompileRequest
+    from kiln.artifacts.artifact import CompiledArtifact
+    from kiln.compile.request import CompileRequest
 
 ENV_POOL_ID = "KILN_POOL_ID"  # marks every process of a pool (leak checks find them by it)
 

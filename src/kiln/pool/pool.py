@@ -50,7 +50,9 @@ from pathlib import Path
 from typing import Any
 
 from kiln import settings as settings_mod
-from kiln.artifact import CompiledArtifact, to_triton_kernel, write_triton_group
+from kiln.artifacts.artifact import CompiledArtifact, to_triton_kernel, write_triton_group
+from kiln.artifacts.store import ArtifactStore
+from kiln.compile.request import CompileRequest, guess_compile_cost
 from kiln.errors import (
     CompileTimeoutError,
     KilnError,
@@ -79,9 +81,7 @@ from kiln.pool.protocol import (
     encode,
 )
 from kiln.pool.worker import decode_exception
-from kiln.request import CompileRequest, guess_compile_cost
 from kiln.settings import Settings
-from kiln.store import ArtifactStore
 from kiln.triton_compat import GPUTarget
 
 log = logging.getLogger("kiln.pool")

@@ -53,7 +53,7 @@ def run_job(job_id: int, payload: bytes) -> tuple[Any, ...]:
         _apply_env(dict(request.triton_env))
         import triton
 
-        from kiln.artifact import CompiledArtifact
+        from kiln.artifacts.artifact import CompiledArtifact
 
         kernel = request.spec.load()
         compiled = triton.compile(

@@ -252,8 +252,8 @@ def main() -> None:
     key_seeded = triton_compat.seed_triton_key(key)
     key_s = time.perf_counter() - started
     # What every job unpickles and returns: forks inherit these imports, warm-up or not.
-    import kiln.artifact
-    import kiln.request  # noqa: F401
+    import kiln.artifacts.artifact
+    import kiln.compile.request  # noqa: F401
 
     warmup_s = _warm_up(init["warmup_target"]) if init.get("warmup_target") else 0.0
     preloaded = preload(list(init.get("preload", [])))

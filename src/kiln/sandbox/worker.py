@@ -142,7 +142,7 @@ class _State:
 
     def check_outputs(self) -> tuple[bool, float, str]:
         """Compare this run's tensors with the reference (the first clean run becomes it)."""
-        from kiln.autotuner.check import compare
+        from kiln.sandbox.compare import compare
 
         torch = self.torch
         changed = {

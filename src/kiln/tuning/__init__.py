@@ -17,8 +17,8 @@ from kiln.tuning.db import (
     TuningDatabaseError,
     default_database_path,
 )
-from kiln.tuning.records import STATUSES, ConfigResult, TuningRun
 from kiln.tuning.report import format_table, read_json, speedup, speedups, to_json, write_json
+from kiln.tuning.results import STATUSES, ConfigResult, TuningRun
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -59,7 +59,7 @@ from typing import Any
 
 from kiln.errors import KilnError
 from kiln.settings import Settings, current
-from kiln.tuning.records import ConfigResult, TuningRun
+from kiln.tuning.results import ConfigResult, TuningRun
 
 SCHEMA_VERSION = 1
 """Version of the tables below; bump it (with a migration) whenever they change."""

@@ -24,8 +24,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from kiln.store import atomic_write
-from kiln.tuning.records import ConfigResult, TuningRun
+from kiln.files import atomic_write
+from kiln.tuning.results import ConfigResult, TuningRun
 
 JSON_FORMAT = "kiln-tuning-run"
 JSON_VERSION = 1

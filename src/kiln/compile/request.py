@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln import triton_compat
+from kiln.compile.kernel_spec import KernelSpec, canonical_value
 from kiln.errors import JobInfo, RequestError, TargetError
-from kiln.kernel_spec import KernelSpec, canonical_value
 from kiln.triton_compat import GPUTarget
 
 KEY_VERSION = 1

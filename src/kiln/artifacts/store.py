@@ -24,38 +24,13 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
 
-from kiln.artifact import ARTIFACT_FORMAT, CompiledArtifact
+from kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
 from kiln.errors import ArtifactError
 
 
 class CacheWarning(UserWarning):
     """A cache entry was unreadable and has been ignored."""
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temporary file in the same directory, fsync, rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with _suppress_oserror():
-            os.unlink(tmp)
-        raise
-
-
-class _suppress_oserror:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        return exc_type is not None and issubclass(exc_type, OSError)
 
 
 _RECORD = "artifact.json"

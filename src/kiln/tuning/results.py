@@ -102,7 +102,7 @@ class ConfigResult:
     """Largest absolute difference from the reference output (``inf`` if the output has NaN/inf)."""
 
     artifact_key: str | None = None
-    """Compile key of the artifact in the :class:`~kiln.store.ArtifactStore`, if it compiled."""
+    """Compile key of the artifact in the :class:`~kiln.artifacts.store.ArtifactStore`, if it compiled."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:

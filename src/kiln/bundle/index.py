@@ -14,7 +14,7 @@ import json
 import warnings
 from pathlib import Path
 
-from kiln.artifact import CompiledArtifact
+from kiln.artifacts.artifact import CompiledArtifact
 from kiln.bundle.format import BundleError, EntryRecord, KernelRecord, ParamRecord
 from kiln.errors import KilnError
 
@@ -29,7 +29,7 @@ def record_path(cache_dir: Path, kernel: KernelRecord, entry: EntryRecord) -> Pa
 
 
 def write_record(cache_dir: Path, kernel: KernelRecord, entry: EntryRecord) -> Path:
-    from kiln.store import atomic_write
+    from kiln.files import atomic_write
 
     path = record_path(cache_dir, kernel, entry)
     data = {
@@ -48,7 +48,7 @@ def collect_recorded(
     cache_dir: Path, kernel_name: str | None = None
 ) -> tuple[list[KernelRecord], dict[str, CompiledArtifact]]:
     """Every recorded variant (of ``kernel_name`` only, if given) and its binary."""
-    from kiln.store import ArtifactStore
+    from kiln.artifacts.store import ArtifactStore
 
     directory = cache_dir / RECORDS_DIR
     files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime) if directory.is_dir() else []

@@ -1,7 +1,7 @@
 """The compiled result of a request: binary, entry name and every field needed to launch it.
 
 A :class:`CompiledArtifact` is plain data (bytes, strings, JSON-able metadata), so it crosses
-process boundaries cheaply and is stored on disk without pickle (see :mod:`kiln.store`).
+process boundaries cheaply and is stored on disk without pickle (see :mod:`kiln.artifacts.store`).
 Launch metadata is *required*: :meth:`CompiledArtifact.launch_field` raises
 :class:`~kiln.errors.MissingMetadataError` naming a missing field instead of guessing.
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from kiln.errors import ArtifactError, MissingMetadataError
 
 if TYPE_CHECKING:
-    from kiln.request import CompileRequest
+    from kiln.compile.request import CompileRequest
 
 ARTIFACT_FORMAT = 1
 
@@ -128,7 +128,7 @@ def _binary_ext(compiled: Any) -> str:
 
 def write_triton_group(artifact: CompiledArtifact, directory: Path) -> dict[str, str]:
     """Write the artifact as Triton's cache does (``<name>.json`` + ``<name>.<ext>``)."""
-    from kiln.store import atomic_write
+    from kiln.files import atomic_write
 
     directory.mkdir(parents=True, exist_ok=True)
     base = artifact.name[:150]

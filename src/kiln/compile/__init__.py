@@ -1,0 +1,1 @@
+"""What a compile is: a kernel's identity, how it travels to a worker, and the request."""
