@@ -10,12 +10,18 @@
  *   Launcher(binary, name, kinds, block_x, shared, n_extra)
  *   Launcher.launch(grid, stream, args)     pack the arguments, cuLaunchKernel on `stream`
  *   Launcher.n_params / .n_regs / .n_spills
- *   Dispatcher(tables, flags_by_len, owner, fallback)
+ *   Dispatcher(tables, flags_by_len, owner, fallback, normalize=None)
  *   Dispatcher.bind(grid) -> BoundCall      `kernel[grid]`; calling it is the whole fast path:
  *
- *     BoundCall(*args)   keyword arguments?                  -> fallback(grid, args, kwargs)
+ *     BoundCall(*args, **kwargs)
+ *                        keyword arguments, or fewer arguments than parameters?
+ *                            normalize set?  args = normalize(*args, **kwargs): every parameter
+ *                                            in order, defaults filled (a Python function with
+ *                                            the kernel's signature, called by vectorcall)
+ *                            else / it raises TypeError  -> fallback(grid, args, kwargs)
  *                        key = call key of args (C, keeps each tensor's data_ptr)
- *                        entry = tables[len(args)][key]       miss -> fallback(grid, args, {})
+ *                        entry = tables[len(args)][key]       miss -> fallback(grid, args, kwargs)
+ *                                                             (the caller's own args and kwargs)
  *                        (native, tail, config, result, get_stream, get_device, names, meta_extra)
  *                            = entry.fast
  *                        owner.best_config = config
@@ -582,6 +588,8 @@ typedef struct {
   PyObject *flags;    /* list: len(args) -> bytes, the call key's flags */
   PyObject *owner;    /* its best_config is set on every hit (the autotuner) */
   PyObject *fallback; /* fallback(grid, args, kwargs): the full path */
+  PyObject *normalize; /* normalize(*args, **kwargs) -> every parameter in order, or None */
+  Py_ssize_t n_params; /* len(flags) - 1: a call of this many positional arguments is normal */
 } Dispatcher;
 
 typedef struct {
@@ -598,6 +606,7 @@ static int Dispatcher_traverse(Dispatcher *self, visitproc visit, void *arg) {
   Py_VISIT(self->flags);
   Py_VISIT(self->owner);
   Py_VISIT(self->fallback);
+  Py_VISIT(self->normalize);
   return 0;
 }
 
@@ -606,6 +615,7 @@ static int Dispatcher_clear(Dispatcher *self) {
   Py_CLEAR(self->flags);
   Py_CLEAR(self->owner);
   Py_CLEAR(self->fallback);
+  Py_CLEAR(self->normalize);
   return 0;
 }
 
@@ -616,13 +626,17 @@ static void Dispatcher_dealloc(Dispatcher *self) {
 }
 
 static int Dispatcher_init(Dispatcher *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"tables", "flags_by_len", "owner", "fallback", NULL};
-  PyObject *tables, *flags, *owner, *fallback;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OO", kwlist, &PyDict_Type, &tables, &PyList_Type, &flags,
-                                   &owner, &fallback))
+  static char *kwlist[] = {"tables", "flags_by_len", "owner", "fallback", "normalize", NULL};
+  PyObject *tables, *flags, *owner, *fallback, *normalize = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!O!OO|O", kwlist, &PyDict_Type, &tables, &PyList_Type, &flags,
+                                   &owner, &fallback, &normalize))
     return -1;
   if (!PyCallable_Check(fallback)) {
     PyErr_SetString(PyExc_TypeError, "Dispatcher: fallback must be callable");
+    return -1;
+  }
+  if (normalize != Py_None && !PyCallable_Check(normalize)) {
+    PyErr_SetString(PyExc_TypeError, "Dispatcher: normalize must be callable or None");
     return -1;
   }
   Py_ssize_t n = PyList_GET_SIZE(flags);
@@ -641,6 +655,9 @@ static int Dispatcher_init(Dispatcher *self, PyObject *args, PyObject *kwds) {
   Py_XSETREF(self->owner, owner);
   Py_INCREF(fallback);
   Py_XSETREF(self->fallback, fallback);
+  Py_INCREF(normalize);
+  Py_XSETREF(self->normalize, normalize);
+  self->n_params = n - 1;
   return 0;
 }
 
@@ -668,7 +685,7 @@ static PyTypeObject DispatcherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kiln_launch.Dispatcher",
     .tp_basicsize = sizeof(Dispatcher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The tuned call's fast path: Dispatcher(tables, flags_by_len, owner, fallback)",
+    .tp_doc = "The tuned call's fast path: Dispatcher(tables, flags_by_len, owner, fallback, normalize=None)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Dispatcher_init,
     .tp_dealloc = (destructor)Dispatcher_dealloc,
@@ -758,16 +775,19 @@ static int grid_of(PyObject *grid, PyObject *names, PyObject *meta_extra, PyObje
   return *out ? 0 : -1;
 }
 
-static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+/* The positional fast path over args[0..nargs) (already normal: one item per parameter, or a
+ * positional call); a miss, or arguments the key cannot describe, go to the full path with the
+ * caller's own arguments (call_args[0..call_nargs) + call_kwnames). */
+static PyObject *dispatch(BoundCall *self, PyObject *const *args, Py_ssize_t nargs, PyObject *const *call_args,
+                          Py_ssize_t call_nargs, PyObject *call_kwnames) {
   Dispatcher *d = self->dispatcher;
-  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-  if ((kwnames && PyTuple_GET_SIZE(kwnames)) || nargs >= PyList_GET_SIZE(d->flags) || nargs > MAX_ARGS)
-    return slow_call(self, args, nargs, kwnames);
+  if (nargs >= PyList_GET_SIZE(d->flags) || nargs > MAX_ARGS)
+    return slow_call(self, call_args, call_nargs, call_kwnames);
   PyObject *n_obj = PyLong_FromSsize_t(nargs);
   if (!n_obj) return NULL;
   PyObject *table = PyDict_GetItemWithError(d->tables, n_obj); /* borrowed */
   Py_DECREF(n_obj);
-  if (!table) return PyErr_Occurred() ? NULL : slow_call(self, args, nargs, kwnames);
+  if (!table) return PyErr_Occurred() ? NULL : slow_call(self, call_args, call_nargs, call_kwnames);
   uint64_t ptrs[MAX_ARGS];
   char has_ptr[MAX_ARGS];
   PyObject *key = make_key(args, nargs, PyBytes_AS_STRING(PyList_GET_ITEM(d->flags, nargs)), ptrs, has_ptr);
@@ -776,13 +796,13 @@ static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, si
     if (PyErr_ExceptionMatches(PyExc_TypeError) || PyErr_ExceptionMatches(PyExc_AttributeError) ||
         PyErr_ExceptionMatches(PyExc_OverflowError) || PyErr_ExceptionMatches(PyExc_ValueError)) {
       PyErr_Clear();
-      return slow_call(self, args, nargs, kwnames);
+      return slow_call(self, call_args, call_nargs, call_kwnames);
     }
     return NULL;
   }
   PyObject *entry = PyDict_GetItemWithError(table, key); /* borrowed */
   Py_DECREF(key);
-  if (!entry) return PyErr_Occurred() ? NULL : slow_call(self, args, nargs, kwnames);
+  if (!entry) return PyErr_Occurred() ? NULL : slow_call(self, call_args, call_nargs, call_kwnames);
   Py_INCREF(entry); /* the table may change while Python code runs below */
   PyObject *result = NULL;
   PyObject *grid = NULL; /* the grid as a tuple (a new reference) */
@@ -837,6 +857,30 @@ done:
   Py_XDECREF(grid);
   Py_XDECREF(fast);
   Py_DECREF(entry);
+  return result;
+}
+
+static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+  Dispatcher *d = self->dispatcher;
+  Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  int has_kw = kwnames && PyTuple_GET_SIZE(kwnames);
+  if (!has_kw && (nargs == d->n_params || d->normalize == Py_None))
+    return has_kw ? slow_call(self, args, nargs, kwnames) : dispatch(self, args, nargs, args, nargs, NULL);
+  if (d->normalize == Py_None) return slow_call(self, args, nargs, kwnames);
+  /* keywords, defaults: every parameter in order, by the kernel's own signature */
+  PyObject *normal = PyObject_Vectorcall(d->normalize, args, nargs, kwnames);
+  if (!normal) {
+    if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
+    PyErr_Clear(); /* a call the signature does not take: the full path raises its own error */
+    return slow_call(self, args, nargs, kwnames);
+  }
+  if (!PyTuple_CheckExact(normal)) {
+    Py_DECREF(normal);
+    PyErr_SetString(PyExc_TypeError, "kiln: Dispatcher.normalize must return a tuple");
+    return NULL;
+  }
+  PyObject *result = dispatch(self, &PyTuple_GET_ITEM(normal, 0), PyTuple_GET_SIZE(normal), args, nargs, kwnames);
+  Py_DECREF(normal);
   return result;
 }
 
