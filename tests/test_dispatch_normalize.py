@@ -1,10 +1,11 @@
 """The C dispatcher's normalization of keyword calls and defaults (``Dispatcher(..., normalize)``).
 
-A call with keyword arguments, or with fewer positional arguments than the kernel has
-parameters, is turned into one positional tuple by ``normalize`` (a function with the kernel's
-signature) and then keyed like a positional call, so every calling convention that names the
-same arguments reaches the same entry. Misses go to the full path with the caller's own
-arguments, and a call the signature rejects is left to the full path to report.
+A positional call whose length has entries is keyed as it is (today's fast path, unchanged). A
+call with keyword arguments, or a positional call of a length with no entries, is turned into
+one tuple of every parameter by ``normalize`` (a function with the kernel's signature) and keyed
+like that, so every calling convention that names the same arguments reaches the same entry.
+Misses go to the full path with the caller's own arguments, and a call the signature rejects is
+left to the full path to report.
 """
 
 from __future__ import annotations
@@ -64,6 +65,23 @@ def test_keyword_and_default_calls_reach_the_entry_of_the_full_positional_call()
     assert calls == []
     assert all(args == (x, y, 64, 128) for args in entry.launched)
     assert len(entry.launched) == 4
+
+
+def test_positional_calls_with_entries_of_their_length_are_keyed_as_they_are() -> None:
+    x, y = torch.zeros(64), torch.zeros(64)
+    short, full = Entry("short"), Entry("full")
+    seen: list[Any] = []
+
+    def counting(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        seen.append(args)
+        return normalize(*args, **kwargs)
+
+    dispatcher, calls = make({3: {key(x, y, 64): short}, 4: {key(x, y, 64, 128): full}}, counting)
+    assert dispatcher[(1,)](x, y, 64) == "short"
+    assert seen == []  # not normalized: its length has entries
+    assert dispatcher[(1,)](x, y, n=64) == "full"
+    assert seen == [(x, y)]
+    assert calls == []
 
 
 def test_a_normalized_miss_goes_to_the_full_path_with_the_callers_own_arguments() -> None:

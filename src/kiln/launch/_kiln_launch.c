@@ -14,11 +14,12 @@
  *   Dispatcher.bind(grid) -> BoundCall      `kernel[grid]`; calling it is the whole fast path:
  *
  *     BoundCall(*args, **kwargs)
- *                        keyword arguments, or fewer arguments than parameters?
- *                            normalize set?  args = normalize(*args, **kwargs): every parameter
- *                                            in order, defaults filled (a Python function with
- *                                            the kernel's signature, called by vectorcall)
- *                            else / it raises TypeError  -> fallback(grid, args, kwargs)
+ *                        positional, and tables has entries of len(args)?  keyed as it is
+ *                        else, normalize set?  args = normalize(*args, **kwargs): every parameter
+ *                                              in order (a Python function with the kernel's
+ *                                              signature, called by vectorcall); TypeError ->
+ *                                              fallback(grid, args, kwargs)
+ *                        else keywords?        -> fallback(grid, args, kwargs)
  *                        key = call key of args (C, keeps each tensor's data_ptr)
  *                        entry = tables[len(args)][key]       miss -> fallback(grid, args, kwargs)
  *                                                             (the caller's own args and kwargs)
@@ -589,7 +590,6 @@ typedef struct {
   PyObject *owner;    /* its best_config is set on every hit (the autotuner) */
   PyObject *fallback; /* fallback(grid, args, kwargs): the full path */
   PyObject *normalize; /* normalize(*args, **kwargs) -> every parameter in order, or None */
-  Py_ssize_t n_params; /* len(flags) - 1: a call of this many positional arguments is normal */
 } Dispatcher;
 
 typedef struct {
@@ -657,7 +657,6 @@ static int Dispatcher_init(Dispatcher *self, PyObject *args, PyObject *kwds) {
   Py_XSETREF(self->fallback, fallback);
   Py_INCREF(normalize);
   Py_XSETREF(self->normalize, normalize);
-  self->n_params = n - 1;
   return 0;
 }
 
@@ -864,14 +863,22 @@ static PyObject *BoundCall_vectorcall(BoundCall *self, PyObject *const *args, si
   Dispatcher *d = self->dispatcher;
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   int has_kw = kwnames && PyTuple_GET_SIZE(kwnames);
-  if (!has_kw && (nargs == d->n_params || d->normalize == Py_None))
-    return has_kw ? slow_call(self, args, nargs, kwnames) : dispatch(self, args, nargs, args, nargs, NULL);
-  if (d->normalize == Py_None) return slow_call(self, args, nargs, kwnames);
-  /* keywords, defaults: every parameter in order, by the kernel's own signature */
+  if (!has_kw) {
+    /* positional calls keyed as they are, when entries of that length exist */
+    PyObject *n_obj = PyLong_FromSsize_t(nargs);
+    if (!n_obj) return NULL;
+    int known = PyDict_Contains(d->tables, n_obj);
+    Py_DECREF(n_obj);
+    if (known < 0) return NULL;
+    if (known || d->normalize == Py_None) return dispatch(self, args, nargs, args, nargs, NULL);
+  } else if (d->normalize == Py_None) {
+    return slow_call(self, args, nargs, kwnames);
+  }
+  /* keywords, or a positional call of a length with no entries: every parameter in order */
   PyObject *normal = PyObject_Vectorcall(d->normalize, args, nargs, kwnames);
   if (!normal) {
     if (!PyErr_ExceptionMatches(PyExc_TypeError)) return NULL;
-    PyErr_Clear(); /* a call the signature does not take: the full path raises its own error */
+    PyErr_Clear(); /* a call it cannot normalize: the full path decides (and raises its own error) */
     return slow_call(self, args, nargs, kwnames);
   }
   if (!PyTuple_CheckExact(normal)) {
