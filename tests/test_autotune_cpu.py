@@ -58,7 +58,7 @@ class FakeBench:
     def user_reference(self) -> dict[str, Any] | None:
         if self.tuner._reference is None:
             return None
-        from kiln.autotuner.tuner import _user_reference
+        from kiln.autotuner.bench import user_reference as _user_reference
 
         return _user_reference(self.tuner._reference, self.args, self.tuner.arg_names)
 

@@ -19,7 +19,6 @@ import kiln
 from conftest import SM90
 from kiln.artifacts.store import ArtifactStore
 from kiln.autotuner.specialize import request_for
-from kiln.autotuner.tuner import _config_json
 from kiln.bundle import BundleError, BundleMissError, BundleReader, write_bundle
 from kiln.bundle.format import entry_for
 from kiln.bundle.index import collect_recorded, write_record
@@ -28,6 +27,7 @@ from kiln.cli import main as cli
 from kiln.errors import MissingMetadataError
 from kiln.launch.native import native
 from kiln.launch.spec import LaunchSpec, call_key_for, param_flags, torch_dtype
+from kiln.tuning.configs import config_json as _config_json
 
 CONFIGS = [kiln.Config({"BLOCK": 1024}, num_warps=4), kiln.Config({"BLOCK": 256}, num_warps=2)]
 
@@ -59,7 +59,7 @@ def bundle_parts(make_pool: Any) -> tuple[Any, Any, Any, tuple[Any, ...]]:
     x = torch.zeros(4096)
     args = (x, x, x, 4096)
     entry, artifact = _variant(tuner, pool, args)
-    record = tuner._kernel_record()
+    record = tuner._variants.kernel_record()
     record.entries.append(entry)
     return tuner, record, artifact, args
 
@@ -248,7 +248,7 @@ def test_c_call_key_agrees_with_triton_specialization(
 def test_triton_empty_hook_chain_is_not_a_hook() -> None:
     from triton import knobs
 
-    from kiln.launch.launcher import _triton_launch_hooks
+    from kiln.triton_compat import triton_launch_hooks_set as _triton_launch_hooks
 
     assert not _triton_launch_hooks()
 

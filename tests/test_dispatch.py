@@ -170,15 +170,15 @@ def test_without_the_c_helper_kernel_grid_is_the_full_path(monkeypatch: pytest.M
     """No C compiler: no dispatcher, and ``kernel[grid](...)`` goes to ``Autotuner.run``."""
     import kernels
     import kiln
-    from kiln.autotuner import tuner as tuner_mod
+    from kiln.launch import dispatch as dispatch_mod
     from kiln.launch.native import NativeBuildError
 
-    def no_helper() -> Any:
+    def no_helper(cache_dir: Any = None) -> Any:
         raise NativeBuildError("no C compiler (test)")
 
-    monkeypatch.setattr(tuner_mod, "native", no_helper)
+    monkeypatch.setattr(dispatch_mod, "native", no_helper)
     tuned = kiln.autotune([kiln.Config({"BLOCK": 128})], key=["n"])(kernels.add_kernel)
-    assert tuned._dispatcher is None
+    assert tuned._variants.tables.dispatcher is None
     runs: list[Any] = []
     monkeypatch.setattr(tuned, "run", lambda *args, **kwargs: runs.append((args, kwargs)) or "ran")
     assert tuned[(2,)](1, 2, 3, n=4) == "ran"

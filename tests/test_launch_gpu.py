@@ -25,7 +25,7 @@ def _single(kernel: Any, pool: Any, **constexprs: Any) -> Any:
 
 
 def _fast_entries(tuned: Any) -> list[Any]:
-    return [entry for table in tuned._fast.values() for entry in table.values()]
+    return [entry for table in tuned._variants.tables.tables.values() for entry in table.values()]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])

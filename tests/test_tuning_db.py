@@ -207,43 +207,6 @@ def test_lookup_needs_the_exact_identity(db: TuningDatabase, field: str) -> None
     assert db.lookup(**IDENTITY) is not None
     other = {**IDENTITY, field: IDENTITY[field] + "-other"}
     assert db.lookup(**other) is None
-    unfinished = begin(db)
-    db.record(unfinished, ok("B"))
-    assert db.partial(**other) == {}
-    assert set(db.partial(**IDENTITY)) == {"B"}
-
-
-def test_partial_returns_results_of_unfinished_runs(db: TuningDatabase) -> None:
-    assert db.partial(**IDENTITY) == {}
-    finished = begin(db)
-    db.record(finished, ok("A", 3.0))
-    db.finish_run(finished, "A", 1.0, 0.1)
-    assert db.partial(**IDENTITY) == {}  # finished runs are for lookup()
-
-    crashed = ConfigResult("B", config(), "crashed", reason="SIGSEGV")
-    killed = begin(db)
-    db.record(killed, ok("A", 2.0))
-    db.record(killed, crashed)
-    assert db.partial(**IDENTITY) == {"A": ok("A", 2.0), "B": crashed}
-
-    resumed = begin(db)  # the restarted process: its own empty run hides nothing
-    assert db.partial(**IDENTITY) == {"A": ok("A", 2.0), "B": crashed}
-    db.record(resumed, ok("A", 2.0))  # carries one reused result over, then is killed too
-    db.record(resumed, ok("C", 1.0))
-
-    again = begin(db)  # a third process sees everything measured so far
-    reused = db.partial(**IDENTITY)
-    assert reused == {"A": ok("A", 2.0), "B": crashed, "C": ok("C", 1.0)}
-    for result in reused.values():
-        db.record(again, result)
-    db.record(again, ok("A", 1.5))  # measured again: the newest result wins
-    assert db.partial(**IDENTITY)["A"] == ok("A", 1.5)
-    db.finish_run(again, "A", 5.0, 0.1)
-    assert db.partial(**IDENTITY) == {}  # superseded by a finished run
-    run = db.lookup(**IDENTITY)
-    assert run is not None
-    assert run.run_id == again
-    assert [(r.label, r.runtime_ms) for r in run.results] == [("A", 1.5), ("B", None), ("C", 1.0)]
 
 
 def test_record_replaces_a_label_and_guards_runs(db: TuningDatabase) -> None:
@@ -251,7 +214,7 @@ def test_record_replaces_a_label_and_guards_runs(db: TuningDatabase) -> None:
     db.record(run_id, ok("A", 2.0))
     db.record(run_id, ok("B", 3.0))
     db.record(run_id, ok("A", 1.5))  # measured again: replaced, keeps its place
-    assert [(r.label, r.runtime_ms) for r in db.partial(**IDENTITY).values()] == [("A", 1.5), ("B", 3.0)]
+    assert [(r.label, r.runtime_ms) for r in db.runs()[0].results] == [("A", 1.5), ("B", 3.0)]
     assert len(db.runs()[0].results) == 2
     with pytest.raises(TuningDatabaseError, match="no result with that label"):
         db.finish_run(run_id, "Z", 1.0, 0.1)
@@ -394,7 +357,8 @@ def test_sigkilled_writer_loses_at_most_the_config_in_progress(db_path: Path) ->
     assert integrity(db_path) == "ok"
     with TuningDatabase(db_path) as database:
         assert database.lookup(**IDENTITY) is None  # the run never finished
-        present = database.partial(**IDENTITY)
+        (unfinished,) = database.runs()
+        present = {r.label: r for r in unfinished.results}
         labels = {f"cfg{i}" for i in committed}
         assert labels <= set(present), f"committed but lost: {sorted(labels - set(present))}"
         assert set(present) - labels <= {f"cfg{len(committed)}"}  # at most the one in progress
@@ -489,7 +453,7 @@ def test_threads_share_one_database(db: TuningDatabase) -> None:
             run_ids.append(run_id)
             for i in range(25):
                 db.record(run_id, ok(f"cfg{i}", 1.0 + i))
-                db.partial(**IDENTITY)
+                db.lookup(**IDENTITY)
             db.finish_run(run_id, "cfg0", 1.0, 0.1)
         except BaseException as exc:
             errors.append(exc)
@@ -522,4 +486,4 @@ def test_forked_child_opens_its_own_connection(db: TuningDatabase) -> None:
     child.join(30)
     assert child.exitcode == 0
     assert result.value == 1  # the child did not use the parent's SQLite connection
-    assert list(db.partial(**IDENTITY)) == ["A", "from-child"]
+    assert [r.label for r in db.runs()[0].results] == ["A", "from-child"]

@@ -26,11 +26,11 @@ _LAZY: dict[str, str] = {
     "AutotuneError": "kiln.autotuner",
     "Autotuner": "kiln.autotuner",
     "autotune": "kiln.autotuner",
+    "precompile": "kiln.autotuner",
     "Bundle": "kiln.bundle",
     "BundleError": "kiln.bundle",
     "BundleMissError": "kiln.bundle",
     "load_bundle": "kiln.bundle",
-    "precompile": "kiln.bundle",
     "save_bundle": "kiln.bundle",
     "CompilePool": "kiln.pool",
     "PoolStats": "kiln.pool",
@@ -68,8 +68,8 @@ if TYPE_CHECKING:
 
     from kiln.artifacts.artifact import CompiledArtifact, to_triton_kernel
     from kiln.artifacts.store import ArtifactStore, CacheWarning
-    from kiln.autotuner import AutotuneError, Autotuner, autotune
-    from kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, precompile, save_bundle
+    from kiln.autotuner import AutotuneError, Autotuner, autotune, precompile
+    from kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, save_bundle
     from kiln.compile.request import CompileRequest
     from kiln.errors import (
         ArtifactError,

@@ -4,6 +4,9 @@ kiln is pinned to Triton 3.6.0 and written to work on 3.5-3.9 where the API allo
 differs between versions is isolated here: where ``GPUTarget`` lives, the cache-invalidating
 environment variables, Triton's key (``triton_key``), the backend options class and the
 metadata a launcher reads. Known limits are documented in the README's compatibility table.
+
+Importing this module does not import Triton (``GPUTarget`` and ``ASTSource`` load it on first
+use), so a process that only runs bundles can use the torch-side helpers below without it.
 """
 
 from __future__ import annotations
@@ -16,11 +19,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+if TYPE_CHECKING:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
 __all__ = [
     "ASTSource",
@@ -35,7 +38,22 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    """``GPUTarget`` and ``ASTSource``: Triton's classes, imported on first use."""
+    if name == "GPUTarget":
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget
+    if name == "ASTSource":
+        from triton.compiler import ASTSource
+
+        return ASTSource
+    raise AttributeError(f"module 'kiln.triton_compat' has no attribute {name!r}")
+
+
 def triton_version() -> str:
+    import triton
+
     return str(triton.__version__)
 
 
@@ -75,6 +93,8 @@ def triton_env() -> dict[str, str]:
 
 def local_target() -> GPUTarget | None:
     """The local GPU's target, or ``None`` when this machine has no usable GPU."""
+    from triton.backends.compiler import GPUTarget
+
     try:
         from triton.runtime import driver
 
@@ -90,6 +110,8 @@ _KEY_FILE_VERSION = 1
 
 
 def _triton_dir() -> Path:
+    import triton
+
     return Path(triton.__file__).resolve().parent
 
 
@@ -174,3 +196,106 @@ def seed_triton_key(key: str) -> bool:
         if is_triton and getattr(module, "triton_key", None) is original:
             setattr(module, "triton_key", seeded)  # noqa: B010 - typed as ModuleType
     return True
+
+
+# --- autotuner / launch side ---------------------------------------------------------------
+# What kiln's autotuner, sandbox and launcher need of Triton's (and torch's) private API. None of
+# these imports Triton when this module is imported; the torch ones never import Triton at all.
+
+_OUT_OF_RESOURCES = ("OutOfResources", "PTXASError")
+
+
+def triton_autotuner_class() -> type:
+    """Triton's ``Autotuner``, which ``kiln.autotune``'s class extends (the contract's attributes)."""
+    from triton.runtime.autotuner import Autotuner
+
+    cls: type = Autotuner
+    return cls
+
+
+def is_out_of_resources(exc: BaseException) -> bool:
+    """Whether ``exc`` is Triton's "this config does not fit the GPU" (shared memory, registers,
+    ptxas refusing it). Decided by class name, so it also holds for a failure whose class was
+    re-created after crossing a process boundary."""
+    return type(exc).__name__ in _OUT_OF_RESOURCES
+
+
+def jit_params(fn: Any) -> list[Any]:
+    """A ``@triton.jit`` function's parameters (``KernelParam``: ``.name``, ``.default``...)."""
+    return list(fn.params)
+
+
+def argument_binder(fn: Any, target: GPUTarget) -> tuple[Any, Any]:
+    """``(backend, binder)``: Triton's own argument binder of ``fn`` for ``target``.
+
+    ``binder(*args, **kwargs)`` returns ``(bound args by name, specialization, options)``,
+    exactly as Triton's JIT specializes a call (no GPU driver needed).
+    """
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(target)
+    return backend, create_function_from_signature(fn.signature, fn.params, backend)
+
+
+def pack_args(
+    fn: Any,
+    backend: Any,
+    kwargs: dict[str, Any],
+    bound: dict[str, Any],
+    specialization: Any,
+    options: dict[str, Any],
+) -> tuple[Any, dict[str, str], dict[tuple[int, ...], Any], dict[tuple[int, ...], Any]]:
+    """Triton's ``(options, signature, constexprs by path, attrs by path)`` for a bound call."""
+    packed = fn._pack_args(backend, kwargs, bound, specialization, options)
+    return packed[0], packed[1], packed[2], packed[3]
+
+
+def wrap_dtypes(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Arguments where a ``torch.dtype`` stands for a tensor of it (as ``JITFunction.warmup``)."""
+    from triton.runtime.jit import MockTensor
+
+    return tuple(MockTensor.wrap_dtype(a) for a in args)
+
+
+def load_compiled_kernel(
+    arg_names: list[str],
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    group: dict[str, str],
+    kernel_hash: str,
+) -> Any:
+    """Triton's ``CompiledKernel`` from files in Triton's cache layout, loaded onto the GPU now
+    (so that resource errors, e.g. too much shared memory, surface here), without compiling."""
+    from types import SimpleNamespace
+
+    from triton.compiler.compiler import CompiledKernel
+
+    src = SimpleNamespace(
+        signature=dict(signature),
+        constants={(arg_names.index(k),): v for k, v in constexprs.items()},
+        fn=SimpleNamespace(arg_names=arg_names, launch_metadata=None),
+    )
+    kernel = CompiledKernel(src, group, kernel_hash)
+    kernel._init_handles()
+    return kernel
+
+
+def triton_launch_hooks_set() -> bool:
+    """Whether Triton's launch hooks (``knobs.runtime.launch_enter_hook``...) are set."""
+    if "triton" not in sys.modules:  # nobody could have set them
+        return False
+    try:
+        from triton import knobs
+
+        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    except Exception:  # an older Triton without knobs: no hooks kiln knows of
+        return False
+    # Triton 3.6 keeps them as HookChain objects (always truthy; empty .calls = no hooks).
+    return any(bool(getattr(hook, "calls", hook)) for hook in hooks if hook is not None)
+
+
+def torch_stream_functions() -> tuple[Any, Any]:
+    """torch's ``(get_raw_stream(device), get_device())`` (C functions; no Triton imported)."""
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice

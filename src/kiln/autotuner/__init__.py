@@ -1,5 +1,14 @@
-"""kiln's autotuner: ``triton.autotune``'s contract on kiln's pool, sandbox and database."""
+"""kiln's autotuner: ``triton.autotune``'s contract on kiln's pool, sandbox and database.
 
-from kiln.autotuner.tuner import AutotuneError, Autotuner, autotune
+* :mod:`.autotuner`: the contract (:class:`Autotuner`, :func:`autotune`, :func:`precompile`);
+* :mod:`.session`: one tuning run (compile all, screen, final round, database);
+* :mod:`.bench`: benchmarking a config (sandbox or in-process) and classifying failures;
+* :mod:`.specialize`: a call's arguments -> one compile request per config;
+* :mod:`.variants`: what the autotuner has launched (launch tables, bundle records);
+* :mod:`.binaries`: where it gets stored binaries' files and Triton kernels.
+"""
 
-__all__ = ["AutotuneError", "Autotuner", "autotune"]
+from kiln.autotuner.autotuner import Autotuner, autotune, precompile
+from kiln.autotuner.session import AutotuneError
+
+__all__ = ["AutotuneError", "Autotuner", "autotune", "precompile"]

@@ -6,48 +6,50 @@ running Triton's own argument binder for an explicit target: the binaries kiln t
 ones Triton would have compiled for this call, and no GPU driver is needed to build them.
 
 :func:`tuning_key` reproduces ``triton.autotune``'s cache key (the values of the ``key``
-arguments, then the dtype of every argument that has one).
+arguments, then the dtype of every argument that has one). :func:`call_meta` is the one rule for
+which keyword arguments of ``run`` are the kernel's (all but ``grid`` and ``warmup``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+from kiln import triton_compat
+from kiln.artifacts.artifact import CompiledArtifact
 from kiln.compile.request import CompileRequest
-from kiln.errors import RequestError
-from kiln.triton_compat import GPUTarget, make_backend
+from kiln.triton_compat import GPUTarget
+from kiln.tuning.configs import COMPILE_OPTIONS, config_label, config_options
 
-_OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg", "ir_override")
+RUN_ONLY_KWARGS = ("grid", "warmup")
+"""Keyword arguments of ``Autotuner.run`` that are not the kernel's (Triton passes them along)."""
+
+
+def call_meta(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The kernel's own keyword arguments of a ``run`` call (``grid`` and ``warmup`` left out)."""
+    return {k: v for k, v in kwargs.items() if k not in RUN_ONLY_KWARGS}
 
 
 @functools.cache
 def _binder(fn: Any, target: GPUTarget) -> tuple[Any, Any]:
-    from triton.runtime.jit import create_function_from_signature
-
-    backend = make_backend(target)
-    return backend, create_function_from_signature(fn.signature, fn.params, backend)
+    return triton_compat.argument_binder(fn, target)
 
 
 @dataclass(frozen=True)
-class BoundCall:
+class BoundArgs:
     """A call's arguments bound to the kernel's parameters (in parameter order)."""
 
     args: dict[str, Any]  # every parameter, constexprs included (Triton's launcher takes them all)
 
 
-def config_options(config: Any) -> dict[str, Any]:
-    """Compile options of a ``triton.Config`` (``None`` values left out, as Triton does)."""
-    return {name: getattr(config, name) for name in _OPTION_NAMES if getattr(config, name, None) is not None}
-
-
-def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], target: GPUTarget) -> tuple[BoundCall, Any]:
-    """Bind a call; returns the bound arguments and Triton's specialization list."""
+def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], target: GPUTarget) -> tuple[BoundArgs, Any]:
+    """Bind a call; returns the bound arguments and ``(backend, Triton's specialization)``."""
     backend, binder = _binder(fn, target)
     bound, specialization, _options = binder(*args, **kwargs)
-    return BoundCall(dict(bound)), (backend, specialization)
+    return BoundArgs(dict(bound)), (backend, specialization)
 
 
 def request_for(
@@ -56,9 +58,9 @@ def request_for(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     target: GPUTarget,
-) -> tuple[CompileRequest, BoundCall]:
+) -> tuple[CompileRequest, BoundArgs]:
     """The compile request for running ``fn`` with ``config`` on these arguments."""
-    meta = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
+    meta = call_meta(kwargs)
     conflicts = meta.keys() & config.kwargs.keys()
     if conflicts:
         raise ValueError(
@@ -67,8 +69,9 @@ def request_for(
         )
     call_kwargs = {**meta, **config.all_kwargs()}
     bound, (backend, specialization) = bind(fn, args, call_kwargs, target)
-    _options, signature, constexpr_paths, attr_paths = fn._pack_args(
-        backend, call_kwargs, bound.args, specialization, _options_only(call_kwargs)
+    options_only = {k: v for k, v in call_kwargs.items() if k in COMPILE_OPTIONS}
+    _options, signature, constexpr_paths, attr_paths = triton_compat.pack_args(
+        fn, backend, call_kwargs, bound.args, specialization, options_only
     )
     names = list(fn.arg_names)
     constexprs: dict[str, Any] = {}
@@ -86,17 +89,10 @@ def request_for(
                 f"{fn.__name__}: tuple arguments are not supported by kiln's autotuner yet (path {path})."
             )
         attrs[names[path[0]]] = value
-    try:
-        request = CompileRequest(
-            fn, signature, constexprs, options=config_options(config), target=target, attrs=attrs
-        )
-    except RequestError:
-        raise
+    request = CompileRequest(
+        fn, signature, constexprs, options=config_options(config), target=target, attrs=attrs
+    )
     return request, bound
-
-
-def _options_only(kwargs: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in kwargs.items() if k in _OPTION_NAMES}
 
 
 def tuning_key(
@@ -112,8 +108,30 @@ def tuning_key(
     return tuple(key)
 
 
-def config_label(config: Any) -> str:
-    """A stable, readable name for a ``triton.Config`` (its kwargs, then its options)."""
-    parts = [f"{k}={v}" for k, v in config.kwargs.items()]
-    parts += [f"{k}={v}" for k, v in config_options(config).items()]
-    return ", ".join(parts)
+@dataclass
+class Candidate:
+    """One config of a call, specialized: its label, compile request and bound arguments."""
+
+    config: Any
+    label: str
+    request: CompileRequest
+    bound: BoundArgs
+    future: Future[CompiledArtifact] | None = None  # its compile, once submitted
+
+
+def candidate_for(
+    fn: Any, config: Any, args: Sequence[Any], kwargs: Mapping[str, Any], target: GPUTarget
+) -> Candidate:
+    """The :class:`Candidate` for running ``fn`` with ``config`` on these arguments."""
+    request, bound = request_for(fn, config, args, kwargs, target)
+    return Candidate(config, config_label(config), request, bound)
+
+
+def launch_grid(grid: Any, candidate: Candidate, kernel_name: str) -> tuple[int, ...]:
+    """The 3-d launch grid of ``grid`` (a tuple, or ``grid(meta)``) for this candidate."""
+    if grid is None:
+        raise ValueError(f"{kernel_name}: launch it as kernel[grid](...)")
+    if callable(grid):
+        grid = grid({**candidate.bound.args, **candidate.config.all_kwargs()})
+    dims = tuple(int(g) for g in grid)
+    return dims + (1,) * (3 - len(dims))

@@ -1,31 +1,51 @@
-"""The tuned call's fast path: call key -> cached launcher -> grid -> launch.
+"""The variants an autotuner has launched: their launch tables, and their records for bundles.
 
-``kernel[grid]`` returns kiln's C ``BoundCall`` (``_kiln_launch.c``: ``Dispatcher.bind``),
-which runs the steps below in C on a hit (only a grid function itself runs Python); it reads
-each entry's ``LaunchEntry.fast``. Where the C helper cannot be built there is no fast path:
-``kernel[grid]`` is Triton's own proxy to ``Autotuner.run``::
+A variant is one config's binary for one kind of call. After the full path has launched it
+(:meth:`Variants.launch`), it is
 
-    kernel[grid](*args)            BoundCall.__call__ (C)
-      no keyword arguments?        else: Autotuner.run (the full path)
-      key = call_key(args, flags)  C: the key args' values, dtypes, alignment, int classes
-      entry = fast[len(args)][key] miss: Autotuner.run, which tunes or loads, then registers
-      grid(meta) when callable     meta = the call's arguments + the config's kwargs
-      entry.launcher.launch(...)   kiln's C launcher on torch's current stream
+* registered in the launch tables (:class:`~kiln.launch.dispatch.LaunchTables`), so the next
+  call like this one is matched by kiln's C dispatcher and launched without entering Python
+  (calls with only positional arguments and no config ``pre_hook``); the key covers everything
+  that chose the config and the binary, so a hit launches exactly what the full path would;
+* remembered for :func:`kiln.save_bundle` and recorded in ``<cache>/bundle-records`` for
+  ``kiln bundle save`` (:mod:`kiln.bundle.index`).
 
-A :class:`LaunchEntry` is registered by the full path after it has launched a config for a call
-with only positional arguments. The key covers everything that chose the config and the
-binary (tuning-key values, dtypes, Triton's specialization), so a hit launches exactly what the
-full path would. Entries are dropped whenever the autotuner's ``cache`` changes.
+:meth:`Variants.from_bundle` adopts a loaded bundle's variant instead of tuning. The tables are
+emptied whenever the autotuner's ``cache`` changes (:class:`TuningCache`).
+
+``kernel[grid](*args)`` returns Triton's ``CompiledKernel`` of the config it launched, in every
+path (C dispatcher hit, tuned, from the database, from a bundle, single config), as
+``triton.autotune`` does; ``run(..., warmup=True)`` launches nothing and returns ``None``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import functools
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from kiln.artifacts.artifact import CompiledArtifact
+from kiln.autotuner.binaries import triton_kernel
+from kiln.autotuner.specialize import Candidate, call_meta, launch_grid
+from kiln.bundle.format import EntryRecord, KernelRecord, ParamRecord, entry_for
+from kiln.errors import KilnError
+from kiln.launch.dispatch import LaunchTables
+from kiln.launch.entry import LaunchEntry
+from kiln.launch.launcher import KernelLauncher
+from kiln.launch.spec import LaunchSpec, param_flags
+from kiln.triton_compat import jit_params
+from kiln.tuning.configs import config_from_json, config_json, config_label
+
+if TYPE_CHECKING:
+    from kiln.autotuner.autotuner import Autotuner
+
+log = logging.getLogger("kiln.autotune")
 
 
-class FastCache(dict[Any, Any]):
-    """``Autotuner.cache`` (tuning key -> config) that drops the fast entries when it changes."""
+class TuningCache(dict[Any, Any]):
+    """``Autotuner.cache`` (tuning key -> config); every change calls ``on_change``."""
 
     def __init__(self, on_change: Callable[[], None], *args: Any) -> None:
         super().__init__(*args)
@@ -61,3 +81,189 @@ class FastCache(dict[Any, Any]):
         value = super().setdefault(key, default)
         self._on_change()
         return value
+
+
+class Variants:
+    """What ``tuner`` has launched (see the module docstring)."""
+
+    def __init__(self, tuner: Autotuner, fn: Any, keys: Sequence[str], full_path: Any) -> None:
+        self.tuner = tuner
+        self.fn = fn
+        self.flags = param_flags(jit_params(fn), list(keys))
+        self.tables = LaunchTables(
+            self.flags, tuner, full_path, name=fn.__name__, cache_dir=tuner._settings.cache_dir
+        )
+        self._kernels: dict[str, tuple[Any, KernelLauncher]] = {}  # request key -> (Triton kernel, launcher)
+        # Variants launched in this process, for bundles: (tuning key, request key) -> (entry, artifact).
+        self._saved: dict[tuple[Any, str], tuple[EntryRecord, CompiledArtifact]] = {}
+
+    # -- launching ----------------------------------------------------------------------------
+
+    def launch(
+        self, config: Any, args: Sequence[Any], kwargs: dict[str, Any], grid: Any, key: tuple[Any, ...] | None
+    ) -> Any:
+        """Launch ``config`` for this call (the full path); returns Triton's ``CompiledKernel``."""
+        tuner = self.tuner
+        candidate = tuner._candidate(config, args, kwargs)
+        hit = self._kernels.get(candidate.request.key)
+        if hit is None:
+            pool = tuner._get_pool()
+            artifact = pool.compile(candidate.request)
+            kernel = triton_kernel(pool, candidate.request, artifact)
+            spec = LaunchSpec.from_request(candidate.request)
+            launcher = KernelLauncher(artifact, spec, triton=kernel, fast_launch=tuner._settings.fast_launch)
+            hit = (kernel, launcher)
+            self._kernels[candidate.request.key] = hit
+        kernel, launcher = hit
+        launcher.launch(
+            launch_grid(grid, candidate, tuner.base_fn.__name__), tuple(candidate.bound.args.values())
+        )
+        self._register(config, args, kwargs, candidate, kernel, launcher)
+        if (key, candidate.request.key) not in self._saved:
+            self._remember(key, config, candidate, launcher)
+        return kernel
+
+    def _register(
+        self,
+        config: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        candidate: Candidate,
+        kernel: Any,
+        launcher: KernelLauncher,
+    ) -> None:
+        """Let later calls like this one skip everything but the launch."""
+        if not self.tables.available or config.pre_hook is not None or call_meta(kwargs):
+            return
+        args = tuple(args)
+        names = tuple(candidate.bound.args)
+        if len(args) > len(names):
+            return
+        call_key = self.tables.key(args)
+        if call_key is None:
+            return
+        source = self.tuner.loaded_from or "tuned"
+        tail = tuple(candidate.bound.args.values())[len(args) :]
+        entry = LaunchEntry(launcher, names, tail, dict(config.all_kwargs()), config, kernel, source)
+        self.tables.put(len(args), call_key, entry)
+
+    def clear(self) -> None:
+        self.tables.clear()
+
+    # -- bundles ------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def _identity(self) -> tuple[str, list[ParamRecord]]:
+        """The kernel's hash (source, helpers, globals) and parameter records, computed once."""
+        from kiln.compile.kernel_spec import KernelSpec
+
+        params = []
+        for param, flag in zip(jit_params(self.fn), self.flags.decode(), strict=True):
+            default = param.default if param.has_default else None
+            has_default = bool(param.has_default) and _json_able(default)
+            params.append(ParamRecord(param.name, flag, has_default, default if has_default else None))
+        kernel_hash = hashlib.sha256(str(KernelSpec.of(self.fn).identity).encode()).hexdigest()
+        return kernel_hash, params
+
+    def kernel_record(self) -> KernelRecord:
+        """A new, empty KernelRecord for this kernel (entries are the caller's to add)."""
+        kernel_hash, params = self._identity
+        return KernelRecord(self.tuner.base_fn.__name__, kernel_hash, list(params))
+
+    def _remember(
+        self, key: tuple[Any, ...] | None, config: Any, candidate: Candidate, launcher: KernelLauncher
+    ) -> None:
+        """Remember the variant for save_bundle, and record it in the cache for `kiln bundle save`."""
+        from kiln.bundle.index import write_record
+
+        tuner = self.tuner
+        name = tuner.base_fn.__name__
+        key_values = {k: candidate.bound.args[k] for k in tuner.keys if k in candidate.bound.args}
+        run = tuner.tuned.get(key) if key is not None else None
+        try:
+            entry = entry_for(
+                name,
+                launcher.artifact,
+                launcher.spec,
+                key_values,
+                config_json(config),
+                run.to_json() if run is not None else None,
+                tuner.loaded_from or ("tuned" if key is not None else "single config"),
+            )
+        except KilnError as exc:
+            log.info("kiln: %s: this variant cannot go into a bundle: %s", name, exc)
+            return
+        self._saved[(key, candidate.request.key)] = (entry, launcher.artifact)
+        pool = tuner._get_pool()
+        if pool.store is not None:  # beside the binaries, in the pool's cache
+            try:
+                write_record(pool.settings.cache_dir, self.kernel_record(), entry)
+            except OSError as exc:
+                log.warning("kiln: could not record %s for `kiln bundle save`: %s", name, exc)
+
+    def bundle_record(self) -> tuple[KernelRecord, dict[str, CompiledArtifact]]:
+        """This kernel's variants launched in this process, as a bundle's KernelRecord + binaries."""
+        record = self.kernel_record()
+        artifacts: dict[str, CompiledArtifact] = {}
+        for entry, artifact in self._saved.values():
+            record.entries.append(entry)
+            artifacts[artifact.key] = artifact
+        return record, artifacts
+
+    def from_bundle(
+        self, key: tuple[Any, ...], args: Sequence[Any], kwargs: Mapping[str, Any], grid: Any
+    ) -> Any:
+        """Launch a loaded bundle's variant for this call, if one matches (its ``CompiledKernel``);
+        ``None`` (nothing launched) otherwise."""
+        from kiln.bundle.runtime import BundleMissError, registered_bundles
+
+        bundles = registered_bundles()
+        if not bundles or not self.tables.available or call_meta(kwargs):
+            return None
+        tuner = self.tuner
+        record = self.kernel_record()
+        args = tuple(args)
+        for bundle in reversed(bundles):
+            kernel = bundle.find(record.name, record.kernel_hash)
+            if kernel is None:
+                continue
+            try:
+                variant = kernel.variant_for(args)
+            except BundleMissError:
+                continue
+            launcher = variant.ensure_launcher()
+            config = config_from_json(variant.entry.config)
+            tuner.cache[key] = config
+            tuner.best_config = config
+            tuner.loaded_from = f"bundle {bundle.path}"
+            log.info(
+                "kiln: %s %s: best config %s from bundle %s",
+                record.name,
+                key,
+                config_label(config),
+                bundle.path,
+            )
+            entry = LaunchEntry(
+                launcher,
+                variant.names,
+                variant.tail,
+                variant.meta_extra,
+                config,
+                launcher.triton_kernel(),
+                tuner.loaded_from,
+            )
+            call_key = self.tables.key(args)
+            if call_key is not None:
+                self.tables.put(len(args), call_key, entry)
+            return entry.launch(grid, args)
+        return None
+
+
+def _json_able(value: Any) -> bool:
+    import json
+
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -4,15 +4,15 @@
   process; ``kiln bundle save PATH`` writes those recorded in the kiln cache by any process.
 * :func:`load_bundle` reads one back (:mod:`.runtime`); the format is in :mod:`.format` and
   ``docs/BUNDLES.md``.
-* :func:`precompile` starts a tuned kernel's compiles in the background.
 
-Importing this package does not import Triton.
+Importing this package does not import Triton, nor the autotuner: :func:`save_bundle` takes any
+:class:`BundleSource` (``kiln.autotune``'d kernels are).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from kiln.bundle.format import BUNDLE_FORMAT, BundleError, BundleReader, KernelRecord, write_bundle
 from kiln.bundle.index import collect_recorded, record_path
@@ -24,15 +24,24 @@ __all__ = [
     "BundleError",
     "BundleMissError",
     "BundleReader",
+    "BundleSource",
     "BundledKernel",
     "KernelRecord",
     "collect_recorded",
     "load_bundle",
-    "precompile",
     "record_path",
     "save_bundle",
     "write_bundle",
 ]
+
+
+@runtime_checkable
+class BundleSource(Protocol):
+    """A kernel whose launched variants can be saved (``kiln.autotune``'d kernels)."""
+
+    def bundle_record(self) -> tuple[KernelRecord, dict[str, Any]]:
+        """Its variants launched in this process: a KernelRecord and the binaries by key."""
+        ...
 
 
 def save_bundle(path: str | Path, *kernels: Any) -> Path:
@@ -42,12 +51,10 @@ def save_bundle(path: str | Path, *kernels: Any) -> Path:
     record. ``path`` is a directory, or an archive if it ends in ``.tar``, ``.tar.gz`` or
     ``.tgz``. Raises :class:`BundleError` if a kernel has not run yet (nothing to save).
     """
-    from kiln.autotuner import Autotuner
-
     records: list[KernelRecord] = []
     binaries: dict[str, Any] = {}
     for kernel in kernels:
-        if not isinstance(kernel, Autotuner):
+        if not isinstance(kernel, BundleSource):
             raise TypeError(
                 f"save_bundle takes kernels decorated with kiln.autotune, got {type(kernel).__name__}"
             )
@@ -60,19 +67,3 @@ def save_bundle(path: str | Path, *kernels: Any) -> Path:
         records.append(record)
         binaries.update(artifacts)
     return write_bundle(Path(path), records, binaries)
-
-
-def precompile(kernel: Any, *args: Any, **kwargs: Any) -> Any:
-    """Start compiling a ``kiln.autotune``'d kernel's configs for calls like ``kernel(*args)``.
-
-    Returns the list of futures at once; the first real call waits only for what is missing.
-    Arguments may be dtypes standing for tensors (``torch.float16``), as in Triton's warmup.
-    """
-    from kiln.autotuner import Autotuner
-
-    if not isinstance(kernel, Autotuner):
-        raise TypeError(
-            f"kiln.precompile takes a kernel decorated with kiln.autotune, got {type(kernel).__name__}; "
-            f"for a plain @triton.jit kernel, submit CompileRequests to a CompilePool."
-        )
-    return kernel.precompile(*args, **kwargs)

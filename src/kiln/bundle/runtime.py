@@ -14,6 +14,11 @@ matches no entry raises :class:`BundleMissError`, listing what the bundle has.
 
 Loaded bundles are also registered, so a ``kiln.autotune``'d kernel with the same source
 adopts a bundle's entry instead of tuning (it logs which happened at INFO).
+
+``bundle[name][grid](*args)`` returns ``None``: a bundle's process has no Triton, so there is no
+``CompiledKernel`` to return (an autotuner that adopts a bundle's variant returns Triton's).
+Settings (``KILN_FAST_LAUNCH``, the cache for kiln's C helper) are resolved when the
+:class:`Bundle` is made.
 """
 
 from __future__ import annotations
@@ -24,24 +29,21 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from kiln import settings as settings_mod
 from kiln.bundle.format import BundleError, BundleReader, EntryRecord, KernelRecord
+from kiln.launch.dispatch import LaunchTables
 from kiln.launch.entry import LaunchEntry
 from kiln.launch.launcher import KernelLauncher
+from kiln.launch.native import NativeBuildError, native
 from kiln.launch.spec import LaunchSpec, LaunchSpecError, call_key_for, torch_dtype
+from kiln.settings import Settings
+from kiln.tuning.configs import config_meta
 
 log = logging.getLogger("kiln.bundle")
 
 
 class BundleMissError(BundleError, LookupError):
     """A call's arguments match no tuned variant in the bundle."""
-
-
-def _meta_extra(config: Mapping[str, Any]) -> dict[str, Any]:
-    extra = dict(config.get("kwargs", {}))
-    for name in ("num_warps", "num_stages", "num_ctas", "maxnreg"):
-        if config.get(name) is not None:
-            extra[name] = config[name]
-    return extra
 
 
 class _Variant:
@@ -57,7 +59,7 @@ class _Variant:
         self.entry = entry
         self.tail = tail
         self.names = tuple(p.name for p in kernel.params)
-        self.meta_extra = _meta_extra(entry.config)
+        self.meta_extra = config_meta(entry.config)
         self.ready: LaunchEntry | None = None
 
     @property
@@ -70,7 +72,7 @@ class _Variant:
     def _prepare(self) -> LaunchEntry:
         if self.ready is None:
             artifact = self.bundle.reader.artifact(self.kernel, self.entry)
-            launcher = KernelLauncher(artifact, self.entry.args)
+            launcher = KernelLauncher(artifact, self.entry.args, fast_launch=self.bundle.settings.fast_launch)
             self.ready = LaunchEntry(
                 launcher,
                 self.names,
@@ -105,10 +107,10 @@ class BundledKernel:
         self.record = record
         self.name = record.name
         self._flags = record.flags
-        self._flags_by_len = [self._flags[:n] for n in range(len(self._flags) + 1)]
-        self._table: dict[int, dict[tuple[Any, ...], _Variant]] = {}
-        self._call_key: Any = None
-        self._dispatcher: Any = None  # kiln's C fast path over self._table, made on first use
+        # kiln's C dispatcher over this kernel's variants (the autotuner's fast path).
+        self._tables = LaunchTables(
+            self._flags, self, self._full_path, name=record.name, cache_dir=bundle.settings.cache_dir
+        )
         self.best_config: dict[str, Any] | None = None  # the config (JSON) the last call launched
         for entry in record.entries:
             self._index(entry)
@@ -131,22 +133,16 @@ class BundledKernel:
                     )
                 except (LaunchSpecError, KeyError):
                     continue
-                table = self._table.setdefault(n, {})
-                table.setdefault(key, _Variant(self.bundle, self.record, entry, tuple(tail)))
+                variant = _Variant(self.bundle, self.record, entry, tuple(tail))
+                self._tables.put(n, key, variant, replace=False)
 
     def variant_for(self, args: tuple[Any, ...]) -> _Variant:
         """The variant a call with these positional arguments launches (no launch, no GPU needed)."""
-        if self._call_key is None:
-            from kiln.launch.native import native
-
-            self._call_key = native().call_key
-        table = self._table.get(len(args))
-        variant = None
-        if table is not None:
-            try:
-                variant = table.get(self._call_key(args, self._flags_by_len[len(args)]))
-            except (TypeError, AttributeError, OverflowError, ValueError):
-                variant = None
+        if not self._tables.available:
+            raise NativeBuildError(
+                f"kiln's C helper, which matches calls to variants, is missing: {self._tables.unavailable}"
+            )
+        variant: _Variant | None = self._tables.get(args)
         if variant is None:
             raise BundleMissError(self._miss_message(args))
         return variant
@@ -158,7 +154,7 @@ class BundledKernel:
             return repr(value)
 
         have = [
-            f"  key {e.key_values}, config {_meta_extra(e.config)}, args "
+            f"  key {e.key_values}, config {config_meta(e.config)}, args "
             + ", ".join(f"{a.name}:{a.type}{'/16' if a.divisible_16 else ''}" for a in e.args.args)
             for e in self.record.entries
         ]
@@ -172,16 +168,8 @@ class BundledKernel:
     def __getitem__(self, grid: Any) -> Any:
         """``kernel[grid]``: kiln's C ``BoundCall`` over this kernel's variants (the autotuner's
         fast path), or :class:`_BundledCall` where kiln's C helper cannot be built."""
-        if self._dispatcher is None:
-            from kiln.launch.native import NativeBuildError, native
-
-            try:
-                self._dispatcher = native().Dispatcher(
-                    self._table, list(self._flags_by_len), self, self._full_path
-                )
-            except NativeBuildError:
-                return _BundledCall(self, grid)
-        return self._dispatcher[grid]
+        bound = self._tables.bind(grid)
+        return bound if bound is not None else _BundledCall(self, grid)
 
     def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """A call the C dispatcher did not match: launch it, or say why it cannot be."""
@@ -211,7 +199,11 @@ class _BundledCall:
 class Bundle(Mapping[str, BundledKernel]):
     """The kernels of a loaded bundle, by name."""
 
-    def __init__(self, path: str | Path, *, check_device: bool = True) -> None:
+    def __init__(
+        self, path: str | Path, *, check_device: bool = True, settings: Settings | None = None
+    ) -> None:
+        """``settings``: default, those in force now (``KILN_*``)."""
+        self.settings = settings if settings is not None else settings_mod.current()
         self.path = Path(path)
         self.reader = BundleReader(self.path)
         self.manifest = self.reader.manifest
@@ -243,10 +235,8 @@ class Bundle(Mapping[str, BundledKernel]):
 def check_device_matches(bundle: Bundle, device: int = 0, info: tuple[int, int, int] | None = None) -> None:
     """Raise :class:`BundleError` unless every binary can run on ``device`` (capability, driver)."""
     if info is None:
-        from kiln.launch.native import NativeBuildError, native
-
         try:
-            info = native().device_info(device)
+            info = native(bundle.settings.cache_dir).device_info(device)
         except (NativeBuildError, RuntimeError) as exc:
             raise BundleError(f"cannot check bundle {bundle.path} against this GPU: {exc}") from None
     major, minor, driver = info

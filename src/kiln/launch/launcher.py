@@ -26,6 +26,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.launch.spec import LaunchSpec
 
@@ -35,11 +36,19 @@ log = logging.getLogger("kiln.launch")
 _TRITON_EXTRA_PARAMS = 2
 
 
-def fast_path_blocker(artifact: CompiledArtifact, spec: LaunchSpec) -> str | None:
-    """Why this binary must go through Triton's launcher (``None``: kiln's can launch it)."""
-    from kiln import settings
+def fast_path_blocker(
+    artifact: CompiledArtifact, spec: LaunchSpec, fast_launch: bool | None = None
+) -> str | None:
+    """Why this binary must go through Triton's launcher (``None``: kiln's can launch it).
 
-    if not settings.current().fast_launch:
+    ``fast_launch``: the caller's ``Settings.fast_launch`` (``KILN_FAST_LAUNCH``); ``None``, for
+    a user's direct call only, reads the settings in force.
+    """
+    if fast_launch is None:
+        from kiln import settings
+
+        fast_launch = settings.current().fast_launch
+    if not fast_launch:
         return "KILN_FAST_LAUNCH=0"
     meta = artifact.metadata
     if artifact.binary_ext != "cubin":
@@ -59,24 +68,9 @@ def fast_path_blocker(artifact: CompiledArtifact, spec: LaunchSpec) -> str | Non
     reason = spec.unsupported_reason()
     if reason is not None:
         return reason
-    if _triton_launch_hooks():
+    if triton_compat.triton_launch_hooks_set():
         return "Triton's launch hooks are set (knobs.runtime.launch_enter_hook); only its launcher calls them"
     return None
-
-
-def _triton_launch_hooks() -> bool:
-    import sys
-
-    if "triton" not in sys.modules:  # nobody could have set them
-        return False
-    try:
-        from triton import knobs
-
-        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
-    except Exception:  # an older Triton without knobs: no hooks kiln knows of
-        return False
-    # Triton 3.6 keeps them as HookChain objects (always truthy; empty .calls = no hooks).
-    return any(bool(getattr(hook, "calls", hook)) for hook in hooks if hook is not None)
 
 
 _stream_getter: Callable[[], int] | None = None
@@ -84,9 +78,8 @@ _stream_getter: Callable[[], int] | None = None
 
 def stream_functions() -> tuple[Callable[[int], int], Callable[[], int]]:
     """torch's ``(get_raw_stream(device), get_device())``, for kiln's C dispatcher to call."""
-    import torch
-
-    return torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+    get_stream, get_device = triton_compat.torch_stream_functions()
+    return get_stream, get_device
 
 
 def stream_getter() -> Callable[[], int]:
@@ -117,14 +110,19 @@ class KernelLauncher:
         *,
         triton: Any = None,
         files_dir: Path | None = None,
+        fast_launch: bool | None = None,
     ) -> None:
-        """``triton``: Triton's ``CompiledKernel`` for the fallback, when the caller has one."""
+        """``triton``: Triton's ``CompiledKernel`` for the fallback, when the caller has one.
+
+        ``fast_launch``: the caller's ``Settings.fast_launch``; kiln's own callers pass theirs,
+        and only a launcher made directly by a user (``None``) reads the settings in force.
+        """
         self.artifact = artifact
         self.spec = spec
         self.name = artifact.name
         self._files_dir = files_dir
         self.native: Any = None
-        self.fallback_reason = fast_path_blocker(artifact, spec)
+        self.fallback_reason = fast_path_blocker(artifact, spec, fast_launch)
         if self.fallback_reason is None:
             try:
                 self.native = _native_launcher(artifact, spec)
@@ -145,10 +143,14 @@ class KernelLauncher:
     def _launch_native(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
         self.native.launch(grid, self._stream(), args)
 
-    def _launch_triton(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
+    def triton_kernel(self) -> Any:
+        """Triton's ``CompiledKernel`` of this binary (the one given, or made once, no compile)."""
         if self._triton is None:
             self._triton = triton_kernel(self.artifact, self.spec, self._files_dir)
-        self._triton[grid + (1,) * (3 - len(grid))](*args)
+        return self._triton
+
+    def _launch_triton(self, grid: tuple[int, ...], args: tuple[Any, ...]) -> None:
+        self.triton_kernel()[grid + (1,) * (3 - len(grid))](*args)
 
     def __repr__(self) -> str:
         how = "kiln" if self.is_fast else f"triton ({self.fallback_reason})"

@@ -1,4 +1,14 @@
-"""The caller's side of the benchmark sandbox (see :mod:`kiln.sandbox.worker` for the flow).
+"""The caller's side of the benchmark sandbox: starts it, feeds it, and turns replies into outcomes.
+
+::
+
+    tuner thread                     Sandbox (this module)                sandbox process
+      set_inputs / set_reference ->  kept, sent lazily on next bench   (kiln.sandbox.worker)
+      bench(spec, timeout_s)     ->  start/restart if needed ---------> spawned interpreter
+                                     ("inputs", ...) ("reference", ...) ("bench", spec) ---->
+                                 <-  ("ok", timings, check) | ("err", kind, message, tb, sticky)
+      <- BenchOutcome                 death -> bench_crashed, no reply in time -> kill,
+                                      bench_timeout; sticky CUDA error -> replaced
 
 :class:`Sandbox` is synchronous and used by one tuner thread at a time (a lock guards it). It
 starts the sandbox process lazily, in the background, so the process's start (torch import,
@@ -22,8 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.errors import describe_exit, likely_cause
-from kiln.pool.procs import spawn_kiln_process
-from kiln.pool.protocol import FrameReader, encode
+from kiln.ipc import FrameReader, encode, spawn_kiln_process
 from kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 
 _START_TIMEOUT_S = 120.0
@@ -66,6 +75,7 @@ class Sandbox:
     """A long-lived, spawned GPU process that benchmarks compiled configs on copies of the inputs."""
 
     def __init__(self, device: int = 0, timeout_s: float = 60.0) -> None:
+        """``timeout_s``: how long one benchmark may take, unless :meth:`bench` is given its own."""
         self.device = device
         self.timeout_s = timeout_s
         self._lock = threading.RLock()
@@ -156,21 +166,23 @@ class Sandbox:
         with self._lock:
             self._reference = (outputs, tolerances)
 
-    def bench(self, spec: BenchSpec) -> BenchOutcome:
+    def bench(self, spec: BenchSpec, timeout_s: float | None = None) -> BenchOutcome:
+        """Run one config; past ``timeout_s`` (default: the sandbox's) it is killed and restarted."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         with self._lock:
             started = time.monotonic()
             try:
                 self._ensure_ready()
                 assert self._chan is not None
                 self._chan.sendall(encode(("bench", spec.__dict__)))
-                reply = self._receive(self.timeout_s)
+                reply = self._receive(timeout)
             except _Died as died:
                 return self._death_outcome(died, started)
             except _TimedOut:
                 self._kill()
                 return BenchOutcome(
                     "bench_timeout",
-                    reason=f"benchmark did not finish within {self.timeout_s:g} s (the sandbox was killed)",
+                    reason=f"benchmark did not finish within {timeout:g} s (the sandbox was killed)",
                     seconds=time.monotonic() - started,
                 )
             seconds = time.monotonic() - started

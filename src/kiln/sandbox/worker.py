@@ -25,11 +25,10 @@ import os
 import socket
 import sys
 import traceback
-from types import SimpleNamespace
 from typing import Any
 
-from kiln.pool import procs
-from kiln.pool.protocol import encode, recv_frame
+from kiln import ipc, triton_compat
+from kiln.ipc import encode, recv_frame
 
 ENV_FD = "KILN_SANDBOX_FD"
 ENV_PARENT = "KILN_SANDBOX_PARENT"
@@ -93,16 +92,10 @@ class _State:
         cached = self.kernels.get(spec["key"])
         if cached is not None:
             return cached
-        from triton.compiler.compiler import CompiledKernel
-
-        names = spec["arg_names"]
-        src = SimpleNamespace(
-            signature=dict(spec["signature"]),
-            constants={(names.index(k),): v for k, v in spec["constexprs"].items()},
-            fn=SimpleNamespace(arg_names=names, launch_metadata=None),
+        # Loaded now: resource errors (shared memory...) surface here.
+        kernel = triton_compat.load_compiled_kernel(
+            spec["arg_names"], spec["signature"], spec["constexprs"], spec["group"], spec["hash"]
         )
-        kernel = CompiledKernel(src, spec["group"], spec["hash"])
-        kernel._init_handles()  # load now: resource errors (shared memory...) surface here
         self.kernels[spec["key"]] = kernel
         return kernel
 
@@ -163,7 +156,7 @@ class _State:
 def _classify(exc: BaseException) -> tuple[str, bool]:
     text = f"{type(exc).__name__}: {exc}"
     sticky = any(marker.lower() in text.lower() for marker in _STICKY_MARKERS)
-    if type(exc).__name__ == "OutOfResources":
+    if triton_compat.is_out_of_resources(exc):
         return "out_of_resources", False
     return ("sticky" if sticky else "error"), sticky
 
@@ -171,7 +164,7 @@ def _classify(exc: BaseException) -> tuple[str, bool]:
 def main() -> None:
     chan_fd = int(os.environ.pop(ENV_FD))
     parent = int(os.environ.pop(ENV_PARENT))
-    procs.set_parent_death_signal(parent)
+    ipc.set_parent_death_signal(parent)
     chan = socket.socket(fileno=chan_fd)
     init = recv_frame(chan)
     sys.path[:] = init["sys_path"]

@@ -1,5 +1,6 @@
-"""Autotuning results: what each config measured (:mod:`.records`), where it is kept
-(:mod:`.db`, one SQLite file safe for many processes) and how it is shown (:mod:`.report`).
+"""Autotuning results: what each config measured (:mod:`.results`), where it is kept
+(:mod:`.db`, one SQLite file safe for many processes; its file in :mod:`.schema`), how it is
+shown (:mod:`.report`), and how a ``triton.Config`` is named and written down (:mod:`.configs`).
 
 ::
 

@@ -16,10 +16,7 @@ for exactly the same kernel identity, key, device, compute capability and Triton
 Crashes and restarts
     Each :meth:`~TuningDatabase.record` is its own committed transaction, so a process killed
     with SIGKILL loses at most the config it was measuring. Its run stays unfinished and is
-    never returned by :meth:`~TuningDatabase.lookup`; :meth:`~TuningDatabase.partial` hands
-    its results to the restarted process, which can skip configs already measured. It should
-    :meth:`~TuningDatabase.record` those reused results into its own new run, so that the
-    finished run is complete.
+    never returned by :meth:`~TuningDatabase.lookup` (:meth:`~TuningDatabase.runs` lists it).
 
     Commits use ``synchronous=NORMAL`` in WAL mode: a committed record survives the process
     being killed; after a power loss the last few commits may be lost, but the file is never
@@ -51,62 +48,25 @@ import os
 import sqlite3
 import threading
 import time
-import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kiln.errors import KilnError
 from kiln.settings import Settings, current
 from kiln.tuning.results import ConfigResult, TuningRun
+from kiln.tuning.schema import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    SCHEMA_VERSION,
+    TuningDatabaseError,
+    database_error,
+    open_connection,
+    transaction,
+)
 
-SCHEMA_VERSION = 1
-"""Version of the tables below; bump it (with a migration) whenever they change."""
+__all__ = ["SCHEMA_VERSION", "TuningDatabase", "TuningDatabaseError", "default_database_path"]
 
 DATABASE_FILENAME = "tuning.sqlite3"
-
-DEFAULT_BUSY_TIMEOUT_S = 30.0
-
-_SCHEMA = """
-CREATE TABLE meta (
-    key   TEXT PRIMARY KEY,
-    value TEXT NOT NULL
-);
-CREATE TABLE runs (
-    id             INTEGER PRIMARY KEY AUTOINCREMENT,
-    kernel         TEXT NOT NULL,
-    kernel_key     TEXT NOT NULL,
-    key_repr       TEXT NOT NULL,
-    device_name    TEXT NOT NULL,
-    capability     TEXT NOT NULL,
-    triton_version TEXT NOT NULL,
-    started_at     REAL NOT NULL,
-    finished_at    REAL,
-    wall_s         REAL,
-    first_result_s REAL,
-    best_label     TEXT,
-    default_label  TEXT
-);
-CREATE INDEX runs_identity
-    ON runs (kernel_key, key_repr, device_name, capability, triton_version, finished_at);
-CREATE INDEX runs_kernel ON runs (kernel);
-CREATE TABLE configs (
-    run_id         INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-    label          TEXT NOT NULL,
-    config_json    TEXT NOT NULL,
-    status         TEXT NOT NULL,
-    reason         TEXT,
-    compile_s      REAL,
-    runtime_ms     REAL,
-    runtime_ms_p20 REAL,
-    runtime_ms_p80 REAL,
-    max_abs_diff   REAL,
-    artifact_key   TEXT,
-    recorded_at    REAL NOT NULL,
-    UNIQUE (run_id, label)
-);
-"""
 
 _RUN_COLUMNS = (
     "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
@@ -121,10 +81,6 @@ _IDENTITY = "kernel_key = ? AND key_repr = ? AND device_name = ? AND capability 
 # Connections inherited through fork() are abandoned, never closed or finalised in the child
 # (closing would touch locks and shared memory that belong to the parent's connection).
 _abandoned: list[sqlite3.Connection] = []
-
-
-class TuningDatabaseError(KilnError):
-    """The tuning database cannot be opened, read or written (or was asked for something invalid)."""
 
 
 def default_database_path(settings: Settings | None = None) -> Path:
@@ -148,105 +104,9 @@ class TuningDatabase:
         self._pid = os.getpid()
         self._closed = False
         with self._lock:
-            self._conn = self._open()
+            self._conn = open_connection(self.path, self.busy_timeout_s)
 
     # -- connection ---------------------------------------------------------------------------
-
-    def _open(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TuningDatabaseError(
-                f"cannot create the directory of the tuning database {self.path}: {exc}. "
-                f"Point KILN_CACHE_DIR (or path=) at a writable directory."
-            ) from exc
-        conn: sqlite3.Connection | None = None
-        try:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=self.busy_timeout_s,
-                isolation_level=None,  # autocommit: transactions are explicit (BEGIN IMMEDIATE)
-                check_same_thread=False,  # shared by threads, serialised by self._lock
-            )
-            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            self._set_wal(conn)
-            conn.execute("PRAGMA synchronous = NORMAL")
-            self._ensure_schema(conn)
-        except sqlite3.Error as exc:
-            if conn is not None:
-                conn.close()
-            raise self._error("open", exc) from exc
-        except BaseException:
-            if conn is not None:
-                conn.close()
-            raise
-        return conn
-
-    def _set_wal(self, conn: sqlite3.Connection) -> None:
-        # Switching a new file to WAL takes an exclusive lock; retry while other openers hold it.
-        deadline = time.monotonic() + self.busy_timeout_s
-        while True:
-            try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-                break
-            except sqlite3.OperationalError as exc:
-                if not _is_busy(exc) or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
-        if str(mode).lower() != "wal":
-            warnings.warn(
-                f"the tuning database {self.path} could not use WAL journaling (got {mode!r}); "
-                f"readers will wait for writers. Keep it on a local file system.",
-                RuntimeWarning,
-                stacklevel=4,
-            )
-
-    def _ensure_schema(self, conn: sqlite3.Connection) -> None:
-        with _transaction(conn):  # the usual case, an existing database: no write lock needed
-            if _has_meta(conn):
-                self._check_version(conn)
-                return
-        with _transaction(conn, immediate=True):  # a new file: create the tables, once
-            if not _has_meta(conn):
-                if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                    raise TuningDatabaseError(
-                        f"{self.path} is an SQLite database but not a kiln tuning database (it has no "
-                        f"'meta' table). Pass another path, or delete the file if it is yours to remove."
-                    )
-                for statement in _SCHEMA.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-                )
-                return
-            self._check_version(conn)
-
-    def _check_version(self, conn: sqlite3.Connection) -> None:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        try:
-            version = int(row[0]) if row else None
-        except ValueError:
-            version = None
-        if version is None:
-            raise TuningDatabaseError(
-                f"the tuning database {self.path} has no valid schema_version in its meta table "
-                f"({row[0] if row else 'missing'!r}); it is damaged or was not written by kiln. It only "
-                f"caches tuning results: delete it (with its -wal and -shm files) to start over."
-            )
-        if version > SCHEMA_VERSION:
-            raise TuningDatabaseError(
-                f"the tuning database {self.path} has schema version {version}, but this kiln "
-                f"understands versions up to {SCHEMA_VERSION}: it was written by a newer kiln. "
-                f"Upgrade kiln, or use another file (TuningDatabase(path=...)); deleting the file "
-                f"discards the newer kiln's tuning results."
-            )
-        if version < SCHEMA_VERSION:  # pragma: no cover - no older version exists yet
-            raise TuningDatabaseError(
-                f"the tuning database {self.path} has schema version {version}, older than "
-                f"{SCHEMA_VERSION}, and no migration exists for it; delete it to start over."
-            )
 
     @contextlib.contextmanager
     def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
@@ -262,24 +122,11 @@ class TuningDatabase:
                 self._conn = None
                 self._pid = os.getpid()
             if self._conn is None:
-                self._conn = self._open()
+                self._conn = open_connection(self.path, self.busy_timeout_s)
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                raise self._error(action, exc) from exc
-
-    def _error(self, action: str, exc: sqlite3.Error) -> TuningDatabaseError:
-        if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-            return TuningDatabaseError(
-                f"could not {action} the tuning database {self.path}: another process held its lock "
-                f"for more than {self.busy_timeout_s:g} s ({exc}). Retry, or raise busy_timeout_s."
-            )
-        if isinstance(exc, sqlite3.IntegrityError):
-            return TuningDatabaseError(f"could not {action} the tuning database {self.path}: {exc}.")
-        return TuningDatabaseError(
-            f"could not {action} the tuning database {self.path} ({type(exc).__name__}: {exc}). It only "
-            f"caches tuning results: if this repeats, delete it (with its -wal and -shm files)."
-        )
+                raise database_error(self.path, self.busy_timeout_s, action, exc) from exc
 
     def close(self) -> None:
         """Close the connection (idempotent). Later calls raise :class:`TuningDatabaseError`."""
@@ -319,7 +166,7 @@ class TuningDatabase:
         default_label: str | None,
     ) -> int:
         """Start a run; returns its id, for :meth:`record` and :meth:`finish_run`."""
-        with self._connection("begin a run in") as conn, _transaction(conn, immediate=True):
+        with self._connection("begin a run in") as conn, transaction(conn, immediate=True):
             cursor = conn.execute(
                 "INSERT INTO runs (kernel, kernel_key, key_repr, device_name, capability, triton_version, "
                 "started_at, default_label) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -337,7 +184,7 @@ class TuningDatabase:
         the run's order). A finished run cannot be changed.
         """
         config_json = json.dumps(result.config, allow_nan=False)
-        with self._connection("record a result in") as conn, _transaction(conn, immediate=True):
+        with self._connection("record a result in") as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, f"record config {result.label!r}")
             conn.execute(
                 f"INSERT INTO configs (run_id, {_CONFIG_COLUMNS}, recorded_at) "
@@ -368,7 +215,7 @@ class TuningDatabase:
     ) -> None:
         """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
         the label of a recorded result (or ``None`` when no config worked)."""
-        with self._connection("finish a run in") as conn, _transaction(conn, immediate=True):
+        with self._connection("finish a run in") as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, "finish it")
             if (
                 best_label is not None
@@ -408,7 +255,7 @@ class TuningDatabase:
         Unfinished runs (still going, or left by a process that died) are never returned.
         """
         identity = (kernel_key, key_repr, device_name, capability, triton_version)
-        with self._connection("look up a run in") as conn, _transaction(conn):
+        with self._connection("look up a run in") as conn, transaction(conn):
             row = conn.execute(
                 f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_IDENTITY} AND finished_at IS NOT NULL "
                 "ORDER BY finished_at DESC, id DESC LIMIT 1",
@@ -416,38 +263,9 @@ class TuningDatabase:
             ).fetchone()
             return None if row is None else self._run_from_row(conn, row)
 
-    def partial(
-        self, kernel_key: str, key_repr: str, device_name: str, capability: str, triton_version: str
-    ) -> dict[str, ConfigResult]:
-        """Results already measured by *unfinished* runs for this identity, by label (``{}`` if none).
-
-        This is how a restarted process resumes: a config found here was measured by a run whose
-        process died (or by one still going in another process) and can be skipped, reusing its
-        result. Call :meth:`lookup` first: a finished run, when there is one, is the answer.
-
-        Every unfinished run started after the latest finished one counts (the newest result
-        per label wins), so the answer does not change when the restarted process begins its own run
-        (before or after calling this), and nothing is lost if it is killed in turn. Record the
-        reused results into the new run as well, so that it ends complete.
-        """
-        identity = (kernel_key, key_repr, device_name, capability, triton_version)
-        with self._connection("read partial results from") as conn, _transaction(conn):
-            rows = conn.execute(
-                f"SELECT {_CONFIG_COLUMNS} FROM configs WHERE run_id IN ("
-                f"  SELECT id FROM runs WHERE {_IDENTITY} AND finished_at IS NULL AND id > coalesce("
-                f"    (SELECT max(id) FROM runs WHERE {_IDENTITY} AND finished_at IS NOT NULL), 0)"
-                ") ORDER BY run_id, rowid",
-                identity + identity,
-            ).fetchall()
-            results: dict[str, ConfigResult] = {}
-            for row in rows:
-                result = self._result_from_row(row, "an unfinished run")
-                results[result.label] = result  # a later run's measurement wins
-            return results
-
     def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]:
         """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one kernel."""
-        with self._connection("list the runs in") as conn, _transaction(conn):
+        with self._connection("list the runs in") as conn, transaction(conn):
             if kernel is None:
                 rows = conn.execute(
                     f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
@@ -508,31 +326,3 @@ class TuningDatabase:
             raise TuningDatabaseError(
                 f"run {row[0]} in the tuning database {self.path} is invalid: {exc}"
             ) from exc
-
-
-@contextlib.contextmanager
-def _transaction(conn: sqlite3.Connection, *, immediate: bool = False) -> Iterator[None]:
-    """One transaction: committed on success, rolled back on any exception.
-
-    Writers use ``BEGIN IMMEDIATE``: they take the write lock up front (waiting up to the busy
-    timeout), so they never fail half-way when upgrading a read lock. Readers use a deferred
-    transaction, so several statements see one snapshot.
-    """
-    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
-    try:
-        yield
-    except BaseException:
-        with contextlib.suppress(sqlite3.Error):
-            conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
-
-
-def _has_meta(conn: sqlite3.Connection) -> bool:
-    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-    return conn.execute(query).fetchone() is not None
-
-
-def _is_busy(exc: sqlite3.OperationalError) -> bool:
-    text = str(exc).lower()
-    return "locked" in text or "busy" in text

@@ -1,0 +1,348 @@
+"""``kiln.autotune``: ``triton.autotune``'s contract, with parallel compiles and a GPU sandbox.
+
+:class:`Autotuner` takes ``triton.autotune``'s arguments and fills the same attributes
+(``cache``, ``best_config``, ``configs_timings``, ``bench_time``, ``nargs``); this module holds
+the contract and hands the work to one module each::
+
+    kernel[grid](*args)  -> kiln's C dispatcher (variants.py, kiln.launch.dispatch): a call like
+                            an earlier one launches its variant without entering Python
+        miss -> run(*args, grid=grid)
+                  a loaded bundle has this call? adopt it                     (variants.py)
+                  key not in cache: prune (Triton's code), then tune          (session.py:
+                      compile all in the pool, bench each (bench.py), database)
+                  launch the best config's binary, register the variant       (variants.py)
+
+``kernel[grid](...)`` returns Triton's ``CompiledKernel`` of the launched config on every path
+(see :mod:`.variants`). Settings are resolved once, when the autotuner is made, and passed down.
+User callables that must run in the caller's process (a custom ``do_bench``,
+``pre_hook``/``post_hook``, a config's ``pre_hook``) switch that kernel to in-process
+benchmarking, as does ``sandbox=False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from kiln import settings as settings_mod
+from kiln import triton_compat
+from kiln.artifacts.artifact import CompiledArtifact
+from kiln.autotuner.bench import BencherFactory
+from kiln.autotuner.session import TuningSession
+from kiln.autotuner.specialize import Candidate, candidate_for, tuning_key
+from kiln.autotuner.variants import TuningCache, Variants
+from kiln.bundle.format import KernelRecord
+from kiln.compile.request import guess_compile_cost
+from kiln.errors import TargetError
+from kiln.pool import CompilePool, get_pool
+from kiln.tuning.configs import config_label
+
+log = logging.getLogger("kiln.autotune")
+
+_TritonAutotuner: Any = triton_compat.triton_autotuner_class()
+
+
+class Autotuner(_TritonAutotuner):  # type: ignore[misc]
+    """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
+
+    def __init__(
+        self,
+        fn: Any,
+        arg_names: list[str],
+        configs: list[Any],
+        key: list[str],
+        reset_to_zero: list[str] | None,
+        restore_value: list[str] | None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        prune_configs_by: dict[str, Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        cache_results: bool = False,
+        *,
+        sandbox: bool | None = None,
+        check_outputs: bool = True,
+        reference: Callable[[dict[str, Any]], Any] | None = None,
+        tolerances: tuple[float, float] | None = None,
+        pool: CompilePool | None = None,
+        database: Any = None,
+        target: Any = None,
+    ) -> None:
+        # Resolved once, here; everything below takes what it needs from this object.
+        self._settings = settings_mod.current()
+        # Built before Triton's __init__, which assigns ``self.cache`` (emptying these tables).
+        self._variants = Variants(self, fn, key, self._full_path)
+        super().__init__(
+            fn,
+            arg_names,
+            configs,
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            cache_results=cache_results,
+        )
+        self._user_do_bench = do_bench is not None or use_cuda_graph or warmup is not None or rep is not None
+        self._warmup_ms = 25.0 if warmup is None else float(warmup)
+        self._rep_ms = 100.0 if rep is None else float(rep)
+        self._screen_ms = (5.0, 20.0)  # warm-up and timing of the first, rough pass
+        self._final_top_k = (3, 5)  # the full passes time 10% of the configs, within these bounds
+        self._final_passes = 3
+        self._sandbox_wanted = self._settings.sandbox if sandbox is None else sandbox
+        self._check_outputs = check_outputs
+        self._reference = reference
+        self._tolerances = tolerances
+        self._pool = pool
+        self._database = database
+        self._target: Any = target
+        self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
+        self._lock = threading.RLock()
+        self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
+        self.loaded_from: str | None = None  # "database" when the last tuning was skipped
+        self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
+
+    # The cache (tuning key -> config) empties the launch tables whenever it changes.
+    @property
+    def cache(self) -> dict[Any, Any]:
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: dict[Any, Any]) -> None:
+        self._cache = TuningCache(self._variants.clear, value)
+        self._variants.clear()
+
+    def __getitem__(self, grid: Any) -> Any:
+        bound = self._variants.tables.bind(grid)  # a _kiln_launch.BoundCall: the whole fast path in C
+        return bound if bound is not None else super().__getitem__(grid)  # no C helper: Triton's proxy
+
+    def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """What ``kernel[grid](*args, **kwargs)`` does when the C dispatcher has no entry for it."""
+        return self.run(*args, grid=grid, warmup=False, **kwargs)
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            return self._run(*args, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        # grid and warmup stay in kwargs: Triton passes them to pruning, perf models and hooks.
+        grid = kwargs.get("grid")
+        warmup = bool(kwargs.get("warmup", False))
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        key: tuple[Any, ...] | None = None
+        if len(self.configs) > 1:
+            key = tuning_key(self.arg_names, self.keys, args, kwargs)
+            if key not in self.cache and not warmup:
+                adopted = self._variants.from_bundle(key, args, kwargs, grid)
+                if adopted is not None:
+                    self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+                    return adopted
+            if key not in self.cache:
+                pruned = self.prune_configs(kwargs)
+                started = time.time()
+                TuningSession(self).tune(key, pruned, args, kwargs, grid)
+                self.bench_time = time.time() - started
+                if self.loaded_from is None:
+                    log.info(
+                        "kiln: %s %s: tuned %d configs on this call in %.2f s; best %s",
+                        self.base_fn.__name__,
+                        key,
+                        len(pruned),
+                        self.bench_time,
+                        config_label(self.cache[key]),
+                    )
+                full_nargs = {**self.nargs, **kwargs, **self.cache[key].all_kwargs()}
+                self.pre_hook(full_nargs, reset_only=True)
+            config = self.cache[key]
+        else:
+            config = self.configs[0]
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        result = None if warmup else self._variants.launch(config, args, kwargs, grid, key)
+        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        return result
+
+    def precompile(self, *args: Any, **kwargs: Any) -> list[Future[CompiledArtifact]]:
+        """Start compiling every (pruned) config for calls like this one; return at once.
+
+        The compiles run in the pool in the background. The first real call with the same
+        argument types then waits only for what is still missing: its requests are the same,
+        so the pool hands it the futures already in flight (or the cached artifacts).
+        """
+        args = triton_compat.wrap_dtypes(args)  # torch.float16 stands for a tensor
+        with self._lock:
+            self.nargs = dict(zip(self.arg_names, args, strict=False))
+            try:
+                configs = self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs
+                candidates = [self._candidate(c, args, kwargs) for c in configs]
+            finally:
+                self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+            pool = self._get_pool()
+            return [pool.submit(c.request, priority=guess_compile_cost(c.request)) for c in candidates]
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every (pruned) config for these arguments, in parallel, without running."""
+        kwargs.pop("grid", None)
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        candidates = [self._candidate(c, args, kwargs) for c in self.prune_configs(kwargs)]
+        pool = self._get_pool()
+        futures = [pool.submit(c.request) for c in candidates]
+        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        return [f.result() for f in futures]
+
+    def bundle_record(self) -> tuple[KernelRecord, dict[str, CompiledArtifact]]:
+        """This kernel's variants launched in this process, as a bundle's KernelRecord + binaries."""
+        return self._variants.bundle_record()
+
+    # -- what the parts below ask of the tuner ------------------------------------------------
+
+    def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
+        return candidate_for(self.fn, config, args, kwargs, self._local_target())
+
+    def _local_target(self) -> Any:
+        if self._target is None:
+            target = triton_compat.local_target()
+            if target is None:
+                raise TargetError(
+                    f"kiln.autotune needs a GPU to tune {self.base_fn.__name__} on, and none was found."
+                )
+            self._target = target
+        return self._target
+
+    def _get_pool(self) -> CompilePool:
+        return self._pool if self._pool is not None else get_pool()
+
+    def _get_database(self) -> Any:
+        if self._database is False:
+            return None
+        if self._database is not None:
+            return self._database
+        # With the database off, Triton's semantics: remember across autotuners only when
+        # cache_results asks, and not when a config has a pre_hook (Triton cannot save those).
+        triton_would_cache = self.cache_results and not any(c.pre_hook for c in self.configs)
+        if not self._settings.use_tuning_db and not triton_would_cache:
+            return None
+        from kiln.tuning import default_database_path
+
+        return _shared_database(default_database_path(self._settings))
+
+
+_DATABASES: dict[Path, Any] = {}
+_DATABASES_LOCK = threading.Lock()
+
+
+def _shared_database(path: Path) -> Any:
+    """The process's :class:`~kiln.tuning.TuningDatabase` at ``path`` (one per file)."""
+    from kiln.tuning import TuningDatabase
+
+    with _DATABASES_LOCK:
+        database = _DATABASES.get(path)
+        if database is None:
+            database = TuningDatabase(path)
+            _DATABASES[path] = database
+        return database
+
+
+def autotune(
+    configs: list[Any],
+    key: list[str],
+    prune_configs_by: dict[str, Any] | None = None,
+    reset_to_zero: list[str] | None = None,
+    restore_value: list[str] | None = None,
+    pre_hook: Callable[..., Any] | None = None,
+    post_hook: Callable[..., Any] | None = None,
+    warmup: float | None = None,
+    rep: float | None = None,
+    use_cuda_graph: bool = False,
+    do_bench: Callable[..., Any] | None = None,
+    cache_results: bool = False,
+    *,
+    sandbox: bool | None = None,
+    check_outputs: bool = True,
+    reference: Callable[[dict[str, Any]], Any] | None = None,
+    tolerances: tuple[float, float] | None = None,
+    pool: CompilePool | None = None,
+    database: Any = None,
+    target: Any = None,
+    precompile: Sequence[Sequence[Any]] | None = None,
+) -> Callable[[Any], Autotuner]:
+    """``triton.autotune`` with parallel compiles, a crash-proof GPU sandbox and a tuning database.
+
+    Same arguments and attributes as ``triton.autotune``; kiln's own (keyword-only):
+
+    * ``sandbox``: benchmark in a separate GPU process (default ``KILN_SANDBOX``, on);
+    * ``check_outputs``: compare each config's outputs with the reference (default on);
+    * ``reference``: ``f(args: dict) -> None`` writing the expected outputs into (clones of)
+      the arguments; default: the first config that ran cleanly;
+    * ``tolerances``: ``(rtol, atol)`` for the output check (default: by dtype);
+    * ``pool``: the :class:`~kiln.CompilePool` to compile in (default: :func:`kiln.get_pool`);
+    * ``database``: a ``kiln.tuning.TuningDatabase``, or ``False`` for none (default: the one
+      at ``KILN_TUNING_DB``);
+    * ``target``: the ``GPUTarget`` to compile for (default: the local GPU's);
+    * ``precompile``: example argument tuples (dtypes stand for tensors, e.g.
+      ``[(torch.float16, torch.float16, 4096)]``) whose configs start compiling in the pool at
+      definition time, in the background; the first real call with matching arguments waits
+      only for what is still compiling. Without it, the kernel tunes on its first call with
+      real inputs, or loads a result from a loaded bundle or the tuning database (logged at INFO).
+
+    ``KILN_*`` settings are read when the decorator is applied.
+    """
+
+    def decorator(fn: Any) -> Autotuner:
+        tuner = Autotuner(
+            fn,
+            fn.arg_names,
+            configs,
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            cache_results=cache_results,
+            sandbox=sandbox,
+            check_outputs=check_outputs,
+            reference=reference,
+            tolerances=tolerances,
+            pool=pool,
+            database=database,
+            target=target,
+        )
+        for example in precompile or ():
+            tuner.precompile(*example)
+        return tuner
+
+    return decorator
+
+
+def precompile(kernel: Any, *args: Any, **kwargs: Any) -> list[Future[CompiledArtifact]]:
+    """Start compiling a ``kiln.autotune``'d kernel's configs for calls like ``kernel(*args)``.
+
+    Returns the list of futures at once; the first real call waits only for what is missing.
+    Arguments may be dtypes standing for tensors (``torch.float16``), as in Triton's warmup.
+    """
+    if not isinstance(kernel, Autotuner):
+        raise TypeError(
+            f"kiln.precompile takes a kernel decorated with kiln.autotune, got {type(kernel).__name__}; "
+            f"for a plain @triton.jit kernel, submit CompileRequests to a CompilePool."
+        )
+    return kernel.precompile(*args, **kwargs)

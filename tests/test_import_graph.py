@@ -1,0 +1,150 @@
+"""kiln's packages import each other in one direction only, and the GPU sandbox stays small.
+
+The graph is read from the source (``ast``), not from ``sys.modules``: every ``import`` and
+``from ... import`` of every module under ``src/kiln``, at module level and inside functions
+(imports under ``if TYPE_CHECKING:`` are left out: they never run). Modules are collapsed to
+kiln's packages (``kiln.pool``, ``kiln.autotuner``...) and top-level modules (``kiln.errors``...).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+KILN = SRC / "kiln"
+PACKAGES = {p.name for p in KILN.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _unit(module: str) -> str:
+    """The node a module collapses to: ``kiln.<package>``, ``kiln.<module>``, or ``kiln``."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(path: Path) -> set[str]:
+    """Every kiln module ``path`` imports (resolved; ``from kiln import x`` -> ``kiln.x``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    own = _module_name(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                is_module = (SRC / Path(*candidate.split("."))).with_suffix(".py").exists() or (
+                    SRC / Path(*candidate.split("."))
+                ).is_dir()
+                found.add(candidate if is_module else base)
+    return {m for m in found if m == "kiln" or m.startswith("kiln.")}
+
+
+def package_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in sorted(KILN.rglob("*.py")):
+        source = _unit(_module_name(path))
+        targets = graph.setdefault(source, set())
+        for module in _imports(path):
+            target = _unit(module)
+            if target != source:
+                targets.add(target)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected component with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
+
+
+def test_the_graph_sees_every_package_and_function_level_imports() -> None:
+    graph = package_graph()
+    assert {f"kiln.{p}" for p in PACKAGES} <= set(graph)
+    assert "kiln.bundle" in graph["kiln.autotuner"]
+    # An import inside a function counts (collect_recorded opens the artifact store)...
+    assert "kiln.artifacts.store" in _imports(KILN / "bundle" / "index.py")
+    # ...one under `if TYPE_CHECKING:` does not (bench.py names the Autotuner for mypy only).
+    assert "kiln.autotuner.autotuner" not in _imports(KILN / "autotuner" / "bench.py")
+    # `from kiln import settings` is the module kiln.settings, `from kiln import __version__` kiln.
+    assert _imports(KILN / "bundle" / "format.py") >= {"kiln", "kiln.launch.spec"}
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_sandbox_imports_neither_the_pool_nor_the_autotuner() -> None:
+    graph = package_graph()
+    assert not {"kiln.pool", "kiln.autotuner"} & graph["kiln.sandbox"]
+    # ...not even through another package: the GPU sandbox process loads none of them.
+    assert not {"kiln.pool", "kiln.autotuner"} & _reachable(graph, "kiln.sandbox")
+
+
+def test_no_cycle_between_packages() -> None:
+    assert cycles(package_graph()) == []
