@@ -34,7 +34,7 @@ from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.bench import BencherFactory
 from kiln.autotuner.session import TuningSession
-from kiln.autotuner.specialize import Candidate, candidate_for, tuning_key
+from kiln.autotuner.specialize import Candidate, RequestCache, candidate_for, tuning_key
 from kiln.autotuner.variants import TuningCache, Variants
 from kiln.bundle.format import KernelRecord
 from kiln.compile.request import guess_compile_cost
@@ -110,6 +110,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._target: Any = target
         self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
         self._lock = threading.RLock()
+        self._requests = RequestCache()  # the full path builds a request once per kind of call
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
@@ -212,7 +213,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     # -- what the parts below ask of the tuner ------------------------------------------------
 
     def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
-        return candidate_for(self.fn, config, args, kwargs, self._local_target())
+        return candidate_for(self.fn, config, args, kwargs, self._local_target(), self._requests)
 
     def _local_target(self) -> Any:
         if self._target is None:

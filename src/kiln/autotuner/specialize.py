@@ -58,8 +58,10 @@ def request_for(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     target: GPUTarget,
+    requests: RequestCache | None = None,
 ) -> tuple[CompileRequest, BoundArgs]:
-    """The compile request for running ``fn`` with ``config`` on these arguments."""
+    """The compile request for running ``fn`` with ``config`` on these arguments (taken from
+    ``requests`` when an identical call built it before)."""
     meta = call_meta(kwargs)
     conflicts = meta.keys() & config.kwargs.keys()
     if conflicts:
@@ -69,6 +71,11 @@ def request_for(
         )
     call_kwargs = {**meta, **config.all_kwargs()}
     bound, (backend, specialization) = bind(fn, args, call_kwargs, target)
+    cache_key = requests.key(config, specialization, call_kwargs) if requests is not None else None
+    if cache_key is not None and requests is not None:
+        cached = requests.get(cache_key)
+        if cached is not None:
+            return cached, bound
     options_only = {k: v for k, v in call_kwargs.items() if k in COMPILE_OPTIONS}
     _options, signature, constexpr_paths, attr_paths = triton_compat.pack_args(
         fn, backend, call_kwargs, bound.args, specialization, options_only
@@ -92,7 +99,44 @@ def request_for(
     request = CompileRequest(
         fn, signature, constexprs, options=config_options(config), target=target, attrs=attrs
     )
+    if cache_key is not None and requests is not None:
+        requests.put(cache_key, request)
     return request, bound
+
+
+class RequestCache:
+    """Compile requests already built for a kernel, by (config, Triton's specialization, options).
+
+    Triton's JIT keys its own kernel cache the same way (``compute_cache_key``), so a call that
+    Triton would launch without compiling finds its request here without building and hashing a
+    new :class:`CompileRequest` (the kernel's source included): the full path then costs about
+    what Triton's JIT costs. ``TRITON_*`` variables are those of the request's first build.
+    Bounded: it empties itself past ``limit`` entries.
+    """
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._requests: dict[tuple[Any, ...], CompileRequest] = {}
+        self._limit = limit
+
+    def key(self, config: Any, specialization: Any, call_kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """The cache key of a bound call, or ``None`` when Triton's specialization is unhashable."""
+        key = (id(config), tuple(specialization), str(sorted(call_kwargs.items(), key=lambda kv: kv[0])))
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key
+
+    def get(self, key: tuple[Any, ...]) -> CompileRequest | None:
+        return self._requests.get(key)
+
+    def put(self, key: tuple[Any, ...], request: CompileRequest) -> None:
+        if len(self._requests) >= self._limit:
+            self._requests.clear()
+        self._requests[key] = request
+
+    def __len__(self) -> int:
+        return len(self._requests)
 
 
 def tuning_key(
@@ -120,10 +164,15 @@ class Candidate:
 
 
 def candidate_for(
-    fn: Any, config: Any, args: Sequence[Any], kwargs: Mapping[str, Any], target: GPUTarget
+    fn: Any,
+    config: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    target: GPUTarget,
+    requests: RequestCache | None = None,
 ) -> Candidate:
     """The :class:`Candidate` for running ``fn`` with ``config`` on these arguments."""
-    request, bound = request_for(fn, config, args, kwargs, target)
+    request, bound = request_for(fn, config, args, kwargs, target, requests)
     return Candidate(config, config_label(config), request, bound)
 
 
