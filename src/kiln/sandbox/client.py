@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.errors import describe_exit, likely_cause
-from kiln.pool.procs import spawn_kiln_process
-from kiln.pool.protocol import FrameReader, encode
+from kiln.framing import FrameReader, encode
+from kiln.procs import spawn_kiln_process
 from kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 
 _START_TIMEOUT_S = 120.0

@@ -28,8 +28,8 @@ import traceback
 from types import SimpleNamespace
 from typing import Any
 
-from kiln.pool import procs
-from kiln.pool.protocol import encode, recv_frame
+from kiln import procs
+from kiln.framing import encode, recv_frame
 
 ENV_FD = "KILN_SANDBOX_FD"
 ENV_PARENT = "KILN_SANDBOX_PARENT"
