@@ -119,6 +119,11 @@ class Manager:
             self.thread = threading.Thread(target=self.run, name="kiln-pool-manager", daemon=True)
             self.thread.start()
 
+    def close_if_never_started(self) -> None:
+        """Close the pipe and the selector of a pool dropped before it started."""
+        if self.thread is None:
+            self.close_fds()
+
     def send(self, command: Command) -> None:
         self.commands.put(command)
         with contextlib.suppress(BlockingIOError, OSError):

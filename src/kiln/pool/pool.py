@@ -34,6 +34,7 @@ import itertools
 import pickle
 import threading
 import uuid
+import weakref
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, as_completed
 from pathlib import Path
@@ -109,6 +110,8 @@ class CompilePool:
             # in the base settings' cache directory, whatever this pool's own cache_dir.
             triton_key_dir=base.cache_dir,
         )
+        # A started manager is kept alive by its thread; one never started goes with the pool.
+        weakref.finalize(self, self._manager.close_if_never_started).atexit = False
         if start:
             self.start()
 
