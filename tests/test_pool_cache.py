@@ -265,6 +265,15 @@ def test_unstarted_pool_shutdown_closes_its_pipe(tmp_path: Path) -> None:
     assert not leaked
 
 
+@pytest.mark.timeout(30)
+def test_unstarted_pool_dropped_without_shutdown_closes_its_fds(tmp_path: Path) -> None:
+    before = set(os.listdir("/proc/self/fd"))
+    pool = CompilePool(workers=1, cache_dir=tmp_path / "c", start=False)
+    assert set(os.listdir("/proc/self/fd")) - before  # its wake-up pipe and selector
+    del pool
+    assert not set(os.listdir("/proc/self/fd")) - before  # closed at once, no garbage collection needed
+
+
 # ---------------------------------------------------------------------------- per-job Triton env
 
 

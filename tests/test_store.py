@@ -21,6 +21,7 @@ import pytest
 import kiln
 from conftest import add_request, is_cubin
 from kiln import ArtifactStore, CompiledArtifact, CompilePool, MissingMetadataError
+from kiln.artifacts import triton_files
 from kiln.artifacts.artifact import LAUNCH_FIELDS
 from kiln.errors import ArtifactError
 from kiln.files import atomic_write
@@ -334,7 +335,9 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", ["artifacts/store.py", "artifacts/artifact.py"])
+@pytest.mark.parametrize(
+    "module", ["artifacts/store.py", "artifacts/artifact.py", "artifacts/triton_files.py"]
+)
 def test_store_code_does_not_import_pickle(module: str) -> None:
     imports = imported_modules(SRC / module)
     assert "json" in imports or module == "artifacts/artifact.py"
@@ -360,3 +363,46 @@ def test_store_files_are_json_binary_or_text(artifact: CompiledArtifact, tmp_pat
     record = json.loads((store.path_for(artifact.key) / "artifact.json").read_text())
     assert record["binary_sha256"] == artifact.binary_sha256
     assert record["key"] == artifact.key
+
+
+# ---------------------------------------------------------------------------- Triton's layout
+
+
+def test_triton_dir_stores_the_entry_once_per_process(
+    artifact: CompiledArtifact, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ArtifactStore(tmp_path)
+    puts: list[str] = []
+    real_put = store.put
+
+    def counting_put(a: CompiledArtifact) -> Path:
+        puts.append(a.key)
+        return real_put(a)
+
+    monkeypatch.setattr(store, "put", counting_put)
+    first = triton_files.triton_files(store, artifact)
+    again = triton_files.triton_files(store, artifact)
+    assert first == again
+    assert puts == [artifact.key]  # stored (and checked) once, then remembered
+    assert Path(first[f"{artifact.name}.cubin"]).read_bytes() == artifact.binary
+    assert Path(first[f"{artifact.name}.cubin"]).parent == store.path_for(artifact.key) / "triton"
+    assert store.get(artifact.key) is not None
+    # The remembered directory is rewritten if something removed it.
+    for path in first.values():
+        os.unlink(path)
+    assert triton_files.triton_files(store, artifact) == first
+    assert Path(first[f"{artifact.name}.json"]).is_file()
+    assert puts == [artifact.key]
+
+
+def test_triton_dir_without_a_store_reuses_one_temporary_root(artifact: CompiledArtifact) -> None:
+    other = with_key(artifact, "e" * 64)
+    first = triton_files.triton_dir(None, artifact)
+    assert triton_files.triton_dir(None, artifact) == first  # no new directory per call
+    second = triton_files.triton_dir(None, other)
+    assert second != first
+    assert second.parent == first.parent  # one temporary root per process
+    group = triton_files.triton_files(None, artifact)
+    assert Path(group[f"{artifact.name}.cubin"]).read_bytes() == artifact.binary
+    assert first.is_dir()
+    assert not second.exists()  # nothing is written for an artifact until its files are asked for

@@ -20,8 +20,7 @@ import psutil
 import pytest
 
 from conftest import SM90, add_request, is_cubin
-from kiln import CompileRequest, GPUTarget, ZygoteError, settings
-from kiln.pool import procs
+from kiln import CompileRequest, GPUTarget, ZygoteError, procs, settings
 
 THREAD_AT_IMPORT = textwrap.dedent(
     """

@@ -22,7 +22,7 @@ _LAZY: dict[str, str] = {
     "as_completed": "concurrent.futures",
     "Config": "triton",
     "CompiledArtifact": "kiln.artifacts.artifact",
-    "to_triton_kernel": "kiln.artifacts.artifact",
+    "to_triton_kernel": "kiln.artifacts.triton_files",
     "AutotuneError": "kiln.autotuner",
     "Autotuner": "kiln.autotuner",
     "autotune": "kiln.autotuner",
@@ -66,8 +66,9 @@ if TYPE_CHECKING:
 
     from triton import Config
 
-    from kiln.artifacts.artifact import CompiledArtifact, to_triton_kernel
+    from kiln.artifacts.artifact import CompiledArtifact
     from kiln.artifacts.store import ArtifactStore, CacheWarning
+    from kiln.artifacts.triton_files import to_triton_kernel
     from kiln.autotuner import AutotuneError, Autotuner, autotune, precompile
     from kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, save_bundle
     from kiln.compile.request import CompileRequest

@@ -281,3 +281,15 @@ class RemoteCompileError(JobFailure):
                 self.remote_traceback,
             ),
         )
+
+
+def is_out_of_resources(exc: BaseException) -> bool:
+    """Whether ``exc`` is Triton's ``OutOfResources`` or ``PTXASError`` (or a subclass): the
+    config asks for more shared memory, registers or threads than the device has, or ptxas
+    refused it.
+
+    The one test kiln uses for it, in the caller, the autotuner and the GPU sandbox alike. It
+    goes by class name along the exception's MRO, so it needs no import of Triton (this module
+    is loaded where Triton is not) and also matches an exception rebuilt from a worker.
+    """
+    return any(cls.__name__ in ("OutOfResources", "PTXASError") for cls in type(exc).__mro__)

@@ -82,6 +82,11 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def triton_key_dir(self) -> Path | None:
+        """Where kiln keeps Triton's key for compile keys: ``cache_dir`` (``None``: no disk cache)."""
+        return self.cache_dir if self.use_disk_cache else None
+
 
 def _positive_int(value: str) -> int:
     number = int(value)
@@ -156,6 +161,11 @@ def current() -> Settings:
     for layer in overrides:
         settings = settings.replace(**layer)
     return settings
+
+
+def default_triton_key_dir() -> Path | None:
+    """:attr:`Settings.triton_key_dir` of the settings in force (a ``CompileRequest``'s default)."""
+    return current().triton_key_dir
 
 
 @contextlib.contextmanager

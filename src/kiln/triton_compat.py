@@ -202,8 +202,6 @@ def seed_triton_key(key: str) -> bool:
 # What kiln's autotuner, sandbox and launcher need of Triton's (and torch's) private API. None of
 # these imports Triton when this module is imported; the torch ones never import Triton at all.
 
-_OUT_OF_RESOURCES = ("OutOfResources", "PTXASError")
-
 
 def triton_autotuner_class() -> type:
     """Triton's ``Autotuner``, which ``kiln.autotune``'s class extends (the contract's attributes)."""
@@ -211,13 +209,6 @@ def triton_autotuner_class() -> type:
 
     cls: type = Autotuner
     return cls
-
-
-def is_out_of_resources(exc: BaseException) -> bool:
-    """Whether ``exc`` is Triton's "this config does not fit the GPU" (shared memory, registers,
-    ptxas refusing it). Decided by class name, so it also holds for a failure whose class was
-    re-created after crossing a process boundary."""
-    return type(exc).__name__ in _OUT_OF_RESOURCES
 
 
 def jit_params(fn: Any) -> list[Any]:
@@ -299,3 +290,94 @@ def torch_stream_functions() -> tuple[Any, Any]:
     import torch
 
     return torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+
+
+# --- compile pool side ---------------------------------------------------------------------
+# What the compile side (kernel_spec, request, artifact, triton_files, the zygote and its
+# workers) needs from Triton beyond its public API: the layout of ``@triton.jit`` functions and
+# of ``CompiledKernel``.
+
+
+def is_jit_function(obj: Any) -> bool:
+    """Whether ``obj`` is a ``@triton.jit`` function (Triton's ``JITCallable``/``JITFunction``)."""
+    try:
+        from triton.runtime.jit import JITCallable
+    except ImportError:  # Triton < 3.5 has no JITCallable
+        from triton.runtime.jit import JITFunction as JITCallable
+    return isinstance(obj, JITCallable)
+
+
+@dataclasses.dataclass(frozen=True)
+class JitParts:
+    """What kiln reads from a ``@triton.jit`` function."""
+
+    src: str  # the function's source, as Triton holds it
+    python_fn: Any  # the undecorated Python function
+    globals: dict[str, Any]  # the globals its source resolves names in
+    arg_names: list[str]
+    first_line: int  # line of the source in its file (the binary embeds line info)
+    options: tuple[tuple[str, Any], ...]  # the jit() options that change the binary
+
+
+def jit_parts(fn: Any) -> JitParts:
+    """The parts of the ``@triton.jit`` function ``fn`` kiln hashes and ships."""
+    return JitParts(
+        src=fn.src,
+        python_fn=fn.fn,
+        globals=fn.__globals__,
+        arg_names=list(fn.arg_names),
+        first_line=int(getattr(fn, "starting_line_number", 1)),
+        options=(
+            ("debug", getattr(fn, "debug", None)),
+            ("do_not_specialize", tuple(getattr(fn, "do_not_specialize", ()) or ())),
+            ("noinline", getattr(fn, "noinline", None)),
+        ),
+    )
+
+
+def jit_arg_names(fn: Any) -> list[str]:
+    """The argument names of the ``@triton.jit`` function ``fn``, in order."""
+    return list(fn.arg_names)
+
+
+def compile_kernel(src: Any, target: GPUTarget, options: dict[str, Any]) -> Any:
+    """``triton.compile`` of an ``ASTSource`` for ``target`` (in a worker or the zygote)."""
+    import triton
+
+    return triton.compile(src, target=target, options=options)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledParts:
+    """What kiln keeps of Triton's ``CompiledKernel`` (``metadata`` is ``None`` if Triton
+    wrote no metadata file, and then nothing else is read)."""
+
+    name: str
+    metadata: dict[str, Any] | None
+    binary_ext: str = ""
+    binary: bytes = b""
+    asm: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def compiled_kernel_parts(compiled: Any) -> CompiledParts:
+    """Metadata (from Triton's metadata file), binary and text IRs of a ``CompiledKernel``."""
+    metadata_path = next(
+        (Path(p) for name, p in compiled.metadata_group.items() if name.endswith(".json")), None
+    )
+    if metadata_path is None:
+        return CompiledParts(str(compiled.name), None)
+    metadata = json.loads(metadata_path.read_text())
+    binary_ext = str(make_backend(compiled.metadata.target).binary_ext)
+    asm = {
+        ext: text
+        for ext, text in compiled.asm.items()
+        if ext not in (binary_ext, "source") and isinstance(text, str)
+    }
+    return CompiledParts(str(compiled.name), metadata, binary_ext, bytes(compiled.asm[binary_ext]), asm)
+
+
+def compiled_kernel_from_files(src: Any, group: dict[str, str], hash_: str) -> Any:
+    """Triton's ``CompiledKernel`` loaded from a metadata group (no compile)."""
+    from triton.compiler.compiler import CompiledKernel
+
+    return CompiledKernel(src, group, hash_)

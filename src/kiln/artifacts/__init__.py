@@ -1,1 +1,2 @@
-"""Compiled artifacts: the binary and metadata of one compile, and the on-disk store."""
+"""Compiled artifacts: the binary and metadata of one compile (artifact), the on-disk store
+(store), and Triton's own file layout of them, from which Triton loads a kernel (triton_files)."""

@@ -5,23 +5,16 @@ process boundaries cheaply and is stored on disk without pickle (see :mod:`kiln.
 Launch metadata is *required*: :meth:`CompiledArtifact.launch_field` raises
 :class:`~kiln.errors.MissingMetadataError` naming a missing field instead of guessing.
 
-:func:`to_triton_kernel` turns an artifact back into Triton's ``CompiledKernel`` (the object
-``kernel[grid](*args)`` launches) without calling ``triton.compile``: it lays the binary and
-metadata out the way Triton's own cache does and lets Triton load them.
+Turning an artifact back into Triton's ``CompiledKernel`` is :mod:`kiln.artifacts.triton_files`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kiln.errors import ArtifactError, MissingMetadataError
-
-if TYPE_CHECKING:
-    from kiln.compile.request import CompileRequest
 
 ARTIFACT_FORMAT = 1
 
@@ -95,66 +88,17 @@ class CompiledArtifact:
     @classmethod
     def from_triton(cls, key: str, compiled: Any, compile_s: float) -> CompiledArtifact:
         """Build from Triton's ``CompiledKernel`` (in the worker, right after ``triton.compile``)."""
-        metadata_path = next(
-            (Path(p) for name, p in compiled.metadata_group.items() if name.endswith(".json")), None
-        )
-        if metadata_path is None:
-            raise ArtifactError(f"Triton returned no metadata file for kernel {compiled.name!r}.")
-        metadata = json.loads(metadata_path.read_text())
-        binary_ext = _binary_ext(compiled)
-        binary = compiled.asm[binary_ext]
-        asm = {
-            ext: text
-            for ext, text in compiled.asm.items()
-            if ext not in (binary_ext, "source") and isinstance(text, str)
-        }
+        from kiln.triton_compat import compiled_kernel_parts
+
+        parts = compiled_kernel_parts(compiled)
+        if parts.metadata is None:
+            raise ArtifactError(f"Triton returned no metadata file for kernel {parts.name!r}.")
         return cls(
             key=key,
-            name=str(metadata.get("name", "")),
-            binary=bytes(binary),
-            binary_ext=binary_ext,
-            metadata=metadata,
-            asm=asm,
+            name=str(parts.metadata.get("name", "")),
+            binary=parts.binary,
+            binary_ext=parts.binary_ext,
+            metadata=parts.metadata,
+            asm=parts.asm,
             compile_s=compile_s,
         )
-
-
-def _binary_ext(compiled: Any) -> str:
-    from kiln.triton_compat import make_backend
-
-    backend = make_backend(compiled.metadata.target)
-    return str(backend.binary_ext)
-
-
-def write_triton_group(artifact: CompiledArtifact, directory: Path) -> dict[str, str]:
-    """Write the artifact as Triton's cache does (``<name>.json`` + ``<name>.<ext>``)."""
-    from kiln.files import atomic_write
-
-    directory.mkdir(parents=True, exist_ok=True)
-    base = artifact.name[:150]
-    meta_path = directory / f"{base}.json"
-    bin_path = directory / f"{base}.{artifact.binary_ext}"
-    if not bin_path.exists():
-        atomic_write(bin_path, artifact.binary)
-    if not meta_path.exists():
-        atomic_write(meta_path, json.dumps(artifact.metadata).encode())
-    return {meta_path.name: str(meta_path), bin_path.name: str(bin_path)}
-
-
-def to_triton_kernel(artifact: CompiledArtifact, request: CompileRequest, directory: Path) -> Any:
-    """Triton's ``CompiledKernel`` for this artifact, loaded without compiling.
-
-    ``directory`` receives the binary and metadata (Triton reads them from files). The kernel
-    binary is loaded onto the GPU lazily, on first launch, as Triton always does.
-    """
-    return triton_kernel_from_source(artifact, request.ast_source(request.kernel), directory)
-
-
-def triton_kernel_from_source(artifact: CompiledArtifact, src: Any, directory: Path) -> Any:
-    """Triton's ``CompiledKernel`` from the artifact's files in ``directory`` and a source record
-    (an ``ASTSource``, or any object with the ``fn.arg_names``, ``signature`` and ``constants``
-    Triton's launcher reads)."""
-    from triton.compiler.compiler import CompiledKernel
-
-    group = write_triton_group(artifact, directory)
-    return CompiledKernel(src, group, artifact.metadata.get("hash", artifact.key))

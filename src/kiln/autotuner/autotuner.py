@@ -213,7 +213,9 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     # -- what the parts below ask of the tuner ------------------------------------------------
 
     def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
-        return candidate_for(self.fn, config, args, kwargs, self._local_target(), self._requests)
+        return candidate_for(
+            self.fn, config, args, kwargs, self._local_target(), self._requests, self._settings.triton_key_dir
+        )
 
     def _local_target(self) -> Any:
         if self._target is None:

@@ -26,9 +26,14 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.binaries import triton_files, triton_kernel
-from kiln.errors import CompileTimeoutError, KilnError, WorkerCrashedError, WorkerMemoryError
+from kiln.errors import (
+    CompileTimeoutError,
+    KilnError,
+    WorkerCrashedError,
+    WorkerMemoryError,
+    is_out_of_resources,
+)
 from kiln.sandbox import BenchOutcome, BenchSpec, Sandbox
-from kiln.triton_compat import is_out_of_resources
 
 if TYPE_CHECKING:
     from kiln.autotuner.autotuner import Autotuner

@@ -16,6 +16,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kiln import triton_compat
@@ -59,6 +60,7 @@ def request_for(
     kwargs: Mapping[str, Any],
     target: GPUTarget,
     requests: RequestCache | None = None,
+    triton_key_dir: Path | None = None,
 ) -> tuple[CompileRequest, BoundArgs]:
     """The compile request for running ``fn`` with ``config`` on these arguments (taken from
     ``requests`` when an identical call built it before)."""
@@ -96,9 +98,19 @@ def request_for(
                 f"{fn.__name__}: tuple arguments are not supported by kiln's autotuner yet (path {path})."
             )
         attrs[names[path[0]]] = value
-    request = CompileRequest(
-        fn, signature, constexprs, options=config_options(config), target=target, attrs=attrs
-    )
+    options = config_options(config)
+    if triton_key_dir is None:
+        request = CompileRequest(fn, signature, constexprs, options=options, target=target, attrs=attrs)
+    else:
+        request = CompileRequest(
+            fn,
+            signature,
+            constexprs,
+            options=options,
+            target=target,
+            attrs=attrs,
+            triton_key_dir=triton_key_dir,
+        )
     if cache_key is not None and requests is not None:
         requests.put(cache_key, request)
     return request, bound
@@ -170,9 +182,10 @@ def candidate_for(
     kwargs: Mapping[str, Any],
     target: GPUTarget,
     requests: RequestCache | None = None,
+    triton_key_dir: Path | None = None,
 ) -> Candidate:
     """The :class:`Candidate` for running ``fn`` with ``config`` on these arguments."""
-    request, bound = request_for(fn, config, args, kwargs, target, requests)
+    request, bound = request_for(fn, config, args, kwargs, target, requests, triton_key_dir)
     return Candidate(config, config_label(config), request, bound)
 
 

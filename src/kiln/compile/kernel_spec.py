@@ -14,109 +14,42 @@ source: every global name it reads is resolved and classified. The spec serves t
   A kernel that is neither importable (``__main__``, a function body, a notebook) nor
   rebuildable makes :class:`~kiln.errors.KernelSpecError`, which says what to change.
 
-Nothing here imports a worker or starts a process; it is pure analysis.
+Nothing here imports a worker or starts a process; it is pure analysis. The worker's side
+(rebuilding or importing the function) is :mod:`kiln.compile.rebuild`; the data forms of
+values are :mod:`kiln.compile.values`.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import hashlib
-import importlib
 import inspect
 import json
-import linecache
 import sys
 import types
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.compile.values import GlobalValue, canonical
 from kiln.errors import KernelSpecError
+from kiln.triton_compat import is_jit_function, jit_parts
 
 # ----------------------------------------------------------------------------- classification
 
-# A global's value, as data: (kind, payload). Kinds:
-#   "module"    payload: module name
-#   "object"    payload: [module, qualname] of an importable object from a library module
-#   "constexpr" payload: canonical value
-#   "dtype"     payload: Triton dtype name
-#   "value"     payload: canonical value (int, float, bool, str, None, tuples)
-#   "jit"       payload: KernelSpec of a helper
-#   "opaque"    payload: [type name, repr] -- hashed, but cannot be shipped by source
-GlobalValue = tuple[str, Any]
-
 _LIBRARY_PREFIXES = ("triton", "torch", "numpy", "math", "builtins", "functools", "typing")
-
-
-def _is_jit(obj: Any) -> bool:
-    try:
-        from triton.runtime.jit import JITCallable
-    except ImportError:  # Triton < 3.5 has no JITCallable
-        from triton.runtime.jit import JITFunction as JITCallable
-    return isinstance(obj, JITCallable)
-
-
-def _canonical(value: Any) -> Any:
-    """A JSON-able form of a plain value that keeps types apart (1, 1.0 and True differ)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return ["bool", value]
-    if isinstance(value, int):
-        return ["int", value]
-    if isinstance(value, float):
-        return ["float", repr(value)]
-    if isinstance(value, (tuple, list)):
-        return [type(value).__name__, [_canonical(v) for v in value]]
-    raise TypeError(type(value).__name__)
-
-
-def _decanonical(data: Any) -> Any:
-    if data is None or isinstance(data, str):
-        return data
-    tag, payload = data
-    if tag == "bool":
-        return bool(payload)
-    if tag == "int":
-        return int(payload)
-    if tag == "float":
-        return float(payload)
-    if tag == "tuple":
-        return tuple(_decanonical(v) for v in payload)
-    if tag == "list":
-        return [_decanonical(v) for v in payload]
-    raise ValueError(f"unknown canonical tag {tag!r}")
-
-
-def canonical_value(value: Any) -> Any:
-    """Canonical, type-tagged JSON form of a constexpr or option value, for keys.
-
-    Triton dtypes and ``tl.constexpr`` wrappers are reduced to their meaning; anything else
-    that is not a plain value is tagged with its type and ``repr`` (stable only if its repr is).
-    """
-    import triton.language as tl
-
-    if isinstance(value, tl.constexpr):
-        return ["constexpr", canonical_value(value.value)]
-    if isinstance(value, tl.dtype):
-        return ["dtype", str(value)]
-    try:
-        return _canonical(value)
-    except TypeError:
-        return ["opaque", f"{type(value).__module__}.{type(value).__qualname__}", repr(value)]
 
 
 def _classify(value: Any, *, seen: dict[int, KernelSpec]) -> GlobalValue:
     import triton.language as tl
 
-    if _is_jit(value):
+    if is_jit_function(value):
         return ("jit", KernelSpec.of(value, _seen=seen))
     if isinstance(value, types.ModuleType):
         return ("module", value.__name__)
     if isinstance(value, tl.constexpr):
         try:
-            return ("constexpr", _canonical(value.value))
+            return ("constexpr", canonical(value.value))
         except TypeError:
             if isinstance(value.value, tl.dtype):
                 return ("constexpr_dtype", str(value.value))
@@ -124,7 +57,7 @@ def _classify(value: Any, *, seen: dict[int, KernelSpec]) -> GlobalValue:
     if isinstance(value, tl.dtype):
         return ("dtype", str(value))
     try:
-        return ("value", _canonical(value))
+        return ("value", canonical(value))
     except TypeError:
         pass
     module = getattr(value, "__module__", None)
@@ -235,15 +168,16 @@ class KernelSpec:
     @classmethod
     def of(cls, fn: Any, *, _seen: dict[int, KernelSpec] | None = None) -> KernelSpec:
         """Describe a ``@triton.jit`` function (reading the current values of its globals)."""
-        if not _is_jit(fn):
+        if not is_jit_function(fn):
             raise KernelSpecError(f"{fn!r} is not a @triton.jit function; kiln compiles Triton kernels only.")
         seen = {} if _seen is None else _seen
         if id(fn) in seen:
             return seen[id(fn)]
-        src: str = fn.src
-        scope: dict[str, Any] = dict(fn.__globals__)
+        parts = jit_parts(fn)
+        src = parts.src
+        scope: dict[str, Any] = dict(parts.globals)
         with contextlib.suppress(TypeError, ValueError):
-            scope.update(inspect.getclosurevars(fn.fn).nonlocals)
+            scope.update(inspect.getclosurevars(parts.python_fn).nonlocals)
         local_names, loads = _analyse(src)
         # Placeholder breaks recursion for self-referencing kernels.
         placeholder = cls(fn.__name__, fn.__module__, fn.__qualname__, False, src, "", 0, (), ())
@@ -259,20 +193,15 @@ class KernelSpec:
             if value is fn:
                 continue
             resolved[name] = _classify(value, seen=seen)
-        jit_options = (
-            ("debug", getattr(fn, "debug", None)),
-            ("do_not_specialize", tuple(getattr(fn, "do_not_specialize", ()) or ())),
-            ("noinline", getattr(fn, "noinline", None)),
-        )
         spec = cls(
             name=fn.__name__,
             module=fn.__module__,
             qualname=fn.__qualname__,
             importable=_importable(fn),
             src=src,
-            filename=inspect.getsourcefile(fn.fn) or "<unknown>",
-            first_line=int(getattr(fn, "starting_line_number", 1)),
-            jit_options=jit_options,
+            filename=inspect.getsourcefile(parts.python_fn) or "<unknown>",
+            first_line=parts.first_line,
+            jit_options=parts.options,
             globals=tuple(sorted(resolved.items())),
         )
         seen[id(fn)] = spec
@@ -292,7 +221,7 @@ class KernelSpec:
             "src": self.src,
             # The binary embeds line info: the same source on another line is another cubin.
             "first_line": self.first_line,
-            "jit": [[k, _canonical(v) if not isinstance(v, tuple) else list(v)] for k, v in self.jit_options],
+            "jit": [[k, canonical(v) if not isinstance(v, tuple) else list(v)] for k, v in self.jit_options],
             "globals": [[n, value_data(v)] for n, v in self.globals],
         }
 
@@ -340,7 +269,9 @@ class KernelSpec:
 
     def load(self) -> Any:
         """Return the JIT function this spec describes, rebuilding or importing it."""
-        return _load(self, _REBUILT)
+        from kiln.compile.rebuild import load
+
+        return load(self)
 
 
 def _importable(fn: Any) -> bool:
@@ -357,96 +288,3 @@ def _importable(fn: Any) -> bool:
         if obj is None:
             return False
     return obj is fn
-
-
-_REBUILT: dict[str, Any] = {}  # identity -> rebuilt JIT function (per worker process)
-
-
-def _load(spec: KernelSpec, memo: dict[str, Any]) -> Any:
-    """Rebuild from source when possible (see :attr:`KernelSpec.by_source`), else import."""
-    if spec.by_source:
-        return _rebuild(spec, memo)
-    if spec.importable:
-        obj: Any = importlib.import_module(spec.module)
-        for part in spec.qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-    return _rebuild(spec, memo)
-
-
-def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
-    key = spec.identity
-    if key in memo:
-        return memo[key]
-    import triton
-
-    # Same module name as the original, so Triton's names and cache keys look the same.
-    namespace: dict[str, Any] = {"__name__": spec.module, "__builtins__": builtins}
-    for name, value in spec.globals:
-        _bind(namespace, name, _rebuild_value(name, value, memo))
-    # Keep line numbers as in the original file so tracebacks and Triton's errors point there.
-    filename = f"<kiln:{spec.filename}>"
-    text = "\n" * (spec.first_line - 1) + spec.src
-    lines = text.splitlines(keepends=True)
-    linecache.cache[filename] = (len(text), None, lines, filename)
-    code = compile(text, filename, "exec")
-    exec(code, namespace)
-    raw = namespace[spec.name]
-    options = {k: v for k, v in spec.jit_options if v not in (None, ())}
-    jitted = triton.jit(raw, **options)
-    namespace[spec.name] = jitted
-    memo[key] = jitted
-    return jitted
-
-
-def _bind(namespace: dict[str, Any], dotted: str, value: Any) -> None:
-    """Bind ``a.b.c`` in a namespace, creating placeholder modules for the intermediate parts."""
-    parts = dotted.split(".")
-    if len(parts) == 1:
-        namespace[dotted] = value
-        return
-    holder = namespace.get(parts[0])
-    if not isinstance(holder, types.ModuleType):
-        holder = types.ModuleType(parts[0])
-        namespace[parts[0]] = holder
-    for part in parts[1:-1]:
-        child = getattr(holder, part, None)
-        if not isinstance(child, types.ModuleType):
-            child = types.ModuleType(part)
-            setattr(holder, part, child)
-        holder = child
-    setattr(holder, parts[-1], value)
-
-
-def _rebuild_value(name: str, value: GlobalValue, memo: dict[str, Any]) -> Any:
-    import triton.language as tl
-
-    kind, payload = value
-    if kind == "module":
-        return importlib.import_module(payload)
-    if kind == "object":
-        module_name, qualname = payload
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        return obj
-    if kind == "constexpr":
-        return tl.constexpr(_decanonical(payload))
-    if kind == "constexpr_dtype":
-        return tl.constexpr(_dtype(payload))
-    if kind == "dtype":
-        return _dtype(payload)
-    if kind == "value":
-        return _decanonical(payload)
-    if kind == "jit":
-        return _load(payload, memo)
-    raise KernelSpecError(f"global {name!r} of kind {kind!r} cannot be rebuilt in a worker")
-
-
-def _dtype(name: str) -> Any:
-    import triton.language as tl
-
-    for candidate in vars(tl).values():
-        if isinstance(candidate, tl.dtype) and str(candidate) == name:
-            return candidate
-    raise KernelSpecError(f"unknown Triton dtype {name!r}")

@@ -19,11 +19,14 @@ import hashlib
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kiln import triton_compat
-from kiln.compile.kernel_spec import KernelSpec, canonical_value
+from kiln.compile.kernel_spec import KernelSpec
+from kiln.compile.values import canonical_value
 from kiln.errors import JobInfo, RequestError, TargetError
+from kiln.settings import default_triton_key_dir
 from kiln.triton_compat import GPUTarget
 
 KEY_VERSION = 1
@@ -67,9 +70,6 @@ class FrozenMap(Mapping[str, Any]):
     def __reduce__(self) -> tuple[Any, ...]:
         return (FrozenMap, (dict(self._items),))
 
-    def items_tuple(self) -> tuple[tuple[str, Any], ...]:
-        return self._items
-
 
 def _target_label(target: GPUTarget) -> str:
     return f"{target.backend}:{target.arch}"
@@ -87,6 +87,11 @@ class CompileRequest:
         options: Triton compile options (``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``...).
         target: a ``GPUTarget``; ``None`` means the local GPU, and is an error when there is none.
         attrs: specialization attributes per argument (``{"x_ptr": [["tt.divisibility", 16]]}``).
+        triton_env: the ``TRITON_*`` variables the worker compiles with (default: this process's).
+        triton_key_dir: where Triton's key is kept between processes (part of every key; see
+            :func:`kiln.triton_compat.triton_key`); default: that of the settings in force
+            (:func:`kiln.settings.default_triton_key_dir`). Callers that hold a
+            :class:`~kiln.settings.Settings` pass ``settings.triton_key_dir``.
     """
 
     kernel: Any
@@ -96,11 +101,12 @@ class CompileRequest:
     target: GPUTarget | None = None
     attrs: Mapping[str, Any] = field(default_factory=dict)
     triton_env: Mapping[str, str] = field(default_factory=triton_compat.triton_env)
+    triton_key_dir: Path | None = field(default_factory=default_triton_key_dir, repr=False, kw_only=True)
     spec: KernelSpec = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         spec = KernelSpec.of(self.kernel)
-        arg_names: list[str] = list(self.kernel.arg_names)
+        arg_names = triton_compat.jit_arg_names(self.kernel)
         constexprs = dict(self.constexprs)
         signature = dict(self.signature)
         unknown_constexprs = set(constexprs) - set(arg_names)
@@ -169,7 +175,7 @@ class CompileRequest:
             "options": sorted([k, canonical_value(v)] for k, v in self.options.items()),
             "target": [self.target.backend, str(self.target.arch), self.target.warp_size],
             "triton_version": triton_compat.triton_version(),
-            "triton_key": _triton_key(),
+            "triton_key": triton_compat.triton_key(self.triton_key_dir),
             "env": sorted(triton_compat.cache_invalidating_env().items()),
         }
 
@@ -223,7 +229,7 @@ class CompileRequest:
 
     def ast_source(self, kernel: Any) -> Any:
         """Triton's ``ASTSource`` for this request, around an already loaded ``kernel``."""
-        arg_names = list(kernel.arg_names)
+        arg_names = triton_compat.jit_arg_names(kernel)
         attrs = {(arg_names.index(k),): [list(a) for a in v] for k, v in self.attrs.items()}
         return triton_compat.ASTSource(kernel, dict(self.signature), dict(self.constexprs), attrs or None)
 
@@ -232,13 +238,6 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return tuple(_freeze(v) for v in value)
     return value
-
-
-def _triton_key() -> str:
-    from kiln import settings
-
-    current = settings.current()
-    return triton_compat.triton_key(current.cache_dir if current.use_disk_cache else None)
 
 
 def guess_compile_cost(request: CompileRequest) -> float:

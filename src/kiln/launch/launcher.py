@@ -190,7 +190,7 @@ def _native_launcher(artifact: CompiledArtifact, spec: LaunchSpec) -> Any:
 
 def triton_kernel(artifact: CompiledArtifact, spec: LaunchSpec, files_dir: Path | None = None) -> Any:
     """Triton's ``CompiledKernel`` for this binary, built without the kernel's source or a compile."""
-    from kiln.artifacts.artifact import triton_kernel_from_source
+    from kiln.artifacts.triton_files import triton_kernel_from_source
 
     directory = files_dir or Path(tempfile.mkdtemp(prefix="kiln-triton-"))
     src = SimpleNamespace(

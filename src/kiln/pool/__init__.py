@@ -1,5 +1,11 @@
 """kiln's crash-isolated compile pool (see :mod:`kiln.pool.pool` for the data flow).
 
+Modules, one role each: ``pool`` (the caller API), ``jobs`` (what caller threads and the
+manager share), ``manager`` (the manager thread's loop), ``workers`` (forking, dispatching to
+and burying workers), ``supervisor`` (the zygote's lifecycle), ``failures`` (deaths and
+exceptions -> the caller's errors), ``protocol`` (the typed messages), ``handles`` (fds and
+buffers of each child), and the child processes' own code: ``zygote``, ``worker``, ``warmup``.
+
 The names below load on first use, so that the zygote and its workers, which import
 ``kiln.pool.zygote`` and ``kiln.pool.worker``, do not import the parent's side of the pool.
 """

@@ -1,35 +1,28 @@
 """The parent's view of its child processes: one handle for the zygote, one per worker.
 
 Handles own file descriptors and buffers only; every decision (what to send, when to kill,
-how a death maps to an error) belongs to the manager thread in :mod:`kiln.pool.pool`, which
-is the only thread that touches them.
+how a death maps to an error) belongs to the manager thread (:mod:`kiln.pool.manager`, with
+:mod:`kiln.pool.supervisor` for the zygote), the only thread that touches them.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
-import heapq
-import itertools
-import math
 import os
-import pickle
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kiln.pool import procs
-from kiln.pool.protocol import FrameReader
+from kiln import procs
+from kiln.framing import FrameReader
+from kiln.pool.protocol import ToZygote, ZygoteInit, pack
 from kiln.pool.zygote import ENV_FD, ENV_PARENT
 
 if TYPE_CHECKING:
-    from concurrent.futures import Future
-
-    from kiln.artifacts.artifact import CompiledArtifact
-    from kiln.compile.request import CompileRequest
+    from kiln.pool.jobs import Job
 
 ENV_POOL_ID = "KILN_POOL_ID"  # marks every process of a pool (leak checks find them by it)
 
@@ -57,42 +50,6 @@ class LineTail:
 
 
 @dataclass
-class Job:
-    id: int
-    request: CompileRequest
-    future: Future[CompiledArtifact]
-    payload: bytes
-    timeout_s: float
-    priority: float = 0.0
-    attempts: int = 0
-    started: float = 0.0
-
-
-class JobQueue:
-    """Pending jobs, highest priority first, FIFO among equals; retried jobs jump the queue."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, Job]] = []
-        self._seq = itertools.count()
-
-    def push(self, job: Job, *, front: bool = False) -> None:
-        rank = -math.inf if front else -job.priority
-        heapq.heappush(self._heap, (rank, next(self._seq), job))
-
-    def pop(self) -> Job:
-        return heapq.heappop(self._heap)[2]
-
-    def __len__(self) -> int:
-        return len(self._heap)
-
-    def __iter__(self) -> Iterator[Job]:
-        return iter([entry[2] for entry in sorted(self._heap)])
-
-    def clear(self) -> None:
-        self._heap.clear()
-
-
-@dataclass
 class WorkerHandle:
     wid: int
     chan: socket.socket
@@ -109,10 +66,24 @@ class WorkerHandle:
     returncode: int | None = None
     exited: bool = False
     exited_at: float = 0.0
-    asked_at: float = field(default_factory=time.monotonic)
     ps: Any = None  # psutil.Process, created lazily for the memory limit
     peak_rss: int = 0
     replaces_since: float | None = None  # when the worker this one replaces died (for stats)
+
+    def group_rss(self) -> int | None:
+        """Resident memory of the worker and its children (ptxas), in bytes."""
+        import psutil
+
+        try:
+            if self.ps is None or self.ps.pid != self.pid:
+                self.ps = psutil.Process(self.pid)
+            total = int(self.ps.memory_info().rss)
+            for child in self.ps.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    total += int(child.memory_info().rss)
+            return total
+        except psutil.Error:
+            return None
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -147,8 +118,8 @@ class ZygoteHandle:
         self.dead = False
         self.timed_out = False
 
-    def send(self, *message: Any, fds: list[int] | None = None) -> None:
-        data = pickle.dumps(message)
+    def send(self, message: ToZygote, fds: list[int] | None = None) -> None:
+        data = pack(message)
         self.ctl.setblocking(True)
         try:
             if fds:
@@ -158,10 +129,10 @@ class ZygoteHandle:
         finally:
             self.ctl.setblocking(False)
 
-    def send_init(self, init: dict[str, Any]) -> None:
+    def send_init(self, init: ZygoteInit) -> None:
         self.ctl.setblocking(True)
         try:
-            self.ctl.send(pickle.dumps(init))
+            self.ctl.send(pack(init))
         finally:
             self.ctl.setblocking(False)
 

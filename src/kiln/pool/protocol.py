@@ -1,12 +1,27 @@
-"""Messages between kiln's processes, and how they are framed on the wire.
+"""The messages kiln's compile processes exchange: one frozen dataclass per kind.
 
-Two kinds of channel exist (see :mod:`kiln.pool` for the whole picture):
+Two kinds of channel exist (see :mod:`kiln.pool.pool` for the whole picture)::
 
-* parent <-> zygote: an ``AF_UNIX``/``SOCK_SEQPACKET`` socket. Each packet is one pickled
-  tuple; ``fork`` packets carry the new worker's file descriptors (``SCM_RIGHTS``).
-* parent <-> worker: an ``AF_UNIX``/``SOCK_STREAM`` socket per worker. Each message is an
-  8-byte big-endian length followed by that many bytes of pickle. Messages can be large (a
-  cubin plus its IRs), so the parent reads them incrementally with :class:`FrameReader`.
+    manager thread                              zygote
+      ZygoteInit (first packet)            ->
+      Fork(worker_id) + fds [chan, stderr] ->   fork()
+      Kill(pid)                            ->   killpg(pid)
+      Preload(modules)                     ->   import them
+                                           <-   Ready(info) | Preloaded(results)
+                                           <-   Forked(worker_id, pid) | ForkFailed(worker_id, reason)
+                                           <-   Exited(pid, returncode)
+
+    manager thread                              worker (one socket each)
+                                           <-   Hello(pid)
+      RunJob(job_id, request)              ->   compile
+                                           <-   JobDone(job_id, artifact, seconds)
+                                           <-   JobFailed(job_id, error, seconds)
+
+* parent <-> zygote: an ``AF_UNIX``/``SOCK_SEQPACKET`` socket; each packet is one pickled
+  message (:func:`pack` / :func:`unpack`), ``Fork`` packets carry the new worker's file
+  descriptors (``SCM_RIGHTS``).
+* parent <-> worker: an ``AF_UNIX``/``SOCK_STREAM`` socket per worker, carrying length-prefixed
+  frames (:mod:`kiln.framing`), because a reply (a cubin plus its IRs) can be large.
 
 Only kiln's own processes sit on either end, and they run the same code, so pickle is safe
 here; nothing read from *disk* is ever unpickled.
@@ -15,80 +30,131 @@ here; nothing read from *disk* is ever unpickled.
 from __future__ import annotations
 
 import pickle
-import socket
-import struct
-from typing import Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-_HEADER = struct.Struct(">Q")
-MAX_FRAME = 1 << 32
+from kiln.pool.failures import RemoteError
 
-# parent -> zygote
-Z_PRELOAD = "preload"  # (Z_PRELOAD, [module, ...])
-Z_FORK = "fork"  # (Z_FORK, worker_id)  + fds [channel, stderr]
-Z_KILL = "kill"  # (Z_KILL, pid)
-Z_EXIT = "exit"  # (Z_EXIT,)
-# zygote -> parent
-Z_READY = "ready"  # (Z_READY, info dict)
-Z_PRELOADED = "preloaded"  # (Z_PRELOADED, {module: error-or-None})
-Z_FORKED = "forked"  # (Z_FORKED, worker_id, pid)
-Z_FORK_FAILED = "fork_failed"  # (Z_FORK_FAILED, worker_id, reason)
-Z_EXITED = "exited"  # (Z_EXITED, pid, returncode)  returncode < 0: killed by signal -returncode
+if TYPE_CHECKING:
+    from kiln.artifacts.artifact import CompiledArtifact
 
-# parent -> worker
-W_JOB = "job"  # (W_JOB, job_id, request_bytes)
-# worker -> parent
-W_HELLO = "hello"  # (W_HELLO, pid)
-W_OK = "ok"  # (W_OK, job_id, artifact, seconds)
-W_ERR = "err"  # (W_ERR, job_id, exception-or-None, type name, message, traceback text, seconds)
+# ------------------------------------------------------------------ parent -> zygote
 
 
-def encode(message: Any) -> bytes:
-    payload = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return _HEADER.pack(len(payload)) + payload
+@dataclass(frozen=True)
+class ZygoteInit:
+    """The zygote's first packet: where to find code and what to warm up."""
+
+    sys_path: list[str]
+    cwd: str
+    triton_key_dir: Path | None  # where Triton's key is kept (see triton_compat.triton_key)
+    warmup_target: tuple[str, Any, int] | None  # (backend, arch, warp_size)
+    preload: list[str]
 
 
-def send_frame(sock: socket.socket, message: Any) -> None:
-    sock.sendall(encode(message))
+@dataclass(frozen=True)
+class Fork:
+    """Fork a worker; the packet carries its channel and stderr fds."""
+
+    worker_id: int
 
 
-def recv_frame(sock: socket.socket) -> Any:
-    """Blocking read of one frame; raises ``EOFError`` when the peer closed the socket."""
-    header = _recv_exact(sock, _HEADER.size)
-    (length,) = _HEADER.unpack(header)
-    return pickle.loads(_recv_exact(sock, length))
+@dataclass(frozen=True)
+class Kill:
+    """Kill this worker's process group (ignored if the zygote already reaped it)."""
+
+    pid: int
 
 
-def _recv_exact(sock: socket.socket, size: int) -> bytes:
-    chunks: list[bytes] = []
-    remaining = size
-    while remaining:
-        chunk = sock.recv(min(remaining, 1 << 20))
-        if not chunk:
-            raise EOFError("peer closed the channel")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+@dataclass(frozen=True)
+class Preload:
+    """Import these modules, so later forks inherit them."""
+
+    modules: list[str]
 
 
-class FrameReader:
-    """Incremental decoder for a non-blocking stream socket."""
+ToZygote = Fork | Kill | Preload
 
-    def __init__(self) -> None:
-        self._buffer = bytearray()
+# ------------------------------------------------------------------ zygote -> parent
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """Add received bytes; return the payloads of every frame now complete."""
-        self._buffer += data
-        frames: list[bytes] = []
-        while len(self._buffer) >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(self._buffer)
-            end = _HEADER.size + length
-            if len(self._buffer) < end:
-                break
-            frames.append(bytes(self._buffer[_HEADER.size : end]))
-            del self._buffer[:end]
-        return frames
 
-    @property
-    def pending(self) -> int:
-        return len(self._buffer)
+@dataclass(frozen=True)
+class Ready:
+    """The zygote is warm (``info``: pid, Triton key, timings, preloads, threads)."""
+
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Preloaded:
+    """Each module asked for, with ``None`` or why it could not be preloaded."""
+
+    results: dict[str, str | None]
+
+
+@dataclass(frozen=True)
+class Forked:
+    worker_id: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class ForkFailed:
+    worker_id: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Exited:
+    """A worker was reaped; ``returncode`` < 0 means killed by signal ``-returncode``."""
+
+    pid: int
+    returncode: int
+
+
+FromZygote = Ready | Preloaded | Forked | ForkFailed | Exited
+
+# ------------------------------------------------------------------ parent <-> worker
+
+
+@dataclass(frozen=True)
+class RunJob:
+    """Compile the pickled :class:`~kiln.compile.request.CompileRequest` ``request``."""
+
+    job_id: int
+    request: bytes
+
+
+@dataclass(frozen=True)
+class Hello:
+    """The worker is up and waits for a job."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class JobDone:
+    job_id: int
+    artifact: CompiledArtifact
+    seconds: float
+
+
+@dataclass(frozen=True)
+class JobFailed:
+    job_id: int
+    error: RemoteError
+    seconds: float
+
+
+FromWorker = Hello | JobDone | JobFailed
+
+
+def pack(message: ZygoteInit | ToZygote | FromZygote) -> bytes:
+    """One ``SOCK_SEQPACKET`` packet holding ``message``."""
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack(packet: bytes) -> Any:
+    """The message in one packet (the receiver checks its type)."""
+    return pickle.loads(packet)

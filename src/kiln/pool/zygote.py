@@ -7,17 +7,22 @@ hashes ``libtriton.so`` again), compiles a warm-up kernel and imports the user m
 told to, all without touching CUDA. Then it serves the parent over one ``SOCK_SEQPACKET`` socket::
 
     parent                                   zygote (this module)              worker
-      |  ("fork", wid) + fds[chan, stderr]  ->  |  fork() -------------------->  serve(chan)
-      |  <- ("forked", wid, pid)                |                                  |
-      |  ("kill", pid)                      ->  |  killpg(pid, SIGKILL) ------->   X
-      |  <- ("exited", pid, returncode)         |  waitpid (SIGCHLD)
-      |  ("preload", [module])              ->  |  import module
+      |  ZygoteInit                         ->  |  Triton key, warm-up, preloads
+      |  <- Ready(info)                         |
+      |  Fork(wid) + fds[chan, stderr]      ->  |  fork() -------------------->  serve(chan)
+      |  <- Forked(wid, pid)                    |                                  |
+      |  Kill(pid)                          ->  |  killpg(pid, SIGKILL) ------->   X
+      |  <- Exited(pid, returncode)             |  waitpid (SIGCHLD)
+      |  Preload([module])                  ->  |  import module
+      |  <- Preloaded({module: error})          |
       |  EOF (parent gone)                  ->  |  killpg every worker, exit
+
+(the messages are the records of :mod:`kiln.pool.protocol`.)
 
 Rules it keeps:
 
 * **Fork only when single-threaded.** Before each fork it counts its OS threads; if an
-  import started one it refuses (``fork_failed``) and the parent replaces it. BLAS/OpenMP
+  import started one it refuses (``ForkFailed``) and the parent replaces it. BLAS/OpenMP
   pools are switched off through the environment so that importing numpy or torch starts none.
 * **It is the only reaper of its workers**, so it alone kills them: a ``kill`` for a pid it
   has already reaped is ignored, and a late timeout can never hit a recycled pid.
@@ -29,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import select
 import signal
 import socket
@@ -39,17 +43,20 @@ import time
 import traceback
 from typing import Any
 
-from kiln.pool import procs
+from kiln import procs
 from kiln.pool.protocol import (
-    Z_EXIT,
-    Z_EXITED,
-    Z_FORK,
-    Z_FORK_FAILED,
-    Z_FORKED,
-    Z_KILL,
-    Z_PRELOAD,
-    Z_PRELOADED,
-    Z_READY,
+    Exited,
+    Fork,
+    Forked,
+    ForkFailed,
+    FromZygote,
+    Kill,
+    Preload,
+    Preloaded,
+    Ready,
+    ZygoteInit,
+    pack,
+    unpack,
 )
 
 ENV_FD = "KILN_ZYGOTE_FD"
@@ -67,8 +74,8 @@ class _Zygote:
 
     # -- messages ---------------------------------------------------------------------------
 
-    def send(self, *message: Any) -> None:
-        self.ctl.send(pickle.dumps(message))
+    def send(self, message: FromZygote) -> None:
+        self.ctl.send(pack(message))
 
     def serve(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -97,16 +104,13 @@ class _Zygote:
             data, fds = b"", []
         if not data:
             self.shutdown()
-        message = pickle.loads(data)
-        kind = message[0]
-        if kind == Z_FORK:
-            self.fork_worker(message[1], fds)
-        elif kind == Z_KILL:
-            self.kill(message[1])
-        elif kind == Z_PRELOAD:
-            self.send(Z_PRELOADED, preload(message[1]))
-        elif kind == Z_EXIT:
-            self.shutdown()
+        message = unpack(data)
+        if isinstance(message, Fork):
+            self.fork_worker(message.worker_id, fds)
+        elif isinstance(message, Kill):
+            self.kill(message.pid)
+        elif isinstance(message, Preload):
+            self.send(Preloaded(preload(message.modules)))
 
     # -- workers ----------------------------------------------------------------------------
 
@@ -114,7 +118,7 @@ class _Zygote:
         if len(fds) != 2:
             for fd in fds:
                 os.close(fd)
-            self.send(Z_FORK_FAILED, wid, f"expected 2 file descriptors, got {len(fds)}")
+            self.send(ForkFailed(wid, f"expected 2 file descriptors, got {len(fds)}"))
             return
         chan_fd, err_fd = fds
         threads = procs.thread_names()
@@ -122,9 +126,10 @@ class _Zygote:
             os.close(chan_fd)
             os.close(err_fd)
             self.send(
-                Z_FORK_FAILED,
-                wid,
-                f"the zygote has {len(threads)} threads ({', '.join(threads)}); forking now is unsafe",
+                ForkFailed(
+                    wid,
+                    f"the zygote has {len(threads)} threads ({', '.join(threads)}); forking now is unsafe",
+                )
             )
             return
         sys.stdout.flush()
@@ -157,7 +162,7 @@ class _Zygote:
         self.children.add(pid)
         os.close(chan_fd)
         os.close(err_fd)
-        self.send(Z_FORKED, wid, pid)
+        self.send(Forked(wid, pid))
 
     def kill(self, pid: int) -> None:
         if pid not in self.children:
@@ -180,7 +185,7 @@ class _Zygote:
                 os.killpg(pid, signal.SIGKILL)
             if pid in self.children:
                 self.children.discard(pid)
-                self.send(Z_EXITED, pid, procs.status_from_wait(status))
+                self.send(Exited(pid, procs.status_from_wait(status)))
 
     def shutdown(self) -> None:
         for pid in list(self.children):
@@ -210,20 +215,17 @@ def preload(modules: list[str]) -> dict[str, str | None]:
 def _warm_up(target: tuple[str, Any, int]) -> float:
     """Compile a tiny kernel once so forks inherit Triton's imports, backend and ptxas lookups."""
     started = time.perf_counter()
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
+    from kiln import triton_compat
     from kiln.pool.warmup import warmup_kernel
 
     old = os.environ.get("TRITON_CACHE_DIR")
     with tempfile.TemporaryDirectory(prefix="kiln-warmup-") as tmp:
         os.environ["TRITON_CACHE_DIR"] = tmp
         try:
-            src = ASTSource(
+            src = triton_compat.ASTSource(
                 warmup_kernel, {"x_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {"BLOCK": 128}
             )
-            triton.compile(src, target=GPUTarget(*target), options={"num_warps": 1})
+            triton_compat.compile_kernel(src, triton_compat.GPUTarget(*target), {"num_warps": 1})
         finally:
             if old is None:
                 os.environ.pop("TRITON_CACHE_DIR", None)
@@ -241,34 +243,37 @@ def main() -> None:
     data = ctl.recv(MAX_PACKET)
     if not data:
         os._exit(0)
-    init: dict[str, Any] = pickle.loads(data)
-    sys.path[:] = init["sys_path"]
+    init = unpack(data)
+    if not isinstance(init, ZygoteInit):  # pragma: no cover - protocol error
+        raise RuntimeError(f"unexpected first message {init!r}")
+    sys.path[:] = init.sys_path
     with contextlib.suppress(OSError):
-        os.chdir(init["cwd"])
+        os.chdir(init.cwd)
     started = time.perf_counter()
     from kiln import triton_compat
 
-    key = triton_compat.triton_key(init["cache_dir"])
+    key = triton_compat.triton_key(init.triton_key_dir)
     key_seeded = triton_compat.seed_triton_key(key)
     key_s = time.perf_counter() - started
     # What every job unpickles and returns: forks inherit these imports, warm-up or not.
     import kiln.artifacts.artifact
     import kiln.compile.request  # noqa: F401
 
-    warmup_s = _warm_up(init["warmup_target"]) if init.get("warmup_target") else 0.0
-    preloaded = preload(list(init.get("preload", [])))
+    warmup_s = _warm_up(init.warmup_target) if init.warmup_target else 0.0
+    preloaded = preload(list(init.preload))
     zygote = _Zygote(ctl)
     zygote.send(
-        Z_READY,
-        {
-            "pid": os.getpid(),
-            "triton_key": key,
-            "key_s": key_s,
-            "key_seeded": key_seeded,
-            "warmup_s": warmup_s,
-            "preloaded": preloaded,
-            "threads": procs.thread_names(),
-            "startup_s": time.perf_counter() - started,
-        },
+        Ready(
+            {
+                "pid": os.getpid(),
+                "triton_key": key,
+                "key_s": key_s,
+                "key_seeded": key_seeded,
+                "warmup_s": warmup_s,
+                "preloaded": preloaded,
+                "threads": procs.thread_names(),
+                "startup_s": time.perf_counter() - started,
+            }
+        )
     )
     zygote.serve()

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.errors import describe_exit, likely_cause
-from kiln.ipc import FrameReader, encode, spawn_kiln_process
+from kiln.framing import FrameReader, encode
+from kiln.procs import spawn_kiln_process
 from kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 
 _START_TIMEOUT_S = 120.0

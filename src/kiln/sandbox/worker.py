@@ -27,8 +27,9 @@ import sys
 import traceback
 from typing import Any
 
-from kiln import ipc, triton_compat
-from kiln.ipc import encode, recv_frame
+from kiln import procs, triton_compat
+from kiln.errors import is_out_of_resources
+from kiln.framing import encode, recv_frame
 
 ENV_FD = "KILN_SANDBOX_FD"
 ENV_PARENT = "KILN_SANDBOX_PARENT"
@@ -156,7 +157,7 @@ class _State:
 def _classify(exc: BaseException) -> tuple[str, bool]:
     text = f"{type(exc).__name__}: {exc}"
     sticky = any(marker.lower() in text.lower() for marker in _STICKY_MARKERS)
-    if triton_compat.is_out_of_resources(exc):
+    if is_out_of_resources(exc):
         return "out_of_resources", False
     return ("sticky" if sticky else "error"), sticky
 
@@ -164,7 +165,7 @@ def _classify(exc: BaseException) -> tuple[str, bool]:
 def main() -> None:
     chan_fd = int(os.environ.pop(ENV_FD))
     parent = int(os.environ.pop(ENV_PARENT))
-    ipc.set_parent_death_signal(parent)
+    procs.set_parent_death_signal(parent)
     chan = socket.socket(fileno=chan_fd)
     init = recv_frame(chan)
     sys.path[:] = init["sys_path"]

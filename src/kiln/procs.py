@@ -1,4 +1,5 @@
-"""Process care shared by the zygote and workers: parent-death signals, thread counts, limits."""
+"""Process care shared by the compile pool and the benchmark sandbox: spawning kiln's child
+interpreters, parent-death signals, thread counts, wait statuses."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def spawn_kiln_process(
     env = dict(env)
     env[fd_variable] = str(channel_fd)
     env[parent_variable] = str(os.getpid())
-    kiln_root = str(Path(__file__).resolve().parents[2])
+    kiln_root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (kiln_root, env.get("PYTHONPATH", "")) if p)
     return subprocess.Popen(
         [sys.executable, "-c", f"from {entry_module} import main; main()"],

@@ -1,0 +1,99 @@
+"""The compile side's layout (issue 9): no import cycle between kiln.compile, kiln.artifacts,
+kiln.pool and triton_compat (lazy and type-only imports included), Triton's internals only in
+triton_compat, and small modules."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import kiln
+
+SRC = Path(kiln.__file__).parent
+COMPILE_SIDE = ("compile", "artifacts", "pool", "triton_compat", "framing", "procs", "files", "errors")
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _is_module(name: str) -> bool:
+    path = SRC.parent / name.replace(".", "/")
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _kiln_imports(path: Path) -> set[str]:
+    """Every kiln module ``path`` imports, at any place in the file."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("kiln"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kiln"):
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            found.update(s for s in subs if _is_module(s))
+            if not all(_is_module(s) for s in subs):
+                found.add(node.module)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {}
+    for name in COMPILE_SIDE:
+        paths = sorted((SRC / name).rglob("*.py")) if (SRC / name).is_dir() else [SRC / f"{name}.py"]
+        unit = f"kiln.{name}"
+        for path in paths:
+            for target in _kiln_imports(path):
+                if _unit(target) != unit:
+                    edges.setdefault(unit, set()).add(_unit(target))
+    return edges
+
+
+def test_no_cycle_between_the_compile_side_packages() -> None:
+    edges = _graph()
+    side = {f"kiln.{n}" for n in COMPILE_SIDE}
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            for nxt in edges.get(todo.pop(), set()) & side:
+                if nxt == goal:
+                    return True
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return False
+
+    cycles = sorted(u for u in side if reaches(u, u))
+    assert not cycles, f"import cycles through {cycles}: {edges}"
+    assert "kiln" not in set().union(*edges.values())  # nothing leans on the package's lazy API
+
+
+def test_triton_compat_imports_only_errors_and_files() -> None:
+    assert _kiln_imports(SRC / "triton_compat.py") <= {"kiln.errors", "kiln.files"}
+
+
+PRIVATE = re.compile(
+    r"triton\.(?:[\w.]*\._\w+|_\w+)|runtime\.jit|create_function_from_signature|_init_handles|torch\._C"
+    r"|CompiledKernel\(|metadata_group"
+)
+
+
+@pytest.mark.parametrize("name", ["compile", "artifacts", "pool", "demo"])
+def test_triton_internals_stay_in_triton_compat(name: str) -> None:
+    hits = [
+        f"{path.relative_to(SRC)}:{n}: {line.strip()}"
+        for path in sorted((SRC / name).rglob("*.py"))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if PRIVATE.search(line) and not line.lstrip().startswith(("#", '"', "'"))
+    ]
+    assert not hits
+
+
+@pytest.mark.parametrize("name", ["compile", "artifacts", "pool", "demo"])
+def test_modules_stay_small(name: str) -> None:
+    sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / name).rglob("*.py")}
+    assert max(sizes.values()) < 400, sizes
