@@ -30,9 +30,11 @@ tolerances by dtype), ``kiln_statuses`` (config status -> count over kiln's tuni
 ``kiln_time_split`` (each kiln tuning run's summary from its report, where a time split appears
 once kiln records one), ``kiln_left_on_triton`` (kernels the op launched through Triton's
 autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a failed arm is data) and
-``arms`` (everything each arm reported). Budget: the five default ops took about 8 minutes on an
-H100 with 16 cores when measured by issue 10 (Triton's first calls alone ~4 minutes); run them
-in two parts (``--ops``) where a command may take at most 10 minutes, then ``--merge``.
+``arms`` (everything each arm reported). Budget (estimated from issue 10's H100 figures, not
+measured): Triton's first calls alone are ~100 s for the MoE and ~95 s for ``chunk_gla``, and
+until kiln routes FLA's ``CachedAutotuner`` every kiln arm of ``chunk_gla`` pays most of that too;
+where a command may take at most 10 minutes, run the Liger ops, ``fla_chunk_gla_fwd`` and the other
+FLA op(s) as three commands (``--ops``), then ``--merge``.
 """
 
 from __future__ import annotations
