@@ -1,0 +1,336 @@
+"""Real library ops (Liger-Kernel 0.8.5, fla-core 0.6.0) on ``triton.autotune`` and on kiln.
+
+Run from the repository root on a machine with a GPU (the libraries installed, or their wheels
+unpacked on ``PYTHONPATH``; kiln is taken from this checkout's ``src/``)::
+
+    python bench/realworld.py --out bench/results/realworld.json --md bench/results/realworld.md
+    python bench/realworld.py --ops liger_moe_fwd,fla_chunk_gla_fwd --out a.json   # a subset
+    python bench/realworld.py --merge a.json b.json --out all.json --md all.md      # join runs
+    python bench/realworld.py --dry-run          # no GPU: routing, imports, orchestration only
+
+For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
+(``bench/realworld_child.py``) with fresh cache directories:
+
+* ``triton``: stock ``triton.autotune`` (its own ``TRITON_CACHE_DIR``);
+* ``kiln``: ``triton.autotune`` routed to kiln before the library is imported (``kiln.install()``
+  when kiln has it, else by assignment; the JSON says which), fresh ``TRITON_CACHE_DIR`` and
+  ``KILN_CACHE_DIR`` (tuning database inside);
+* ``kiln_second``: a second kiln process keeping the ``kiln`` arm's ``KILN_CACHE_DIR`` and
+  database (fresh ``TRITON_CACHE_DIR``): what a user's next process pays;
+* ``kiln_forced``: as ``kiln_second``, with every autotuned kernel's configs cut down to the ones
+  Triton chose (the ``triton`` arm's ``choices.json``), so ``kiln_op_ms_triton_configs`` compares
+  launch paths apart from config choice.
+
+Per op, the JSON has ``op``, ``configs`` (sum over the autotuned kernels the op launched),
+``triton_first_s``, ``kiln_first_s``, ``kiln_second_first_s`` (wall seconds of the first call,
+synchronized, tuning included; process start and imports excluded), ``triton_op_ms``,
+``kiln_op_ms``, ``kiln_op_ms_triton_configs`` (``triton.testing.do_bench`` medians after tuning,
+same inputs, median over ``--repeats``), ``outputs_match`` (kiln's outputs against Triton's, with
+tolerances by dtype), ``kiln_statuses`` (config status -> count over kiln's tuning runs),
+``kiln_time_split`` (each kiln tuning run's summary from its report, where a time split appears
+once kiln records one), ``kiln_left_on_triton`` (kernels the op launched through Triton's
+autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a failed arm is data) and
+``arms`` (everything each arm reported). Budget (estimated from issue 10's H100 figures, not
+measured): Triton's first calls alone are ~100 s for the MoE and ~95 s for ``chunk_gla``, and
+until kiln routes FLA's ``CachedAutotuner`` every kiln arm of ``chunk_gla`` pays most of that too;
+where a command may take at most 10 minutes, run the Liger ops, ``fla_chunk_gla_fwd`` and the other
+FLA op(s) as three commands (``--ops``), then ``--merge``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import math
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realworld_ops
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+CHILD = HERE / "realworld_child.py"
+ARMS = ("triton", "kiln", "kiln_second", "kiln_forced")
+TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
+
+
+def arm_env(arm: str, root: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("KILN_PROGRESS", "0")
+    env["TRITON_CACHE_DIR"] = str(root / f"triton-cache-{arm}")
+    kiln_dir = root / ("kiln-cache-triton-arm" if arm == "triton" else "kiln-cache")
+    env["KILN_CACHE_DIR"] = str(kiln_dir)
+    env["KILN_TUNING_DB"] = str(kiln_dir / "tuning.sqlite3")
+    return env
+
+
+def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    arm_dir = root / arm
+    arm_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(CHILD), "--arm", arm, "--op", op, "--dir", str(arm_dir)]
+    cmd += ["--repeats", str(args.repeats)]
+    if arm == "kiln_forced" and not args.dry_run:
+        choices = root / "triton" / "choices.json"
+        if not choices.exists():
+            return {"arm": arm, "error": "no choices from the triton arm (it failed or did not run)"}
+        cmd += ["--choices", str(choices)]
+    if args.strict:
+        cmd.append("--strict")
+    if args.dry_run:
+        cmd.append("--dry-run")
+    print(f"[realworld] {op}: {arm}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    log = arm_dir / "stderr.log"
+    with log.open("w") as err:
+        try:
+            proc = subprocess.run(
+                cmd,
+                check=False,
+                env=arm_env(arm, root),
+                stdout=err,
+                stderr=subprocess.STDOUT,
+                timeout=args.arm_timeout,
+            )
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    wall = time.perf_counter() - started
+    result_file = arm_dir / "result.json"
+    result: dict[str, Any] = json.loads(result_file.read_text()) if result_file.exists() else {"arm": arm}
+    result["process_wall_s"] = wall
+    if code is None:
+        result.setdefault("error", f"timed out after {args.arm_timeout} s (stage {result.get('stage')})")
+        result["timed_out"] = True
+    elif code != 0:
+        result.setdefault("error", f"exit code {code} without a result")
+    if "error" in result:
+        lines = log.read_text(errors="replace").splitlines()
+        result["stderr_tail"] = lines[-25:]
+    return result
+
+
+def compare_outputs(ref_file: Path, got_file: Path) -> dict[str, Any]:
+    """Outputs of two arms, tensor by tensor: ok if max |diff| <= atol + rtol * max |ref|."""
+    if not ref_file.exists() or not got_file.exists():
+        return {"match": None, "detail": "an arm wrote no outputs"}
+    import torch
+
+    ref = torch.load(ref_file)
+    got = torch.load(got_file)
+    detail: dict[str, Any] = {}
+    match = set(ref) == set(got)
+    for name in sorted(set(ref) & set(got)):
+        a, b = ref[name].float(), got[name].float()
+        if a.shape != b.shape:
+            detail[name] = f"shape {tuple(b.shape)} != {tuple(a.shape)}"
+            match = False
+            continue
+        rtol, atol = TOLERANCES["16bit" if ref[name].element_size() == 2 else "other"]
+        nan_same = bool(torch.equal(torch.isnan(a), torch.isnan(b)))
+        a, b = torch.nan_to_num(a), torch.nan_to_num(b)
+        diff = float((a - b).abs().max()) if a.numel() else 0.0
+        scale = float(a.abs().max()) if a.numel() else 0.0
+        ok = nan_same and diff <= atol + rtol * scale
+        detail[name] = {"max_abs_diff": diff, "max_abs_ref": scale, "nan_pattern_same": nan_same, "ok": ok}
+        match = match and ok
+    return {"match": match, "detail": detail}
+
+
+def run_op(op: str, args: argparse.Namespace) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix=f"kiln-realworld-{op}-"))
+    arms = {arm: run_arm(op, arm, root, args) for arm in args.arms}
+    try:
+        return summarize(op, arms, root)
+    finally:
+        if args.keep:
+            print(f"[realworld] {op}: kept {root}", file=sys.stderr)
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str, Any]:
+    def field(arm: str, name: str) -> Any:
+        return arms.get(arm, {}).get(name)
+
+    kiln = arms.get("kiln", {})
+    outputs = {
+        arm: compare_outputs(root / "triton" / "outputs.pt", root / arm / "outputs.pt")
+        for arm in arms
+        if arm != "triton"
+    }
+    left = [
+        {**k, "reason": "refused by kiln.autotune at import"} for k in kiln.get("refused_by_kiln", [])
+    ] + [{**k, "reason": "not built by triton.autotune"} for k in kiln.get("left_on_triton", [])]
+    return {
+        "op": op,
+        "configs": field("triton", "configs") or kiln.get("configs"),
+        "triton_first_s": field("triton", "first_s"),
+        "kiln_first_s": field("kiln", "first_s"),
+        "kiln_second_first_s": field("kiln_second", "first_s"),
+        "triton_op_ms": field("triton", "op_ms"),
+        "kiln_op_ms": field("kiln", "op_ms"),
+        "kiln_op_ms_triton_configs": field("kiln_forced", "op_ms"),
+        "outputs_match": outputs.get("kiln", {}).get("match"),
+        "kiln_statuses": kiln.get("kiln_statuses"),
+        "kiln_time_split": kiln.get("kiln_runs"),
+        "kiln_install": kiln.get("kiln_install"),
+        "kiln_left_on_triton": left,
+        "errors": {arm: r["error"] for arm, r in arms.items() if "error" in r},
+        "outputs": outputs,
+        "arms": arms,
+    }
+
+
+def _num(value: Any, fmt: str) -> str:
+    if isinstance(value, (int, float)) and not (isinstance(value, float) and math.isnan(value)):
+        return format(value, fmt)
+    return "-"
+
+
+def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
+    head = [
+        "op",
+        "configs",
+        "first s triton",
+        "kiln",
+        "kiln 2nd",
+        "op ms triton",
+        "kiln",
+        "kiln@triton cfgs",
+        "ratio",
+        "outputs",
+        "kiln statuses",
+        "errors",
+    ]
+    rows = []
+    for r in ops:
+        t_ms, f_ms = r.get("triton_op_ms"), r.get("kiln_op_ms_triton_configs")
+        ratio = f_ms / t_ms if isinstance(t_ms, float) and isinstance(f_ms, float) and t_ms > 0 else None
+        statuses = r.get("kiln_statuses") or {}
+        rows.append(
+            [
+                r["op"],
+                _num(r.get("configs"), "d"),
+                _num(r.get("triton_first_s"), ".1f"),
+                _num(r.get("kiln_first_s"), ".1f"),
+                _num(r.get("kiln_second_first_s"), ".2f"),
+                _num(t_ms, ".3f"),
+                _num(r.get("kiln_op_ms"), ".3f"),
+                _num(f_ms, ".3f"),
+                _num(ratio, ".2f"),
+                {True: "match", False: "DIFFER", None: "-"}[r.get("outputs_match")],
+                " ".join(f"{k}:{v}" for k, v in sorted(statuses.items())) or "-",
+                "; ".join(f"{a}: {e[:80]}" for a, e in r.get("errors", {}).items()) or "-",
+            ]
+        )
+    if markdown:
+        lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
+    return "\n".join(
+        "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in [head, *rows]
+    )
+
+
+def meta(args: argparse.Namespace) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "cores": os.cpu_count(),
+        "repeats": args.repeats,
+        "dry_run": args.dry_run,
+    }
+    try:
+        from importlib.metadata import version
+
+        for package in ("torch", "triton", "liger-kernel", "fla-core"):
+            data[package] = version(package)
+        import torch
+
+        if torch.cuda.is_available():
+            data["device"] = torch.cuda.get_device_name()
+    except Exception as exc:  # a missing package is reported, not fatal
+        data["meta_error"] = f"{type(exc).__name__}: {exc}"
+    return data
+
+
+def write(result: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, default=repr) + "\n")
+    if args.md is not None:
+        args.md.parent.mkdir(parents=True, exist_ok=True)
+        runs = result["meta"] if isinstance(result["meta"], list) else [result["meta"]]
+        header = "\n".join(
+            f"- {m.get('device', 'no GPU')}, {m.get('date_utc')}, torch {m.get('torch')}, triton "
+            f"{m.get('triton')}, {m.get('cores')} cores: `{m.get('command')}`"
+            for m in runs
+        )
+        args.md.write_text(f"# bench/realworld.py\n\n{header}\n\n{table(result['ops'], markdown=True)}\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--ops", default=",".join(realworld_ops.DEFAULT_OPS), help="comma-separated, or 'all'"
+    )
+    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
+    parser.add_argument("--repeats", type=int, default=3, help="do_bench medians per op time (median taken)")
+    parser.add_argument("--arm-timeout", type=float, default=300.0, help="seconds before an arm is killed")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    parser.add_argument("--md", type=Path, default=None, help="write a markdown table here")
+    parser.add_argument("--strict", action="store_true", help="no Triton fallback for kernels kiln refuses")
+    parser.add_argument("--dry-run", action="store_true", help="no GPU: route, import, inventory only")
+    parser.add_argument("--keep", action="store_true", help="keep each op's temporary directory")
+    parser.add_argument("--merge", nargs="+", type=Path, default=None, help="join the ops of JSON files")
+    args = parser.parse_args(argv)
+    ops = list(realworld_ops.OPS) if args.ops == "all" else [o for o in args.ops.split(",") if o]
+    unknown = [o for o in ops if o not in realworld_ops.OPS]
+    if unknown:
+        parser.error(f"unknown ops {unknown}; known: {', '.join(realworld_ops.OPS)}")
+    arms = [a for a in args.arms.split(",") if a]
+    if any(a not in ARMS for a in arms):
+        parser.error(f"unknown arms in {arms}; known: {', '.join(ARMS)}")
+    args.ops, args.arms = ops, [a for a in ARMS if a in arms]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        metas = [m for p in parts for m in (p["meta"] if isinstance(p["meta"], list) else [p["meta"]])]
+        result = {"meta": metas, "ops": [op for p in parts for op in p["ops"]]}
+    else:
+        if not args.dry_run:
+            import torch
+
+            if not torch.cuda.is_available():
+                print("bench/realworld.py needs a GPU (or --dry-run)", file=sys.stderr)
+                return 2
+        result = {"meta": meta(args), "ops": []}
+        for op in args.ops:
+            result["ops"].append(run_op(op, args))
+            write(result, args)  # after every op: a later failure keeps what was measured
+    write(result, args)
+    brief = [{k: v for k, v in op.items() if k != "arms"} for op in result["ops"]]  # all of it: --out
+    print(json.dumps({"meta": result["meta"], "ops": brief}, indent=1, default=repr))
+    print("\n" + table(result["ops"]), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""One arm of ``bench/realworld.py`` for one op, in a process of its own (started by it).
+
+::
+
+    realworld.py (parent)                          this process (one op, one arm)
+      fresh TRITON_CACHE_DIR / KILN_CACHE_DIR  -->   kiln arms: route triton.autotune to kiln
+      argv: --arm --op --dir [--choices]             import the library's modules
+                                                     build seeded inputs, time the first call
+                                                     time the op (do_bench medians)
+      reads DIR/result.json, DIR/outputs.pt   <--    write outputs, choices, kiln's reports
+
+Arms: ``triton`` (stock ``triton.autotune``; also writes ``choices.json``, each autotuned
+kernel's chosen config per tuning key), ``kiln`` and ``kiln_second`` (``triton.autotune``
+routed to kiln before the library is imported: ``kiln.install()`` when kiln has it, else by
+assigning ``kiln.autotune`` to ``triton.autotune``, ``triton.runtime.autotune`` and
+``triton.runtime.autotuner.autotune``), and ``kiln_forced`` (as ``kiln``, with every autotuned
+kernel's configs cut down to Triton's choices from ``--choices``, so only the launch path
+differs from Triton's). In the assignment mode a kernel that ``kiln.autotune`` refuses at
+import (``@triton.autotune`` over ``@triton.heuristics`` today) is left on Triton's autotuner
+and listed with the reason, unless ``--strict``.
+
+``result.json`` is written whatever happens: a failure is data (``error``, ``stage``).
+``--dry-run`` needs no GPU: routing, imports and the kernel inventory only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import realworld_ops
+
+LIBRARY_PREFIXES = ("liger_kernel", "fla")
+KILN_ARMS = ("kiln", "kiln_second", "kiln_forced")
+
+
+def config_json(config: Any) -> dict[str, Any]:
+    """A ``triton.Config`` as plain data (kwargs that are not plain values as their repr)."""
+    plain = (int, float, str, bool, type(None))
+    data = {
+        "kwargs": {k: (v if isinstance(v, plain) else repr(v)) for k, v in config.kwargs.items()},
+        "num_warps": config.num_warps,
+        "num_stages": config.num_stages,
+        "num_ctas": config.num_ctas,
+        "maxnreg": config.maxnreg,
+    }
+    return json.loads(json.dumps(data))
+
+
+def route_to_kiln(strict: bool, fallbacks: list[dict[str, str]]) -> str:
+    """Make ``triton.autotune`` build kiln's autotuner; returns how it was done."""
+    import kiln
+
+    install = getattr(kiln, "install", None)
+    if install is not None:
+        install()
+        return "kiln.install()"
+    import triton
+    import triton.runtime
+    import triton.runtime.autotuner as autotuner_mod
+
+    kiln_autotune = kiln.autotune
+    triton_autotune = autotuner_mod.autotune
+    replacement = kiln_autotune if strict else _lenient(kiln_autotune, triton_autotune, fallbacks)
+    triton.autotune = replacement
+    triton.runtime.autotune = replacement
+    autotuner_mod.autotune = replacement
+    return "monkeypatch (strict)" if strict else "monkeypatch, refused kernels left on triton.autotune"
+
+
+def _lenient(
+    kiln_autotune: Callable[..., Any], triton_autotune: Callable[..., Any], fallbacks: list[dict[str, str]]
+) -> Callable[..., Any]:
+    @functools.wraps(kiln_autotune)  # keeps the signature: FLA inspects it for cache_results
+    def autotune(*args: Any, **kwargs: Any) -> Callable[[Any], Any]:
+        to_kiln = kiln_autotune(*args, **kwargs)
+        to_triton = triton_autotune(*args, **kwargs)
+
+        def decorator(fn: Any) -> Any:
+            try:
+                return to_kiln(fn)
+            except Exception as exc:
+                base = fn
+                while not callable(getattr(base, "__code__", None)) and hasattr(base, "fn"):
+                    base = base.fn
+                name = f"{getattr(base, '__module__', '?')}.{getattr(base, '__qualname__', repr(base))}"
+                fallbacks.append({"kernel": name, "reason": f"{type(exc).__name__}: {exc}"})
+                return to_triton(fn)
+
+        return decorator
+
+    return autotune
+
+
+def _autotuners() -> Iterator[Any]:
+    """Every Triton ``Autotuner`` (kiln's included) reachable from the libraries' modules."""
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import KernelInterface
+
+    seen: set[int] = set()
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith(LIBRARY_PREFIXES):
+            continue
+        for value in list(vars(module).values()):
+            obj = value
+            while isinstance(obj, KernelInterface):
+                if isinstance(obj, Autotuner) and id(obj) not in seen:
+                    seen.add(id(obj))
+                    yield obj
+                obj = getattr(obj, "fn", None)
+
+
+def _name(tuner: Any) -> str:
+    return f"{tuner.base_fn.__module__}.{tuner.base_fn.__qualname__}"
+
+
+def _is_kiln(tuner: Any) -> bool:
+    """Built by kiln's autotuner (a library's subclass routed through kiln counts)."""
+    import kiln
+
+    return isinstance(tuner, kiln.Autotuner)
+
+
+def _kernel_record(tuner: Any) -> dict[str, Any]:
+    cls = type(tuner)
+    return {
+        "name": _name(tuner),
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "configs": len(tuner.configs),
+        "kiln": _is_kiln(tuner),
+    }
+
+
+def _invoked(tuners: list[Any]) -> list[Any]:
+    return [t for t in tuners if "best_config" in vars(t)]
+
+
+def _restrict(tuners: list[Any], choices: dict[str, list[Any]]) -> dict[str, Any]:
+    """Cut each kernel's configs down to Triton's choices (the original Config objects)."""
+    done: dict[str, Any] = {}
+    for tuner in tuners:
+        wanted = [c for _key, c in choices.get(_name(tuner), [])]
+        if not wanted:
+            continue
+        chosen = []
+        for config in tuner.configs:
+            if config_json(config) in wanted and config not in chosen:
+                chosen.append(config)
+        if chosen:
+            tuner.configs = chosen
+            done[_name(tuner)] = len(chosen)
+        else:
+            done[_name(tuner)] = "none of Triton's choices is among this kernel's configs"
+    return done
+
+
+def _kiln_reports(tuners: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
+    """Status counts over every kiln tuning run, and each run's summary (results left out)."""
+    from kiln.tuning import to_json
+
+    statuses: Counter[str] = Counter()
+    runs: dict[str, Any] = {}
+    for tuner in tuners:
+        if not _is_kiln(tuner):
+            continue
+        tuned = dict(getattr(tuner, "tuned", {}) or {})
+        if not tuned and getattr(tuner, "last_run", None) is not None:
+            tuned = {"last": tuner.last_run}
+        summaries = []
+        for run in tuned.values():
+            statuses.update(r.status for r in run.results)
+            summary = {k: v for k, v in to_json(run).items() if k != "results"}
+            summary["loaded_from"] = getattr(tuner, "loaded_from", None)
+            summaries.append(summary)
+        if summaries:
+            runs[_name(tuner)] = summaries
+    return dict(statuses), runs
+
+
+def _bench_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
+    import triton.testing
+
+    runs = [
+        float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")) for _ in range(repeats)
+    ]
+    return statistics.median(runs), runs
+
+
+def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    op = realworld_ops.OPS[args.op]
+    fallbacks: list[dict[str, str]] = []
+    result["stage"] = "route"
+    if args.arm in KILN_ARMS:
+        result["kiln_install"] = route_to_kiln(args.strict, fallbacks)
+    result["stage"] = "import"
+    started = time.perf_counter()
+    import importlib
+
+    try:
+        for module in op.modules:
+            importlib.import_module(module)
+    finally:
+        result["refused_by_kiln"] = fallbacks
+    result["import_s"] = time.perf_counter() - started
+    tuners = list(_autotuners())
+    result["kernels_found"] = len(tuners)
+    result["kernels_found_on_kiln"] = sum(_is_kiln(t) for t in tuners)
+    if args.dry_run:
+        result["dry_run"] = True
+        return
+
+    import torch
+
+    result["device"] = torch.cuda.get_device_name()
+    if args.arm == "kiln_forced":
+        choices = json.loads(Path(args.choices).read_text())
+        result["restricted"] = _restrict(tuners, choices)
+    result["stage"] = "inputs"
+    torch.manual_seed(0)
+    case = op.build()
+    torch.cuda.synchronize()
+    result["stage"] = "first call"
+    started = time.perf_counter()
+    case.run()
+    torch.cuda.synchronize()
+    result["first_s"] = time.perf_counter() - started
+    invoked = _invoked(tuners)
+    result["kernels"] = [_kernel_record(t) for t in invoked]
+    result["configs"] = sum(len(t.configs) for t in invoked)
+    result["left_on_triton"] = [
+        {"kernel": _name(t), "class": _kernel_record(t)["class"]} for t in invoked if not _is_kiln(t)
+    ]
+    if args.arm == "triton":
+        choices = {_name(t): [[repr(k), config_json(c)] for k, c in t.cache.items()] for t in invoked}
+        (args.dir / "choices.json").write_text(json.dumps(choices, indent=1))
+    if args.arm in KILN_ARMS:
+        result["kiln_statuses"], result["kiln_runs"] = _kiln_reports(invoked)
+    result["stage"] = "op time"
+    result["op_ms"], result["op_ms_runs"] = _bench_ms(case.run, args.repeats)
+    result["stage"] = "outputs"
+    outputs = case.run()
+    torch.cuda.synchronize()
+    torch.save({k: v.detach().cpu() for k, v in outputs.items()}, args.dir / "outputs.pt")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arm", required=True, choices=["triton", *KILN_ARMS])
+    parser.add_argument("--op", required=True, choices=sorted(realworld_ops.OPS))
+    parser.add_argument("--dir", required=True, type=Path)
+    parser.add_argument("--choices", default=None)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args(argv)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "arm": args.arm,
+        "op": args.op,
+        "python": platform.python_version(),
+        "pid": os.getpid(),
+    }
+    code = 0
+    try:
+        run_arm(args, result)
+        result["stage"] = "done"
+    except BaseException as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        result["traceback_tail"] = traceback.format_exc()[-3000:]
+        code = 1
+    (args.dir / "result.json").write_text(json.dumps(result, indent=1, default=repr))
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
