@@ -41,6 +41,8 @@ _LAZY: dict[str, str] = {
     "CacheWarning": "kiln.artifacts.store",
     "GPUTarget": "kiln.triton_compat",
     "KernelLauncher": "kiln.launch",
+    "install": "kiln.routing",
+    "uninstall": "kiln.routing",
 }
 _ERRORS = (
     "ArtifactError",
@@ -108,7 +110,7 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__version__ = "0.1.0"
+from kiln.version import __version__ as __version__  # noqa: E402
 
 __all__ = [
     "ArtifactError",
@@ -144,8 +146,27 @@ __all__ = [
     "as_completed",
     "autotune",
     "get_pool",
+    "install",
     "load_bundle",
     "precompile",
     "save_bundle",
     "to_triton_kernel",
+    "uninstall",
 ]
+
+
+def _install_from_environment() -> None:
+    """``KILN_AUTOTUNE=1``: :func:`kiln.install` at import (read once, here)."""
+    import os
+
+    if os.environ.get("KILN_AUTOTUNE", "0") in ("", "0"):
+        return  # the common case costs no settings parse and no Triton import
+    from kiln import settings
+
+    if settings.current().autotune:
+        from kiln.routing import install as _install
+
+        _install()
+
+
+_install_from_environment()

@@ -77,6 +77,7 @@ class Settings:
     """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
 
     fast_launch: bool = True
+    autotune: bool = False  # route triton.autotune through kiln at `import kiln` (kiln.install())
     """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
 
     def replace(self, **changes: Any) -> Settings:
@@ -131,6 +132,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
     "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive number of seconds"),
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
+    "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
 }
 
 

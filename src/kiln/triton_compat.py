@@ -12,12 +12,14 @@ use), so a process that only runs bundles can use the torch-side helpers below w
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
 import hashlib
 import json
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,12 +205,62 @@ def seed_triton_key(key: str) -> bool:
 # these imports Triton when this module is imported; the torch ones never import Triton at all.
 
 
+@functools.cache
 def triton_autotuner_class() -> type:
-    """Triton's ``Autotuner``, which ``kiln.autotune``'s class extends (the contract's attributes)."""
+    """Triton's own ``Autotuner``, which ``kiln.autotune``'s class extends (the contract's
+    attributes); read once, so it stays Triton's while :func:`kiln.install` routes the name."""
     from triton.runtime.autotuner import Autotuner
 
     cls: type = Autotuner
     return cls
+
+
+def autotune_names() -> list[tuple[Any, str]]:
+    """Where Triton exposes ``autotune`` and ``Autotuner``: ``(module, attribute)`` pairs that
+    :func:`kiln.install` rebinds (code that reads them afterwards gets kiln's)."""
+    import triton
+    import triton.runtime
+    import triton.runtime.autotuner
+
+    return [
+        (triton, "autotune"),
+        (triton.runtime, "autotune"),
+        (triton.runtime.autotuner, "autotune"),
+        (triton.runtime, "Autotuner"),
+        (triton.runtime.autotuner, "Autotuner"),
+    ]
+
+
+def heuristics_layers(obj: Any) -> dict[str, Any] | None:
+    """``@triton.heuristics``' values (name -> function of the arguments) when ``obj`` is Triton's
+    ``Heuristics`` wrapper, else ``None``."""
+    from triton.runtime.autotuner import Heuristics
+
+    return dict(obj.values) if isinstance(obj, Heuristics) else None
+
+
+def after_config_hook(
+    config: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call as a config's ``pre_hook`` leaves it, for specializing that config: Triton runs
+    the hook before binding, and a hook may set a host ``TensorDescriptor``'s block shape, which
+    is part of the signature. The hook runs on copies of the descriptors (tensors are shared, as
+    Triton shares them), so the caller's objects are changed only when the config runs."""
+    named = {**dict(zip(arg_names, args, strict=False)), **kwargs}
+    copies = {name: _copy_descriptor(value) for name, value in named.items()}
+    config.pre_hook({**copies, **config.all_kwargs()})
+    new_args = tuple(copies[name] for name in list(arg_names)[: len(args)])
+    return new_args, {name: copies[name] for name in kwargs}
+
+
+def _copy_descriptor(value: Any) -> Any:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if not isinstance(value, TensorDescriptor):
+        return value
+    copied = copy.copy(value)
+    copied.block_shape = list(value.block_shape)
+    return copied
 
 
 def jit_params(fn: Any) -> list[Any]:

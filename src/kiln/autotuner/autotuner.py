@@ -33,8 +33,9 @@ from kiln import settings as settings_mod
 from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.bench import BencherFactory
+from kiln.autotuner.calls import CallShape, unwrap
 from kiln.autotuner.session import TuningSession
-from kiln.autotuner.specialize import Candidate, RequestCache, candidate_for, tuning_key
+from kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
 from kiln.autotuner.variants import TuningCache, Variants
 from kiln.bundle.format import KernelRecord
 from kiln.compile.request import guess_compile_cost
@@ -46,9 +47,30 @@ log = logging.getLogger("kiln.autotune")
 
 _TritonAutotuner: Any = triton_compat.triton_autotuner_class()
 
+TRITON_ONLY_METHODS = ("_bench", "check_disk_cache", "_run", "_full_path", "_lookup", "_candidate")
+"""Methods of Triton's ``Autotuner`` that kiln's never calls (``_bench``, ``check_disk_cache``)
+or kiln's own internals: a subclass that overrides one is put back on Triton's class, since kiln
+would silently skip (or clash with) what it changes."""
+
 
 class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
+        Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on."""
+        super().__init_subclass__(**kwargs)
+        overridden = [m for m in TRITON_ONLY_METHODS if m in cls.__dict__]
+        if overridden and Autotuner in cls.__bases__:
+            cls.__bases__ = tuple(_TritonAutotuner if b is Autotuner else b for b in cls.__bases__)
+            log.info(
+                "kiln: %s.%s stays on Triton's autotuner: it overrides %s, which kiln's does not call",
+                cls.__module__,
+                cls.__qualname__,
+                ", ".join(overridden),
+            )
+        else:
+            log.info("kiln: %s.%s is routed through kiln's autotuner", cls.__module__, cls.__qualname__)
 
     def __init__(
         self,
@@ -78,7 +100,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         # Resolved once, here; everything below takes what it needs from this object.
         self._settings = settings_mod.current()
         # Built before Triton's __init__, which assigns ``self.cache`` (emptying these tables).
-        self._variants = Variants(self, fn, key, self._full_path)
+        jit_fn, layers = unwrap(fn)
+        self._shape = CallShape(jit_fn, layers, configs)
+        self._variants = Variants(
+            self, self._shape, key, self._full_path, self._shape.normalizer(self._lookup)
+        )
         super().__init__(
             fn,
             arg_names,
@@ -117,12 +143,14 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
     @property
-    def cache(self) -> dict[Any, Any]:
+    def cache(self) -> Any:
         return self._cache
 
     @cache.setter
-    def cache(self, value: dict[Any, Any]) -> None:
-        self._cache = TuningCache(self._variants.clear, value)
+    def cache(self, value: Any) -> None:
+        # A subclass may assign its own store (anything with `in`, `[]`, `[]=`, `get`, `pop`):
+        # kept as it is, behind a view that empties the launch tables when it changes.
+        self._cache = TuningCache.over(self._variants.clear, value)
         self._variants.clear()
 
     def __getitem__(self, grid: Any) -> Any:
@@ -131,11 +159,29 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
 
     def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """What ``kernel[grid](*args, **kwargs)`` does when the C dispatcher has no entry for it."""
-        return self.run(*args, grid=grid, warmup=False, **kwargs)
+        with self._lock:
+            return self._run(*args, grid=grid, warmup=False, **kwargs)
+
+    def _lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The config a call would launch, for the dispatcher's normal form (TypeError: none yet)."""
+        if len(self.configs) <= 1:
+            return self.configs[0]
+        config = self.cache.get(tuning_key(self.arg_names, self.keys, args, kwargs))
+        if config is None:
+            raise TypeError("not tuned for this key yet")
+        return config
 
     # -- the contract -------------------------------------------------------------------------
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Triton's ``run``: a launch (``grid=``, not ``warmup``) goes through the C dispatcher
+        like ``kernel[grid](...)`` (callers such as ``@triton.heuristics`` over the autotuner
+        come here); the rest, and every miss, take the full path."""
+        grid = kwargs.get("grid")
+        if grid is not None and not kwargs.get("warmup", False):
+            bound = self._variants.tables.bind(grid)
+            if bound is not None:
+                return bound(*args, **call_meta(kwargs))
         with self._lock:
             return self._run(*args, **kwargs)
 
@@ -213,8 +259,17 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     # -- what the parts below ask of the tuner ------------------------------------------------
 
     def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
+        if config.pre_hook is not None:  # it may change the specialization (descriptor block shapes)
+            args, kwargs = triton_compat.after_config_hook(config, self.arg_names, args, kwargs)
+        kwargs = self._shape.with_heuristics(self.arg_names, args, kwargs, config)
         return candidate_for(
-            self.fn, config, args, kwargs, self._local_target(), self._requests, self._settings.triton_key_dir
+            self._shape.jit_fn,
+            config,
+            args,
+            kwargs,
+            self._local_target(),
+            self._requests,
+            self._settings.triton_key_dir,
         )
 
     def _local_target(self) -> Any:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.binaries import triton_kernel
+from kiln.autotuner.calls import CallShape
 from kiln.autotuner.specialize import Candidate, call_meta, launch_grid
 from kiln.bundle.format import EntryRecord, KernelRecord, ParamRecord, entry_for
 from kiln.errors import KilnError
@@ -50,6 +51,14 @@ class TuningCache(dict[Any, Any]):
     def __init__(self, on_change: Callable[[], None], *args: Any) -> None:
         super().__init__(*args)
         self._on_change = on_change
+
+    @staticmethod
+    def over(on_change: Callable[[], None], value: Any) -> Any:
+        """What ``Autotuner.cache = value`` keeps: a mapping is copied into a TuningCache; any
+        other store (a subclass's persistent one) is kept, behind a :class:`StoreView`."""
+        if value is None or isinstance(value, Mapping):
+            return TuningCache(on_change, value or {})
+        return StoreView(on_change, value)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         super().__setitem__(key, value)
@@ -83,15 +92,64 @@ class TuningCache(dict[Any, Any]):
         return value
 
 
+class StoreView:
+    """A subclass's own ``cache`` object, used as it is; writes also call ``on_change``."""
+
+    def __init__(self, on_change: Callable[[], None], store: Any) -> None:
+        self._on_change = on_change
+        self.store = store
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self.store
+
+    def __getitem__(self, key: Any) -> Any:
+        return self.store[key]
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key not in self.store:  # stores need only `in` and `[]` (FLA's CachedAutotuner uses those)
+            return default
+        return self.store[key]
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.store[key] = value
+        self._on_change()
+
+    def __delitem__(self, key: Any) -> None:
+        del self.store[key]
+        self._on_change()
+
+    def pop(self, *args: Any) -> Any:
+        value = self.store.pop(*args)
+        self._on_change()
+        return value
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __iter__(self) -> Any:
+        return iter(self.store)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
 class Variants:
     """What ``tuner`` has launched (see the module docstring)."""
 
-    def __init__(self, tuner: Autotuner, fn: Any, keys: Sequence[str], full_path: Any) -> None:
+    def __init__(
+        self, tuner: Autotuner, shape: CallShape, keys: Sequence[str], full_path: Any, normalize: Any = None
+    ) -> None:
         self.tuner = tuner
-        self.fn = fn
+        self.shape = shape
+        self.fn = fn = shape.jit_fn
         self.flags = param_flags(jit_params(fn), list(keys))
         self.tables = LaunchTables(
-            self.flags, tuner, full_path, name=fn.__name__, cache_dir=tuner._settings.cache_dir
+            self.flags,
+            tuner,
+            full_path,
+            name=fn.__name__,
+            cache_dir=tuner._settings.cache_dir,
+            normalize=normalize,
         )
         self._kernels: dict[str, tuple[Any, KernelLauncher]] = {}  # request key -> (Triton kernel, launcher)
         # Variants launched in this process, for bundles: (tuning key, request key) -> (entry, artifact).
@@ -132,20 +190,27 @@ class Variants:
         kernel: Any,
         launcher: KernelLauncher,
     ) -> None:
-        """Let later calls like this one skip everything but the launch."""
-        if not self.tables.available or config.pre_hook is not None or call_meta(kwargs):
+        """Let later calls like this one skip everything but the launch: the positional call as
+        it is, and its normal form (:mod:`.calls`), which keyword calls and calls leaving
+        parameters to their defaults are turned into by the C dispatcher."""
+        if not self.tables.available or config.pre_hook is not None:
             return
-        args = tuple(args)
-        names = tuple(candidate.bound.args)
-        if len(args) > len(names):
-            return
-        call_key = self.tables.key(args)
-        if call_key is None:
-            return
+        bound = candidate.bound.args
+        names = tuple(bound)
+        values = tuple(bound.values())
         source = self.tuner.loaded_from or "tuned"
-        tail = tuple(candidate.bound.args.values())[len(args) :]
-        entry = LaunchEntry(launcher, names, tail, dict(config.all_kwargs()), config, kernel, source)
-        self.tables.put(len(args), call_key, entry)
+        meta_extra = dict(config.all_kwargs())
+        forms: list[tuple[Any, ...]] = []
+        if not call_meta(kwargs) and self.shape.registers_positional and len(args) <= len(names):
+            forms.append(tuple(args))
+        if self.tables.normalizes:
+            forms.append(self.shape.normal_form(bound))
+        for form in forms:
+            call_key = self.tables.key(form)
+            if call_key is None:
+                continue
+            entry = LaunchEntry(launcher, names, values[len(form) :], meta_extra, config, kernel, source)
+            self.tables.put(len(form), call_key, entry)
 
     def clear(self) -> None:
         self.tables.clear()

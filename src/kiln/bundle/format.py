@@ -183,7 +183,7 @@ def write_bundle(path: Path, kernels: list[KernelRecord], binaries: Mapping[str,
     ``binaries`` maps each entry's ``artifact_key`` to its artifact. The bundle is assembled in
     a temporary place and moved into ``path`` at the end, replacing what was there.
     """
-    from kiln import __version__
+    from kiln.version import __version__
 
     if not kernels or not any(k.entries for k in kernels):
         raise BundleError("nothing to bundle: no tuned kernel variants were given")

@@ -4,7 +4,9 @@
 
     LaunchTables(flags, owner, full_path)      tables: len(args) -> call key -> entry
       .bind(grid)   -> _kiln_launch.BoundCall  (None without the C helper: the owner falls back)
-      BoundCall(*args)  (C)                    keyword arguments / unknown count -> full_path
+      BoundCall(*args, **kwargs)  (C)          keywords, or a length with no entries: normalize
+                                               (*args, **kwargs) -> one positional tuple, keyed as
+                                               below; no normalize / TypeError -> full_path
                         key = call_key(args, flags_by_len[len(args)])
                         entry = tables[len(args)][key]  miss -> full_path(grid, args, kwargs)
                         owner.best_config = entry.fast[2]; launch entry.fast; return entry.fast[3]
@@ -38,19 +40,31 @@ class LaunchTables:
     """Launch entries by call key, and kiln's C dispatcher over them (when the helper builds)."""
 
     def __init__(
-        self, flags: bytes, owner: Any, full_path: FullPath, *, name: str, cache_dir: Path | None = None
+        self,
+        flags: bytes,
+        owner: Any,
+        full_path: FullPath,
+        *,
+        name: str,
+        cache_dir: Path | None = None,
+        normalize: Callable[..., tuple[Any, ...]] | None = None,
     ) -> None:
         """``flags``: one byte per parameter (:func:`kiln.launch.spec.param_flags`); ``owner``
-        gets ``best_config`` set on each hit; ``name`` is the kernel's, for the log."""
+        gets ``best_config`` set on each hit; ``name`` is the kernel's, for the log;
+        ``normalize(*args, **kwargs)``: a keyword call (or one of a length with no entries) as
+        one positional tuple (see ``_kiln_launch.c``), or ``None``: such calls take the full path."""
         self.tables: dict[int, dict[tuple[Any, ...], Any]] = {}
         self.flags_by_len = [flags[:n] for n in range(len(flags) + 1)]
         self._call_key: Callable[..., Any] | None = None
         self.dispatcher: Any = None
         self.unavailable: str | None = None  # why there is no C dispatcher
+        self._normalize = normalize
         try:
             module = native(cache_dir)
             self._call_key = module.call_key
-            self.dispatcher = module.Dispatcher(self.tables, list(self.flags_by_len), owner, full_path)
+            self.dispatcher = module.Dispatcher(
+                self.tables, list(self.flags_by_len), owner, full_path, normalize
+            )
         except NativeBuildError as exc:
             self.unavailable = str(exc)
             log.info("kiln: %s has no fast launch path: %s", name, exc)
@@ -58,6 +72,11 @@ class LaunchTables:
     @property
     def available(self) -> bool:
         return self.dispatcher is not None
+
+    @property
+    def normalizes(self) -> bool:
+        """Whether keyword calls (and calls of unregistered lengths) are normalized in C."""
+        return self.dispatcher is not None and self._normalize is not None
 
     def bind(self, grid: Any) -> Any:
         """``kernel[grid]``: the C ``BoundCall``, or ``None`` without the C helper."""

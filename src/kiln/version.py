@@ -1,0 +1,3 @@
+"""kiln's version (one place; `kiln.__version__` and bundle manifests read it)."""
+
+__version__ = "0.1.0"
