@@ -1343,6 +1343,12 @@ out:
  *   zero:    [(ptr, nbytes)] zeroed before each call;  restore: [(dst, src, nbytes)] after it
  * -> (estimate_ms, [ms of each of the n_repeat timed calls]) */
 static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
+  PyObject *launcher, *grid, *items, *zero, *restore;
+  unsigned long long flush_ptr, flush_bytes;
+  double warmup_ms, rep_ms;
+  if (!PyArg_ParseTuple(args, "O!O!O!OOKKdd", &LauncherType, &launcher, &PyTuple_Type, &grid, &PyTuple_Type, &items,
+                        &zero, &restore, &flush_ptr, &flush_bytes, &warmup_ms, &rep_ms))
+    return NULL;
   SB_NEED(cuMemsetD8Async);
   SB_NEED(cuMemcpyDtoDAsync_v2);
   SB_NEED(cuCtxSynchronize);
@@ -1350,12 +1356,6 @@ static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
   SB_NEED(cuEventRecord);
   SB_NEED(cuEventElapsedTime);
   SB_NEED(cuEventDestroy_v2);
-  PyObject *launcher, *grid, *items, *zero, *restore;
-  unsigned long long flush_ptr, flush_bytes;
-  double warmup_ms, rep_ms;
-  if (!PyArg_ParseTuple(args, "O!O!O!OOKKdd", &LauncherType, &launcher, &PyTuple_Type, &grid, &PyTuple_Type, &items,
-                        &zero, &restore, &flush_ptr, &flush_bytes, &warmup_ms, &rep_ms))
-    return NULL;
   Launcher *l = (Launcher *)launcher;
   sb_plan *plan = calloc(1, sizeof(sb_plan));
   if (!plan) return PyErr_NoMemory();

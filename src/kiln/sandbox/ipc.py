@@ -96,9 +96,7 @@ def describe_tensor(tensor: Any, device: int, use_ipc: bool = True) -> tuple[Ten
         )
     else:
         try:
-            from kiln.launch.native import native
-
-            handle, alloc_base, size = native().ipc_get_handle(ptr, on)
+            handle, alloc_base, size = ipc_handle(ptr, on)
         except Exception as exc:  # no C helper, or the driver refused: copy through the host
             reason = f"the CUDA IPC handle could not be made: {exc}"
         else:
@@ -108,6 +106,14 @@ def describe_tensor(tensor: Any, device: int, use_ipc: bool = True) -> tuple[Ten
             else:
                 return dataclasses.replace(base, handle=bytes(handle), offset=offset), None
     return base.without_handle(host_bytes(tensor, nbytes)), reason
+
+
+def ipc_handle(ptr: int, device: int) -> tuple[bytes, int, int]:
+    """``(handle, base, size)`` of the allocation holding ``ptr`` (kiln's C module; raises on failure)."""
+    from kiln.launch.native import native
+
+    handle, base, size = native().ipc_get_handle(ptr, device)
+    return bytes(handle), int(base), int(size)
 
 
 def host_bytes(tensor: Any, nbytes: int) -> bytes:
