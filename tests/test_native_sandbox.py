@@ -22,7 +22,7 @@ from kiln import settings
 from kiln.launch.native import native
 from kiln.pool.protocol import FrameReader, encode
 from kiln.sandbox import compare as torch_compare
-from kiln.sandbox import compare_np, ipc, native_worker, prestart
+from kiln.sandbox import compare_np, ipc, native_worker, registry
 from kiln.sandbox.channel import Died, WorkerProcess
 from kiln.sandbox.client import BenchSpec, Sandbox
 from kiln.sandbox.device_inputs import DeviceInputs
@@ -282,6 +282,7 @@ def test_ipc_descriptor_carries_handle_offset_and_alignment(monkeypatch: pytest.
     assert desc.via_ipc
     assert desc.offset == 4096 + 36
     assert desc.align == 36
+    assert desc.allocation == 0x7F0000000000
     assert desc.nbytes == (7 * 8 + 3 + 1) * 4
     # another device than the sandbox's, a span beyond the allocation, a failing driver,
     # expandable segments: host copies, each with its reason
@@ -369,13 +370,14 @@ class _HostMemoryDriver:
 def test_device_inputs_copy_from_the_caller_then_close_the_handle() -> None:
     caller = bytearray(os.urandom(4096))
     driver = _HostMemoryDriver(caller)
-    a = TensorDesc("torch.float32", (16,), (1,), 4, 64, align=16, device=0, handle=b"A" * 64, offset=128)
-    b = TensorDesc("torch.int32", (4, 2), (1, 4), 4, 32, align=0, device=0, handle=b"A" * 64, offset=1024)
+    a = TensorDesc("torch.float32", (16,), (1,), 4, 64, 16, 0, b"A" * 64, offset=128, allocation=1 << 40)
+    b = TensorDesc("torch.int32", (4, 2), (1, 4), 4, 32, 0, 0, b"B" * 64, offset=1024, allocation=1 << 40)
     host = TensorDesc("torch.uint8", (5,), (1,), 1, 5, host=b"hello")
     inputs = DeviceInputs(driver)
     inputs.load({"a": a, "b": b, "h": host, "n": 7})
     # one allocation, opened once, synchronized, closed before load() returned
     assert driver.log[:3] == ["open", "sync", "close"]
+    assert driver.log.count("open") == 1
     assert inputs.via_ipc == 2
     assert inputs.via_host == 1
     assert inputs.argument("n") == 7
@@ -471,16 +473,35 @@ def test_float8_tables_match_torch(dtype: str) -> None:
 def test_prestart_does_nothing_without_a_gpu() -> None:
     if not NO_GPU:
         pytest.skip("this machine has a GPU")
-    assert prestart.gpu_present() is False
-    assert prestart.prestart(0) is None
+    assert registry.gpu_present() is False
+    assert registry.prestart(0) is None
 
 
 def test_shared_sandbox_is_one_per_device_and_follows_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(prestart, "_SANDBOXES", {})
+    monkeypatch.setattr(registry, "_SANDBOXES", {})
     with settings.scope(native_sandbox=True):
-        first = prestart.shared(5)
+        first = registry.shared(5)
         assert isinstance(first, NativeSandbox)
-        assert prestart.shared(5) is first
-    monkeypatch.setattr(prestart, "_SANDBOXES", {})
+        assert registry.shared(5) is first
+    monkeypatch.setattr(registry, "_SANDBOXES", {})
     with settings.scope(native_sandbox=False):
-        assert isinstance(prestart.shared(5), Sandbox)
+        assert isinstance(registry.shared(5), Sandbox)
+
+
+@pytest.mark.timeout(60)
+def test_prestart_starts_the_shared_sandbox_in_the_background(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "_SANDBOXES", {})
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)
+    started = time.monotonic()
+    with settings.scope(native_sandbox=True, sandbox=True):
+        sandbox = registry.prestart(3)
+        assert time.monotonic() - started < 2.0  # returns at once; the process warms up on its own
+        assert isinstance(sandbox, NativeSandbox)
+        assert registry.shared(3) is sandbox
+        pid = sandbox.pid
+        assert pid is not None
+        assert psutil.pid_exists(pid)
+        with settings.scope(sandbox=False):
+            assert registry.prestart(4) is None  # KILN_SANDBOX=0: nothing to start
+    sandbox.close()
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

@@ -46,18 +46,19 @@ class DeviceInputs:
         self.free()
         started = time.monotonic()
         try:
-            by_handle: dict[bytes, list[str]] = {}
+            by_allocation: dict[int | bytes, tuple[bytes, list[str]]] = {}
             for name, value in inputs.items():
                 if not isinstance(value, TensorDesc):
                     self.values[name] = value
                     continue
                 self.tensors[name] = self._allocate(value)
                 if value.handle is not None and value.nbytes:
-                    by_handle.setdefault(value.handle, []).append(name)
+                    group = value.allocation or value.handle  # open each caller allocation once
+                    by_allocation.setdefault(group, (value.handle, []))[1].append(name)
                 elif value.host is not None and value.nbytes:
                     self.cuda.memcpy_htod(self.tensors[name].pristine, value.host)
                     self.via_host += 1
-            for handle, names in by_handle.items():
+            for handle, names in by_allocation.values():
                 self._copy_from_caller(handle, names)
             for tensor in self.tensors.values():  # pristine -> working
                 if tensor.desc.nbytes:

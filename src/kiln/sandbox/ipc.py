@@ -45,6 +45,7 @@ class TensorDesc:
     device: int = -1  # the caller's CUDA device (-1: a CPU tensor)
     handle: bytes | None = None  # CUDA IPC handle of the allocation holding the tensor
     offset: int = 0  # the tensor's first byte within that allocation
+    allocation: int = 0  # the caller's address of that allocation (tensors sharing one share it)
     host: bytes | None = None  # the span's bytes, when no handle is sent
 
     @property
@@ -52,7 +53,7 @@ class TensorDesc:
         return self.handle is not None
 
     def without_handle(self, host: bytes) -> TensorDesc:
-        return dataclasses.replace(self, handle=None, offset=0, host=host)
+        return dataclasses.replace(self, handle=None, offset=0, allocation=0, host=host)
 
 
 def span_bytes(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> int:
@@ -104,7 +105,7 @@ def describe_tensor(tensor: Any, device: int, use_ipc: bool = True) -> tuple[Ten
             if offset < 0 or offset + nbytes > int(size):
                 reason = f"the tensor's span does not lie in its allocation ({offset}+{nbytes} > {size})"
             else:
-                return dataclasses.replace(base, handle=bytes(handle), offset=offset), None
+                return dataclasses.replace(base, handle=handle, offset=offset, allocation=alloc_base), None
     return base.without_handle(host_bytes(tensor, nbytes)), reason
 
 
@@ -139,9 +140,12 @@ def describe_inputs(
 
     out: dict[str, Any] = {}
     reasons: dict[str, str] = {}
+    handles: dict[int, bytes] = {}  # one handle per caller allocation: the sandbox opens each once
     for name, value in args.items():
         if isinstance(value, torch.Tensor):
             desc, reason = describe_tensor(value, device, use_ipc)
+            if desc.handle is not None:
+                desc = dataclasses.replace(desc, handle=handles.setdefault(desc.allocation, desc.handle))
             out[name] = desc
             if reason is not None:
                 reasons[name] = reason

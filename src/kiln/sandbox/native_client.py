@@ -15,7 +15,7 @@
 
 Like :class:`~kiln.sandbox.client.Sandbox` it is synchronous, guarded by a lock, and turns
 every failure into a :class:`BenchOutcome` (never an exception). :meth:`start` returns at once;
-the process warms up on its own (see :mod:`kiln.sandbox.prestart`).
+the process warms up on its own (see :mod:`kiln.sandbox.registry`).
 """
 
 from __future__ import annotations

@@ -51,14 +51,26 @@ def shared(device: int = 0) -> Any:
         return sandbox
 
 
-def prestart(device: int = 0) -> Any:
+def default_device() -> int:
+    """torch's current device if torch has initialized CUDA already, else 0 (never initializes it)."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_initialized():
+            return int(torch.cuda.current_device())
+    except Exception:
+        pass
+    return 0
+
+
+def prestart(device: int | None = None) -> Any:
     """Start ``device``'s sandbox in the background if benchmarks will need it; returns it or ``None``.
 
     Cheap and safe to call at decoration time: it does nothing without a GPU or with
-    ``KILN_SANDBOX=0``, and never initializes CUDA in the caller.
+    ``KILN_SANDBOX=0``, and never initializes CUDA in the caller (``device=None``: torch's
+    current device when torch has initialized CUDA, else 0).
     """
     if not settings_mod.current().sandbox or not gpu_present():
         return None
-    sandbox = shared(device)
+    sandbox = shared(default_device() if device is None else device)
     sandbox.start()
     return sandbox
