@@ -58,7 +58,10 @@ def _spec() -> BenchSpec:
 
 
 def test_c_module_has_the_sandbox_functions() -> None:
+    from kiln.launch.native import loaded_path
+
     module = native()
+    assert loaded_path() == module.__file__  # what the sandbox is told to load
     missing = [name for name in SANDBOX_FUNCTIONS if not callable(getattr(module, name, None))]
     assert not missing
 
@@ -117,7 +120,7 @@ def test_worker_handshakes_and_exits_cleanly_without_a_gpu() -> None:
         "kiln.sandbox.native_worker",
         native_worker.ENV_FD,
         native_worker.ENV_PARENT,
-        {"sys_path": list(sys.path), "device": 0},
+        {"sys_path": list(sys.path), "device": 0, "c_module": native().__file__},  # the caller's build
     )
     started = time.monotonic()
     reply = proc.receive(30)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from kiln.launch.native import loaded_path
 from kiln.sandbox.channel import Died, TimedOut, WorkerProcess
 from kiln.sandbox.client import BenchOutcome, BenchSpec, Sandbox, SandboxError
 from kiln.sandbox.ipc import TensorDesc, describe_inputs, host_only, log_host_copies, reference_descs
@@ -87,7 +88,7 @@ class NativeSandbox:
                 "kiln.sandbox.native_worker",
                 ENV_FD,
                 ENV_PARENT,
-                {"sys_path": _sys_path(), "device": self.device},
+                {"sys_path": _sys_path(), "device": self.device, "c_module": loaded_path()},
             )
             self._hello = None
             self._inputs_sent = False

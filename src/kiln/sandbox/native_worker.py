@@ -4,7 +4,8 @@ It speaks the protocol of :mod:`kiln.sandbox.worker` (same frames, same replies,
 kinds), and is ready in a fraction of a second: Python, kiln's C module and a CUDA context::
 
     client (kiln.sandbox.native_client)             native sandbox (spawned; own CUDA context)
-      {"sys_path", "device"}                   ->   cuda_init, a 256 MB L2-flush buffer
+      {"sys_path", "device", "c_module"}       ->   kiln's C module (the caller's build), cuda_init,
+                                                    a 256 MB L2-flush buffer
       <- ("hello", pid, {"ready_at", "init_s"}) | ("fatal", reason)  (then exit EXIT_NO_DEVICE)
       ("inputs", {name: TensorDesc | value},   ->   device copies (IPC handles closed before
                reset_to_zero, restore_value)        any kernel runs), a pristine copy each
@@ -95,10 +96,11 @@ def quantiles(times: list[float], qs: tuple[float, ...]) -> list[float]:
 
 
 class NativeState:
-    def __init__(self, device: int) -> None:
-        from kiln.launch.native import native
+    def __init__(self, device: int, c_module: str | None = None) -> None:
+        from kiln.launch.native import load_path, native
 
-        self.cuda = native()
+        # the caller's build of kiln's C module when it has one (no compiler run here), else ours
+        self.cuda = load_path(c_module) if c_module and os.path.exists(c_module) else native()
         self.device = device
         self.cuda.cuda_init(device)
         self.flush = self.cuda.mem_alloc(FLUSH_BYTES)
@@ -291,7 +293,7 @@ def main() -> None:
     sys.path[:] = init["sys_path"]
     began = time.monotonic()
     try:
-        state = NativeState(init["device"])
+        state = NativeState(init["device"], init.get("c_module"))
     except Exception as exc:
         chan.sendall(encode(("fatal", f"{type(exc).__name__}: {exc}")))
         chan.close()
