@@ -24,6 +24,7 @@ ALL_VARS = [
     "KILN_TUNING_DB",
     "KILN_USE_TUNING_DB",
     "KILN_SANDBOX",
+    "KILN_NATIVE_SANDBOX",
     "KILN_BENCH_TIMEOUT_S",
 ]
 
@@ -61,6 +62,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_TUNING_DB": "~/tuning.sqlite3",
         "KILN_USE_TUNING_DB": "0",
         "KILN_SANDBOX": "off",
+        "KILN_NATIVE_SANDBOX": "0",
         "KILN_BENCH_TIMEOUT_S": "12",
         "KILN_FAST_LAUNCH": "0",
     }
@@ -81,6 +83,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.tuning_db == tmp_path / "tuning.sqlite3"
     assert current.use_tuning_db is False
     assert current.sandbox is False
+    assert current.native_sandbox is False
     assert current.bench_timeout_s == 12.0
     assert current.fast_launch is False
     # Each variable moved its field away from the default.

@@ -73,6 +73,9 @@ class Settings:
     sandbox: bool = True
     """``KILN_SANDBOX``: benchmark configs in a separate GPU process (``0``: in the caller's process)."""
 
+    native_sandbox: bool = True
+    """``KILN_NATIVE_SANDBOX``: benchmark in the torch-free sandbox (``0``: the torch sandbox only)."""
+
     bench_timeout_s: float = 60.0
     """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
 
@@ -130,6 +133,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "tuning_db": ("KILN_TUNING_DB", lambda v: Path(v).expanduser(), "a file path"),
     "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
     "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
+    "native_sandbox": ("KILN_NATIVE_SANDBOX", _bool, "0 or 1"),
     "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive number of seconds"),
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),

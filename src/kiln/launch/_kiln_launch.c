@@ -30,6 +30,9 @@
  *                        native?         launch args + tail on get_stream(get_device())
  *                        else            entry.launch(grid, args) (Python: Triton's launcher)
  *                        return result
+ *
+ * The section "benchmark sandbox" at the end adds what kiln's torch-free benchmark sandbox
+ * needs: device memory, copies, CUDA IPC and a do_bench-like timing loop (see there).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -57,6 +60,11 @@ typedef unsigned long long CUdeviceptr;
 #define CU_POINTER_ATTRIBUTE_DEVICE_POINTER 3
 
 #define MAX_ARGS 256
+
+/* CUipcMemHandle: passed by value to cuIpcOpenMemHandle. */
+struct sb_ipc_handle {
+  char reserved[64];
+};
 #define MAX_CONTEXTS 16
 
 static struct {
@@ -79,6 +87,28 @@ static struct {
                              unsigned, CUstream, void **, void **);
   CUresult (*cuGetErrorString)(CUresult, const char **);
   CUresult (*cuDriverGetVersion)(int *);
+  /* Optional (dlsym without failing; NULL = missing): the benchmark sandbox's memory, copies,
+   * IPC and events (see the section "benchmark sandbox" at the end of this file). */
+  CUresult (*cuMemAlloc_v2)(CUdeviceptr *, size_t);
+  CUresult (*cuMemFree_v2)(CUdeviceptr);
+  CUresult (*cuMemcpyDtoD_v2)(CUdeviceptr, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyHtoD_v2)(CUdeviceptr, const void *, size_t);
+  CUresult (*cuMemcpyDtoH_v2)(void *, CUdeviceptr, size_t);
+  CUresult (*cuMemcpyDtoDAsync_v2)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+  CUresult (*cuMemsetD8_v2)(CUdeviceptr, unsigned char, size_t);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+  CUresult (*cuMemGetAddressRange_v2)(CUdeviceptr *, size_t *, CUdeviceptr);
+  CUresult (*cuIpcGetMemHandle)(void *, CUdeviceptr); /* CUipcMemHandle *: 64 bytes */
+  CUresult (*cuIpcOpenMemHandle_v2)(CUdeviceptr *, struct sb_ipc_handle, unsigned int);
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr);
+  CUresult (*cuCtxSynchronize)(void);
+  CUresult (*cuCtxPushCurrent_v2)(CUcontext);
+  CUresult (*cuCtxPopCurrent_v2)(CUcontext *);
+  CUresult (*cuEventCreate)(void **, unsigned int);
+  CUresult (*cuEventRecord)(void *, CUstream);
+  CUresult (*cuEventSynchronize)(void *);
+  CUresult (*cuEventElapsedTime)(float *, void *, void *);
+  CUresult (*cuEventDestroy_v2)(void *);
 } cu;
 
 static PyObject *str_data_ptr = NULL;
@@ -119,6 +149,28 @@ static int load_driver(void) {
   SYM(cuDriverGetVersion);
 #undef SYM
   *(void **)(&cu.cuFuncGetParamInfo) = dlsym(lib, "cuFuncGetParamInfo");
+#define OPTIONAL_SYM(name) *(void **)(&cu.name) = dlsym(lib, #name)
+  OPTIONAL_SYM(cuMemAlloc_v2);
+  OPTIONAL_SYM(cuMemFree_v2);
+  OPTIONAL_SYM(cuMemcpyDtoD_v2);
+  OPTIONAL_SYM(cuMemcpyHtoD_v2);
+  OPTIONAL_SYM(cuMemcpyDtoH_v2);
+  OPTIONAL_SYM(cuMemcpyDtoDAsync_v2);
+  OPTIONAL_SYM(cuMemsetD8_v2);
+  OPTIONAL_SYM(cuMemsetD8Async);
+  OPTIONAL_SYM(cuMemGetAddressRange_v2);
+  OPTIONAL_SYM(cuIpcGetMemHandle);
+  OPTIONAL_SYM(cuIpcOpenMemHandle_v2);
+  OPTIONAL_SYM(cuIpcCloseMemHandle);
+  OPTIONAL_SYM(cuCtxSynchronize);
+  OPTIONAL_SYM(cuCtxPushCurrent_v2);
+  OPTIONAL_SYM(cuCtxPopCurrent_v2);
+  OPTIONAL_SYM(cuEventCreate);
+  OPTIONAL_SYM(cuEventRecord);
+  OPTIONAL_SYM(cuEventSynchronize);
+  OPTIONAL_SYM(cuEventElapsedTime);
+  OPTIONAL_SYM(cuEventDestroy_v2);
+#undef OPTIONAL_SYM
   cu.loaded = 1;
   return 0;
 }
@@ -936,6 +988,8 @@ static PyMethodDef module_methods[] = {
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kiln_launch", NULL, -1, module_methods};
 
+static int add_sandbox_functions(PyObject *m);
+
 PyMODINIT_FUNC PyInit__kiln_launch(void) {
   str_data_ptr = PyUnicode_InternFromString("data_ptr");
   str_dtype = PyUnicode_InternFromString("dtype");
@@ -948,6 +1002,7 @@ PyMODINIT_FUNC PyInit__kiln_launch(void) {
   if (PyType_Ready(&BoundCallType) < 0) return NULL;
   PyObject *m = PyModule_Create(&module);
   if (!m) return NULL;
+  if (add_sandbox_functions(m) < 0) return NULL; /* the section at the end of this file */
   Py_INCREF(&LauncherType);
   if (PyModule_AddObject(m, "Launcher", (PyObject *)&LauncherType) < 0) return NULL;
   Py_INCREF(&DispatcherType);
@@ -956,3 +1011,426 @@ PyMODINIT_FUNC PyInit__kiln_launch(void) {
   if (PyModule_AddObject(m, "BoundCall", (PyObject *)&BoundCallType) < 0) return NULL;
   return m;
 }
+
+/* ======================================================================= benchmark sandbox
+ *
+ * What kiln's torch-free benchmark sandbox (kiln/sandbox/native_worker.py) needs besides the
+ * Launcher, and the one call the caller makes to hand its tensors over (ipc_get_handle):
+ *
+ *   cuda_init(device) -> context           cuInit + the device's primary context, made current
+ *   mem_alloc(nbytes) -> ptr / mem_free(ptr)
+ *   memcpy_dtod(dst, src, nbytes) / memcpy_htod(dst, buffer) / memcpy_dtoh(buffer, src)
+ *   memset_d8(ptr, value, nbytes) / ctx_synchronize()
+ *   ipc_get_handle(ptr, device) -> (handle, base, size)   (caller) the allocation holding ptr
+ *   ipc_open(handle) -> ptr / ipc_close(ptr)                (sandbox)
+ *   bench_loop(launcher, grid, args, zero, restore, flush_ptr, flush_bytes, warmup_ms, rep_ms)
+ *       -> (estimate_ms, [ms per run])      triton.testing.do_bench's loop, in C
+ *
+ * Every driver call's status is checked; a failure raises RuntimeError("CUDA driver error <code>
+ * (<text>) in <call>"), the format kiln's Python side parses to tell sticky errors apart. The
+ * symbols are optional in load_driver: a driver without one fails only the function needing it.
+ */
+
+#define SB_NEED(name)                                                                        \
+  do {                                                                                       \
+    if (load_driver()) return NULL;                                                          \
+    if (!cu.name) {                                                                          \
+      PyErr_Format(PyExc_RuntimeError, "libcuda.so.1 has no symbol %s (driver too old?)", #name); \
+      return NULL;                                                                           \
+    }                                                                                        \
+  } while (0)
+
+static int sb_u64(PyObject *obj, uint64_t *out) {
+  *out = PyLong_AsUnsignedLongLong(obj);
+  return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+static PyObject *sb_cuda_init(PyObject *self, PyObject *arg) {
+  long device = PyLong_AsLong(arg);
+  if (device == -1 && PyErr_Occurred()) return NULL;
+  if (load_driver()) return NULL;
+  CUdevice dev;
+  CUcontext ctx;
+  if (check(cu.cuInit(0), "cuInit")) return NULL;
+  if (check(cu.cuDeviceGet(&dev, (int)device), "cuDeviceGet")) return NULL;
+  if (check(cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain")) return NULL;
+  if (check(cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")) return NULL;
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)ctx);
+}
+
+static PyObject *sb_mem_alloc(PyObject *self, PyObject *arg) {
+  SB_NEED(cuMemAlloc_v2);
+  uint64_t n;
+  if (sb_u64(arg, &n)) return NULL;
+  CUdeviceptr ptr = 0;
+  if (check(cu.cuMemAlloc_v2(&ptr, (size_t)n), "cuMemAlloc")) return NULL;
+  return PyLong_FromUnsignedLongLong(ptr);
+}
+
+static PyObject *sb_mem_free(PyObject *self, PyObject *arg) {
+  SB_NEED(cuMemFree_v2);
+  uint64_t ptr;
+  if (sb_u64(arg, &ptr)) return NULL;
+  if (check(cu.cuMemFree_v2(ptr), "cuMemFree")) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *sb_memcpy_dtod(PyObject *self, PyObject *args) {
+  SB_NEED(cuMemcpyDtoD_v2);
+  unsigned long long dst, src, n;
+  if (!PyArg_ParseTuple(args, "KKK", &dst, &src, &n)) return NULL;
+  CUresult status;
+  Py_BEGIN_ALLOW_THREADS
+  status = cu.cuMemcpyDtoD_v2(dst, src, (size_t)n);
+  Py_END_ALLOW_THREADS
+  if (check(status, "cuMemcpyDtoD")) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *sb_memcpy_htod(PyObject *self, PyObject *args) {
+  SB_NEED(cuMemcpyHtoD_v2);
+  unsigned long long dst;
+  Py_buffer view;
+  if (!PyArg_ParseTuple(args, "Ky*", &dst, &view)) return NULL;
+  CUresult status;
+  Py_BEGIN_ALLOW_THREADS
+  status = cu.cuMemcpyHtoD_v2(dst, view.buf, (size_t)view.len);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&view);
+  if (check(status, "cuMemcpyHtoD")) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* memcpy_dtoh(buffer, src): fills the writable buffer (len(buffer) bytes) from device memory. */
+static PyObject *sb_memcpy_dtoh(PyObject *self, PyObject *args) {
+  SB_NEED(cuMemcpyDtoH_v2);
+  unsigned long long src;
+  Py_buffer view;
+  if (!PyArg_ParseTuple(args, "w*K", &view, &src)) return NULL;
+  CUresult status;
+  Py_BEGIN_ALLOW_THREADS
+  status = cu.cuMemcpyDtoH_v2(view.buf, src, (size_t)view.len);
+  Py_END_ALLOW_THREADS
+  PyBuffer_Release(&view);
+  if (check(status, "cuMemcpyDtoH")) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *sb_memset_d8(PyObject *self, PyObject *args) {
+  SB_NEED(cuMemsetD8_v2);
+  unsigned long long ptr, n;
+  unsigned char value;
+  if (!PyArg_ParseTuple(args, "KbK", &ptr, &value, &n)) return NULL;
+  if (check(cu.cuMemsetD8_v2(ptr, value, (size_t)n), "cuMemsetD8")) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *sb_ctx_synchronize(PyObject *self, PyObject *unused) {
+  SB_NEED(cuCtxSynchronize);
+  CUresult status;
+  Py_BEGIN_ALLOW_THREADS
+  status = cu.cuCtxSynchronize();
+  Py_END_ALLOW_THREADS
+  if (check(status, "cuCtxSynchronize")) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* ipc_get_handle(ptr, device) -> (handle: 64 bytes, base, size): the IPC handle of the whole
+ * allocation holding ptr (a caching allocator's segment), with the device's primary context
+ * pushed for the calls. Fails for memory that is not a plain cuMemAlloc allocation (torch's
+ * expandable segments, cuMemCreate/cuMemMap). */
+static PyObject *sb_ipc_get_handle(PyObject *self, PyObject *args) {
+  SB_NEED(cuIpcGetMemHandle);
+  SB_NEED(cuMemGetAddressRange_v2);
+  SB_NEED(cuCtxPushCurrent_v2);
+  SB_NEED(cuCtxPopCurrent_v2);
+  unsigned long long ptr;
+  int device;
+  if (!PyArg_ParseTuple(args, "Ki", &ptr, &device)) return NULL;
+  CUdevice dev;
+  CUcontext ctx, popped;
+  if (check(cu.cuInit(0), "cuInit")) return NULL;
+  if (check(cu.cuDeviceGet(&dev, device), "cuDeviceGet")) return NULL;
+  if (check(cu.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain")) return NULL;
+  if (check(cu.cuCtxPushCurrent_v2(ctx), "cuCtxPushCurrent")) return NULL;
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  struct sb_ipc_handle handle;
+  memset(&handle, 0, sizeof handle);
+  CUresult status = cu.cuMemGetAddressRange_v2(&base, &size, ptr);
+  const char *what = "cuMemGetAddressRange";
+  if (status == CUDA_SUCCESS) {
+    status = cu.cuIpcGetMemHandle(&handle, base);
+    what = "cuIpcGetMemHandle";
+  }
+  CUresult pop = cu.cuCtxPopCurrent_v2(&popped);
+  /* the primary context stays retained: the caller's CUDA runtime (torch) holds it anyway */
+  if (check(status, what) || check(pop, "cuCtxPopCurrent")) return NULL;
+  return Py_BuildValue("(y#KK)", handle.reserved, (Py_ssize_t)sizeof handle.reserved, (unsigned long long)base,
+                       (unsigned long long)size);
+}
+
+static PyObject *sb_ipc_open(PyObject *self, PyObject *arg) {
+  SB_NEED(cuIpcOpenMemHandle_v2);
+  if (!PyBytes_Check(arg) || PyBytes_GET_SIZE(arg) != 64) {
+    PyErr_SetString(PyExc_ValueError, "ipc_open(handle): a CUDA IPC handle is 64 bytes");
+    return NULL;
+  }
+  struct sb_ipc_handle handle;
+  memcpy(handle.reserved, PyBytes_AS_STRING(arg), 64);
+  CUdeviceptr ptr = 0;
+  if (check(cu.cuIpcOpenMemHandle_v2(&ptr, handle, 1 /* CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS */),
+            "cuIpcOpenMemHandle"))
+    return NULL;
+  return PyLong_FromUnsignedLongLong(ptr);
+}
+
+static PyObject *sb_ipc_close(PyObject *self, PyObject *arg) {
+  SB_NEED(cuIpcCloseMemHandle);
+  uint64_t ptr;
+  if (sb_u64(arg, &ptr)) return NULL;
+  if (check(cu.cuIpcCloseMemHandle(ptr), "cuIpcCloseMemHandle")) return NULL;
+  Py_RETURN_NONE;
+}
+
+/* -- bench_loop ---------------------------------------------------------------------------- */
+
+#define SB_MAX_SPANS 256
+#define SB_MAX_REPEAT (1 << 20)
+
+typedef struct {
+  CUfunction fn;
+  unsigned grid[3];
+  unsigned block_x, shared;
+  void **params;
+  int n_zero, n_restore;
+  uint64_t zero[SB_MAX_SPANS][2];    /* (ptr, nbytes): cuMemsetD8 to 0 before the launch */
+  uint64_t restore[SB_MAX_SPANS][3]; /* (dst, src, nbytes): copied after the launch */
+  uint64_t flush_ptr, flush_bytes;
+} sb_plan;
+
+/* One call of what is timed: zero the reset_to_zero tensors, launch, restore the restore_value
+ * ones (what triton.autotune's pre/post hooks do around its benchmarked call). */
+static CUresult sb_call(const sb_plan *plan) {
+  CUresult s;
+  for (int i = 0; i < plan->n_zero; i++)
+    if ((s = cu.cuMemsetD8Async(plan->zero[i][0], 0, (size_t)plan->zero[i][1], NULL))) return s;
+  if (plan->grid[0] && plan->grid[1] && plan->grid[2]) {
+    s = cu.cuLaunchKernel(plan->fn, plan->grid[0], plan->grid[1], plan->grid[2], plan->block_x, 1, 1, plan->shared,
+                          NULL, plan->params, NULL);
+    if (s) return s;
+  }
+  for (int i = 0; i < plan->n_restore; i++)
+    if ((s = cu.cuMemcpyDtoDAsync_v2(plan->restore[i][0], plan->restore[i][1], (size_t)plan->restore[i][2], NULL)))
+      return s;
+  return CUDA_SUCCESS;
+}
+
+static CUresult sb_flush(const sb_plan *plan) {
+  if (!plan->flush_bytes) return CUDA_SUCCESS;
+  return cu.cuMemsetD8Async(plan->flush_ptr, 0, (size_t)plan->flush_bytes, NULL);
+}
+
+static int sb_spans(PyObject *list, int width, uint64_t (*out)[3], uint64_t (*out2)[2], int *count,
+                    const char *what) {
+  if (!PyList_Check(list) || PyList_GET_SIZE(list) > SB_MAX_SPANS) {
+    PyErr_Format(PyExc_TypeError, "bench_loop: %s must be a list of at most %d tuples", what, SB_MAX_SPANS);
+    return -1;
+  }
+  *count = (int)PyList_GET_SIZE(list);
+  for (int i = 0; i < *count; i++) {
+    PyObject *item = PyList_GET_ITEM(list, i);
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != width) {
+      PyErr_Format(PyExc_TypeError, "bench_loop: each %s entry is a %d-tuple of ints", what, width);
+      return -1;
+    }
+    for (int j = 0; j < width; j++) {
+      uint64_t v;
+      if (sb_u64(PyTuple_GET_ITEM(item, j), &v)) return -1;
+      if (width == 3)
+        out[i][j] = v;
+      else
+        out2[i][j] = v;
+    }
+  }
+  return 0;
+}
+
+typedef struct {
+  CUresult status;
+  const char *what;
+  float estimate_ms;
+  long n_repeat;
+  float *times;
+} sb_result;
+
+#define SB_TRY(call, name)           \
+  do {                               \
+    if ((r->status = (call))) {      \
+      r->what = name;                \
+      goto out;                      \
+    }                                \
+  } while (0)
+
+/* triton.testing.do_bench: one call, an estimate from 5 flushed calls, n_warmup calls, then
+ * n_repeat calls each after an L2 flush and between its own pair of events. No GIL held. */
+static void sb_run(const sb_plan *plan, double warmup_ms, double rep_ms, sb_result *r) {
+  void *start = NULL, *end = NULL;
+  void **starts = NULL, **ends = NULL;
+  long created = 0;
+  r->status = CUDA_SUCCESS;
+  r->times = NULL;
+  r->n_repeat = 0;
+  SB_TRY(sb_call(plan), "cuLaunchKernel");
+  SB_TRY(cu.cuCtxSynchronize(), "cuCtxSynchronize");
+  SB_TRY(cu.cuEventCreate(&start, 0), "cuEventCreate");
+  SB_TRY(cu.cuEventCreate(&end, 0), "cuEventCreate");
+  SB_TRY(cu.cuEventRecord(start, NULL), "cuEventRecord");
+  for (int i = 0; i < 5; i++) {
+    SB_TRY(sb_flush(plan), "cuMemsetD8Async");
+    SB_TRY(sb_call(plan), "cuLaunchKernel");
+  }
+  SB_TRY(cu.cuEventRecord(end, NULL), "cuEventRecord");
+  SB_TRY(cu.cuCtxSynchronize(), "cuCtxSynchronize");
+  float total = 0.0f;
+  SB_TRY(cu.cuEventElapsedTime(&total, start, end), "cuEventElapsedTime");
+  double estimate = total / 5.0;
+  r->estimate_ms = (float)estimate;
+  if (estimate <= 0.0) estimate = 1e-6;
+  double w = warmup_ms / estimate, n = rep_ms / estimate;
+  long n_warmup = w < 1.0 ? 1 : (w > SB_MAX_REPEAT ? SB_MAX_REPEAT : (long)w);
+  long n_repeat = n < 1.0 ? 1 : (n > SB_MAX_REPEAT ? SB_MAX_REPEAT : (long)n);
+  starts = calloc((size_t)n_repeat, sizeof(void *));
+  ends = calloc((size_t)n_repeat, sizeof(void *));
+  r->times = calloc((size_t)n_repeat, sizeof(float));
+  if (!starts || !ends || !r->times) {
+    r->status = 2; /* CUDA_ERROR_OUT_OF_MEMORY */
+    r->what = "calloc (host memory for events)";
+    goto out;
+  }
+  for (; created < n_repeat; created++) {
+    SB_TRY(cu.cuEventCreate(&starts[created], 0), "cuEventCreate");
+    if ((r->status = cu.cuEventCreate(&ends[created], 0))) {
+      cu.cuEventDestroy_v2(starts[created]);
+      r->what = "cuEventCreate";
+      goto out;
+    }
+  }
+  for (long i = 0; i < n_warmup; i++) SB_TRY(sb_call(plan), "cuLaunchKernel");
+  for (long i = 0; i < n_repeat; i++) {
+    SB_TRY(sb_flush(plan), "cuMemsetD8Async");
+    SB_TRY(cu.cuEventRecord(starts[i], NULL), "cuEventRecord");
+    SB_TRY(sb_call(plan), "cuLaunchKernel");
+    SB_TRY(cu.cuEventRecord(ends[i], NULL), "cuEventRecord");
+  }
+  SB_TRY(cu.cuCtxSynchronize(), "cuCtxSynchronize");
+  for (long i = 0; i < n_repeat; i++)
+    SB_TRY(cu.cuEventElapsedTime(&r->times[i], starts[i], ends[i]), "cuEventElapsedTime");
+  r->n_repeat = n_repeat;
+out:
+  for (long i = 0; i < created; i++) {
+    cu.cuEventDestroy_v2(starts[i]);
+    cu.cuEventDestroy_v2(ends[i]);
+  }
+  free(starts);
+  free(ends);
+  if (start) cu.cuEventDestroy_v2(start);
+  if (end) cu.cuEventDestroy_v2(end);
+}
+
+/* bench_loop(launcher, grid, args, zero, restore, flush_ptr, flush_bytes, warmup_ms, rep_ms)
+ *   args:    every argument in order (pointers as ints), as Launcher.launch takes them
+ *   zero:    [(ptr, nbytes)] zeroed before each call;  restore: [(dst, src, nbytes)] after it
+ * -> (estimate_ms, [ms of each of the n_repeat timed calls]) */
+static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
+  PyObject *launcher, *grid, *items, *zero, *restore;
+  unsigned long long flush_ptr, flush_bytes;
+  double warmup_ms, rep_ms;
+  if (!PyArg_ParseTuple(args, "O!O!O!OOKKdd", &LauncherType, &launcher, &PyTuple_Type, &grid, &PyTuple_Type, &items,
+                        &zero, &restore, &flush_ptr, &flush_bytes, &warmup_ms, &rep_ms))
+    return NULL;
+  SB_NEED(cuMemsetD8Async);
+  SB_NEED(cuMemcpyDtoDAsync_v2);
+  SB_NEED(cuCtxSynchronize);
+  SB_NEED(cuEventCreate);
+  SB_NEED(cuEventRecord);
+  SB_NEED(cuEventElapsedTime);
+  SB_NEED(cuEventDestroy_v2);
+  Launcher *l = (Launcher *)launcher;
+  sb_plan *plan = calloc(1, sizeof(sb_plan));
+  if (!plan) return PyErr_NoMemory();
+  PyObject *result = NULL;
+  sb_result r = {0};
+  Py_ssize_t gn = PyTuple_GET_SIZE(grid);
+  if (gn < 1 || gn > 3) {
+    PyErr_Format(PyExc_ValueError, "the grid must have 1 to 3 dimensions, got %zd", gn);
+    goto done;
+  }
+  plan->grid[0] = plan->grid[1] = plan->grid[2] = 1;
+  for (Py_ssize_t i = 0; i < gn; i++) {
+    long g = PyLong_AsLong(PyTuple_GET_ITEM(grid, i));
+    if (g == -1 && PyErr_Occurred()) goto done;
+    if (g < 0 || g > 0x7fffffffL) {
+      PyErr_Format(PyExc_ValueError, "grid dimension %zd is %ld, outside 0..2**31-1", i, g);
+      goto done;
+    }
+    plan->grid[i] = (unsigned)g;
+  }
+  if (PyTuple_GET_SIZE(items) != l->n_args) {
+    PyErr_Format(PyExc_TypeError, "kernel %U takes %zd arguments, got %zd", l->name, l->n_args,
+                 PyTuple_GET_SIZE(items));
+    goto done;
+  }
+  if (sb_spans(zero, 2, NULL, plan->zero, &plan->n_zero, "zero")) goto done;
+  if (sb_spans(restore, 3, plan->restore, NULL, &plan->n_restore, "restore")) goto done;
+  plan->fn = function_for_context(l, -1);
+  if (!plan->fn) goto done;
+  uint64_t slots[MAX_ARGS + 8];
+  void *params[MAX_ARGS + 8];
+  int n_params = 0;
+  if (pack(l, &PyTuple_GET_ITEM(items, 0), NULL, NULL, slots, params, &n_params)) goto done;
+  plan->params = params;
+  plan->block_x = (unsigned)l->block_x;
+  plan->shared = (unsigned)l->shared;
+  plan->flush_ptr = flush_ptr;
+  plan->flush_bytes = flush_bytes;
+  Py_BEGIN_ALLOW_THREADS
+  sb_run(plan, warmup_ms, rep_ms, &r);
+  Py_END_ALLOW_THREADS
+  if (check(r.status, r.what)) goto done;
+  PyObject *times = PyList_New(r.n_repeat);
+  if (!times) goto done;
+  for (long i = 0; i < r.n_repeat; i++) {
+    PyObject *t = PyFloat_FromDouble((double)r.times[i]);
+    if (!t) {
+      Py_DECREF(times);
+      goto done;
+    }
+    PyList_SET_ITEM(times, i, t);
+  }
+  result = Py_BuildValue("(dN)", (double)r.estimate_ms, times);
+done:
+  free(r.times);
+  free(plan);
+  return result;
+}
+
+static PyMethodDef sandbox_methods[] = {
+    {"cuda_init", (PyCFunction)sb_cuda_init, METH_O, "cuda_init(device): make the device's primary context current"},
+    {"mem_alloc", (PyCFunction)sb_mem_alloc, METH_O, "mem_alloc(nbytes) -> device pointer"},
+    {"mem_free", (PyCFunction)sb_mem_free, METH_O, "mem_free(ptr)"},
+    {"memcpy_dtod", (PyCFunction)sb_memcpy_dtod, METH_VARARGS, "memcpy_dtod(dst, src, nbytes)"},
+    {"memcpy_htod", (PyCFunction)sb_memcpy_htod, METH_VARARGS, "memcpy_htod(dst, buffer)"},
+    {"memcpy_dtoh", (PyCFunction)sb_memcpy_dtoh, METH_VARARGS, "memcpy_dtoh(buffer, src): fill buffer"},
+    {"memset_d8", (PyCFunction)sb_memset_d8, METH_VARARGS, "memset_d8(ptr, value, nbytes)"},
+    {"ctx_synchronize", (PyCFunction)sb_ctx_synchronize, METH_NOARGS, "ctx_synchronize(): cuCtxSynchronize"},
+    {"ipc_get_handle", (PyCFunction)sb_ipc_get_handle, METH_VARARGS,
+     "ipc_get_handle(ptr, device) -> (handle, base, size) of the allocation holding ptr"},
+    {"ipc_open", (PyCFunction)sb_ipc_open, METH_O, "ipc_open(handle) -> device pointer"},
+    {"ipc_close", (PyCFunction)sb_ipc_close, METH_O, "ipc_close(ptr)"},
+    {"bench_loop", (PyCFunction)sb_bench_loop, METH_VARARGS,
+     "bench_loop(launcher, grid, args, zero, restore, flush_ptr, flush_bytes, warmup_ms, rep_ms)"
+     " -> (estimate_ms, [ms per timed call])"},
+    {NULL}};
+
+static int add_sandbox_functions(PyObject *m) { return PyModule_AddFunctions(m, sandbox_methods); }

@@ -128,3 +128,27 @@ def native(cache_dir: Path | None = None) -> ModuleType:
             raise _failure from exc
         _module = module
         return module
+
+
+def loaded_path() -> str | None:
+    """Where this process loaded the helper from (``None``: not loaded yet); builds nothing.
+
+    A process kiln spawns (the native benchmark sandbox) loads the same file instead of
+    building its own copy, whatever its cache directory."""
+    module = _module
+    return None if module is None else getattr(module, "__file__", None)
+
+
+def load_path(path: str) -> ModuleType:
+    """Import the helper from a file another kiln process built (see :func:`loaded_path`)."""
+    global _module
+    with _lock:
+        if _module is None:
+            loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
+            spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
+            if spec is None:
+                raise NativeBuildError(f"could not import kiln's launcher from {path}")
+            module = importlib.util.module_from_spec(spec)
+            loader.exec_module(module)
+            _module = module
+        return _module

@@ -1,0 +1,171 @@
+"""The output check of :mod:`kiln.sandbox.compare`, on numpy arrays, for the torch-free sandbox.
+
+The native sandbox copies a tensor's bytes to the host and decodes them here by torch's dtype
+name: float16/32/64 as numpy floats, bfloat16 through ``uint16 << 16`` as float32, the float8
+types through a 256-entry table, integers and bool as themselves, anything else as raw unsigned
+words (compared exactly, as :func:`kiln.sandbox.compare.compare` compares non-float dtypes).
+:func:`compare` applies the same rule, tolerances and messages as ``kiln.sandbox.compare.compare``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kiln.sandbox.compare import TOLERANCES, Comparison
+
+# torch dtype name -> numpy dtype of the same bytes (bf16 and float8 are decoded below)
+_STORAGE: dict[str, Any] = {
+    "torch.float16": np.float16,
+    "torch.float32": np.float32,
+    "torch.float64": np.float64,
+    "torch.bfloat16": np.uint16,
+    "torch.float8_e4m3fn": np.uint8,
+    "torch.float8_e5m2": np.uint8,
+    "torch.float8_e4m3fnuz": np.uint8,
+    "torch.float8_e5m2fnuz": np.uint8,
+    "torch.bool": np.bool_,
+    "torch.int8": np.int8,
+    "torch.int16": np.int16,
+    "torch.int32": np.int32,
+    "torch.int64": np.int64,
+    "torch.uint8": np.uint8,
+    "torch.uint16": np.uint16,
+    "torch.uint32": np.uint32,
+    "torch.uint64": np.uint64,
+}
+_FLOATS = frozenset(name for name in _STORAGE if "float" in name)
+_RAW_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def _float8_table(exponent_bits: int, bias: int, fnuz: bool) -> Any:
+    """float32 value of each of the 256 bit patterns of a float8 format."""
+    mantissa_bits = 7 - exponent_bits
+    values = np.empty(256, dtype=np.float64)
+    top = (1 << exponent_bits) - 1
+    for bits in range(256):
+        sign = -1.0 if bits & 0x80 else 1.0
+        exponent = (bits >> mantissa_bits) & top
+        mantissa = bits & ((1 << mantissa_bits) - 1)
+        if fnuz and bits == 0x80:
+            value = math.nan
+        elif not fnuz and exponent_bits == 5 and exponent == top:  # e5m2: IEEE inf / NaN
+            value = sign * math.inf if mantissa == 0 else math.nan
+        elif not fnuz and exponent_bits == 4 and exponent == top and mantissa == 7:  # e4m3fn: NaN only
+            value = math.nan
+        elif exponent == 0:
+            value = sign * mantissa / (1 << mantissa_bits) * 2.0 ** (1 - bias)
+        else:
+            value = sign * (1 + mantissa / (1 << mantissa_bits)) * 2.0 ** (exponent - bias)
+        values[bits] = value
+    return values.astype(np.float32)
+
+
+_FLOAT8: dict[str, tuple[int, int, bool]] = {
+    "torch.float8_e4m3fn": (4, 7, False),
+    "torch.float8_e5m2": (5, 15, False),
+    "torch.float8_e4m3fnuz": (4, 8, True),
+    "torch.float8_e5m2fnuz": (5, 16, True),
+}
+_TABLES: dict[str, Any] = {}
+
+
+@dataclass(frozen=True)
+class HostArray:
+    """A tensor's values on the host: torch's dtype name and the elements as numpy holds them."""
+
+    dtype: str
+    values: Any  # numpy array: decoded floats (float16/32/64), ints, bools, or raw words
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.values.shape)
+
+    @property
+    def is_floating_point(self) -> bool:
+        return self.dtype in _FLOATS
+
+    def as_float64(self) -> Any:
+        return np.asarray(self.values, dtype=np.float64)
+
+
+def raw_view(
+    buffer: Any,
+    dtype: str,
+    itemsize: int,
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    bitwise: bool = False,
+) -> Any:
+    """The tensor's elements in ``buffer`` (its span's bytes, a uint8 array) as stored: one word
+    each, typed by ``dtype`` (or as unsigned words of ``itemsize`` bytes, ``bitwise``)."""
+    words = _RAW_WORDS.get(itemsize, np.uint8)
+    storage = words if bitwise else _STORAGE.get(dtype, words)
+    flat = np.frombuffer(buffer, dtype=np.uint8)
+    if flat.size == 0 or any(s == 0 for s in shape):
+        return np.zeros(shape, dtype=storage)
+    typed = flat.view(storage)
+    return np.lib.stride_tricks.as_strided(
+        typed, shape=shape, strides=tuple(s * itemsize for s in strides), writeable=False
+    )
+
+
+def decode(raw: Any, dtype: str) -> HostArray:
+    """A :class:`HostArray` from :func:`raw_view`'s words (bf16 and float8 turned into float32)."""
+    if dtype == "torch.bfloat16":
+        values = (np.asarray(raw, dtype=np.uint32) << 16).view(np.float32)
+    elif dtype in _FLOAT8:
+        table = _TABLES.get(dtype)
+        if table is None:
+            table = _TABLES[dtype] = _float8_table(*_FLOAT8[dtype])
+        values = table[np.asarray(raw, dtype=np.uint8)]
+    else:
+        values = np.ascontiguousarray(raw)
+    return HostArray(dtype, values)
+
+
+def compare(
+    outputs: Mapping[str, HostArray],
+    reference: Mapping[str, HostArray],
+    tolerances: tuple[float, float] | None = None,
+) -> Comparison:
+    """:func:`kiln.sandbox.compare.compare` on host arrays: same rule, tolerances and messages."""
+    common = [name for name in reference if name in outputs]
+    if not common:
+        return Comparison(False, float("inf"), f"no output to compare (reference has {sorted(reference)})")
+    worst = 0.0
+    for name in common:
+        ref = reference[name]
+        out = outputs[name]
+        if out.shape != ref.shape or out.dtype != ref.dtype:
+            return Comparison(
+                False,
+                float("inf"),
+                f"{name}: shape/dtype {out.shape}/{out.dtype} != {ref.shape}/{ref.dtype}",
+            )
+        if out.is_floating_point:
+            a = out.as_float64()
+            b = ref.as_float64()
+            nan_out = np.isnan(a)
+            nan_ref = np.isnan(b)
+            if bool((nan_out & ~nan_ref).any()):
+                return Comparison(False, float("nan"), f"{name}: NaN where the reference has a number")
+            both = ~(nan_out | nan_ref)
+            with np.errstate(invalid="ignore", over="ignore"):
+                diff = float(np.abs(a[both] - b[both]).max()) if bool(both.any()) else 0.0
+                scale = float(np.abs(b[both]).max()) if bool(both.any()) else 0.0
+            rtol, atol = tolerances or TOLERANCES.get(out.dtype, (1e-3, 1e-5))
+            worst = max(worst, diff)
+            if diff > atol + rtol * scale:
+                return Comparison(
+                    False, diff, f"{name}: max |diff| {diff:.3g} > {atol:g} + {rtol:g} x {scale:.3g}"
+                )
+        else:
+            mismatched = int(np.count_nonzero(out.values != ref.values))
+            if mismatched:
+                return Comparison(False, float(mismatched), f"{name}: {mismatched} elements differ")
+    return Comparison(True, worst, "")
