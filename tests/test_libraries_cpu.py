@@ -5,9 +5,9 @@ Liger-Kernel 0.8.5 and fla-core 0.6.0 are imported in a fresh interpreter after
 assigning ``kiln.autotune`` to ``triton.autotune``, ``triton.runtime.autotune`` and
 ``triton.runtime.autotuner.autotune``), and every autotuned kernel the libraries' modules hold
 is inventoried: which class built it, and whether it is kiln's. Skipped when a library is not
-installed. The FLA cases fail today (issue 10): ``@triton.autotune`` over ``@triton.heuristics``
-raises in kiln's ``Autotuner.__init__``, and FLA's ``CachedAutotuner`` subclasses Triton's
-``Autotuner`` directly; they are strict xfails so that they flip when those are fixed.
+installed. FLA stacks ``@triton.autotune`` over ``@triton.heuristics`` and builds 55 kernels with
+its own ``CachedAutotuner`` (a subclass of Triton's ``Autotuner``, defined after ``kiln.install()``):
+every one of them must be kiln's.
 """
 
 from __future__ import annotations
@@ -111,11 +111,6 @@ def test_liger_ops_import_with_every_autotuned_kernel_on_kiln() -> None:
     assert not _not_on_kiln(report), _not_on_kiln(report)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10, item 2: @triton.autotune over @triton.heuristics (fla.ops.wall_attn) raises "
-    "AttributeError: 'Heuristics' object has no attribute 'params' in kiln's Autotuner.__init__",
-)
 def test_fla_ops_and_modules_import_with_kiln() -> None:
     _needs("fla")
     report = import_report("fla.ops", "fla.modules")
@@ -123,11 +118,6 @@ def test_fla_ops_and_modules_import_with_kiln() -> None:
     assert len(report["kernels"]) > 150
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10, items 2-3: FLA does not import with kiln routed in, and its CachedAutotuner "
-    "(a subclass of Triton's Autotuner, 55 kernels) is not routed through kiln",
-)
 def test_fla_autotuned_kernels_all_on_kiln_subclasses_included() -> None:
     _needs("fla")
     report = import_report("fla.ops", "fla.modules")

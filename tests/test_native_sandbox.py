@@ -19,8 +19,8 @@ import psutil
 import pytest
 
 from kiln import settings
+from kiln.framing import FrameReader, encode
 from kiln.launch.native import native
-from kiln.pool.protocol import FrameReader, encode
 from kiln.sandbox import compare as torch_compare
 from kiln.sandbox import compare_np, ipc, native_worker, registry
 from kiln.sandbox.channel import Died, WorkerProcess

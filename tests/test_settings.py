@@ -26,6 +26,7 @@ ALL_VARS = [
     "KILN_SANDBOX",
     "KILN_NATIVE_SANDBOX",
     "KILN_BENCH_TIMEOUT_S",
+    "KILN_AUTOTUNE",
 ]
 
 
@@ -65,6 +66,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_NATIVE_SANDBOX": "0",
         "KILN_BENCH_TIMEOUT_S": "12",
         "KILN_FAST_LAUNCH": "0",
+        "KILN_AUTOTUNE": "1",
     }
     for var, value in env.items():
         monkeypatch.setenv(var, value)
@@ -86,6 +88,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.native_sandbox is False
     assert current.bench_timeout_s == 12.0
     assert current.fast_launch is False
+    assert current.autotune is True
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

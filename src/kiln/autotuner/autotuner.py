@@ -140,6 +140,12 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
+        if self._sandbox_wanted and self._target is None:
+            # Warm by the first call: the sandbox starts now, in the background (GPU present only;
+            # no CUDA context is made here).
+            from kiln.sandbox.registry import prestart
+
+            prestart()
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
     @property

@@ -16,9 +16,7 @@ benchmark failures) or by the sandbox (whose reply already names it).
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -132,19 +130,14 @@ def user_reference(
     return {k: v.detach().cpu() for k, v in named.items() if isinstance(v, torch.Tensor)}
 
 
-_SANDBOXES: dict[int, Sandbox] = {}
-_SANDBOXES_LOCK = threading.Lock()
-
-
 def shared_sandbox(device: int) -> Sandbox:
-    """The process's sandbox for ``device`` (one per GPU, shared by every autotuner)."""
-    with _SANDBOXES_LOCK:
-        sandbox = _SANDBOXES.get(device)
-        if sandbox is None:
-            sandbox = Sandbox(device)
-            _SANDBOXES[device] = sandbox
-            atexit.register(sandbox.close)
-        return sandbox
+    """The process's sandbox for ``device`` (one per GPU, shared by every autotuner, started
+    early by :func:`kiln.sandbox.prestart`): kiln's torch-free sandbox unless
+    ``KILN_NATIVE_SANDBOX=0`` (see :mod:`kiln.sandbox.registry`)."""
+    from kiln.sandbox.registry import shared
+
+    sandbox: Sandbox = shared(device)
+    return sandbox
 
 
 class SandboxBencher:

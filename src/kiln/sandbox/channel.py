@@ -3,7 +3,7 @@
 :class:`WorkerProcess` spawns ``python -c "from <module> import main; main()"`` (a fresh
 interpreter, never a fork) from one long-lived thread, so that the child's parent-death signal,
 which follows the *thread* that created it, fires only when the caller's process ends. It sends
-and receives :mod:`kiln.pool.protocol` frames with deadlines and reports how the process ended.
+and receives :mod:`kiln.framing` frames with deadlines and reports how the process ended.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from kiln.errors import describe_exit, likely_cause
-from kiln.pool.procs import spawn_kiln_process
-from kiln.pool.protocol import FrameReader, encode
+from kiln.framing import FrameReader, encode
+from kiln.procs import spawn_kiln_process
 
 _STDERR_TAIL = 15
 _SPAWNER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kiln-sandbox-spawner")

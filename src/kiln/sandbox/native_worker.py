@@ -40,8 +40,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from kiln.pool import procs
-from kiln.pool.protocol import encode, recv_frame
+from kiln import procs
+from kiln.framing import encode, recv_frame
 from kiln.sandbox.device_inputs import DeviceInputs
 from kiln.sandbox.ipc import TensorDesc
 
