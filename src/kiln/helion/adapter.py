@@ -309,3 +309,26 @@ def uninstall() -> None:
 
 def installed() -> bool:
     return BaseSearch.__init__.__defaults__ == (KilnBenchmarkProvider,)
+
+
+def prepare_search(bound_kernel: Any, args: Sequence[object]) -> Any:
+    """Helion's default search for ``bound_kernel``, compiling through kiln, prepared (its provider
+    built, the reference baseline computed) but not run: for :func:`precompile_phase`."""
+    from helion.autotuner import LFBOTreeSearch
+
+    search = use_kiln(LFBOTreeSearch(bound_kernel, args))
+    search._prepare()
+    search.benchmark_provider.setup()
+    return search
+
+
+def precompile_phase(search: Any, configs: Sequence[Any]) -> list[str]:
+    """Helion's precompile phase for ``configs`` (what ``benchmark()`` runs before timing them):
+    Helion's codegen, kiln's compile, Helion's ``PrecompileFuture.wait_for_all`` and its
+    classification. Returns Helion's status per config (``"ok"``, ``"error"``, ``"timeout"``);
+    nothing runs on a GPU, so it also warms kiln's cache for a later autotune."""
+    provider = search.benchmark_provider
+    fns = [search.kernel.compile_config(config, allow_print=False) for config in configs]
+    futures = [provider._create_precompile_future(c, fn) for c, fn in zip(configs, fns, strict=True)]
+    oks = PrecompileFuture.wait_for_all(futures)
+    return ["ok" if ok else str(f.failure_reason) for f, ok in zip(futures, oks, strict=True)]
