@@ -17,18 +17,20 @@ import pytest
 
 pytest.importorskip("helion")
 
-import helion.runtime  # noqa: E402
-import test_helion_kernels as hk  # noqa: E402
-from conftest import SM90  # noqa: E402
+import helion.runtime
 
-import kiln.helion  # noqa: E402
-from kiln import CompilePool  # noqa: E402
-from kiln.helion import adapter  # noqa: E402
-from kiln.helion.errors import BaselineCompileError  # noqa: E402
+import kiln.helion
+import test_helion_kernels as hk
+from conftest import SM90
+from kiln import CompilePool
+from kiln.helion import adapter
+from kiln.helion.errors import BaselineCompileError
 
 
 @pytest.fixture
-def helion_pool(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch) -> Iterator[CompilePool]:
+def helion_pool(
+    make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[CompilePool]:
     """A kiln pool whose workers carry the Helion fault hook, configured for sm_90; a fake SM count."""
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
     pool = make_pool(preload=["test_helion_faults"])
@@ -72,8 +74,12 @@ def test_helion_configs_compile_in_kiln(helion_pool: CompilePool, name: str, cou
     search.benchmark_provider.cleanup()
     assert statuses == ["ok"] * count
     # every config was a real compile in a worker (none in this process)
-    assert helion_pool.stats.compiled - before == len({adapter.extract_launch(
-        bound.compile_config(c, allow_print=False), args).request.key for c in configs})
+    assert helion_pool.stats.compiled - before == len(
+        {
+            adapter.extract_launch(bound.compile_config(c, allow_print=False), args).request.key
+            for c in configs
+        }
+    )
 
 
 def test_artifact_lands_in_helions_triton_cache(helion_pool: CompilePool, tmp_path: Path) -> None:
@@ -91,7 +97,8 @@ def test_artifact_lands_in_helions_triton_cache(helion_pool: CompilePool, tmp_pa
 
     entry = Path(get_cache_manager(launch.triton_hash).cache_dir)
     assert entry.parent == cache_dir
-    assert (entry / f"{launch.file_name}.json").exists() and (entry / f"{launch.file_name}.cubin").exists()
+    assert (entry / f"{launch.file_name}.json").exists()
+    assert (entry / f"{launch.file_name}.cubin").exists()
     # What Triton's JIT does when Helion benchmarks the config: the same compile, here a cache hit.
     hits: list[bool] = []
     knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
@@ -149,7 +156,8 @@ def test_crash_reaches_helions_result_record(helion_pool: CompilePool) -> None:
     future = provider._create_precompile_future(crashing, bound.compile_config(crashing, allow_print=False))
     assert adapter.PrecompileFuture.wait_for_all([future]) == [False]
     error = future.remote_error
-    assert error is not None and error.exc_type == "WorkerCrashedError"
+    assert error is not None
+    assert error.exc_type == "WorkerCrashedError"
     assert "SIGABRT" in str(error.exc_args[0])
     assert "kiln-injected" in (error.captured_output or "")
     assert error.classification == "warn"
@@ -157,7 +165,9 @@ def test_crash_reaches_helions_result_record(helion_pool: CompilePool) -> None:
     provider.cleanup()
 
 
-def test_compile_timeout_is_helions_timeout(helion_pool: CompilePool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compile_timeout_is_helions_timeout(
+    helion_pool: CompilePool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("KILN_TEST_SLOW_S", "30")
     bound, args = _bound("add", autotune_compile_timeout=1)
     search = adapter.prepare_search(bound, args)
@@ -175,9 +185,14 @@ def test_compile_timeout_is_helions_timeout(helion_pool: CompilePool, monkeypatc
 
     provider = search.benchmark_provider
     holder: list[Any] = []
-    process = KilnCompileProcess(future, lambda done: provider._finish(done, launch, "decorator", holder[0]), "slow")
+    process = KilnCompileProcess(
+        future, lambda done: provider._finish(done, launch, "decorator", holder[0]), "slow"
+    )
     precompile = adapter.PrecompileFuture(
-        ctx=provider._precompile_context(), config=config, process=process, timeout=600.0,
+        ctx=provider._precompile_context(),
+        config=config,
+        process=process,
+        timeout=600.0,
         result_path=provider._next_precompile_result_path(),
     )
     holder.append(precompile)
@@ -193,7 +208,8 @@ def test_baseline_abort_is_a_clean_error(helion_pool: CompilePool) -> None:
     with pytest.raises(BaselineCompileError) as info:
         adapter.prepare_search(bound, args)
     message = str(info.value)
-    assert "SIGABRT" in message and "kiln-injected" in message
+    assert "SIGABRT" in message
+    assert "kiln-injected" in message
     assert "autotune_baseline_fn" in message
     # Helion's back-off was followed: smaller block sizes were tried before giving up.
     assert len(info.value.configs) >= 2
@@ -213,7 +229,9 @@ def test_install_and_autotuner_fn_select_kilns_provider(helion_pool: CompilePool
     finally:
         kiln.helion.uninstall()
     assert LFBOTreeSearch(bound, args)._benchmark_provider_cls is LocalBenchmarkProvider
-    assert adapter.use_kiln(LFBOTreeSearch(bound, args))._benchmark_provider_cls is adapter.KilnBenchmarkProvider
+    assert (
+        adapter.use_kiln(LFBOTreeSearch(bound, args))._benchmark_provider_cls is adapter.KilnBenchmarkProvider
+    )
 
 
 def test_classification_of_kilns_failures() -> None:
@@ -234,7 +252,9 @@ def test_unsupported_helion_is_a_clear_error() -> None:
     from kiln.helion.errors import UnsupportedHelionError
 
     error = UnsupportedHelionError("9.9.9", kiln.helion.SUPPORTED_HELION)
-    assert "1.5.0" in str(error) and "9.9.9" in str(error) and "pip install" in str(error)
+    assert "1.5.0" in str(error)
+    assert "9.9.9" in str(error)
+    assert "pip install" in str(error)
     import pickle
 
     assert str(pickle.loads(pickle.dumps(error))) == str(error)

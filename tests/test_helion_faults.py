@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import faults
 import triton
+
+import faults
 
 ABORT_NUM_WARPS = int(os.environ.get("KILN_TEST_HELION_ABORT_WARPS", "2"))
 _previous_hook = triton.knobs.runtime.add_stages_inspection_hook

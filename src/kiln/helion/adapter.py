@@ -45,12 +45,11 @@ from kiln.errors import (
     WorkerMemoryError,
     ZygoteDiedError,
 )
+from kiln.helion import SUPPORTED_HELION
 from kiln.helion import config as kiln_config
 from kiln.helion.errors import BaselineCompileError, UnsupportedHelionError
 from kiln.helion.process import KilnCompileProcess
 from kiln.helion.requests import LaunchCompile, launch_compile, place_in_triton_cache
-
-from kiln.helion import SUPPORTED_HELION
 
 
 def _helion_version() -> str:
@@ -68,17 +67,17 @@ try:
     from helion.autotuner import benchmark_provider as _bp
     from helion.autotuner import precompile_future as _pf
     from helion.autotuner.base_search import BaseSearch
+    from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
     from helion.autotuner.logger import (
         classify_triton_exception,
         match_unrecoverable_runtime_error,
         maybe_dump_triton_failure,
     )
-    from helion.runtime.triton.launcher import compile_only_launch_args
     from helion.runtime.settings import default_autotuner_fn
+    from helion.runtime.triton.launcher import compile_only_launch_args
 except ImportError as exc:  # a supported version that fails to import (e.g. its torch is too old)
     raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION, f"importing it failed: {exc}") from exc
 
-LocalBenchmarkProvider = _bp.LocalBenchmarkProvider
 PrecompileFuture = _pf.PrecompileFuture
 _ExtractedLaunchArgs = _pf._ExtractedLaunchArgs
 
@@ -139,7 +138,9 @@ def _result_message(error: BaseException | None, decorator: str) -> dict[str, ob
 def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchCompile:
     """Run Helion's generated host code with a launcher that captures the Triton launch."""
 
-    def capture(kernel: object, grid: tuple[int, ...], *launch_args: object, **launch_kwargs: object) -> NoReturn:
+    def capture(
+        kernel: object, grid: tuple[int, ...], *launch_args: object, **launch_kwargs: object
+    ) -> NoReturn:
         raise _ExtractedLaunchArgs(kernel, grid, launch_args, launch_kwargs)
 
     try:
@@ -160,7 +161,7 @@ def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchComp
     raise RuntimeError("Helion's generated code returned without launching a Triton kernel")
 
 
-class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]
+class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # Helion is untyped
     """Helion's local benchmark provider with every Triton compile sent to kiln's pool first."""
 
     def _create_precompile_future(self, config: Any, fn: Any) -> Any:
@@ -194,7 +195,7 @@ class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]
         precompile = PrecompileFuture(
             ctx=ctx,
             config=config,
-            process=process,  # type: ignore[arg-type]
+            process=process,
             timeout=_HELION_SIDE_TIMEOUT_S,
             result_path=self._next_precompile_result_path(),
         )
@@ -308,7 +309,7 @@ def uninstall() -> None:
 
 
 def installed() -> bool:
-    return BaseSearch.__init__.__defaults__ == (KilnBenchmarkProvider,)
+    return bool(BaseSearch.__init__.__defaults__ == (KilnBenchmarkProvider,))
 
 
 def prepare_search(bound_kernel: Any, args: Sequence[object]) -> Any:
