@@ -258,3 +258,58 @@ def test_unsupported_helion_is_a_clear_error() -> None:
     import pickle
 
     assert str(pickle.loads(pickle.dumps(error))) == str(error)
+
+
+_CTRL_C_SCRIPT = """
+import sys
+import helion.runtime
+helion.runtime.get_num_sm = lambda device, reserved_sms=0: 132
+import test_helion_kernels as hk
+import kiln.helion
+from kiln import CompilePool, GPUTarget
+from kiln.helion import adapter
+
+pool = CompilePool(workers=2)
+kiln.helion.configure(pool=pool, target=GPUTarget("cuda", 90, 32))
+args = hk.inputs("matmul")
+bound = hk.make("matmul", autotune_random_seed=3, autotune_baseline_fn=hk.eager("matmul")).bind(args)
+search = adapter.prepare_search(bound, args)
+gen = search.config_spec.create_config_generation()
+configs = [gen.unflatten(gen.random_flat()) for _ in range(40)]
+with adapter.probe_precompile(on_start=lambda n: print("PRECOMPILE", n, flush=True)):
+    adapter.precompile_phase(search, configs)
+print("FINISHED", flush=True)
+"""
+
+
+def test_ctrl_c_in_the_precompile_phase_leaves_no_process(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KILN_CACHE_DIR=str(tmp_path / "kiln"))
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), *sys.path])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CTRL_C_SCRIPT],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("PRECOMPILE 40"), line + proc.stderr.read()[-3000:]
+    time.sleep(1.5)  # compiles are running in kiln's workers now
+    seen = psutil.Process(proc.pid).children(recursive=True)
+    assert len(seen) >= 3  # the zygote and its two workers (at least)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert "KeyboardInterrupt" in err
+    assert "FINISHED" not in _out
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        left = [p for p in seen if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"left behind after Ctrl-C: {[(p.pid, p.name()) for p in left]}"

@@ -30,10 +30,13 @@ makes it the default provider class of every search of the process (``BaseSearch
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
+import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from kiln.errors import (
@@ -333,3 +336,47 @@ def precompile_phase(search: Any, configs: Sequence[Any]) -> list[str]:
     futures = [provider._create_precompile_future(c, fn) for c, fn in zip(configs, fns, strict=True)]
     oks = PrecompileFuture.wait_for_all(futures)
     return ["ok" if ok else str(f.failure_reason) for f, ok in zip(futures, oks, strict=True)]
+
+
+@dataclass
+class PrecompilePhase:
+    """One precompile phase of a Helion autotune (one ``wait_for_all``), whichever mode ran it."""
+
+    configs: int
+    ok: int
+    failed: int
+    timeouts: int
+    seconds: float
+
+
+@contextlib.contextmanager
+def probe_precompile(
+    on_start: Callable[[int], None] | None = None,
+) -> Iterator[list[PrecompilePhase]]:
+    """Record every precompile phase Helion runs in this block (fork, spawn or kiln): for
+    benchmarks and diagnostics. ``on_start(n)`` is called as a phase of ``n`` configs begins."""
+    phases: list[PrecompilePhase] = []
+    original = PrecompileFuture.__dict__["wait_for_all"]
+
+    def wait_for_all(futures: list[Any], desc: str | None = None) -> list[bool]:
+        if on_start is not None:
+            on_start(len(futures))
+        started = time.perf_counter()
+        oks: list[bool] = original.__func__(futures, desc)
+        reasons = [f.failure_reason for f in futures]
+        phases.append(
+            PrecompilePhase(
+                configs=len(futures),
+                ok=sum(oks),
+                failed=sum(not ok for ok in oks),
+                timeouts=sum(r == "timeout" for r in reasons),
+                seconds=time.perf_counter() - started,
+            )
+        )
+        return oks
+
+    PrecompileFuture.wait_for_all = staticmethod(wait_for_all)
+    try:
+        yield phases
+    finally:
+        PrecompileFuture.wait_for_all = original
