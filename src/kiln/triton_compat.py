@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ __all__ = [
     "GPUTarget",
     "backend_option_names",
     "cache_invalidating_env",
+    "install_stages_hook",
     "local_target",
     "make_backend",
     "seed_triton_key",
@@ -174,3 +176,53 @@ def seed_triton_key(key: str) -> bool:
         if is_triton and getattr(module, "triton_key", None) is original:
             setattr(module, "triton_key", seeded)  # noqa: B010 - typed as ModuleType
     return True
+
+
+# --- Triton version differences ---
+# Everything below names a difference between the Triton versions kiln supports (see
+# docs/TRITON_VERSIONS.md). Code elsewhere calls these helpers instead of testing versions.
+
+SUPPORTED_TRITON = ("3.5.1", "3.6.0", "3.7.1")
+"""Versions kiln's CI runs the compile-pool and key tests on (pyproject's range covers them)."""
+
+StagesEditor = Callable[[Any, dict[str, Any], Any, Any, Any], None]
+"""``edit(backend, stages, options, language, capability)``: rewrites Triton's stage table."""
+
+
+def triton_version_tuple() -> tuple[int, int, int]:
+    """``triton.__version__`` as numbers (``"3.7.1+git..."`` -> ``(3, 7, 1)``)."""
+    parts: list[int] = []
+    for piece in triton_version().split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 3:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
+def install_stages_hook(edit: StagesEditor, key: str) -> None:
+    """Chain ``edit`` onto Triton's ``knobs.runtime.add_stages_inspection_hook``.
+
+    The hook is called in two forms, depending on the version:
+
+    * every version: ``hook(backend, stages, options, language, capability)`` from the
+      backend's ``add_stages``, to rewrite the compile pipeline (what ``edit`` does);
+    * Triton >= 3.7: also ``hook()``, which must return ``(cache_key, hash)``; Triton adds the
+      key to its compile cache key and the hash to the JIT's specialization key, so binaries
+      built with a rewritten pipeline never mix with plain ones. ``key`` names ``edit``.
+
+    A hook already installed (by kiln or anyone) keeps running first, and its key is kept.
+    """
+    previous = triton.knobs.runtime.add_stages_inspection_hook
+
+    def hook(*args: Any) -> Any:
+        if not args:  # Triton >= 3.7 asks for the hook's cache key
+            prev_key, prev_hash = previous() if previous is not None else ("", "")
+            full_key = f"{prev_key}{key}"
+            return full_key, hashlib.sha256(f"{prev_hash}:{full_key}".encode()).hexdigest()
+        if previous is not None:
+            previous(*args)
+        edit(*args)
+        return None
+
+    triton.knobs.runtime.add_stages_inspection_hook = hook
