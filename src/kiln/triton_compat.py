@@ -200,7 +200,12 @@ def triton_version_tuple() -> tuple[int, int, int]:
     return (parts[0], parts[1], parts[2])
 
 
-def install_stages_hook(edit: StagesEditor, key: str) -> None:
+def stages_hook_is_keyed() -> bool:
+    """Whether this Triton asks the stage hook for a cache key (``hook()``; Triton >= 3.7)."""
+    return triton_version_tuple() >= (3, 7, 0)
+
+
+def install_stages_hook(edit: StagesEditor, key: str) -> Callable[[], None]:
     """Chain ``edit`` onto Triton's ``knobs.runtime.add_stages_inspection_hook``.
 
     The hook is called in two forms, depending on the version:
@@ -212,7 +217,12 @@ def install_stages_hook(edit: StagesEditor, key: str) -> None:
       built with a rewritten pipeline never mix with plain ones. ``key`` names ``edit``.
 
     A hook already installed (by kiln or anyone) keeps running first, and its key is kept.
+    Triton 3.5 has no such knob: there ``edit`` wraps each backend's ``add_stages`` instead
+    (same arguments, same effect; 3.5 has no hook key either). Returns a function that puts
+    back what was there before (for tests).
     """
+    if not hasattr(triton.knobs.runtime, "add_stages_inspection_hook"):
+        return _wrap_backend_add_stages(edit)
     previous = triton.knobs.runtime.add_stages_inspection_hook
 
     def hook(*args: Any) -> Any:
@@ -226,3 +236,35 @@ def install_stages_hook(edit: StagesEditor, key: str) -> None:
         return None
 
     triton.knobs.runtime.add_stages_inspection_hook = hook
+
+    def remove() -> None:
+        triton.knobs.runtime.add_stages_inspection_hook = previous
+
+    return remove
+
+
+def _wrap_backend_add_stages(edit: StagesEditor) -> Callable[[], None]:
+    """Triton 3.5: run ``edit`` after every backend's ``add_stages`` (it has no stage hook)."""
+    from triton.backends import backends
+
+    originals: list[tuple[Any, Any]] = []
+    for backend in backends.values():
+        cls = backend.compiler
+        original = cls.add_stages
+        originals.append((cls, original))
+
+        def add_stages(
+            self: Any, stages: dict[str, Any], options: Any, language: Any, _original: Any = original
+        ) -> None:
+            _original(self, stages, options, language)
+            parse_arch = getattr(self, "_parse_arch", None)
+            capability = parse_arch(options.arch) if parse_arch is not None else None
+            edit(self, stages, options, language, capability)
+
+        cls.add_stages = add_stages
+
+    def remove() -> None:
+        for cls, original in originals:
+            cls.add_stages = original
+
+    return remove
