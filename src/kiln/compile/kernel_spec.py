@@ -32,6 +32,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.compile import gluon
 from kiln.errors import KernelSpecError
 
 # ----------------------------------------------------------------------------- classification
@@ -229,6 +230,7 @@ class KernelSpec:
     first_line: int
     jit_options: tuple[tuple[str, Any], ...]
     globals: tuple[tuple[str, GlobalValue], ...]
+    language: str = gluon.TRITON  # "triton", "gluon" or "constexpr_function" (kiln.compile.gluon)
 
     # -- construction -------------------------------------------------------------------
 
@@ -236,7 +238,10 @@ class KernelSpec:
     def of(cls, fn: Any, *, _seen: dict[int, KernelSpec] | None = None) -> KernelSpec:
         """Describe a ``@triton.jit`` function (reading the current values of its globals)."""
         if not _is_jit(fn):
-            raise KernelSpecError(f"{fn!r} is not a @triton.jit function; kiln compiles Triton kernels only.")
+            raise KernelSpecError(
+                f"{fn!r} is not a @triton.jit or @gluon.jit function; kiln compiles Triton and Gluon "
+                f"kernels only."
+            )
         seen = {} if _seen is None else _seen
         if id(fn) in seen:
             return seen[id(fn)]
@@ -271,9 +276,10 @@ class KernelSpec:
             importable=_importable(fn),
             src=src,
             filename=inspect.getsourcefile(fn.fn) or "<unknown>",
-            first_line=int(getattr(fn, "starting_line_number", 1)),
+            first_line=_def_line(fn),
             jit_options=jit_options,
             globals=tuple(sorted(resolved.items())),
+            language=gluon.language_of(fn),
         )
         seen[id(fn)] = spec
         return spec
@@ -287,7 +293,7 @@ class KernelSpec:
                 return ["jit", payload.identity]
             return [kind, payload]
 
-        return {
+        data = {
             "name": self.name,
             "src": self.src,
             # The binary embeds line info: the same source on another line is another cubin.
@@ -295,6 +301,9 @@ class KernelSpec:
             "jit": [[k, _canonical(v) if not isinstance(v, tuple) else list(v)] for k, v in self.jit_options],
             "globals": [[n, value_data(v)] for n, v in self.globals],
         }
+        if self.language != gluon.TRITON:  # Triton kernels keep the identities they always had
+            data["language"] = self.language
+        return data
 
     @property
     def identity(self) -> str:
@@ -343,6 +352,15 @@ class KernelSpec:
         return _load(self, _REBUILT)
 
 
+def _def_line(fn: Any) -> int:
+    """The line of the ``def`` (below any decorators): where ``fn.src`` and Triton's line info start."""
+    start = int(getattr(fn, "starting_line_number", 1))
+    for offset, line in enumerate(getattr(fn, "raw_src", None) or ()):
+        if line.strip().startswith("def "):
+            return start + offset
+    return start
+
+
 def _importable(fn: Any) -> bool:
     module_name = fn.__module__
     qualname = fn.__qualname__
@@ -378,22 +396,29 @@ def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     key = spec.identity
     if key in memo:
         return memo[key]
-    import triton
-
     # Same module name as the original, so Triton's names and cache keys look the same.
     namespace: dict[str, Any] = {"__name__": spec.module, "__builtins__": builtins}
     for name, value in spec.globals:
         _bind(namespace, name, _rebuild_value(name, value, memo))
-    # Keep line numbers as in the original file so tracebacks and Triton's errors point there.
-    filename = f"<kiln:{spec.filename}>"
+    # Same file name and line numbers as the original: Triton writes both into the binary's
+    # line info (so the cubin equals a direct compile's), and tracebacks point to the real file.
+    # The padded text is visible to ``linecache`` only while Triton's jit reads the source.
+    filename = spec.filename
     text = "\n" * (spec.first_line - 1) + spec.src
     lines = text.splitlines(keepends=True)
+    previous = linecache.cache.get(filename)
     linecache.cache[filename] = (len(text), None, lines, filename)
-    code = compile(text, filename, "exec")
-    exec(code, namespace)
-    raw = namespace[spec.name]
-    options = {k: v for k, v in spec.jit_options if v not in (None, ())}
-    jitted = triton.jit(raw, **options)
+    try:
+        code = compile(text, filename, "exec")
+        exec(code, namespace)
+        raw = namespace[spec.name]
+        options = {k: v for k, v in spec.jit_options if v not in (None, ())}
+        jitted = gluon.rejit(spec.language, raw, options)
+    finally:
+        if previous is None:
+            linecache.cache.pop(filename, None)
+        else:
+            linecache.cache[filename] = previous
     namespace[spec.name] = jitted
     memo[key] = jitted
     return jitted

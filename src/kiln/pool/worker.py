@@ -54,11 +54,12 @@ def run_job(job_id: int, payload: bytes) -> tuple[Any, ...]:
         import triton
 
         from kiln.artifacts.artifact import CompiledArtifact
+        from kiln.compile.gluon import language_source
 
         kernel = request.spec.load()
-        compiled = triton.compile(
-            request.ast_source(kernel), target=request.target, options=dict(request.options)
-        )
+        # A @gluon.jit kernel compiles from Gluon's own AST source (kiln.compile.gluon).
+        source = language_source(request.ast_source(kernel), kernel)
+        compiled = triton.compile(source, target=request.target, options=dict(request.options))
         seconds = time.perf_counter() - started
         artifact = CompiledArtifact.from_triton(request.key, compiled, seconds)
         return (W_OK, job_id, artifact, seconds)
