@@ -1,7 +1,8 @@
 """Every place kiln touches Triton's internals, in one module.
 
-kiln is pinned to Triton 3.6.0 and written to work on 3.5-3.9 where the API allows. What
-differs between versions is isolated here: where ``GPUTarget`` lives, the cache-invalidating
+kiln supports Triton >=3.5.1,<3.8 (tested: 3.5.1, 3.6.0, 3.7.1; docs/TRITON_VERSIONS.md). What
+differs between versions is isolated here (the stage hook: section "Triton version differences"
+at the end); so are the internals that could move: where ``GPUTarget`` lives, the cache-invalidating
 environment variables, Triton's key (``triton_key``), the backend options class and the
 metadata a launcher reads. Known limits are documented in the README's compatibility table.
 """
@@ -183,7 +184,7 @@ def seed_triton_key(key: str) -> bool:
 # docs/TRITON_VERSIONS.md). Code elsewhere calls these helpers instead of testing versions.
 
 SUPPORTED_TRITON = ("3.5.1", "3.6.0", "3.7.1")
-"""Versions kiln's CI runs the compile-pool and key tests on (pyproject's range covers them)."""
+"""Versions CI runs the compile-pool and key tests on (.ci/run; pyproject's range covers them)."""
 
 StagesEditor = Callable[[Any, dict[str, Any], Any, Any, Any], None]
 """``edit(backend, stages, options, language, capability)``: rewrites Triton's stage table."""
