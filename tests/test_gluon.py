@@ -164,3 +164,26 @@ def test_triton_kernel_rebuilt_by_source_is_tritons_own_binary_too(make_pool: An
         direct = triton.compile(source, target=SM90, options={"num_warps": 4})
     assert artifact.binary == direct.asm["cubin"]
     assert "kernels.py" in artifact.asm["ptx"]
+
+
+@pytest.mark.gpu
+@pytest.mark.timeout(300)
+def test_gluon_binary_from_the_pool_runs_on_the_gpu(make_pool: Any) -> None:
+    torch = pytest.importorskip("torch")
+    from kiln.triton_compat import local_target
+
+    target = local_target()
+    assert target is not None
+    if target.backend != "cuda" or int(target.arch) < 80:
+        pytest.skip(f"the Gluon test kernels are written for NVIDIA sm_80+, this GPU is {target}")
+    block = 512
+    request = CompileRequest(gluon_kernels.gluon_add, ADD_SIG, {"BLOCK": block}, {"num_warps": 4}, target)
+    kernel = make_pool(workers=1).load_kernel(request)
+    n = 100_003
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    # Triton's launcher takes every argument, constexprs included (it ignores their values).
+    kernel[(triton.cdiv(n, block), 1, 1)](x, y, out, n, block)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, x + y)
