@@ -27,6 +27,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kiln.triton_compat import install_stages_hook
+
 MODES = ("abort", "segv", "exit", "hang", "raise", "memory")
 ASSERTION_TEXT = "LinearLayout.cpp:512: reshapeOuts: Assertion `kiln-injected' failed."
 MEMORY_CAP_BYTES = 6 << 30  # stop growing here (then hang) so a broken limit is a timeout, not an OOM
@@ -116,7 +118,7 @@ def _stage_hook(backend: Any, stages: dict[str, Any], options: Any, language: An
     stages["cubin"] = cubin_stage
 
 
-triton.knobs.runtime.add_stages_inspection_hook = _stage_hook
+install_stages_hook(_stage_hook, "kiln-tests-faults")
 
 
 @triton.jit
@@ -230,11 +232,7 @@ def faulty_scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr, FAULT: tl.constexpr):
         tl.store(out_ptr + offsets, x * 3.0, mask=mask)
 
 
-_previous_hook = triton.knobs.runtime.add_stages_inspection_hook
-
-
 def _marker_hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
-    _previous_hook(backend, stages, options, language, capability)
     make_llir = stages["llir"]
 
     def llir_stage(src: Any, metadata: dict[str, Any]) -> Any:
@@ -246,4 +244,4 @@ def _marker_hook(backend: Any, stages: dict[str, Any], options: Any, language: A
     stages["llir"] = llir_stage
 
 
-triton.knobs.runtime.add_stages_inspection_hook = _marker_hook
+install_stages_hook(_marker_hook, "kiln-tests-marker")

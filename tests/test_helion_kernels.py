@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import helion
 import helion.language as hl
 import torch
+
+import helion
 
 
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 """Every place kiln touches Triton's internals, in one module.
 
-kiln is pinned to Triton 3.6.0 and written to work on 3.5-3.9 where the API allows. What
-differs between versions is isolated here: where ``GPUTarget`` lives, the cache-invalidating
+kiln supports Triton >=3.5.1,<3.8 (tested: 3.5.1, 3.6.0, 3.7.1; docs/TRITON_VERSIONS.md). What
+differs between versions is isolated here (the stage hook: section "Triton version differences"
+at the end); so are the internals that could move: where ``GPUTarget`` lives, the cache-invalidating
 environment variables, Triton's key (``triton_key``), the backend options class and the
 metadata a launcher reads. Known limits are documented in the README's compatibility table.
 
@@ -19,7 +20,7 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "GPUTarget",
     "backend_option_names",
     "cache_invalidating_env",
+    "install_stages_hook",
     "local_target",
     "make_backend",
     "seed_triton_key",
@@ -377,14 +379,23 @@ def jit_parts(fn: Any) -> JitParts:
         src=fn.src,
         python_fn=fn.fn,
         globals=fn.__globals__,
-        arg_names=list(fn.arg_names),
-        first_line=int(getattr(fn, "starting_line_number", 1)),
+        arg_names=list(getattr(fn, "arg_names", ())),  # a @constexpr_function has none
+        first_line=_def_line(fn),
         options=(
             ("debug", getattr(fn, "debug", None)),
             ("do_not_specialize", tuple(getattr(fn, "do_not_specialize", ()) or ())),
             ("noinline", getattr(fn, "noinline", None)),
         ),
     )
+
+
+def _def_line(fn: Any) -> int:
+    """The line of the ``def`` (below any decorators): where ``fn.src`` and Triton's line info start."""
+    start = int(getattr(fn, "starting_line_number", 1))
+    for offset, line in enumerate(getattr(fn, "raw_src", None) or ()):
+        if line.strip().startswith("def "):
+            return start + offset
+    return start
 
 
 def jit_arg_names(fn: Any) -> list[str]:
@@ -433,3 +444,121 @@ def compiled_kernel_from_files(src: Any, group: dict[str, str], hash_: str) -> A
     from triton.compiler.compiler import CompiledKernel
 
     return CompiledKernel(src, group, hash_)
+
+
+# --- Gluon (kiln.compile.gluon) ---
+
+
+def is_constexpr_function(fn: Any) -> bool:
+    """Whether ``fn`` is a ``@constexpr_function`` helper (plain Python run at compile time)."""
+    from triton.runtime.jit import ConstexprFunction
+
+    return isinstance(fn, ConstexprFunction)
+
+
+def constexpr_function(raw: Any) -> Any:
+    """``triton.runtime.jit.constexpr_function(raw)``."""
+    from triton.runtime.jit import constexpr_function as decorate
+
+    return decorate(raw)
+
+
+def gluon_ast_source(kernel: Any, source: Any) -> Any:
+    """Gluon's own AST source for ``kernel`` with ``source``'s signature, constants and attrs."""
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    return GluonASTSource(kernel, source.signature, source.constants, source.attrs or None)
+
+
+# --- Triton version differences ---
+# Everything below names a difference between the Triton versions kiln supports (see
+# docs/TRITON_VERSIONS.md). Code elsewhere calls these helpers instead of testing versions.
+
+SUPPORTED_TRITON = ("3.5.1", "3.6.0", "3.7.1")
+"""Versions CI runs the compile-pool and key tests on (.ci/run; pyproject's range covers them)."""
+
+StagesEditor = Callable[[Any, dict[str, Any], Any, Any, Any], None]
+"""``edit(backend, stages, options, language, capability)``: rewrites Triton's stage table."""
+
+
+def triton_version_tuple() -> tuple[int, int, int]:
+    """``triton.__version__`` as numbers (``"3.7.1+git..."`` -> ``(3, 7, 1)``)."""
+    parts: list[int] = []
+    for piece in triton_version().split("+")[0].split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    while len(parts) < 3:
+        parts.append(0)
+    return (parts[0], parts[1], parts[2])
+
+
+def stages_hook_is_keyed() -> bool:
+    """Whether this Triton asks the stage hook for a cache key (``hook()``; Triton >= 3.7)."""
+    return triton_version_tuple() >= (3, 7, 0)
+
+
+def install_stages_hook(edit: StagesEditor, key: str) -> Callable[[], None]:
+    """Chain ``edit`` onto Triton's ``knobs.runtime.add_stages_inspection_hook``.
+
+    The hook is called in two forms, depending on the version:
+
+    * every version: ``hook(backend, stages, options, language, capability)`` from the
+      backend's ``add_stages``, to rewrite the compile pipeline (what ``edit`` does);
+    * Triton >= 3.7: also ``hook()``, which must return ``(cache_key, hash)``; Triton adds the
+      key to its compile cache key and the hash to the JIT's specialization key, so binaries
+      built with a rewritten pipeline never mix with plain ones. ``key`` names ``edit``.
+
+    A hook already installed (by kiln or anyone) keeps running first, and its key is kept.
+    Triton 3.5 has no such knob: there ``edit`` wraps each backend's ``add_stages`` instead
+    (same arguments, same effect; 3.5 has no hook key either). Returns a function that puts
+    back what was there before (for tests).
+    """
+    import triton
+
+    if not hasattr(triton.knobs.runtime, "add_stages_inspection_hook"):
+        return _wrap_backend_add_stages(edit)
+    previous = triton.knobs.runtime.add_stages_inspection_hook
+
+    def hook(*args: Any) -> Any:
+        if not args:  # Triton >= 3.7 asks for the hook's cache key
+            prev_key, prev_hash = previous() if previous is not None else ("", "")
+            full_key = f"{prev_key}{key}"
+            return full_key, hashlib.sha256(f"{prev_hash}:{full_key}".encode()).hexdigest()
+        if previous is not None:
+            previous(*args)
+        edit(*args)
+        return None
+
+    triton.knobs.runtime.add_stages_inspection_hook = hook
+
+    def remove() -> None:
+        triton.knobs.runtime.add_stages_inspection_hook = previous
+
+    return remove
+
+
+def _wrap_backend_add_stages(edit: StagesEditor) -> Callable[[], None]:
+    """Triton 3.5: run ``edit`` after every backend's ``add_stages`` (it has no stage hook)."""
+    from triton.backends import backends
+
+    originals: list[tuple[Any, Any]] = []
+    for backend in backends.values():
+        cls = backend.compiler
+        original = cls.add_stages
+        originals.append((cls, original))
+
+        def add_stages(
+            self: Any, stages: dict[str, Any], options: Any, language: Any, _original: Any = original
+        ) -> None:
+            _original(self, stages, options, language)
+            parse_arch = getattr(self, "_parse_arch", None)
+            capability = parse_arch(options.arch) if parse_arch is not None else None
+            edit(self, stages, options, language, capability)
+
+        cls.add_stages = add_stages
+
+    def remove() -> None:
+        for cls, original in originals:
+            cls.add_stages = original
+
+    return remove

@@ -31,6 +31,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
+from kiln.compile import gluon
 from kiln.compile.values import GlobalValue, canonical
 from kiln.errors import KernelSpecError
 from kiln.triton_compat import is_jit_function, jit_parts
@@ -162,6 +163,7 @@ class KernelSpec:
     first_line: int
     jit_options: tuple[tuple[str, Any], ...]
     globals: tuple[tuple[str, GlobalValue], ...]
+    language: str = gluon.TRITON  # "triton", "gluon" or "constexpr_function" (kiln.compile.gluon)
 
     # -- construction -------------------------------------------------------------------
 
@@ -169,7 +171,10 @@ class KernelSpec:
     def of(cls, fn: Any, *, _seen: dict[int, KernelSpec] | None = None) -> KernelSpec:
         """Describe a ``@triton.jit`` function (reading the current values of its globals)."""
         if not is_jit_function(fn):
-            raise KernelSpecError(f"{fn!r} is not a @triton.jit function; kiln compiles Triton kernels only.")
+            raise KernelSpecError(
+                f"{fn!r} is not a @triton.jit or @gluon.jit function; kiln compiles Triton and Gluon "
+                f"kernels only."
+            )
         seen = {} if _seen is None else _seen
         if id(fn) in seen:
             return seen[id(fn)]
@@ -203,6 +208,7 @@ class KernelSpec:
             first_line=parts.first_line,
             jit_options=parts.options,
             globals=tuple(sorted(resolved.items())),
+            language=gluon.language_of(fn),
         )
         seen[id(fn)] = spec
         return spec
@@ -216,7 +222,7 @@ class KernelSpec:
                 return ["jit", payload.identity]
             return [kind, payload]
 
-        return {
+        data = {
             "name": self.name,
             "src": self.src,
             # The binary embeds line info: the same source on another line is another cubin.
@@ -224,6 +230,9 @@ class KernelSpec:
             "jit": [[k, canonical(v) if not isinstance(v, tuple) else list(v)] for k, v in self.jit_options],
             "globals": [[n, value_data(v)] for n, v in self.globals],
         }
+        if self.language != gluon.TRITON:  # Triton kernels keep the identities they always had
+            data["language"] = self.language
+        return data
 
     @property
     def identity(self) -> str:

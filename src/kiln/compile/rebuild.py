@@ -44,22 +44,31 @@ def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     key = spec.identity
     if key in memo:
         return memo[key]
-    import triton
+    from kiln.compile import gluon
 
     # Same module name as the original, so Triton's names and cache keys look the same.
     namespace: dict[str, Any] = {"__name__": spec.module, "__builtins__": builtins}
     for name, value in spec.globals:
         _bind(namespace, name, _rebuild_value(name, value, memo))
-    # Keep line numbers as in the original file so tracebacks and Triton's errors point there.
-    filename = f"<kiln:{spec.filename}>"
+    # Same file name and line numbers as the original: Triton writes both into the binary's
+    # line info (so the cubin equals a direct compile's), and tracebacks point to the real file.
+    # The padded text is visible to ``linecache`` only while Triton's jit reads the source.
+    filename = spec.filename
     text = "\n" * (spec.first_line - 1) + spec.src
     lines = text.splitlines(keepends=True)
+    previous = linecache.cache.get(filename)
     linecache.cache[filename] = (len(text), None, lines, filename)
-    code = compile(text, filename, "exec")
-    exec(code, namespace)
-    raw = namespace[spec.name]
-    options = {k: v for k, v in spec.jit_options if v not in (None, ())}
-    jitted = triton.jit(raw, **options)
+    try:
+        code = compile(text, filename, "exec")
+        exec(code, namespace)
+        raw = namespace[spec.name]
+        options = {k: v for k, v in spec.jit_options if v not in (None, ())}
+        jitted = gluon.rejit(spec.language, raw, options)
+    finally:
+        if previous is None:
+            linecache.cache.pop(filename, None)
+        else:
+            linecache.cache[filename] = previous
     namespace[spec.name] = jitted
     memo[key] = jitted
     return jitted

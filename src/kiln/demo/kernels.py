@@ -16,6 +16,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kiln.triton_compat import install_stages_hook
+
 DEMO_ASSERTION = "LinearLayout.cpp:512: reshapeOuts: Assertion `newOutDims == outDims' failed (demo)."
 
 
@@ -34,7 +36,7 @@ def _demo_faults(backend: Any, stages: dict[str, Any], options: Any, language: A
     stages["cubin"] = cubin
 
 
-triton.knobs.runtime.add_stages_inspection_hook = _demo_faults
+install_stages_hook(_demo_faults, "kiln-demo-faults")
 
 
 @triton.jit

@@ -53,11 +53,12 @@ def run_job(job: RunJob) -> JobDone | JobFailed:
         _apply_env(dict(request.triton_env))
         from kiln import triton_compat
         from kiln.artifacts.artifact import CompiledArtifact
+        from kiln.compile.gluon import language_source
 
         kernel = request.spec.load()
-        compiled = triton_compat.compile_kernel(
-            request.ast_source(kernel), request.target, dict(request.options)
-        )
+        # A @gluon.jit kernel compiles from Gluon's own AST source (kiln.compile.gluon).
+        source = language_source(request.ast_source(kernel), kernel)
+        compiled = triton_compat.compile_kernel(source, request.target, dict(request.options))
         seconds = time.perf_counter() - started
         artifact = CompiledArtifact.from_triton(request.key, compiled, seconds)
         return JobDone(job.job_id, artifact, seconds)
