@@ -136,28 +136,30 @@ class NativeSandbox:
             self._reference = (reference_descs(outputs), tolerances)
             self._user_reference = (dict(outputs), tolerances)
 
-    def bench(self, spec: BenchSpec) -> BenchOutcome:
+    def bench(self, spec: BenchSpec, timeout_s: float | None = None) -> BenchOutcome:
+        """Run one config; past ``timeout_s`` (default: the sandbox's) it is killed and restarted."""
+        timeout = self.timeout_s if timeout_s is None else timeout_s
         with self._lock:
             started = time.monotonic()
             if self.native_unavailable is not None:
-                return self._via_torch(spec, started, self.native_unavailable)
+                return self._via_torch(spec, started, self.native_unavailable, timeout)
             timing: dict[str, Any] = {}
             try:
                 self._ensure_ready(timing)
                 assert self._proc is not None
                 self._proc.send(("bench", spec.__dict__))
-                reply = self._proc.receive(self.timeout_s)
+                reply = self._proc.receive(timeout)
             except _Fatal as fatal:
                 self.native_unavailable = f"the native sandbox could not start: {fatal}"
                 log.info("kiln: %s; configs are benchmarked in the torch sandbox", self.native_unavailable)
-                return self._via_torch(spec, started, self.native_unavailable)
+                return self._via_torch(spec, started, self.native_unavailable, timeout)
             except Died as died:
                 return self._death_outcome(died, started)
             except TimedOut:
                 self._kill()
                 return NativeBenchOutcome(
                     "bench_timeout",
-                    reason=f"benchmark did not finish within {self.timeout_s:g} s (the sandbox was killed)",
+                    reason=f"benchmark did not finish within {timeout:g} s (the sandbox was killed)",
                     seconds=time.monotonic() - started,
                 )
             seconds = time.monotonic() - started
@@ -168,7 +170,7 @@ class NativeSandbox:
                 )
             if reply[0] == "unsupported":
                 log.info("kiln: %s runs in the torch sandbox: %s", spec.key[:12], reply[1])
-                return self._via_torch(spec, started, reply[1])
+                return self._via_torch(spec, started, reply[1], timeout)
             _, what, message, _tb, sticky = reply
             if sticky:
                 assert self._proc is not None
@@ -244,7 +246,9 @@ class NativeSandbox:
         self._inputs_sent = True
         return dict(reply[1])
 
-    def _via_torch(self, spec: BenchSpec, started: float, why: str) -> BenchOutcome:
+    def _via_torch(
+        self, spec: BenchSpec, started: float, why: str, timeout_s: float | None = None
+    ) -> BenchOutcome:
         """Benchmark in the torch sandbox (started on first need) with the same inputs."""
         if self._torch is None:
             self._torch = Sandbox(self.device, timeout_s=self.timeout_s)
@@ -257,7 +261,7 @@ class NativeSandbox:
             if reference is not None:
                 self._torch.set_reference(*reference)
             self._torch_inputs_sent = True
-        outcome = self._torch.bench(spec)
+        outcome = self._torch.bench(spec, timeout_s)
         fields = {name: getattr(outcome, name) for name in BenchOutcome.__dataclass_fields__}
         fields["seconds"] = time.monotonic() - started
         return NativeBenchOutcome(**fields, sandbox={"via": "torch", "why": why})

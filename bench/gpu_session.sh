@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One call's worth of GPU work on the device machine, in phases (each with its own time limit),
+# logs and JSON under $OUT. Usage, from the repository root on the device:
+#   bash bench/gpu_session.sh PHASE [PHASE...]
+# Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
+# and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
+# (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
+# (Helion GPU tests + bench/helion.py), demo.
+# Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
+# device has none).
+set -uo pipefail
+out=${OUT:-/tmp/kiln-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  || exit 1
+if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
+fi
+export PYTHONPATH=$PWD/src:/tmp/site
+{
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nproc
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+} 2>&1 | tee -a "$out/device.txt"
+
+run() {  # run NAME SECONDS CMD...: a phase step with a limit, output to $out/NAME.log, tail shown
+  local name=$1 limit=$2
+  shift 2
+  local started=$SECONDS
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc in $((SECONDS - started)) s"
+  tail -n "${TAIL:-6}" "$out/$name.log"
+}
+
+for phase in "$@"; do
+  case $phase in
+    native)
+      run native-tests 150 python3 -m pytest -q -s -p no:cacheprovider tests/test_native_sandbox_gpu.py
+      run sandbox-start 120 python3 bench/sandbox_start.py --json "$out/sandbox_start.json" ;;
+    tests)
+      TAIL=12 run gpu-tests 380 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ \
+        --ignore=tests/test_helion_gpu.py --ignore=tests/test_native_sandbox_gpu.py ;;
+    softmax)
+      TAIL=4 run autotune-softmax 150 python3 bench/autotune.py --set softmax --json "$out/autotune-softmax.json" ;;
+    matmul)
+      TAIL=4 run autotune-matmul 300 python3 bench/autotune.py --set matmul --json "$out/autotune-matmul.json" ;;
+    launch)
+      TAIL=16 run launch 200 python3 bench/launch.py --json "$out/launch.json" ;;
+    liger)
+      TAIL=12 run realworld-liger 560 python3 bench/realworld.py --ops liger_dyt_fwdbwd,liger_swiglu_fwd,liger_moe_fwd \
+        --out "$out/realworld-liger.json" ;;
+    fla)
+      TAIL=12 run realworld-fla 560 python3 bench/realworld.py --ops fla_chunk_gla_fwd,fla_parallel_simple_gla_fwd \
+        --out "$out/realworld-fla.json" ;;
+    helion)
+      run helion-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
+      TAIL=20 run helion-bench 480 python3 bench/helion.py --out "$out/helion.json" ;;
+    demo)
+      run demo 120 python3 -m kiln demo --workers 16 ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
