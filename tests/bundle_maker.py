@@ -42,4 +42,3 @@ def compile_parts(cache_dir: Path) -> tuple[KernelRecord, CompiledArtifact]:
     left = wait_no_processes(pool.pool_id)
     assert not left, f"processes leaked: {left}"
     return record, artifact
-

@@ -13,7 +13,8 @@ path or one with ``..`` is refused before anything is opened through it, so noth
 bundle is read, and nothing is ever written. Archives are streamed, never extracted or read
 whole: each member's size is checked from its header against :data:`MAX_MANIFEST_BYTES` /
 :data:`MAX_BINARY_BYTES` before its data is decompressed, and the whole archive may expand to
-at most :data:`MAX_ARCHIVE_BYTES`, so a gzip bomb costs neither memory nor much time.
+at most :data:`MAX_EXPANSION` times its size (beyond a first 64 MiB) and :data:`MAX_ARCHIVE_BYTES`
+in all, so a gzip bomb costs neither memory nor much time.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ MAX_BINARY_BYTES = 64 << 20
 """A binary's largest size (64 MiB; Triton's cubins are KiBs to a few MiB)."""
 MAX_ARCHIVE_BYTES = 1 << 30
 """An archive's largest size once decompressed (1 GiB, headers included)."""
+MAX_EXPANSION = 100
+"""An archive may expand to at most this many times its size on disk (beyond the first 64 MiB):
+kiln's archives expand 3-10x; a gzip bomb 1000x."""
 MAX_MEMBERS = 10_000
 """The most members an archive may hold."""
 _CHUNK = 1 << 20
@@ -143,11 +147,17 @@ class DirectoryStorage:
         return self._consume(name, keep=True)[0]
 
 
+def expansion_limit(path: Path) -> int:
+    """How many bytes the archive at ``path`` may expand to."""
+    return min(MAX_ARCHIVE_BYTES, max(64 << 20, MAX_EXPANSION * path.stat().st_size))
+
+
 class _Capped:
     """A read-only stream that refuses to yield more than ``limit`` bytes (decompressed)."""
 
     def __init__(self, inner: IO[bytes], limit: int, where: Path) -> None:
         self.inner = inner
+        self.limit = limit
         self.left = limit
         self.where = where
 
@@ -157,8 +167,9 @@ class _Capped:
         self.left -= len(data)
         if self.left < 0:
             raise BundleTooLargeError(
-                f"{self.where}: the archive expands to more than {MAX_ARCHIVE_BYTES:,} bytes; a bundle "
-                f"kiln wrote never does: the file is damaged or not a kiln bundle"
+                f"{self.where}: the archive expands to more than {self.limit:,} bytes (at most "
+                f"{MAX_EXPANSION}x its size, beyond the first 64 MiB, and {MAX_ARCHIVE_BYTES:,} bytes in "
+                f"all); a bundle kiln wrote never does: the file is damaged or not a kiln bundle"
             )
         return data
 
@@ -185,7 +196,7 @@ class ArchiveStorage:
                 gzipped = raw.read(2) == b"\x1f\x8b"
                 raw.seek(0)
                 inner: IO[bytes] = cast(IO[bytes], gzip.GzipFile(fileobj=raw, mode="rb")) if gzipped else raw
-                capped = cast(IO[bytes], _Capped(inner, MAX_ARCHIVE_BYTES, self.path))
+                capped = cast(IO[bytes], _Capped(inner, expansion_limit(self.path), self.path))
                 with tarfile.open(fileobj=capped, mode="r|") as tar:
                     seen: set[str] = set()
                     for member in tar:
