@@ -229,13 +229,21 @@ def _variable(name: str) -> str:
     return _ENV[name][0]
 
 
+def _range_error(name: str, value: Any, *, from_env: bool) -> SettingsError | None:
+    problem = _RANGES[name](value) if name in _RANGES else None
+    if not problem:
+        return None
+    shown = str(value) if isinstance(value, Path) else repr(value)
+    if from_env:
+        return SettingsError(f"{_variable(name)}={shown} is not valid: {problem}.")
+    return SettingsError(f"the setting {name}={shown} ({_variable(name)}) is not valid: {problem}.")
+
+
 def _check_ranges(values: Settings) -> None:
-    for name, check in _RANGES.items():
-        value = getattr(values, name)
-        problem = check(value)
-        if problem:
-            shown = str(value) if isinstance(value, Path) else repr(value)
-            raise SettingsError(f"{_variable(name)}={shown} is not valid (setting {name!r}): {problem}.")
+    for name in _RANGES:
+        error = _range_error(name, getattr(values, name), from_env=False)
+        if error is not None:
+            raise error
 
 
 def from_env(environ: dict[str, str] | None = None) -> Settings:
@@ -250,6 +258,9 @@ def from_env(environ: dict[str, str] | None = None) -> Settings:
             values[name] = parse(raw)
         except ValueError:
             raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
+        error = _range_error(name, values[name], from_env=True)
+        if error is not None:
+            raise error
     return Settings(**values)
 
 
@@ -265,6 +276,20 @@ def current() -> Settings:
     for layer in overrides:
         settings = settings.replace(**layer)
     return settings
+
+
+def overridden(environ: dict[str, str] | None = None) -> frozenset[str]:
+    """Names of the settings given explicitly: by a non-empty ``KILN_*`` variable or a :func:`scope`.
+
+    For callers with defaults of their own (``kiln demo`` uses a 5 s timeout unless
+    ``KILN_JOB_TIMEOUT_S`` says otherwise).
+    """
+    env = os.environ if environ is None else environ
+    names = {name for name, (var, _, _) in _ENV.items() if env.get(var, "").strip()}
+    with _scopes_lock:
+        for _, layer in _scopes:
+            names.update(layer)
+    return frozenset(names)
 
 
 @contextlib.contextmanager
