@@ -137,9 +137,11 @@ def test_a_bad_signature_type_is_refused_naming_valid_ones(bad: str) -> None:
     assert "'*fp16'" in text
 
 
-def test_triton_type_spellings_are_accepted() -> None:
-    _request(signature={**ADD_SIGNATURE, "x_ptr": "*kfp32", "n": "u64"})
+def test_signature_types_are_checked_against_tritons() -> None:
+    _request(signature={**ADD_SIGNATURE, "x_ptr": "*kfp32", "n": "u64"})  # Triton's spellings pass
     _request(signature={**ADD_SIGNATURE, "y_ptr": "*bf16", "n": "i64"})
+    with pytest.raises(RequestError, match=r"'\*kint32' is not a Triton type"):
+        _request(signature={**ADD_SIGNATURE, "x_ptr": "*kint32"})
 
 
 def test_a_signature_given_as_a_list_is_refused() -> None:
