@@ -121,10 +121,12 @@ def test_rejects_corrupt_and_mismatched_bundles(tmp_path: Path, bundle_parts: An
 
     binary = next((path / "binaries").iterdir())
     good = binary.read_bytes()
-    binary.write_bytes(good[:-8] + b"\0" * 8)
     reader = BundleReader(path)
-    with pytest.raises(BundleError, match="is corrupt"):
+    binary.write_bytes(good[:-8] + b"\0" * 8)
+    with pytest.raises(BundleError, match="is corrupt"):  # changed after load: checked at launch
         reader.artifact(reader.manifest.kernels[0], reader.manifest.kernels[0].entries[0])
+    with pytest.raises(BundleError, match="is corrupt"):  # and at load (#12 item 6)
+        BundleReader(path)
     binary.write_bytes(good)
 
     broken = json.loads(json.dumps(manifest))

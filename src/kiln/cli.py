@@ -1,14 +1,34 @@
-"""kiln's command line (``kiln --help``)."""
+"""kiln's command line (``kiln --help``).
+
+Every kiln error (and every file-system error) a command meets ends as one ``Error: ...`` line
+on stderr and exit status 1, never a traceback (:class:`_KilnGroup`).
+"""
 
 from __future__ import annotations
 
-import os
+import sqlite3
 import sys
+from pathlib import Path
+from typing import Any
 
 import click
 
+from kiln.errors import KilnError
 
-@click.group()
+
+class _KilnGroup(click.Group):
+    """A click group that turns :class:`~kiln.errors.KilnError` and ``OSError`` into
+    ``Error: <message on one line>`` and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (KilnError, OSError) as exc:
+            text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise click.ClickException(text or type(exc).__name__) from None
+
+
+@click.group(cls=_KilnGroup)
 @click.version_option(package_name="kiln")
 def main() -> None:
     """kiln: crash-proof, parallel compilation of Triton kernels."""
@@ -16,21 +36,62 @@ def main() -> None:
 
 @main.command()
 @click.option(
-    "--arch", default=90, show_default=True, help="CUDA compute capability to compile for (no GPU needed)."
+    "--arch",
+    type=int,
+    default=90,
+    show_default=True,
+    help="CUDA compute capability to compile for (no GPU needed), e.g. 80 or 90.",
 )
 @click.option(
-    "--workers", default=min(8, os.cpu_count() or 1), show_default=True, help="Compile worker processes."
+    "--workers",
+    type=int,
+    default=None,
+    help="Compile worker processes [default: KILN_WORKERS, else at most 8].",
 )
 @click.option(
-    "--timeout", "timeout_s", default=5.0, show_default=True, help="Seconds before a compile counts as hung."
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="Seconds before a compile counts as hung [default: KILN_JOB_TIMEOUT_S, else 5].",
 )
-def demo(arch: int, workers: int, timeout_s: float) -> None:
+def demo(arch: int, workers: int | None, timeout_s: float | None) -> None:
     """Compile real kernels through the pool; one aborts, one hangs. Exits 0 when all end as expected."""
     from kiln.demo.run import run_demo
     from kiln.triton_compat import GPUTarget
 
     ok = run_demo(target=GPUTarget("cuda", arch, 32), workers=workers, timeout_s=timeout_s, echo=click.echo)
     sys.exit(0 if ok else 1)
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_tuning_database(path: Path) -> None:
+    """Refuse a file that is not a kiln tuning database, read-only, before kiln opens it for
+    writing (which would turn an empty SQLite file into one, and add -wal/-shm files)."""
+    with open(path, "rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if header != _SQLITE_HEADER:
+        raise click.ClickException(
+            f"{path} is not a kiln tuning database (not an SQLite file); pass --db the path of one "
+            f"(default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)."
+        )
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        row, reason = None, f" ({exc})"
+    else:
+        reason = ""
+    if row is None:
+        raise click.ClickException(
+            f"{path} is an SQLite file but not a readable kiln tuning database{reason}; pass --db the "
+            f"path of one (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)."
+        )
 
 
 @main.command()
@@ -52,13 +113,12 @@ def demo(arch: int, workers: int, timeout_s: float) -> None:
 )
 def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | None) -> None:
     """Print the latest tuning runs from the tuning database as tables."""
-    from pathlib import Path
-
     from kiln.tuning import TuningDatabase, default_database_path, format_table, write_json
 
     path = Path(db_path) if db_path else default_database_path()
     if not path.exists():
         raise click.ClickException(f"no tuning database at {path}; tune a kernel with kiln.autotune first")
+    _check_tuning_database(path)
     with TuningDatabase(path) as database:
         runs = database.runs(kernel=kernel, limit=limit)
     if not runs:
@@ -89,7 +149,6 @@ def bundle() -> None:
 def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
     """Write every tuned variant recorded in the kiln cache to PATH (a directory, or .tar/.tar.gz/.tgz)."""
     import warnings
-    from pathlib import Path
 
     from kiln import settings
     from kiln.bundle import BundleError, collect_recorded, write_bundle
@@ -113,12 +172,9 @@ def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
 @click.argument("path", type=click.Path(exists=True))
 def bundle_show(path: str) -> None:
     """List a bundle's kernels and variants (no GPU needed)."""
-    from kiln.bundle import BundleError, BundleReader
+    from kiln.bundle import BundleReader
 
-    try:
-        reader = BundleReader(path)
-    except BundleError as exc:
-        raise click.ClickException(str(exc)) from None
+    reader = BundleReader(path)  # a BundleError becomes one "Error:" line (_KilnGroup)
     manifest = reader.manifest
     click.echo(f"{path}: kiln {manifest.kiln_version}, Triton {manifest.triton_version}, {manifest.created}")
     for record in manifest.kernels:

@@ -54,6 +54,11 @@ def likely_cause(returncode: int | None) -> str | None:
     return _LIKELY_CAUSE.get(-returncode)
 
 
+def format_seconds(seconds: float) -> str:
+    """``3.1 s``; under 0.1 s in milliseconds (``31 ms``), so a fast crash never reads ``0.0 s``."""
+    return f"{seconds:.1f} s" if seconds >= 0.1 else f"{seconds * 1000:.0f} ms"
+
+
 class KilnError(Exception):
     """Base class of every error kiln raises itself."""
 
@@ -185,7 +190,7 @@ class JobFailure(KilnError):
         return self.returncode if self.returncode is not None and self.returncode >= 0 else None
 
     def _headline(self) -> str:
-        return f"compile of {self.job.label()} {self.what} after {self.seconds:.1f} s"
+        return f"compile of {self.job.label()} {self.what} after {format_seconds(self.seconds)}"
 
     def _message(self) -> str:
         parts = [self._headline()]
@@ -209,7 +214,7 @@ class WorkerCrashedError(JobFailure):
     def _headline(self) -> str:
         how = describe_exit(self.returncode)
         verb = "was killed by" if self.returncode is not None and self.returncode < 0 else "ended with"
-        line = f"compile of {self.job.label()} {verb} {how} after {self.seconds:.1f} s"
+        line = f"compile of {self.job.label()} {verb} {how} after {format_seconds(self.seconds)}"
         cause = likely_cause(self.returncode)
         return f"{line} ({cause})" if cause else line
 

@@ -8,13 +8,17 @@ who want a setting for one block of code)::
         pool = CompilePool()          # this pool sees a 5 s timeout
 
 A malformed variable raises :class:`~kiln.errors.SettingsError` naming the variable, its
-value and what was expected.
+value and what was expected; so does a value out of its range, however it was given (the
+environment, :func:`scope`, a ``CompilePool`` argument): numbers must be finite and within the
+bounds in ``_RANGES``, the cache directory a directory (or creatable), the tuning database a
+file (or creatable), never a directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -83,6 +87,9 @@ class Settings:
     autotune: bool = False  # route triton.autotune through kiln at `import kiln` (kiln.install())
     """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
 
+    def __post_init__(self) -> None:
+        _check_ranges(self)
+
     def replace(self, **changes: Any) -> Settings:
         return dataclasses.replace(self, **changes)
 
@@ -101,7 +108,7 @@ def _positive_int(value: str) -> int:
 
 def _positive_float(value: str) -> float:
     number = float(value)
-    if not number > 0:
+    if not (number > 0 and math.isfinite(number)):
         raise ValueError(value)
     return number
 
@@ -117,15 +124,15 @@ def _bool(value: str) -> bool:
 
 _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "workers": ("KILN_WORKERS", _positive_int, "a positive integer"),
-    "job_timeout_s": ("KILN_JOB_TIMEOUT_S", _positive_float, "a positive number of seconds"),
+    "job_timeout_s": ("KILN_JOB_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "memory_limit_mb": ("KILN_MEMORY_LIMIT_MB", _positive_int, "a positive integer (MiB)"),
-    "memory_poll_s": ("KILN_MEMORY_POLL_S", _positive_float, "a positive number of seconds"),
+    "memory_poll_s": ("KILN_MEMORY_POLL_S", _positive_float, "a positive, finite number of seconds"),
     "cache_dir": ("KILN_CACHE_DIR", lambda v: Path(v).expanduser(), "a directory path"),
     "use_disk_cache": ("KILN_DISK_CACHE", _bool, "0 or 1"),
     "zygote_start_timeout_s": (
         "KILN_ZYGOTE_START_TIMEOUT_S",
         _positive_float,
-        "a positive number of seconds",
+        "a positive, finite number of seconds",
     ),
     "zygote_restarts": ("KILN_ZYGOTE_RESTARTS", _positive_int, "a positive integer"),
     "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", _positive_int, "a positive integer"),
@@ -134,10 +141,120 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
     "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
     "native_sandbox": ("KILN_NATIVE_SANDBOX", _bool, "0 or 1"),
-    "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive number of seconds"),
+    "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
 }
+
+
+# --- ranges: every field checked when a Settings is made (environment, scope(), replace()) ---
+
+MAX_WORKERS = 512
+"""The most compile workers on any machine (each is a process holding Triton, 150-300 MB)."""
+
+
+def max_workers() -> int:
+    """4 workers per CPU core (at least 8), at most :data:`MAX_WORKERS`: a compile keeps one core
+    busy, so beyond that workers only add memory and fork time, never throughput."""
+    return min(MAX_WORKERS, max(8, 4 * (os.cpu_count() or 1)))
+
+
+def _int_range(low: int, high: int, what: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"expected {what} from {low} to {high:,}"
+        return None
+
+    return check
+
+
+def _workers_range(value: Any) -> str | None:
+    problem = _int_range(1, max_workers(), "a number of workers")(value)
+    if problem is None:
+        return None
+    return (
+        f"{problem} on this machine (4 per CPU core, at least 8, at most {MAX_WORKERS}; a compile keeps "
+        f"a core busy, so more workers only add memory and fork time)"
+    )
+
+
+def _seconds_range(low: float, high: float | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or value < low or (high is not None and value > high):
+            bound = f"from {low:g} to {high:g}" if high is not None else f"of at least {low:g}"
+            return f"expected a finite number of seconds {bound}"
+        return None
+
+    return check
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path("/")
+
+
+def _directory_usable(value: Any) -> str | None:
+    path = Path(value)
+    existing = _nearest_existing(path)
+    if existing == path and not path.is_dir():
+        return "expected a directory, and this is a file (or a device); point it at a directory"
+    if not existing.is_dir():
+        return f"expected a directory that can be created, but {existing} is not a directory"
+    if existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        return f"expected a directory that can be created, but {existing} is not writable"
+    return None
+
+
+def _file_usable(value: Any) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        return "expected a database file, and this is a directory; name a file in it"
+    existing = _nearest_existing(path.parent)
+    if not existing.is_dir():
+        return f"expected a file whose directory can be created, but {existing} is not a directory"
+    if existing != path.parent and not os.access(existing, os.W_OK | os.X_OK):
+        return f"expected a file whose directory can be created, but {existing} is not writable"
+    return None
+
+
+_RANGES: dict[str, Callable[[Any], str | None]] = {
+    "workers": _workers_range,
+    "job_timeout_s": _seconds_range(0.001),
+    "memory_limit_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
+    "memory_poll_s": _seconds_range(0.001, 60.0),
+    "cache_dir": _directory_usable,
+    "zygote_start_timeout_s": _seconds_range(0.001),
+    "zygote_restarts": _int_range(1, 1000, "a number of restarts"),
+    "stderr_tail_lines": _int_range(1, 100_000, "a number of lines"),
+    "tuning_db": _file_usable,
+    "bench_timeout_s": _seconds_range(0.001),
+}
+
+
+def _variable(name: str) -> str:
+    return _ENV[name][0]
+
+
+def _range_error(name: str, value: Any, *, from_env: bool) -> SettingsError | None:
+    problem = _RANGES[name](value) if name in _RANGES else None
+    if not problem:
+        return None
+    shown = str(value) if isinstance(value, Path) else repr(value)
+    if from_env:
+        return SettingsError(f"{_variable(name)}={shown} is not valid: {problem}.")
+    return SettingsError(f"the setting {name}={shown} ({_variable(name)}) is not valid: {problem}.")
+
+
+def _check_ranges(values: Settings) -> None:
+    for name in _RANGES:
+        error = _range_error(name, getattr(values, name), from_env=False)
+        if error is not None:
+            raise error
 
 
 def from_env(environ: dict[str, str] | None = None) -> Settings:
@@ -152,6 +269,9 @@ def from_env(environ: dict[str, str] | None = None) -> Settings:
             values[name] = parse(raw)
         except ValueError:
             raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
+        error = _range_error(name, values[name], from_env=True)
+        if error is not None:
+            raise error
     return Settings(**values)
 
 
@@ -172,6 +292,20 @@ def current() -> Settings:
 def default_triton_key_dir() -> Path | None:
     """:attr:`Settings.triton_key_dir` of the settings in force (a ``CompileRequest``'s default)."""
     return current().triton_key_dir
+
+
+def overridden(environ: dict[str, str] | None = None) -> frozenset[str]:
+    """Names of the settings given explicitly: by a non-empty ``KILN_*`` variable or a :func:`scope`.
+
+    For callers with defaults of their own (``kiln demo`` uses a 5 s timeout unless
+    ``KILN_JOB_TIMEOUT_S`` says otherwise).
+    """
+    env = os.environ if environ is None else environ
+    names = {name for name, (var, _, _) in _ENV.items() if env.get(var, "").strip()}
+    with _scopes_lock:
+        for _, layer in _scopes:
+            names.update(layer)
+    return frozenset(names)
 
 
 @contextlib.contextmanager

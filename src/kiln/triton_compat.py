@@ -562,3 +562,64 @@ def _wrap_backend_add_stages(edit: StagesEditor) -> Callable[[], None]:
             cls.add_stages = original
 
     return remove
+
+
+# --- validation ---
+# Targets and signature types checked in the caller, before Triton sees them: Triton's own
+# errors for these come late (in a worker) or name the wrong cause (a string arch is reported
+# as a bad TRITON_OVERRIDE_ARCH).
+
+CUDA_ARCHS: tuple[int, ...] = (70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
+"""CUDA compute capabilities Triton 3.6's NVIDIA backend compiles for (its ptxas accepts them)."""
+
+SCALAR_TYPES: tuple[str, ...] = (
+    "i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64",
+    "fp16", "bf16", "fp32", "fp64", "fp8e4nv", "fp8e4b8", "fp8e5", "fp8e5b16", "fp8e4b15",
+)  # fmt: skip
+"""Triton's scalar type names in signatures (``*`` before one makes a pointer: ``*fp16``)."""
+
+
+def target_problem(target: GPUTarget) -> str | None:
+    """Why ``target`` cannot be compiled for (``None``: it can), saying how to write it."""
+    backend, arch, warp_size = target.backend, target.arch, target.warp_size
+    if not isinstance(backend, str) or not backend:
+        return f"GPUTarget backend must be a string such as 'cuda', got {backend!r}"
+    if isinstance(warp_size, bool) or not isinstance(warp_size, int) or warp_size <= 0:
+        return f"GPUTarget warp_size must be a positive int (32 on NVIDIA GPUs), got {warp_size!r}"
+    if backend != "cuda":
+        return None
+    if isinstance(arch, bool) or not isinstance(arch, int):
+        digits = "".join(c for c in str(arch) if c.isdigit())
+        example = digits if digits else "90"
+        return (
+            f"GPUTarget arch must be an int compute capability such as 90 (for sm_90), got {arch!r}; "
+            f"write GPUTarget('cuda', {example}, {warp_size})"
+        )
+    if arch not in CUDA_ARCHS:
+        return (
+            f"GPUTarget arch {arch} is not a CUDA compute capability Triton {triton_version()} compiles "
+            f"for; supported: {', '.join(map(str, CUDA_ARCHS))} (90 is an H100/H200, 80 an A100)"
+        )
+    return None
+
+
+def signature_type_problem(kind: str) -> str | None:
+    """Why ``kind`` is not a type Triton accepts in a signature (``None``: it is)."""
+    base = kind.lstrip("*")
+    if kind.startswith("*") and base.startswith("k"):
+        base = base[1:]  # "*kfp16": a pointer to constant data
+    if kind == "constexpr" or kind.startswith(("tensordesc<", "(")):
+        return None  # Triton's own parser checks these (tensor descriptors, tuples)
+    if base in SCALAR_TYPES and (kind.startswith("*") or base == kind):
+        return None
+    try:  # never stricter than Triton: accept whatever its own parser accepts
+        from triton.language import str_to_ty
+
+        str_to_ty(kind, None)
+        return None
+    except Exception:  # any failure of Triton's parser means "not a type"
+        pass
+    return (
+        f"{kind!r} is not a Triton type; use one of {', '.join(SCALAR_TYPES)}, a pointer to one "
+        f"('*fp16', '*i32'), or 'constexpr'"
+    )

@@ -10,8 +10,11 @@ A :class:`KernelRecord` describes one ``@triton.jit`` kernel (its parameters and
 matched against a call) and holds one :class:`EntryRecord` per tuned variant: the tuning key's
 values, the chosen config, the binary's file, checksum and full launch metadata (every field
 of :data:`kiln.artifacts.artifact.LAUNCH_FIELDS` required), each argument's type and specialization, and
-the tuning record. Reading checks the format version, every required field and every binary's
-checksum, and says which entry and which field is wrong. Nothing is unpickled.
+the tuning record. Bundles are untrusted input: :class:`BundleReader` validates the manifest
+against its schema (:mod:`.schema`) and checks every binary at load, reading files only through
+:mod:`.storage` (regular files inside the bundle, size-capped, archives streamed). Every refusal
+is a :class:`BundleError` subclass (:mod:`.errors`) naming the entry and field. Nothing is
+unpickled, nothing written.
 """
 
 from __future__ import annotations
@@ -28,16 +31,37 @@ from pathlib import Path
 from typing import Any
 
 from kiln.artifacts.artifact import LAUNCH_FIELDS, CompiledArtifact
-from kiln.errors import KilnError, MissingMetadataError
+from kiln.bundle.errors import (
+    BundleChecksumError,
+    BundleError,
+    BundleMemberError,
+    BundleMetadataError,
+    BundleSchemaError,
+    BundleTooLargeError,
+)
+from kiln.bundle.schema import BUNDLE_FORMAT, parse_manifest
+from kiln.bundle.storage import MANIFEST, is_archive, open_storage
+from kiln.errors import MissingMetadataError
 from kiln.launch.spec import LaunchSpec, LaunchSpecError
 
-BUNDLE_FORMAT = 1
-MANIFEST = "manifest.json"
-_ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
-
-
-class BundleError(KilnError):
-    """A bundle cannot be written, read, or used on this machine; the message says which and why."""
+__all__ = [
+    "BUNDLE_FORMAT",
+    "MANIFEST",
+    "BundleChecksumError",
+    "BundleError",
+    "BundleMemberError",
+    "BundleMetadataError",
+    "BundleReader",
+    "BundleSchemaError",
+    "BundleTooLargeError",
+    "EntryRecord",
+    "KernelRecord",
+    "Manifest",
+    "ParamRecord",
+    "entry_for",
+    "is_archive",
+    "write_bundle",
+]
 
 
 @dataclass(frozen=True)
@@ -173,10 +197,6 @@ class Manifest:
         }
 
 
-def is_archive(path: Path) -> bool:
-    return path.name.endswith(_ARCHIVE_SUFFIXES)
-
-
 def write_bundle(path: Path, kernels: list[KernelRecord], binaries: Mapping[str, CompiledArtifact]) -> Path:
     """Write a bundle (a directory, or an archive when ``path`` ends in .tar/.tar.gz/.tgz).
 
@@ -237,29 +257,23 @@ def _triton_version() -> str:
 
 
 class BundleReader:
-    """Reads a bundle's manifest and binaries (directory or archive), checking what it reads."""
+    """A bundle's manifest, validated, and its binaries, checked (directory or archive).
+
+    Everything a load can check is checked here, at once (docs/BUNDLES.md, "Checks on load"):
+    the manifest's schema, and every referenced binary: present, a regular file inside the
+    bundle, within the size limit, with the sha256 the manifest gives. :meth:`artifact` reads a
+    binary again when it is first launched and checks its sha256 again.
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self._files: dict[str, bytes] | None = None
-        if not self.path.exists():
-            raise BundleError(f"no bundle at {self.path}")
-        if self.path.is_file():
-            if not is_archive(self.path):
-                raise BundleError(f"{self.path} is a file but not a .tar, .tar.gz or .tgz bundle archive")
-            self._files = _read_archive(self.path)
-        raw = self._read(MANIFEST)
+        self._storage = open_storage(self.path)
         try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise BundleError(f"{self.path}: {MANIFEST} is not valid JSON ({exc})") from None
-        if not isinstance(data, dict) or "format" not in data:
-            raise BundleError(f"{self.path}: {MANIFEST} is not a kiln bundle manifest")
-        if data["format"] != BUNDLE_FORMAT:
-            raise BundleError(
-                f"{self.path} is a bundle of format {data['format']!r}; this kiln reads format "
-                f"{BUNDLE_FORMAT}. Save the bundle again with this kiln version."
-            )
+            data = parse_manifest(self._storage.manifest())
+        except BundleMetadataError as exc:
+            raise BundleMetadataError(exc.field_name, f"{self.path}: {exc.kernel}") from None
+        except BundleError as exc:
+            raise type(exc)(f"{self.path}: {exc}") from None
         kernels = [
             KernelRecord.from_json(k, f"{self.path}: kernel {i}") for i, k in enumerate(data["kernels"])
         ]
@@ -269,28 +283,22 @@ class BundleReader:
             kiln_version=str(data.get("kiln_version", "")),
             triton_version=str(data.get("triton_version", "")),
         )
+        for kernel in kernels:
+            for entry in kernel.entries:
+                self._check_digest(kernel, entry, self._storage.sha256(entry.binary_file))
 
-    def _read(self, name: str) -> bytes:
-        if self._files is not None:
-            if name not in self._files:
-                raise BundleError(f"{self.path}: the archive has no {name}")
-            return self._files[name]
-        file = self.path / name
-        if not file.is_file():
-            raise BundleError(f"{self.path}: {name} is missing")
-        return file.read_bytes()
+    def _check_digest(self, kernel: KernelRecord, entry: EntryRecord, digest: str) -> None:
+        if digest != entry.binary_sha256:
+            raise BundleChecksumError(
+                f"{self.path}: the binary {entry.binary_file} of {kernel.name} is corrupt: its sha256 "
+                f"differs from the manifest's ({entry.binary_sha256[:16]}...). The bundle is damaged "
+                f"or was edited; save it again."
+            )
 
     def artifact(self, kernel: KernelRecord, entry: EntryRecord) -> CompiledArtifact:
-        """The entry's binary as an artifact, after checking its checksum."""
-        if "/" in entry.binary_file.replace("binaries/", "", 1) or ".." in entry.binary_file:
-            raise BundleError(f"{self.path}: {kernel.name}: suspicious binary path {entry.binary_file!r}")
-        binary = self._read(entry.binary_file)
-        digest = hashlib.sha256(binary).hexdigest()
-        if digest != entry.binary_sha256:
-            raise BundleError(
-                f"{self.path}: the binary {entry.binary_file} of {kernel.name} is corrupt (sha256 "
-                f"{digest[:16]}..., the manifest says {entry.binary_sha256[:16]}...). Save the bundle again."
-            )
+        """The entry's binary as an artifact, read now and checked against its sha256 again."""
+        binary = self._storage.read(entry.binary_file)
+        self._check_digest(kernel, entry, hashlib.sha256(binary).hexdigest())
         return CompiledArtifact(
             key=entry.artifact_key,
             name=str(entry.metadata["name"]),
@@ -298,21 +306,6 @@ class BundleReader:
             binary_ext=entry.binary_file.rsplit(".", 1)[-1],
             metadata=entry.metadata,
         )
-
-
-def _read_archive(path: Path) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            for member in tar.getmembers():
-                if not member.isfile():
-                    continue
-                handle = tar.extractfile(member)
-                if handle is not None:
-                    files[member.name.removeprefix("./")] = handle.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise BundleError(f"{path} is not a readable bundle archive: {exc}") from None
-    return files
 
 
 def entry_for(

@@ -106,6 +106,7 @@ class CompileRequest:
 
     def __post_init__(self) -> None:
         spec = KernelSpec.of(self.kernel)
+        _check_mappings(spec.name, self)
         arg_names = triton_compat.jit_arg_names(self.kernel)
         constexprs = dict(self.constexprs)
         signature = dict(self.signature)
@@ -117,6 +118,7 @@ class CompileRequest:
             )
         for name in constexprs:
             signature.setdefault(name, "constexpr")
+        _check_missing_constexprs(spec.name, self.kernel, signature)
         unknown = set(signature) - set(arg_names)
         missing = [n for n in arg_names if n not in signature]
         if unknown or missing:
@@ -131,6 +133,7 @@ class CompileRequest:
                 raise RequestError(
                     f"{spec.name}: argument {name!r} is a constexpr but has no value in constexprs."
                 )
+        _check_signature_types(spec.name, signature)
         target = self.target
         if target is None:
             target = triton_compat.local_target()
@@ -141,6 +144,7 @@ class CompileRequest:
                 )
         if not isinstance(target, GPUTarget):
             raise RequestError(f"target must be a triton GPUTarget, got {target!r}.")
+        _check_target(spec.name, target)
         allowed = triton_compat.backend_option_names(target)
         bad_options = set(self.options) - allowed
         if bad_options:
@@ -232,6 +236,51 @@ class CompileRequest:
         arg_names = triton_compat.jit_arg_names(kernel)
         attrs = {(arg_names.index(k),): [list(a) for a in v] for k, v in self.attrs.items()}
         return triton_compat.ASTSource(kernel, dict(self.signature), dict(self.constexprs), attrs or None)
+
+
+# --- validation ---
+# Checks of a request's arguments that Triton would otherwise fail on late (in a worker) or with
+# a message naming the wrong cause; each says what to write instead.
+
+
+def _check_mappings(kernel: str, request: CompileRequest) -> None:
+    examples = {
+        "signature": "{'x_ptr': '*fp32', 'n': 'i32'}",
+        "constexprs": "{'BLOCK': 1024}",
+        "options": "{'num_warps': 4}",
+        "attrs": "{'x_ptr': [['tt.divisibility', 16]]}",
+    }
+    for field_name, example in examples.items():
+        value = getattr(request, field_name)
+        if not isinstance(value, Mapping):
+            raise RequestError(
+                f"{kernel}: {field_name} must be a dict mapping argument names to values, such as "
+                f"{example}; got a {type(value).__name__}."
+            )
+
+
+def _check_missing_constexprs(kernel: str, fn: Any, signature: Mapping[str, str]) -> None:
+    params = getattr(fn, "params", ())
+    missing = [p.name for p in params if getattr(p, "is_constexpr", False) and p.name not in signature]
+    if missing:
+        example = ", ".join(f"{n!r}: ..." for n in missing)
+        raise RequestError(
+            f"{kernel}: the constexpr argument(s) {missing} have no value; pass them in "
+            f"constexprs={{{example}}}."
+        )
+
+
+def _check_signature_types(kernel: str, signature: Mapping[str, str]) -> None:
+    for name, kind in signature.items():
+        problem = triton_compat.signature_type_problem(kind)
+        if problem is not None:
+            raise RequestError(f"{kernel}: signature[{name!r}]: {problem}.")
+
+
+def _check_target(kernel: str, target: GPUTarget) -> None:
+    problem = triton_compat.target_problem(target)
+    if problem is not None:
+        raise TargetError(f"{kernel}: {problem}.")
 
 
 def _freeze(value: Any) -> Any:

@@ -16,10 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kiln import settings
 from kiln.compile.request import CompileRequest
-from kiln.errors import CompileTimeoutError, WorkerCrashedError
+from kiln.errors import CompileTimeoutError, TargetError, WorkerCrashedError
 from kiln.pool import CompilePool
-from kiln.triton_compat import GPUTarget
+from kiln.triton_compat import GPUTarget, target_problem
 
 
 @dataclass
@@ -96,16 +97,42 @@ def outcome_of(future_exc: BaseException | None) -> str:
     return "error"
 
 
+DEMO_MAX_WORKERS = 8
+DEMO_TIMEOUT_S = 5.0
+
+
+def demo_settings(workers: int | None, timeout_s: float | None) -> tuple[int, float]:
+    """The demo's workers and timeout: the arguments, else ``KILN_WORKERS`` /
+    ``KILN_JOB_TIMEOUT_S`` (or a :func:`kiln.settings.scope`), else the demo's own defaults
+    (at most 8 workers; 5 s, since one job hangs on purpose)."""
+    current = settings.current()
+    given = settings.overridden()
+    if workers is None:
+        workers = current.workers if "workers" in given else min(DEMO_MAX_WORKERS, current.workers)
+    if timeout_s is None:
+        timeout_s = current.job_timeout_s if "job_timeout_s" in given else DEMO_TIMEOUT_S
+    return workers, timeout_s
+
+
 def run_demo(
     *,
     target: GPUTarget,
-    workers: int,
-    timeout_s: float,
+    workers: int | None = None,
+    timeout_s: float | None = None,
     echo: Callable[[str], Any] = print,
 ) -> bool:
-    """Run the demo; return ``True`` when every job ended as expected."""
+    """Run the demo; return ``True`` when every job ended as expected.
+
+    Raises :class:`~kiln.errors.TargetError` at once for a target Triton cannot compile for, and
+    :class:`~kiln.errors.SettingsError` for out-of-range workers or timeout, before starting anything.
+    """
     import os
 
+    problem = target_problem(target)
+    if problem is not None:
+        raise TargetError(f"kiln demo: {problem}.")
+    workers, timeout_s = demo_settings(workers, timeout_s)
+    settings.current().replace(workers=workers, job_timeout_s=timeout_s)  # range checks, up front
     cache = Path(tempfile.mkdtemp(prefix="kiln-demo-"))
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")  # fresh: every job really compiles
     started = time.perf_counter()
@@ -116,7 +143,8 @@ def run_demo(
             jobs = demo_jobs(target)
             echo(
                 f"kiln demo: compiling {len(jobs)} kernels for {target.backend} sm_{target.arch} "
-                f"with {workers} workers (timeout {timeout_s:g} s)\n"
+                f"with {workers} workers (timeout {timeout_s:g} s; --workers/--timeout or KILN_WORKERS/"
+                f"KILN_JOB_TIMEOUT_S change them)\n"
             )
             futures = [(job, pool.submit(job.request)) for job in jobs]
             rows = []

@@ -1,0 +1,129 @@
+"""The command line: every kiln error is one ``Error:`` line on stderr and a non-zero exit,
+never a traceback; ``kiln report --db`` never advises deleting a file it did not write;
+``kiln demo`` refuses unknown archs up front and honours KILN_WORKERS / KILN_JOB_TIMEOUT_S."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sqlite3
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kiln import settings
+from kiln.cli import main
+from kiln.demo.run import demo_settings
+
+
+def _kiln(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``kiln ...`` in a real process (what a user sees on a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kiln", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+        check=False,
+    )
+
+
+def _one_error_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("Error: "), result.stderr
+    return lines[0]
+
+
+def test_a_bad_setting_is_one_error_line() -> None:
+    line = _one_error_line(_kiln("report", env={"KILN_WORKERS": "abc"}))
+    assert "KILN_WORKERS='abc' is not valid" in line
+
+
+def test_an_out_of_range_setting_is_one_error_line() -> None:
+    line = _one_error_line(_kiln("report", env={"KILN_MEMORY_POLL_S": "inf"}))
+    assert "KILN_MEMORY_POLL_S='inf'" in line
+
+
+def test_report_on_a_foreign_file_never_advises_deleting_it(tmp_path: Path) -> None:
+    archive = tmp_path / "some.tgz"
+    archive.write_bytes(gzip.compress(b"the user's own data" * 100))
+    before = archive.read_bytes()
+    line = _one_error_line(_kiln("report", "--db", str(archive)))
+    assert "is not a kiln tuning database (not an SQLite file)" in line
+    assert "delete" not in line.lower()
+    assert archive.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["some.tgz"]  # no -wal / -shm
+
+
+@pytest.mark.parametrize("kind", ["foreign-sqlite", "header-only", "damaged"])
+def test_report_on_other_databases_is_one_error_line(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "data.db"
+    if kind == "foreign-sqlite":
+        with sqlite3.connect(path) as conn:
+            conn.execute("CREATE TABLE photos (name TEXT)")
+    elif kind == "header-only":
+        path.write_bytes(b"SQLite format 3\x00" + b"\0" * 84)  # a header and nothing else
+    else:
+        path.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+    before = path.read_bytes()
+    line = _one_error_line(_kiln("report", "--db", str(path)))
+    assert "not a readable kiln tuning database" in line
+    assert "delete" not in line.lower()
+    assert path.read_bytes() == before  # opened read-only: no kiln tables written into it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.db"]
+
+
+def test_bundle_show_on_bad_bundles_is_one_error_line(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.tgz"
+    junk.write_bytes(b"not an archive")
+    assert "is not a readable bundle archive" in _one_error_line(_kiln("bundle", "show", str(junk)))
+
+    hostile = tmp_path / "hostile.tgz"
+    with tarfile.open(hostile, "w:gz") as tar:
+        data = b'{"format": 1, "kernels": 5}'
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    assert "kernels: expected a list" in _one_error_line(_kiln("bundle", "show", str(hostile)))
+
+    missing_field = tmp_path / "dir-bundle"
+    missing_field.mkdir()
+    (missing_field / "manifest.json").write_text('{"format": 1}')
+    assert "the field 'kernels' is missing" in _one_error_line(_kiln("bundle", "show", str(missing_field)))
+
+
+def test_demo_refuses_an_unknown_arch_up_front() -> None:
+    result = CliRunner().invoke(main, ["demo", "--arch", "12"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: kiln demo: GPUTarget arch 12 is not a CUDA compute capability")
+    assert "supported: 70, 72, 75, 80" in result.output
+    assert "LLVM" not in result.output
+    assert "compiling" not in result.output  # nothing was started
+
+
+def test_demo_refuses_out_of_range_workers_up_front() -> None:
+    result = CliRunner().invoke(main, ["demo", "--workers", "100000"])
+    assert result.exit_code == 1
+    assert "workers=100000 (KILN_WORKERS) is not valid" in result.output
+    assert "compiling" not in result.output
+
+
+def test_demo_honours_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KILN_WORKERS", raising=False)
+    monkeypatch.delenv("KILN_JOB_TIMEOUT_S", raising=False)
+    workers, timeout = demo_settings(None, None)
+    assert (workers, timeout) == (min(8, settings.current().workers), 5.0)  # the demo's defaults
+    monkeypatch.setenv("KILN_WORKERS", "3")
+    monkeypatch.setenv("KILN_JOB_TIMEOUT_S", "7.5")
+    assert demo_settings(None, None) == (3, 7.5)
+    assert demo_settings(2, 4.0) == (2, 4.0)  # --workers / --timeout beat the variables
+    with settings.scope(job_timeout_s=9.0):
+        assert demo_settings(None, None) == (3, 9.0)
