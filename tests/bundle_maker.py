@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kiln.autotuner.tuner import _config_json
-
 import kernels
 import kiln
 from conftest import SM90, wait_no_processes
@@ -13,6 +11,7 @@ from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.specialize import request_for
 from kiln.bundle.format import KernelRecord, entry_for
 from kiln.launch.spec import LaunchSpec
+from kiln.tuning.configs import config_json as _config_json
 
 CONFIG = kiln.Config({"BLOCK": 1024}, num_warps=4)
 

@@ -152,7 +152,7 @@ BOOM = "import sys; sys.stderr.write('boom: cannot start\\n'); sys.exit(7)"
 
 
 class _FailingSubprocess:
-    """``subprocess`` as kiln.pool.procs sees it, but the zygote command is replaced."""
+    """``subprocess`` as kiln.procs sees it, but the zygote command is replaced."""
 
     def __init__(self, code: str) -> None:
         self.code = code

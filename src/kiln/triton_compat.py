@@ -255,6 +255,15 @@ def after_config_hook(
     return new_args, {name: copies[name] for name in kwargs}
 
 
+def has_host_descriptor(values: Sequence[Any]) -> bool:
+    """Whether any of ``values`` is a host ``TensorDescriptor`` (``triton.tools``)."""
+    if "triton.tools.tensor_descriptor" not in sys.modules:
+        return False  # nobody made one
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return any(isinstance(v, TensorDescriptor) for v in values)
+
+
 def _copy_descriptor(value: Any) -> Any:
     from triton.tools.tensor_descriptor import TensorDescriptor
 

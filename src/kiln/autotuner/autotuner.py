@@ -265,7 +265,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     # -- what the parts below ask of the tuner ------------------------------------------------
 
     def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
-        if config.pre_hook is not None:  # it may change the specialization (descriptor block shapes)
+        if config.pre_hook is not None and triton_compat.has_host_descriptor([*args, *kwargs.values()]):
+            # the hook may set a descriptor's block shape, which is part of the specialization
             args, kwargs = triton_compat.after_config_hook(config, self.arg_names, args, kwargs)
         kwargs = self._shape.with_heuristics(self.arg_names, args, kwargs, config)
         return candidate_for(

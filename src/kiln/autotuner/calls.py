@@ -97,7 +97,7 @@ class CallShape:
             return None
         bind = self._bind
         if self.prefix_mode:
-            return bind
+            return _in_call_order(bind, self.callable)
         params = self.params
         callable_names = self.callable
         layers = self.layers
@@ -122,6 +122,24 @@ class CallShape:
         parameter, as the full path bound them for its config) are ``bound``."""
         values = tuple(bound[p] for p in self.params)
         return values[: len(self.callable)] if self.prefix_mode else values
+
+
+def _in_call_order(bind: Normalize, names: Sequence[str]) -> Normalize:
+    """``bind``, refusing (``TypeError``) keywords out of signature order: Triton's tuning key
+    lists dtypes in the order the call passed its arguments, so such a call may be another key
+    (the full path decides, exactly as Triton)."""
+    order = {name: index for index, name in enumerate(names)}
+
+    def normalize(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        last = len(args) - 1
+        for name in kwargs:
+            index = order.get(name, -1)
+            if index <= last:
+                raise TypeError("keywords out of signature order (or unknown): the full path decides")
+            last = index
+        return bind(*args, **kwargs)
+
+    return normalize
 
 
 def _binder(jit_fn: Any, names: Sequence[str]) -> Normalize | None:

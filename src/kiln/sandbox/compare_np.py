@@ -92,6 +92,19 @@ class HostArray:
     def as_float64(self) -> Any:
         return np.asarray(self.values, dtype=np.float64)
 
+    def as_float(self) -> Any:
+        """The values as floats wide enough to hold every difference exactly: float32 for
+        16- and 8-bit types (twice as fast to compare as float64), float64 otherwise."""
+        wide = np.float32 if np.asarray(self.values).dtype.itemsize <= 2 else np.float64
+        return np.asarray(self.values, dtype=wide)
+
+    def same_bits(self, other: HostArray) -> bool:
+        """Whether both hold exactly the same bytes (then they agree, NaNs included)."""
+        a, b = np.ascontiguousarray(self.values), np.ascontiguousarray(other.values)
+        return bool(
+            a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
+        )
+
 
 def raw_view(
     buffer: Any,
@@ -147,9 +160,11 @@ def compare(
                 float("inf"),
                 f"{name}: shape/dtype {out.shape}/{out.dtype} != {ref.shape}/{ref.dtype}",
             )
+        if out.same_bits(ref):  # the common case, at memcmp speed
+            continue
         if out.is_floating_point:
-            a = out.as_float64()
-            b = ref.as_float64()
+            a = out.as_float()
+            b = ref.as_float()
             nan_out = np.isnan(a)
             nan_ref = np.isnan(b)
             if bool((nan_out & ~nan_ref).any()):
