@@ -74,6 +74,26 @@ class Detonator:
         return (detonate, (self.mode,))
 
 
+def noisy_value(text: str, value: int) -> int:
+    """Write ``text`` to the worker's stderr (fd 2, as C++ code would) and return ``value``."""
+    os.write(2, f"{text}\n".encode())
+    return value
+
+
+class Noisy:
+    """A constexpr value that prints to stderr when a worker unpickles it, then compiles fine."""
+
+    def __init__(self, text: str, value: int) -> None:
+        self.text = text
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Noisy({self.text!r}, {self.value})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (noisy_value, (self.text, self.value))
+
+
 class ResultBomb(Exception):
     """An exception whose pickling (in the worker, when sending the result) detonates."""
 

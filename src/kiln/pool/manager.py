@@ -234,8 +234,8 @@ class Manager:
 
     # ---------------------------------------------------------------- ZygoteHost
 
-    def zygote_lost(self, *, planned: bool) -> None:
-        self.workers.lose_all(planned=planned)
+    def zygote_lost(self, *, planned: bool, returncode: int | None = None) -> None:
+        self.workers.lose_all(planned=planned, returncode=returncode)
 
     def give_up(self, error: ZygoteError) -> None:
         self.table.broken = error

@@ -49,7 +49,7 @@ _NEVER_PRELOAD = ("kiln", "triton", "builtins")
 class ZygoteHost(Protocol):
     """What the supervisor asks of the manager thread."""
 
-    def zygote_lost(self, *, planned: bool) -> None:
+    def zygote_lost(self, *, planned: bool, returncode: int | None = None) -> None:
         """The zygote is gone and its workers with it: retry or fail their jobs."""
 
     def give_up(self, error: ZygoteError) -> None:
@@ -181,7 +181,7 @@ class Supervisor:
         zygote.read_output()
         zygote.kill()
         self.zygote = None
-        self.host.zygote_lost(planned=planned)
+        self.host.zygote_lost(planned=planned, returncode=returncode)  # as it was before our kill
         if self.table.closing:
             return
         if not was_ready and not planned:
