@@ -94,6 +94,33 @@ class Noisy:
         return (noisy_value, (self.text, self.value))
 
 
+def temp_marker(report: str, mode: str, value: int) -> int:
+    """Create a file where ``tempfile`` puts temporary files (as Triton does for ptxas), write
+    its path to ``report``, then detonate ``mode`` (or return ``value`` for ``"none"``)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="kiln-test-", suffix=".ptx")
+    os.close(fd)
+    with open(report, "w") as f:
+        f.write(path)
+    return value if mode == "none" else detonate(mode)
+
+
+class TempMarker:
+    """A constexpr value that runs :func:`temp_marker` when a worker unpickles it."""
+
+    def __init__(self, report: str, mode: str, value: int = 64) -> None:
+        self.report = report
+        self.mode = mode
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"TempMarker({self.report!r}, {self.mode!r}, {self.value})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (temp_marker, (self.report, self.mode, self.value))
+
+
 class ResultBomb(Exception):
     """An exception whose pickling (in the worker, when sending the result) detonates."""
 
