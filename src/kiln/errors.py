@@ -83,6 +83,10 @@ class ArtifactError(KilnError):
     """A compiled artifact is incomplete, corrupt or does not match what it claims to be."""
 
 
+class CacheDirError(ArtifactError):
+    """The cache directory is not safe to use (another user owns it, or others can write it)."""
+
+
 class MissingMetadataError(ArtifactError, KeyError):
     """A metadata field needed to launch a kernel is missing. kiln never guesses a default."""
 
