@@ -74,6 +74,53 @@ class Detonator:
         return (detonate, (self.mode,))
 
 
+def noisy_value(text: str, value: int) -> int:
+    """Write ``text`` to the worker's stderr (fd 2, as C++ code would) and return ``value``."""
+    os.write(2, f"{text}\n".encode())
+    return value
+
+
+class Noisy:
+    """A constexpr value that prints to stderr when a worker unpickles it, then compiles fine."""
+
+    def __init__(self, text: str, value: int) -> None:
+        self.text = text
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"Noisy({self.text!r}, {self.value})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (noisy_value, (self.text, self.value))
+
+
+def temp_marker(report: str, mode: str, value: int) -> int:
+    """Create a file where ``tempfile`` puts temporary files (as Triton does for ptxas), write
+    its path to ``report``, then detonate ``mode`` (or return ``value`` for ``"none"``)."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="kiln-test-", suffix=".ptx")
+    os.close(fd)
+    with open(report, "w") as f:
+        f.write(path)
+    return value if mode == "none" else detonate(mode)
+
+
+class TempMarker:
+    """A constexpr value that runs :func:`temp_marker` when a worker unpickles it."""
+
+    def __init__(self, report: str, mode: str, value: int = 64) -> None:
+        self.report = report
+        self.mode = mode
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"TempMarker({self.report!r}, {self.mode!r}, {self.value})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (temp_marker, (self.report, self.mode, self.value))
+
+
 class ResultBomb(Exception):
     """An exception whose pickling (in the worker, when sending the result) detonates."""
 

@@ -83,6 +83,10 @@ class ArtifactError(KilnError):
     """A compiled artifact is incomplete, corrupt or does not match what it claims to be."""
 
 
+class CacheDirError(ArtifactError):
+    """The cache directory is not safe to use (another user owns it, or others can write it)."""
+
+
 class MissingMetadataError(ArtifactError, KeyError):
     """A metadata field needed to launch a kernel is missing. kiln never guesses a default."""
 
@@ -229,8 +233,9 @@ class CompileTimeoutError(JobFailure, TimeoutError):
 
     what = "timed out"
     advice = (
-        "its worker's process group was killed and replaced; raise the limit with "
-        "KILN_JOB_TIMEOUT_S or timeout= if the kernel is just slow to compile"
+        "its worker's process group was killed and replaced; if the kernel is just slow to "
+        "compile, raise the limit with KILN_JOB_TIMEOUT_S, CompilePool(job_timeout_s=...) or "
+        "pool.submit(request, timeout_s=...)"
     )
 
 
@@ -245,7 +250,18 @@ class ZygoteDiedError(JobFailure):
     """The zygote died while this job ran, twice; kiln stopped retrying the job."""
 
     what = "was lost when kiln's zygote process died"
-    advice = "kiln retried it once on a fresh zygote; check the system log for what kills kiln's processes"
+    advice = "kiln retried it once on a fresh zygote and gave up; find what kills kiln's processes"
+
+
+def zygote_death_detail(returncode: int | None) -> str:
+    """What the manager knows about how the zygote died (for :class:`ZygoteDiedError`)."""
+    if returncode is None:
+        return "the zygote closed its socket and its exit status could not be read"
+    verb = "was killed by" if returncode < 0 else "ended with"
+    line = f"the zygote {verb} {describe_exit(returncode)}"
+    if returncode == -signal.SIGKILL:
+        line += " (sent by the kernel's out-of-memory killer, a container limit, or a kill -9)"
+    return line
 
 
 class RemoteCompileError(JobFailure):

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 import warnings
 from pathlib import Path
 
 from kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
-from kiln.errors import ArtifactError
+from kiln.errors import ArtifactError, CacheDirError
 
 
 class CacheWarning(UserWarning):
@@ -41,6 +42,7 @@ class ArtifactStore:
     """A directory of compiled artifacts keyed by compile key."""
 
     def __init__(self, root: Path) -> None:
+        check_cache_dir(Path(root))
         self.root = Path(root) / f"artifacts-v{ARTIFACT_FORMAT}"
 
     def path_for(self, key: str) -> Path:
@@ -169,6 +171,34 @@ class ArtifactStore:
                     shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 pass
+
+
+def check_cache_dir(root: Path) -> None:
+    """Create ``root`` private (0700) if missing; refuse one another user owns or others can write.
+
+    Code runs from what the cache holds (binaries handed to the GPU), so a directory someone
+    else can write to is someone else's code.
+    """
+    try:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        st = os.stat(root)
+    except OSError as exc:
+        raise CacheDirError(
+            f"kiln cannot create its cache directory {root} ({exc.strerror}); set KILN_CACHE_DIR "
+            f"to a directory you own"
+        ) from exc
+    if st.st_uid != os.geteuid():
+        raise CacheDirError(
+            f"kiln's cache directory {root} belongs to user id {st.st_uid}, not to you "
+            f"({os.geteuid()}); kiln runs what the cache holds, so it will not use it. Set "
+            f"KILN_CACHE_DIR to a directory you own (or use_disk_cache=False)."
+        )
+    if st.st_mode & 0o022:
+        raise CacheDirError(
+            f"kiln's cache directory {root} is writable by others (mode {stat.S_IMODE(st.st_mode):o}); "
+            f"kiln runs what the cache holds, so it will not use it. Run `chmod go-w {root}` or set "
+            f"KILN_CACHE_DIR to a private directory."
+        )
 
 
 def _fsync_dir(directory: Path) -> None:

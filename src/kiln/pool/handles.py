@@ -42,6 +42,11 @@ class LineTail:
             if line:
                 self.lines.append(line)
 
+    def clear(self) -> None:
+        """Forget what was fed so far (a new job starts: its errors quote only its own output)."""
+        self.lines.clear()
+        self._partial = b""
+
     def snapshot(self) -> tuple[str, ...]:
         tail = list(self.lines)
         if self._partial.strip():

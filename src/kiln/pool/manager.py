@@ -137,7 +137,9 @@ class Manager:
             self.supervisor.spawn()
             while True:
                 self._drain_commands()
-                if self.table.closing and (self._cancel or not self.pending) and not workers.busy():
+                # Cancelling (Ctrl-C in a ``with`` block, shutdown(cancel_futures=True)) does not
+                # wait for running jobs: teardown fails them and the zygote kills their groups.
+                if self.table.closing and (self._cancel or (not self.pending and not workers.busy())):
                     break
                 for key, _ in self.selector.select(self._next_timeout()):
                     self._on_readable(*key.data)
@@ -234,8 +236,8 @@ class Manager:
 
     # ---------------------------------------------------------------- ZygoteHost
 
-    def zygote_lost(self, *, planned: bool) -> None:
-        self.workers.lose_all(planned=planned)
+    def zygote_lost(self, *, planned: bool, returncode: int | None = None) -> None:
+        self.workers.lose_all(planned=planned, returncode=returncode)
 
     def give_up(self, error: ZygoteError) -> None:
         self.table.broken = error

@@ -51,6 +51,7 @@ class ZygoteInit:
     triton_key_dir: Path | None  # where Triton's key is kept (see triton_compat.triton_key)
     warmup_target: tuple[str, Any, int] | None  # (backend, arch, warp_size)
     preload: list[str]
+    tmp_root: str | None = None  # each worker gets a private TMPDIR under it, removed at its reaping
 
 
 @dataclass(frozen=True)

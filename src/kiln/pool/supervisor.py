@@ -26,8 +26,10 @@ import contextlib
 import logging
 import os
 import selectors
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterable
@@ -49,7 +51,7 @@ _NEVER_PRELOAD = ("kiln", "triton", "builtins")
 class ZygoteHost(Protocol):
     """What the supervisor asks of the manager thread."""
 
-    def zygote_lost(self, *, planned: bool) -> None:
+    def zygote_lost(self, *, planned: bool, returncode: int | None = None) -> None:
         """The zygote is gone and its workers with it: retry or fail their jobs."""
 
     def give_up(self, error: ZygoteError) -> None:
@@ -82,6 +84,7 @@ class Supervisor:
         self.zygote: ZygoteHandle | None = None
         self.failures = 0  # failed starts in a row
         self.unsafe_modules: set[str] = set()  # never preloaded again (failed, or started threads)
+        self.tmp_root: str | None = None  # the workers' private TMPDIRs live under it (0700)
 
     @property
     def ready_zygote(self) -> ZygoteHandle | None:
@@ -91,6 +94,8 @@ class Supervisor:
 
     def spawn(self) -> None:
         self.table.stats.zygote_starts += 1
+        if self.tmp_root is None:
+            self.tmp_root = tempfile.mkdtemp(prefix="kiln-pool-")
         zygote = ZygoteHandle(self.pool_id, self.settings.stderr_tail_lines)
         target = self.warmup_target
         zygote.send_init(
@@ -100,6 +105,7 @@ class Supervisor:
                 triton_key_dir=self.triton_key_dir,
                 warmup_target=(target.backend, target.arch, target.warp_size) if target else None,
                 preload=[m for m in dict.fromkeys(self.preload) if m not in self.unsafe_modules],
+                tmp_root=self.tmp_root,
             )
         )
         self.zygote = zygote
@@ -181,7 +187,7 @@ class Supervisor:
         zygote.read_output()
         zygote.kill()
         self.zygote = None
-        self.host.zygote_lost(planned=planned)
+        self.host.zygote_lost(planned=planned, returncode=returncode)  # as it was before our kill
         if self.table.closing:
             return
         if not was_ready and not planned:
@@ -201,18 +207,20 @@ class Supervisor:
         self.spawn()
 
     def shutdown(self) -> None:
-        """Close the zygote's socket (EOF: it kills its workers and exits) and reap it."""
+        """Close the zygote's socket (EOF: it kills and reaps its workers, exits), reap it, and
+        remove the workers' temp directories (what a killed zygote could not)."""
         zygote = self.zygote
-        if zygote is None or zygote.dead:
-            return
-        with contextlib.suppress(OSError):
-            zygote.ctl.close()
-        try:
-            zygote.proc.wait(timeout=5)
-        except Exception:
-            zygote.kill()
-        zygote.close()
-        zygote.dead = True
+        if zygote is not None and not zygote.dead:
+            with contextlib.suppress(OSError):
+                zygote.ctl.close()
+            try:
+                zygote.proc.wait(timeout=10)
+            except Exception:
+                zygote.kill()
+            zygote.close()
+            zygote.dead = True
+        if self.tmp_root is not None:
+            shutil.rmtree(self.tmp_root, ignore_errors=True)
 
     def unregister(self, fileobj: Any) -> None:
         with contextlib.suppress(KeyError, ValueError):

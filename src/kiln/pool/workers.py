@@ -28,7 +28,7 @@ import socket
 import time
 from typing import Any
 
-from kiln.errors import PoolClosedError, ZygoteDiedError
+from kiln.errors import PoolClosedError, ZygoteDiedError, zygote_death_detail
 from kiln.framing import encode
 from kiln.pool.failures import KILL_MEMORY, KILL_TIMEOUT, death_error
 from kiln.pool.handles import LineTail, WorkerHandle, ZygoteHandle
@@ -211,6 +211,10 @@ class Workers:
             spec = job.request.spec
             if not spec.by_source:
                 self.supervisor.request_preload([spec.module])
+            # The previous job's output (written before its reply) is drained and forgotten, so
+            # this job's errors quote only what this job printed.
+            self.read_err(worker)
+            worker.tail.clear()
             now = time.monotonic()
             worker.job = job
             job.started = now
@@ -281,7 +285,7 @@ class Workers:
                 )
                 self.table.fail(job, error)
 
-    def lose_all(self, *, planned: bool) -> None:
+    def lose_all(self, *, planned: bool, returncode: int | None = None) -> None:
         """The zygote died and its workers with it (parent-death signal): retry their jobs once."""
         for worker in list(self.handles.values()):
             if worker.pid is not None:
@@ -300,7 +304,10 @@ class Workers:
                 self.table.fail(
                     job,
                     ZygoteDiedError(
-                        job.request.info(), time.monotonic() - job.started, worker.tail.snapshot()
+                        job.request.info(),
+                        time.monotonic() - job.started,
+                        worker.tail.snapshot(),
+                        detail=zygote_death_detail(returncode),
                     ),
                 )
             else:

@@ -15,7 +15,7 @@ told to, all without touching CUDA. Then it serves the parent over one ``SOCK_SE
       |  <- Exited(pid, returncode)             |  waitpid (SIGCHLD)
       |  Preload([module])                  ->  |  import module
       |  <- Preloaded({module: error})          |
-      |  EOF (parent gone)                  ->  |  killpg every worker, exit
+      |  EOF / SIGTERM (parent gone)        ->  |  killpg every worker, reap, exit
 
 (the messages are the records of :mod:`kiln.pool.protocol`.)
 
@@ -26,8 +26,14 @@ Rules it keeps:
   pools are switched off through the environment so that importing numpy or torch starts none.
 * **It is the only reaper of its workers**, so it alone kills them: a ``kill`` for a pid it
   has already reaped is ignored, and a late timeout can never hit a recycled pid.
-* **Nothing outlives the parent**: the zygote dies with the parent's manager thread
-  (``PR_SET_PDEATHSIG``) and on socket EOF; workers die with the zygote the same way.
+* **It reaps what it kills.** Every worker's process group is killed (so ptxas goes with its
+  worker) and the worker reaped, also at shutdown, so no zombie is left for PID 1 or a subreaper.
+* **Each worker has a private temp directory** (``TMPDIR``, where Triton writes ptxas's
+  ``.ptx``/``.o`` files), removed when the zygote reaps the worker, however it died.
+* **Nothing outlives the parent**: the zygote gets SIGTERM when the parent's manager thread
+  dies (``PR_SET_PDEATHSIG``) and sees EOF on its socket; either way it kills every worker's
+  process group (ptxas included), reaps them, removes their temp directories and exits.
+  Workers die with the zygote through their own parent-death signal (SIGKILL).
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -65,9 +72,12 @@ MAX_PACKET = 1 << 20
 
 
 class _Zygote:
-    def __init__(self, ctl: socket.socket) -> None:
+    def __init__(self, ctl: socket.socket, tmp_root: str | None, parent: int) -> None:
         self.ctl = ctl
+        self.parent = parent
+        self.tmp_root = tmp_root
         self.children: set[int] = set()
+        self.tmpdirs: dict[int, str] = {}  # worker pid -> its private TMPDIR
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         os.set_blocking(self.wake_r, False)
@@ -79,6 +89,7 @@ class _Zygote:
 
     def serve(self) -> None:
         signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: self.shutdown())  # the parent died
         signal.set_wakeup_fd(self.wake_w)
         poller = select.poll()
         poller.register(self.ctl.fileno(), select.POLLIN)
@@ -132,6 +143,7 @@ class _Zygote:
                 )
             )
             return
+        tmpdir = tempfile.mkdtemp(prefix=f"worker-{wid}-", dir=self.tmp_root) if self.tmp_root else None
         sys.stdout.flush()
         sys.stderr.flush()
         zygote_pid = os.getpid()
@@ -143,6 +155,10 @@ class _Zygote:
                 procs.set_parent_death_signal(zygote_pid)
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                if tmpdir is not None:
+                    os.environ["TMPDIR"] = tmpdir
+                    tempfile.tempdir = tmpdir  # tempfile caches its directory: Triton's ptxas files
                 os.close(self.wake_r)
                 os.close(self.wake_w)
                 self.ctl.close()
@@ -160,6 +176,8 @@ class _Zygote:
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)  # also from this side, so a kill right away hits the group
         self.children.add(pid)
+        if tmpdir is not None:
+            self.tmpdirs[pid] = tmpdir
         os.close(chan_fd)
         os.close(err_fd)
         self.send(Forked(wid, pid))
@@ -183,13 +201,41 @@ class _Zygote:
             # new worker (with a new group) is forked between this reap and this kill.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
+            self._remove_tmpdir(pid)
             if pid in self.children:
                 self.children.discard(pid)
-                self.send(Exited(pid, procs.status_from_wait(status)))
+                with contextlib.suppress(OSError):
+                    self.send(Exited(pid, procs.status_from_wait(status)))
+
+    def _remove_tmpdir(self, pid: int) -> None:
+        tmpdir = self.tmpdirs.pop(pid, None)
+        if tmpdir is not None:
+            shutil.rmtree(tmpdir, ignore_errors=True)
 
     def shutdown(self) -> None:
+        """Kill every worker's process group, reap them, remove their temp directories, exit."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         for pid in list(self.children):
             self.kill(pid)
+        deadline = time.monotonic() + 5.0
+        while self.children and time.monotonic() < deadline:
+            for pid in list(self.children):
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(pid, signal.SIGKILL)
+                    self.children.discard(pid)
+                    self._remove_tmpdir(pid)
+            if self.children:
+                time.sleep(0.01)
+        for pid in list(self.tmpdirs):
+            self._remove_tmpdir(pid)
+        if self.tmp_root is not None and os.getppid() != self.parent:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.tmp_root)  # the parent is gone and cannot remove it (if empty)
         os._exit(0)
 
 
@@ -238,7 +284,8 @@ def main() -> None:
     """Entry point of the zygote process (``python -c 'from kiln.pool.zygote import main; main()'``)."""
     ctl_fd = int(os.environ.pop(ENV_FD))
     parent = int(os.environ.pop(ENV_PARENT))
-    procs.set_parent_death_signal(parent)
+    # SIGTERM, not SIGKILL: serve() handles it by killing, reaping and cleaning up its workers.
+    procs.set_parent_death_signal(parent, signal.SIGTERM)
     ctl = socket.socket(fileno=ctl_fd)
     data = ctl.recv(MAX_PACKET)
     if not data:
@@ -261,7 +308,7 @@ def main() -> None:
 
     warmup_s = _warm_up(init.warmup_target) if init.warmup_target else 0.0
     preloaded = preload(list(init.preload))
-    zygote = _Zygote(ctl)
+    zygote = _Zygote(ctl, init.tmp_root, parent)
     zygote.send(
         Ready(
             {
