@@ -35,7 +35,7 @@ def compile_parts(cache_dir: Path) -> tuple[KernelRecord, CompiledArtifact]:
             None,
             "tuned",
         )
-        record = tuner._kernel_record()
+        record = tuner._variants.kernel_record()
         record.entries.append(entry)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
