@@ -5,7 +5,7 @@
 # Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
 # and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
 # (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
-# (Helion GPU tests + bench/helion.py), demo.
+# (Helion GPU tests + bench/helion_autotune.py), demo.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -57,7 +57,12 @@ for phase in "$@"; do
         --out "$out/realworld-fla.json" ;;
     helion)
       run helion-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
-      TAIL=20 run helion-bench 480 python3 bench/helion.py --out "$out/helion.json" ;;
+      TAIL=20 run helion-bench 480 python3 bench/helion_autotune.py --out "$out/helion.json" ;;
+    conformance)
+      TAIL=4 run conformance 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_autotune_conformance.py \
+        tests/test_launch_gpu.py ;;
+    helion-bench)
+      TAIL=24 run helion-bench 400 python3 bench/helion_autotune.py --budget-s 300 --out "$out/helion.json" ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;

@@ -83,7 +83,7 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
     )(inc_kernel)
     tuned[grid](x, n)  # tunes (both configs) and registers the fast entry
     tuned[grid](x, n)
-    entry = next(e for table in tuned._fast.values() for e in table.values())
+    entry = next(e for table in tuned._variants.tables.tables.values() for e in table.values())
     launcher = entry.launcher
     full_args = (x, n, entry.config.kwargs["BLOCK"])
     meta_grid = lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731

@@ -1,6 +1,6 @@
 """kiln inside Helion on a GPU: a full Helion autotune with one config aborting in Triton's
 compiler finishes through kiln and picks a healthy config; an aborting reference config is a
-clean error. (``bench/helion.py`` shows the same runs against Helion's fork precompile.)"""
+clean error. (``bench/helion_autotune.py`` shows the same runs against Helion's fork precompile.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helion kernels for kiln's Helion tests and ``bench/helion.py`` (a module: Helion reads its source).
+"""Helion kernels for kiln's Helion tests and ``bench/helion_autotune.py`` (a module: Helion reads its source).
 
 ``add``, ``softmax``, ``matmul`` and ``many_configs`` (a 2-D kernel with a loop and a reduction,
 so its search space is large) are healthy; ``crashy_add`` aborts in Triton's compiler for

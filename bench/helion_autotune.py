@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU (Helion 1.5.0 or 1.5.1 installed)::
 
-    python bench/helion.py --out bench/results/helion-gpu.json
+    python bench/helion_autotune.py --out bench/results/helion-gpu.json
 
 Every run is a fresh subprocess (fresh Triton, Helion and kiln caches; imports and CUDA start
 outside the timed region), so the arms run side by side in one invocation:
