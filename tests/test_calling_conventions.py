@@ -318,3 +318,51 @@ def test_a_subclass_may_assign_its_own_cache_store(make_pool: Any, tmp_path: Pat
     x, out = torch.randn(512), torch.empty(512)
     kernel.run(x, out, None, 512, grid=GRID, warmup=True)
     assert next(iter(store.data.values())).kwargs == {"BLOCK": 128}
+
+
+@triton.jit
+def two_flags_kernel(x_ptr, out_ptr, n, FLAG_A: tl.constexpr, FLAG_B: tl.constexpr, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    y = tl.load(x_ptr + offsets, mask=mask)
+    if FLAG_A:
+        y = y * 2
+    if FLAG_B:
+        y = y + 1
+    tl.store(out_ptr + offsets, y, mask=mask)
+
+
+@pytest.mark.usefixtures("no_fast_launch")
+def test_keyword_only_calls_with_heuristics_in_another_order_are_matched(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FLA's pattern: keyword-only calls, heuristics over the autotuner adding constexprs in an
+    order other than the signature's (only tensors' order matters to Triton's key)."""
+    inner = tuned(make_pool, tmp_path, two_flags_kernel)
+    kernel = triton.heuristics({"FLAG_B": lambda a: True, "FLAG_A": lambda a: a["n"] > 100})(inner)
+    recorder = Recorder(monkeypatch)
+    x, out = torch.randn(512), torch.empty(512)
+    kernel[GRID](x_ptr=x, out_ptr=out, n=512)
+    recorder.reset()
+    for _ in range(3):
+        kernel[GRID](x_ptr=x, out_ptr=out, n=512)
+    assert recorder.full_paths == 0
+    assert recorder.requests == 0
+    assert [a[3:] for _, a in recorder.launches] == [(True, True, 128)] * 3
+
+
+@pytest.mark.usefixtures("no_fast_launch")
+def test_the_full_path_never_formats_argument_values(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call the dispatcher leaves to the full path reuses its compile request by Triton's key,
+    never by the arguments' text (a tensor's repr is its contents: slow, and new every call)."""
+    kernel = tuned(make_pool, tmp_path, axpy_kernel)
+    recorder = Recorder(monkeypatch)
+    x, out = torch.randn(512), torch.empty(512)
+    kernel[GRID](out_ptr=out, x_ptr=x, bias_ptr=None, n=512)  # tensors out of order: full path
+    recorder.reset()
+    monkeypatch.setattr(torch.Tensor, "__repr__", lambda self: pytest.fail("a tensor was formatted"))
+    kernel[GRID](out_ptr=out, x_ptr=x, bias_ptr=None, n=512)
+    assert recorder.full_paths == 1  # Triton's key lists dtypes in call order: kiln decides in Python
+    assert recorder.requests == 0  # ...but builds no request

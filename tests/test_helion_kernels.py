@@ -1,4 +1,4 @@
-"""Helion kernels for kiln's Helion tests and ``bench/helion_autotune.py`` (a module: Helion reads its source).
+"""Helion kernels for kiln's Helion tests and ``bench/helion_autotune.py`` (a module: Helion reads it).
 
 ``add``, ``softmax``, ``matmul`` and ``many_configs`` (a 2-D kernel with a loop and a reduction,
 so its search space is large) are healthy; ``crashy_add`` aborts in Triton's compiler for
@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import helion
 import helion.language as hl
 import torch
-
-import helion
 
 
 def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

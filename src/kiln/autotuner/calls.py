@@ -125,18 +125,22 @@ class CallShape:
 
 
 def _in_call_order(bind: Normalize, names: Sequence[str]) -> Normalize:
-    """``bind``, refusing (``TypeError``) keywords out of signature order: Triton's tuning key
-    lists dtypes in the order the call passed its arguments, so such a call may be another key
-    (the full path decides, exactly as Triton)."""
+    """``bind``, refusing (``TypeError``) a call whose arguments with a ``dtype`` (tensors) come
+    in another order than the signature's: Triton's tuning key lists dtypes in the order the call
+    passed its arguments, so such a call may be another key (the full path decides, exactly as
+    Triton). Other keywords (ints, bools, ``None``) may come in any order."""
     order = {name: index for index, name in enumerate(names)}
 
     def normalize(*args: Any, **kwargs: Any) -> tuple[Any, ...]:
         last = len(args) - 1
-        for name in kwargs:
+        for name, value in kwargs.items():
             index = order.get(name, -1)
-            if index <= last:
-                raise TypeError("keywords out of signature order (or unknown): the full path decides")
-            last = index
+            if index < 0:
+                raise TypeError(f"unknown argument {name!r}: the full path decides")
+            if hasattr(value, "dtype"):
+                if index <= last:
+                    raise TypeError("tensors out of signature order: the full path decides")
+                last = index
         return bind(*args, **kwargs)
 
     return normalize

@@ -73,12 +73,12 @@ def request_for(
         )
     call_kwargs = {**meta, **config.all_kwargs()}
     bound, (backend, specialization) = bind(fn, args, call_kwargs, target)
-    cache_key = requests.key(config, specialization, call_kwargs) if requests is not None else None
+    options_only = {k: v for k, v in call_kwargs.items() if k in COMPILE_OPTIONS}
+    cache_key = requests.key(config, specialization, options_only) if requests is not None else None
     if cache_key is not None and requests is not None:
         cached = requests.get(cache_key)
         if cached is not None:
             return cached, bound
-    options_only = {k: v for k, v in call_kwargs.items() if k in COMPILE_OPTIONS}
     _options, signature, constexpr_paths, attr_paths = triton_compat.pack_args(
         fn, backend, call_kwargs, bound.args, specialization, options_only
     )
@@ -130,9 +130,11 @@ class RequestCache:
         self._requests: dict[tuple[Any, ...], CompileRequest] = {}
         self._limit = limit
 
-    def key(self, config: Any, specialization: Any, call_kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
-        """The cache key of a bound call, or ``None`` when Triton's specialization is unhashable."""
-        key = (id(config), tuple(specialization), str(sorted(call_kwargs.items(), key=lambda kv: kv[0])))
+    def key(self, config: Any, specialization: Any, options: Mapping[str, Any]) -> tuple[Any, ...] | None:
+        """The cache key of a bound call (Triton's own: its specialization -- every argument's type,
+        alignment class and constexpr value -- and the compile options; never the arguments' values,
+        whose text can be a whole tensor), or ``None`` when the specialization is unhashable."""
+        key = (id(config), tuple(specialization), str(sorted(options.items())))
         try:
             hash(key)
         except TypeError:
