@@ -366,3 +366,53 @@ def test_the_full_path_never_formats_argument_values(
     kernel[GRID](out_ptr=out, x_ptr=x, bias_ptr=None, n=512)
     assert recorder.full_paths == 1  # Triton's key lists dtypes in call order: kiln decides in Python
     assert recorder.requests == 0  # ...but builds no request
+
+
+@pytest.mark.usefixtures("no_fast_launch")
+def test_descriptor_calls_with_a_block_shape_hook_reach_a_hooked_launch(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Liger's pattern: fresh descriptors with a placeholder block shape every call, a config
+    pre_hook that sets it. After the first call the C dispatcher matches the call (descriptors
+    keyed by dtype and block shape, as Triton specializes them) and the hook runs on every call,
+    before the launch, on the caller's descriptors."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    @triton.jit
+    def desc_scale(in_desc, out_desc, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        out_desc.store([pid * BLOCK], in_desc.load([pid * BLOCK]) * 2)
+
+    hooked: list[int] = []
+
+    def set_block(nargs: dict[str, Any]) -> None:
+        hooked.append(nargs["BLOCK"])
+        for name in ("in_desc", "out_desc"):
+            nargs[name].block_shape = [nargs["BLOCK"]]
+
+    kernel = kiln.autotune(
+        [kiln.Config({"BLOCK": b}, num_warps=4, pre_hook=set_block) for b in (64, 128)],
+        key=["n"],
+        pool=make_pool(workers=2),
+        database=TuningDatabase(tmp_path / "tuning.sqlite3"),
+        target=SM90,
+    )(desc_scale)
+    kernel._bencher_factory = FakeBench
+    recorder = Recorder(monkeypatch)
+    x, out = torch.randn(1024), torch.empty(1024)
+
+    def call() -> tuple[Any, Any]:
+        descs = TensorDescriptor.from_tensor(x, [1]), TensorDescriptor.from_tensor(out, [1])
+        kernel[GRID](*descs, 1024)
+        return descs
+
+    call()
+    recorder.reset()
+    hooked.clear()
+    for _ in range(3):
+        descs = call()
+        assert descs[0].block_shape == [128]  # the hook ran on the caller's descriptors
+    assert recorder.full_paths == 0
+    assert recorder.requests == 0
+    assert hooked == [128, 128, 128]
+    assert len(recorder.launches) == 3

@@ -224,9 +224,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         else:
             config = self.configs[0]
         self.best_config = config
+        forms = None
         if config.pre_hook is not None:
+            forms = None if warmup else self._variants.forms(args, kwargs)  # before the hook
             config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
-        result = None if warmup else self._variants.launch(config, args, kwargs, grid, key)
+        result = None if warmup else self._variants.launch(config, args, kwargs, grid, key, forms)
         self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
         return result
 

@@ -117,12 +117,6 @@ class CallShape:
 
         return normalize
 
-    def normal_form(self, bound: Mapping[str, Any]) -> tuple[Any, ...]:
-        """What :meth:`normalizer`'s function returns for a call whose bound arguments (every
-        parameter, as the full path bound them for its config) are ``bound``."""
-        values = tuple(bound[p] for p in self.params)
-        return values[: len(self.callable)] if self.prefix_mode else values
-
 
 def _in_call_order(bind: Normalize, names: Sequence[str]) -> Normalize:
     """``bind``, refusing (``TypeError``) a call whose arguments with a ``dtype`` (tensors) come

@@ -20,6 +20,7 @@ path (C dispatcher hit, tuned, from the database, from a bundle, single config),
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -33,7 +34,7 @@ from kiln.autotuner.specialize import Candidate, call_meta, launch_grid
 from kiln.bundle.format import EntryRecord, KernelRecord, ParamRecord, entry_for
 from kiln.errors import KilnError
 from kiln.launch.dispatch import LaunchTables
-from kiln.launch.entry import LaunchEntry
+from kiln.launch.entry import HookedEntry, LaunchEntry
 from kiln.launch.launcher import KernelLauncher
 from kiln.launch.spec import LaunchSpec, param_flags
 from kiln.triton_compat import jit_params
@@ -157,10 +158,40 @@ class Variants:
 
     # -- launching ----------------------------------------------------------------------------
 
+    def forms(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[tuple[int, tuple[Any, ...]]]:
+        """``(length, call key)`` of each form a later call like this one is matched by (the
+        positional call as it is, and its normal form): taken *before* a config's ``pre_hook``
+        runs, since a hook may change the caller's arguments (descriptor block shapes)."""
+        if not self.tables.available:
+            return []
+        meta = call_meta(kwargs)
+        forms: list[tuple[Any, ...]] = []
+        if not meta and self.shape.registers_positional:
+            forms.append(tuple(args))
+        normalize = self.tables.normalizer
+        if normalize is not None:
+            with contextlib.suppress(TypeError):  # a call the dispatcher will not normalize
+                forms.append(normalize(*args, **meta))
+        out = []
+        for form in forms:
+            call_key = self.tables.key(form)
+            if call_key is not None:
+                out.append((len(form), call_key))
+        return out
+
     def launch(
-        self, config: Any, args: Sequence[Any], kwargs: dict[str, Any], grid: Any, key: tuple[Any, ...] | None
+        self,
+        config: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        grid: Any,
+        key: tuple[Any, ...] | None,
+        forms: list[tuple[int, tuple[Any, ...]]] | None = None,
     ) -> Any:
-        """Launch ``config`` for this call (the full path); returns Triton's ``CompiledKernel``."""
+        """Launch ``config`` for this call (the full path); returns Triton's ``CompiledKernel``.
+        ``forms``: :meth:`forms` of the call as it came (default: computed now)."""
+        if forms is None:
+            forms = self.forms(args, kwargs)
         tuner = self.tuner
         candidate = tuner._candidate(config, args, kwargs)
         hit = self._kernels.get(candidate.request.key)
@@ -176,7 +207,7 @@ class Variants:
         launcher.launch(
             launch_grid(grid, candidate, tuner.base_fn.__name__), tuple(candidate.bound.args.values())
         )
-        self._register(config, args, kwargs, candidate, kernel, launcher)
+        self._register(config, forms, candidate, kernel, launcher)
         if (key, candidate.request.key) not in self._saved:
             self._remember(key, config, candidate, launcher)
         return kernel
@@ -184,33 +215,28 @@ class Variants:
     def _register(
         self,
         config: Any,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
+        forms: list[tuple[int, tuple[Any, ...]]],
         candidate: Candidate,
         kernel: Any,
         launcher: KernelLauncher,
     ) -> None:
-        """Let later calls like this one skip everything but the launch: the positional call as
-        it is, and its normal form (:mod:`.calls`), which keyword calls and calls leaving
-        parameters to their defaults are turned into by the C dispatcher."""
-        if not self.tables.available or config.pre_hook is not None:
-            return
+        """Let later calls like this one skip everything but the launch (a config with a
+        ``pre_hook`` gets a :class:`HookedEntry`, which runs it before each launch)."""
         bound = candidate.bound.args
         names = tuple(bound)
         values = tuple(bound.values())
         source = self.tuner.loaded_from or "tuned"
         meta_extra = dict(config.all_kwargs())
-        forms: list[tuple[Any, ...]] = []
-        if not call_meta(kwargs) and self.shape.registers_positional and len(args) <= len(names):
-            forms.append(tuple(args))
-        if self.tables.normalizes:
-            forms.append(self.shape.normal_form(bound))
-        for form in forms:
-            call_key = self.tables.key(form)
-            if call_key is None:
+        for length, call_key in forms:
+            if length > len(values):
                 continue
-            entry = LaunchEntry(launcher, names, values[len(form) :], meta_extra, config, kernel, source)
-            self.tables.put(len(form), call_key, entry)
+            tail = values[length:]
+            entry = (
+                LaunchEntry(launcher, names, tail, meta_extra, config, kernel, source)
+                if config.pre_hook is None
+                else HookedEntry(config.pre_hook, launcher, names, tail, meta_extra, config, kernel, source)
+            )
+            self.tables.put(length, call_key, entry)
 
     def clear(self) -> None:
         self.tables.clear()

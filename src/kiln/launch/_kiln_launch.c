@@ -113,6 +113,9 @@ static struct {
 
 static PyObject *str_data_ptr = NULL;
 static PyObject *str_dtype = NULL;
+static PyObject *str_base = NULL;
+static PyObject *str_block_shape = NULL;
+static PyObject *str_padding = NULL;
 
 static int load_driver(void) {
   if (cu.loaded) return 0;
@@ -227,6 +230,39 @@ static int int_code(PyObject *obj, int specialize, int align, long *code) {
   return 0;
 }
 
+/* A host TensorDescriptor's part of a call key: (its type, the base tensor's dtype, the block
+ * shape, the padding), what Triton's specialization (`tensordesc<fp16[64, 64]>`) depends on.
+ * Anything else raises AttributeError (the full path decides). */
+static PyObject *descriptor_key(PyObject *obj) {
+  PyObject *block = PyObject_GetAttr(obj, str_block_shape);
+  if (!block) return NULL;
+  PyObject *shape = PySequence_Tuple(block);
+  Py_DECREF(block);
+  if (!shape) return NULL;
+  PyObject *base = PyObject_GetAttr(obj, str_base);
+  if (!base) {
+    Py_DECREF(shape);
+    return NULL;
+  }
+  PyObject *dtype = PyObject_GetAttr(base, str_dtype);
+  Py_DECREF(base);
+  if (!dtype) {
+    Py_DECREF(shape);
+    return NULL;
+  }
+  PyObject *padding = PyObject_GetAttr(obj, str_padding);
+  if (!padding) {
+    PyErr_Clear();
+    padding = Py_None;
+    Py_INCREF(padding);
+  }
+  PyObject *key = PyTuple_Pack(4, (PyObject *)Py_TYPE(obj), dtype, shape, padding);
+  Py_DECREF(dtype);
+  Py_DECREF(shape);
+  Py_DECREF(padding);
+  return key;
+}
+
 /* The call key of items[0..n) under `flags`; for each tensor argument i, its data_ptr() goes to
  * ptrs[i] and has_ptr[i] is set (both may be NULL). */
 static PyObject *make_key(PyObject *const *items, Py_ssize_t n, const char *flags, uint64_t *ptrs, char *has_ptr) {
@@ -259,6 +295,14 @@ static PyObject *make_key(PyObject *const *items, Py_ssize_t n, const char *flag
       if (append(key_items, &count, PyLong_FromLong(CODE_FLOAT))) goto fail;
     } else {
       PyObject *dtype = PyObject_GetAttr(obj, str_dtype);
+      if (!dtype && PyErr_ExceptionMatches(PyExc_AttributeError)) {
+        /* not a tensor: a host TensorDescriptor is keyed by what Triton specializes it on */
+        PyErr_Clear();
+        PyObject *desc = descriptor_key(obj);
+        if (!desc) goto fail;
+        if (append(key_items, &count, desc)) goto fail;
+        continue;
+      }
       if (!dtype) goto fail;
       PyObject *ptr = PyObject_CallMethodNoArgs(obj, str_data_ptr);
       if (!ptr) {
@@ -993,10 +1037,15 @@ static int add_sandbox_functions(PyObject *m);
 PyMODINIT_FUNC PyInit__kiln_launch(void) {
   str_data_ptr = PyUnicode_InternFromString("data_ptr");
   str_dtype = PyUnicode_InternFromString("dtype");
+  str_base = PyUnicode_InternFromString("base");
+  str_block_shape = PyUnicode_InternFromString("block_shape");
+  str_padding = PyUnicode_InternFromString("padding");
   str_fast = PyUnicode_InternFromString("fast");
   str_best_config = PyUnicode_InternFromString("best_config");
   str_launch = PyUnicode_InternFromString("launch");
-  if (!str_data_ptr || !str_dtype || !str_fast || !str_best_config || !str_launch) return NULL;
+  if (!str_data_ptr || !str_dtype || !str_base || !str_block_shape || !str_padding || !str_fast || !str_best_config ||
+      !str_launch)
+    return NULL;
   if (PyType_Ready(&LauncherType) < 0) return NULL;
   if (PyType_Ready(&DispatcherType) < 0) return NULL;
   if (PyType_Ready(&BoundCallType) < 0) return NULL;

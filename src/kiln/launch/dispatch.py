@@ -74,6 +74,11 @@ class LaunchTables:
         return self.dispatcher is not None
 
     @property
+    def normalizer(self) -> Callable[..., tuple[Any, ...]] | None:
+        """The dispatcher's ``normalize`` (``None``: none, or no C dispatcher)."""
+        return self._normalize if self.dispatcher is not None else None
+
+    @property
     def normalizes(self) -> bool:
         """Whether keyword calls (and calls of unregistered lengths) are normalized in C."""
         return self.dispatcher is not None and self._normalize is not None

@@ -81,3 +81,29 @@ class LaunchEntry:
         else:
             self.launcher.launch(grid, full)
         return self.result
+
+
+class HookedEntry(LaunchEntry):
+    """A launch whose config has a ``pre_hook``: it runs before every launch, as Triton runs it on
+    every call (with the arguments by name and the config's kwargs), so the C dispatcher hands
+    such entries to :meth:`launch` in Python (``fast[0]`` is ``None``) instead of launching."""
+
+    __slots__ = ("pre_hook",)
+
+    def __init__(self, pre_hook: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pre_hook = pre_hook
+        self.stream = None  # launch() goes through the KernelLauncher, after the hook
+        self.fast = (None, *self.fast[1:])
+
+    def launch(self, grid: Any, args: tuple[Any, ...]) -> Any:
+        full = args + self.tail if self.tail else args
+        nargs = dict(zip(self.names, full, strict=False))
+        nargs.update(self.meta_extra)
+        self.pre_hook(nargs)  # may change the caller's descriptors (block shapes), as in Triton
+        if callable(grid):
+            grid = grid(nargs)
+        if type(grid) is not tuple:
+            grid = tuple(grid)
+        self.launcher.launch(grid, full)
+        return self.result
