@@ -455,6 +455,64 @@ def compiled_kernel_from_files(src: Any, group: dict[str, str], hash_: str) -> A
     return CompiledKernel(src, group, hash_)
 
 
+# --- binding a call as JITFunction.run does (autotuner, Helion adapter) ---
+
+
+def jit_run_kwargs(kernel: Any, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """``kwargs`` plus the ``debug`` and ``instrumentation_mode`` that ``JITFunction.run`` adds
+    from Triton's knobs before binding."""
+    from triton import knobs
+
+    out = dict(kwargs)
+    out["debug"] = out.get("debug", kernel.debug) or knobs.runtime.debug
+    out["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    return out
+
+
+def by_argument(
+    kernel_name: str, arg_names: Sequence[str], paths: Mapping[Any, Any], hint: str
+) -> dict[str, Any]:
+    """Triton's ``{(argument index,): value}`` (constexprs or attributes by path) by argument
+    name; a path into a tuple argument raises ``NotImplementedError`` ending with ``hint``."""
+    out: dict[str, Any] = {}
+    for path, value in paths.items():
+        if len(path) != 1:
+            raise NotImplementedError(
+                f"{kernel_name}: tuple arguments (argument path {path}) are not supported {hint}"
+            )
+        out[arg_names[path[0]]] = value
+    return out
+
+
+def compile_hash(src: Any, backend: Any, options: dict[str, Any]) -> str:
+    """The cache directory name ``triton.compile(src, target, options)`` uses, computed as it does."""
+    from triton.compiler.compiler import get_cache_invalidating_env_vars
+    from triton.runtime.cache import get_cache_key
+
+    parsed = backend.parse_options(dict(options, **src.parse_options()))
+    key = get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def triton_cache_group(compile_hash_: str, metadata_name: str) -> dict[str, str] | None:
+    """The group of files Triton's cache (under ``TRITON_CACHE_DIR``) holds for a compile hash."""
+    from triton.runtime.cache import get_cache_manager
+
+    group: dict[str, str] | None = get_cache_manager(compile_hash_).get_group(metadata_name)
+    return group
+
+
+def put_in_triton_cache(compile_hash_: str, files: Mapping[str, bytes | str], metadata_name: str) -> None:
+    """Store ``files`` (name -> content) in Triton's cache under ``compile_hash_`` as one group."""
+    from triton.runtime.cache import get_cache_manager
+
+    manager = get_cache_manager(compile_hash_)
+    group = {
+        name: manager.put(content, name, binary=isinstance(content, bytes)) for name, content in files.items()
+    }
+    manager.put_group(metadata_name, group)
+
+
 # --- Gluon (kiln.compile.gluon) ---
 
 

@@ -1,6 +1,8 @@
 """kiln's autotuner: ``triton.autotune``'s contract on kiln's pool, sandbox and database.
 
-* :mod:`.autotuner`: the contract (:class:`Autotuner`, :func:`autotune`, :func:`precompile`);
+* :mod:`.autotuner`: the contract (:class:`Autotuner`); :mod:`.decorator`: :func:`autotune`,
+  :func:`precompile`;
+* :mod:`.calls`: heuristics and normalizing calling conventions for the C dispatcher;
 * :mod:`.session`: one tuning run (compile all, screen, final round, database);
 * :mod:`.bench`: benchmarking a config (sandbox or in-process) and classifying failures;
 * :mod:`.specialize`: a call's arguments -> one compile request per config;
@@ -8,7 +10,8 @@
 * :mod:`.binaries`: where it gets stored binaries' files and Triton kernels.
 """
 
-from kiln.autotuner.autotuner import Autotuner, autotune, precompile
+from kiln.autotuner.autotuner import Autotuner
+from kiln.autotuner.decorator import autotune, precompile
 from kiln.autotuner.session import AutotuneError
 
 __all__ = ["AutotuneError", "Autotuner", "autotune", "precompile"]

@@ -82,22 +82,10 @@ def request_for(
     _options, signature, constexpr_paths, attr_paths = triton_compat.pack_args(
         fn, backend, call_kwargs, bound.args, specialization, options_only
     )
-    names = list(fn.arg_names)
-    constexprs: dict[str, Any] = {}
-    for path, value in constexpr_paths.items():
-        if len(path) != 1:
-            raise NotImplementedError(
-                f"{fn.__name__}: tuple arguments with constexpr members are not supported by kiln's "
-                f"autotuner yet (argument path {path})."
-            )
-        constexprs[names[path[0]]] = value
-    attrs: dict[str, Any] = {}
-    for path, value in attr_paths.items():
-        if len(path) != 1:
-            raise NotImplementedError(
-                f"{fn.__name__}: tuple arguments are not supported by kiln's autotuner yet (path {path})."
-            )
-        attrs[names[path[0]]] = value
+    names = triton_compat.jit_arg_names(fn)
+    hint = "by kiln's autotuner yet."
+    constexprs = triton_compat.by_argument(fn.__name__, names, constexpr_paths, hint)
+    attrs = triton_compat.by_argument(fn.__name__, names, attr_paths, hint)
     options = config_options(config)
     if triton_key_dir is None:
         request = CompileRequest(fn, signature, constexprs, options=options, target=target, attrs=attrs)

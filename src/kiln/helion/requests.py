@@ -15,22 +15,20 @@ adapter swaps in one that captures the kernel and its call arguments instead of 
 metadata JSON, ``__grp__`` group file), so the benchmark's ``kernel(...)`` is a cache hit and
 nothing is compiled twice, whether kiln compiled the config now or found it in its own cache.
 
-Triton internals used here (Triton 3.6, the version kiln pins): ``create_function_from_signature``
-and ``JITFunction._pack_args`` (what ``JITFunction.run`` binds with), ``get_cache_key`` and
-``get_cache_manager`` (what ``triton.compile`` keys and stores with).
+The Triton internals this needs (what ``JITFunction.run`` binds with, what ``triton.compile``
+keys and stores with) are in :mod:`kiln.triton_compat`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kiln import CompileRequest, GPUTarget
-from kiln.triton_compat import ASTSource, make_backend
+from kiln import CompileRequest, GPUTarget, triton_compat
+from kiln.triton_compat import ASTSource
 
 # Options the backend derives from the target; a request may not set them.
 _DERIVED_OPTIONS = frozenset({"arch", "backend_name", "warp_size"})
@@ -49,10 +47,7 @@ class LaunchCompile:
 
 @functools.cache
 def _binder(kernel: Any, target: GPUTarget) -> tuple[Any, Any]:
-    from triton.runtime.jit import create_function_from_signature
-
-    backend = make_backend(target)
-    return backend, create_function_from_signature(kernel.signature, kernel.params, backend)
+    return triton_compat.argument_binder(kernel, target)
 
 
 def launch_compile(
@@ -65,33 +60,16 @@ def launch_compile(
     ``debug`` and ``instrumentation_mode`` are added from Triton's knobs, then Triton's binder
     and ``_pack_args`` give the signature, constexprs, specialization attributes and options.
     """
-    from triton import knobs
-
-    call_kwargs = dict(kwargs)
-    call_kwargs["debug"] = call_kwargs.get("debug", kernel.debug) or knobs.runtime.debug
-    call_kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    call_kwargs = triton_compat.jit_run_kwargs(kernel, kwargs)
     backend, binder = _binder(kernel, target)
     bound_args, specialization, options = binder(*args, **call_kwargs)
-    parsed, signature, constexpr_paths, attr_paths = kernel._pack_args(
-        backend, call_kwargs, bound_args, specialization, options
+    parsed, signature, constexpr_paths, attr_paths = triton_compat.pack_args(
+        kernel, backend, call_kwargs, bound_args, specialization, options
     )
-    names = list(kernel.arg_names)
-    constexprs: dict[str, Any] = {}
-    for path, value in constexpr_paths.items():
-        if len(path) != 1:
-            raise NotImplementedError(
-                f"{kernel.__name__}: tuple arguments with constexpr members (path {path}) are not "
-                f"supported by kiln's Helion adapter; set autotune_precompile=None for this kernel."
-            )
-        constexprs[names[path[0]]] = value
-    attrs: dict[str, Any] = {}
-    for path, value in attr_paths.items():
-        if len(path) != 1:
-            raise NotImplementedError(
-                f"{kernel.__name__}: tuple arguments (path {path}) are not supported by kiln's Helion "
-                f"adapter; set autotune_precompile=None for this kernel."
-            )
-        attrs[names[path[0]]] = value
+    names = triton_compat.jit_arg_names(kernel)
+    hint = "by kiln's Helion adapter; set autotune_precompile=None for this kernel."
+    constexprs = triton_compat.by_argument(kernel.__name__, names, constexpr_paths, hint)
+    attrs = triton_compat.by_argument(kernel.__name__, names, attr_paths, hint)
     full_options = dict(parsed.__dict__)
     defaults = backend.parse_options({}).__dict__
     request_options = {
@@ -110,27 +88,15 @@ def launch_compile(
     src = ASTSource(kernel, signature, constexpr_paths, attr_paths)
     return LaunchCompile(
         request=request,
-        triton_hash=_triton_hash(src, backend, full_options),
+        triton_hash=triton_compat.compile_hash(src, backend, full_options),
         file_name=src.name[:150],
     )
 
 
-def _triton_hash(src: Any, backend: Any, options: dict[str, Any]) -> str:
-    """The cache directory name ``triton.compile(src, target, options)`` uses, computed as it does."""
-    from triton.compiler.compiler import get_cache_invalidating_env_vars
-    from triton.runtime.cache import get_cache_key
-
-    parsed = backend.parse_options(dict(options, **src.parse_options()))
-    key = get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
 def in_triton_cache(launch: LaunchCompile) -> bool:
     """Whether Triton's cache (under the current ``TRITON_CACHE_DIR``) holds this variant."""
-    from triton.runtime.cache import get_cache_manager
-
-    group = get_cache_manager(launch.triton_hash).get_group(f"{launch.file_name}.json")
-    return bool(group) and f"{launch.file_name}.json" in group
+    group = triton_compat.triton_cache_group(launch.triton_hash, f"{launch.file_name}.json")
+    return group is not None and f"{launch.file_name}.json" in group
 
 
 def place_in_triton_cache(launch: LaunchCompile, artifact: Any) -> bool:
@@ -140,19 +106,15 @@ def place_in_triton_cache(launch: LaunchCompile, artifact: Any) -> bool:
     directory under the same hash), ``True`` when it was written now. The metadata's
     ``hash`` field is set to the slot's hash, as ``triton.compile`` records it.
     """
-    from triton.runtime.cache import get_cache_manager
-
     if in_triton_cache(launch):
         return False
-    manager = get_cache_manager(launch.triton_hash)
     metadata = dict(artifact.metadata)
     metadata["hash"] = launch.triton_hash
     base = launch.file_name
-    binary_name = f"{base}.{artifact.binary_ext}"
     metadata_name = f"{base}.json"
-    group = {
-        binary_name: manager.put(artifact.binary, binary_name, binary=True),
-        metadata_name: manager.put(json.dumps(metadata), metadata_name, binary=False),
+    files: dict[str, bytes | str] = {
+        f"{base}.{artifact.binary_ext}": artifact.binary,
+        metadata_name: json.dumps(metadata),
     }
-    manager.put_group(metadata_name, group)
+    triton_compat.put_in_triton_cache(launch.triton_hash, files, metadata_name)
     return True
