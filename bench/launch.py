@@ -25,6 +25,14 @@ Part 2 (``--bundle``): wall seconds from starting a new Python process to its fi
 result, (a) tuning from scratch with ``kiln.autotune`` (fresh caches and database) and (b)
 loading a bundle written from that tuning (``kiln.load_bundle``, no Triton compiler imported),
 with an empty kiln cache except for kiln's C launcher (built once per machine and Python).
+
+Part 3, ``conventions`` (``--conventions-only`` runs it alone): host microseconds per call of
+each calling convention libraries use (keywords, defaults, ``None`` arguments, constexprs at call
+time, grid functions, ``run(grid=...)``, ``@triton.heuristics`` over and under the autotuner, host
+``TensorDescriptor`` arguments with a block-shape ``pre_hook``), ``triton.autotune`` vs
+``kiln.autotune`` on the same kernel, measured as above; see ``bench/launch_conventions.py``::
+
+    python bench/launch.py --conventions-only --json bench/results/launch-conventions.json
 """
 
 from __future__ import annotations
@@ -50,6 +58,9 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from launch_conventions import bench_conventions, conventions_table, section_failed
 
 
 @triton.jit
@@ -145,6 +156,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=400)
     parser.add_argument("--bundle", action="store_true", help="also time process start -> first tuned result")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of the bundle part")
+    parser.add_argument(
+        "--conventions-only",
+        action="store_true",
+        help="time only the calling conventions, kiln.autotune vs triton.autotune (part 3)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -155,23 +171,34 @@ def main() -> None:
         "triton": triton.__version__,
         "command": "python " + shlex.join(sys.argv),
     }
-    result["calls"] = bench_calls(args.batches, args.batch)
-    if args.bundle:
+    if not args.conventions_only:
+        result["calls"] = bench_calls(args.batches, args.batch)
+    result["conventions"] = bench_conventions(args.batches, args.batch, _time_batch)
+    if args.bundle and not args.conventions_only:
         result["bundle"] = bench_bundle(args.repeats)
     print(json.dumps(result, indent=1))
     print(table(result))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=1) + "\n")
+    failed = section_failed(result["conventions"])
+    if failed:
+        raise SystemExit(f"launch bench: conventions failed or gave wrong outputs: {', '.join(failed)}")
 
 
 def table(result: dict[str, Any]) -> str:
-    calls = result["calls"]["us_per_call_median"]
-    torch_us = calls["torch_op"]
-    lines = [f"{'arm':<24}{'us/call':>10}{'vs torch op':>14}", "-" * 48]
-    for name, us in calls.items():
-        lines.append(f"{name:<24}{us:>10.2f}{us / torch_us:>13.2f}x")
-    lines.append("target: kiln_tuned <= 5 us and <= torch_op")
+    lines: list[str] = []
+    if "calls" in result:
+        calls = result["calls"]["us_per_call_median"]
+        torch_us = calls["torch_op"]
+        lines += [f"{'arm':<24}{'us/call':>10}{'vs torch op':>14}", "-" * 48]
+        for name, us in calls.items():
+            lines.append(f"{name:<24}{us:>10.2f}{us / torch_us:>13.2f}x")
+        lines.append("target: kiln_tuned <= 5 us and <= torch_op")
+    if "conventions" in result:
+        if lines:
+            lines.append("")
+        lines.append(conventions_table(result["conventions"]))
     if "bundle" in result:
         b = result["bundle"]
         lines.append("")
