@@ -63,6 +63,11 @@ for phase in "$@"; do
         tests/test_launch_gpu.py ;;
     helion-bench)
       TAIL=24 run helion-bench 400 python3 bench/helion_autotune.py --budget-s 300 --out "$out/helion.json" ;;
+    conventions)
+      TAIL=20 run conventions 200 python3 bench/launch.py --conventions-only --json "$out/launch-conventions.json" ;;
+    realworld-fix)
+      TAIL=10 run realworld-fix 420 python3 bench/realworld.py \
+        --ops liger_dyt_fwdbwd,liger_swiglu_fwd,fla_parallel_simple_gla_fwd --out "$out/realworld-fix.json" ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;
