@@ -379,7 +379,7 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
     with conn:
         conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match="schema version 3.*newer kiln"):
+    with pytest.raises(TuningDatabaseError, match=r"schema version 3.*newer kiln"):
         TuningDatabase(db_path)
 
 
