@@ -47,9 +47,6 @@ from typing import Any
 
 from kiln.sandbox.native_client import NativeBenchOutcome
 
-PARTS = ("sandbox_wait_s", "compile_s", "bench_s", "final_s", "other_s")
-"""The keys of :attr:`kiln.tuning.TuningRun.split`, in the order the report shows them."""
-
 
 class TimeSplit:
     """Accumulates one tuning run's time split (see the module's documentation)."""
