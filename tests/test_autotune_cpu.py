@@ -18,7 +18,8 @@ import triton.language as tl
 import kiln
 from conftest import SM90
 from kiln.sandbox import BenchOutcome
-from kiln.tuning import TuningDatabase
+from kiln.sandbox.native_client import NativeBenchOutcome
+from kiln.tuning import TuningDatabase, format_table
 
 torch = pytest.importorskip("torch")
 
@@ -269,6 +270,69 @@ def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Pa
     assert tuner.best_config.kwargs == {"BLOCK": 64}
     assert tuner.configs_timings[tuner.best_config] == [0.5, 0.5, 0.5]
     assert tuner.last_run.best_label.startswith("BLOCK=64")
+
+
+class SlowBench(TwoPhaseBench):
+    """Screening calls take ``screen_s``, final-round calls ``final_s`` (real sleeps); with
+    ``native_wait_s``, the first call also waits that long for a "sandbox" and says so, as the
+    native sandbox's outcome does."""
+
+    def __init__(self, *args: Any, screen_s: float, final_s: float, native_wait_s: float = 0.0, **kw: Any):
+        super().__init__(*args, **kw)
+        self.screen_s, self.final_s, self.native_wait_s = screen_s, final_s, native_wait_s
+
+    def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> BenchOutcome:
+        wait_s = self.native_wait_s if not self.phases else 0.0
+        outcome = super().bench(candidate, artifact, grid, phase)
+        time.sleep(wait_s + (self.final_s if phase.rep_ms >= 100 else self.screen_s))
+        if not self.native_wait_s:
+            return outcome
+        fields = {name: getattr(outcome, name) for name in BenchOutcome.__dataclass_fields__}
+        return NativeBenchOutcome(**fields, sandbox={"wait_s": wait_s, "via": "native"})
+
+
+@pytest.mark.parametrize("native_wait_s", [0.0, 0.3])
+def test_the_run_reports_where_its_wall_time_went(
+    make_pool: Any, tmp_path: Path, native_wait_s: float
+) -> None:
+    blocks = (16, 32, 64, 128, 256, 512)
+    screen = {b: float(i) for i, b in enumerate(blocks)}
+    tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
+
+    def factory(t: Any, args: Any, kw: Any) -> SlowBench:
+        return SlowBench(
+            t, args, kw, by_block(screen), final_of=by_block(screen),
+            screen_s=0.02, final_s=0.05, native_wait_s=native_wait_s,
+        )  # fmt: skip
+
+    tune(tuner, factory)
+    run = tuner.last_run
+    split = run.split
+    assert split is not None
+    assert set(split) == {"sandbox_wait_s", "compile_s", "bench_s", "final_s", "other_s"}
+    assert all(seconds >= 0 for seconds in split.values())
+    wall = run.wall_s
+    # The tuning thread's parts follow one another and make up the wall time; compiling overlaps.
+    serial = split["sandbox_wait_s"] + split["bench_s"] + split["final_s"]
+    assert serial <= wall + 1e-6
+    assert serial + split["other_s"] == pytest.approx(wall, abs=1e-6)
+    # The wait the outcome reports is the sandbox's, taken out of the benchmark calls' time.
+    assert split["sandbox_wait_s"] == pytest.approx(native_wait_s)
+    assert 6 * 0.02 <= split["bench_s"] < 6 * 0.02 + 0.25  # six screening calls
+    assert 9 * 0.05 <= split["final_s"] < 9 * 0.05 + 0.25  # three finalists, three passes
+    assert max(r.compile_s for r in run.results) <= split["compile_s"] <= wall
+    assert "time: " in format_table(run).splitlines()[-1]
+    stored = TuningDatabase(tmp_path / "tuning.sqlite3").runs()[0]
+    assert stored.split == split
+
+
+def test_one_pass_tuning_has_no_final_round_time(make_pool: Any, tmp_path: Path) -> None:
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(64, 128), by_block({64: 2.0, 128: 1.0}))
+    tune(tuner, bench)
+    split = tuner.last_run.split
+    assert split["final_s"] == 0.0
+    assert split["sandbox_wait_s"] == 0.0  # in-process: no sandbox
+    assert 0 < split["compile_s"] <= tuner.last_run.wall_s
 
 
 def test_precompile_returns_at_once_and_the_first_call_reuses_its_compiles(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from click.testing import CliRunner
 
 from kiln.cli import main
 from kiln.tuning import ConfigResult, TuningDatabase
+from test_tuning_db import write_v1_database
 
 
 @pytest.mark.timeout(180)
@@ -52,6 +54,33 @@ def test_report_prints_the_latest_runs(tmp_path: Path) -> None:
     assert "2.00x" in result.output
     assert "SIGABRT" in result.output
     assert list(out.glob("*.json"))
+
+
+def test_report_shows_the_time_split_in_the_table_and_the_json(tmp_path: Path) -> None:
+    path = tmp_path / "tuning.sqlite3"
+    split = {"sandbox_wait_s": 0.5, "compile_s": 1.1, "bench_s": 3.2, "final_s": 1.8, "other_s": 0.8}
+    with TuningDatabase(path) as db:
+        run = db.begin_run("softmax", "k" * 64, '["4096"]', "NVIDIA H200", "9.0", "3.6.0", default_label="A")
+        db.record(run, _result("A", "ok", 2.0))
+        db.finish_run(run, "A", 6.3, 1.0, split=split)
+    out = tmp_path / "json"
+    result = CliRunner().invoke(main, ["report", "--db", str(path), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert (
+        "time: 6.3 s = sandbox wait 0.5 s, compiling 1.1 s (overlaps benchmarking), "
+        "benchmarking 3.2 s, final round 1.8 s, other 0.8 s"
+    ) in result.output
+    [written] = out.glob("*.json")
+    assert json.loads(written.read_text())["run"]["split"] == split
+
+
+def test_report_reads_a_version_1_database(tmp_path: Path) -> None:
+    path = tmp_path / "tuning.sqlite3"
+    write_v1_database(path)  # the old kiln's file: migrated on open, its run shown without a time line
+    result = CliRunner().invoke(main, ["report", "--db", str(path)])
+    assert result.exit_code == 0, result.output
+    assert "* B" in result.output
+    assert "time:" not in result.output
 
 
 def test_report_without_a_database_says_so(tmp_path: Path) -> None:

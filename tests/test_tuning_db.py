@@ -4,6 +4,7 @@ concurrent processes and threads, and the schema version.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -283,6 +284,138 @@ def test_newer_schema_version_is_refused(db_path: Path) -> None:
     assert "newer kiln" in message
     assert "Upgrade kiln" in message
     assert str(db_path) in message
+
+
+# The tables exactly as schema version 1 (kiln before the time split) created them.
+_V1_SCHEMA = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, kernel TEXT NOT NULL, kernel_key TEXT NOT NULL,
+    key_repr TEXT NOT NULL, device_name TEXT NOT NULL, capability TEXT NOT NULL,
+    triton_version TEXT NOT NULL, started_at REAL NOT NULL, finished_at REAL, wall_s REAL,
+    first_result_s REAL, best_label TEXT, default_label TEXT
+);
+CREATE INDEX runs_identity
+    ON runs (kernel_key, key_repr, device_name, capability, triton_version, finished_at);
+CREATE INDEX runs_kernel ON runs (kernel);
+CREATE TABLE configs (
+    run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, label TEXT NOT NULL,
+    config_json TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, compile_s REAL, runtime_ms REAL,
+    runtime_ms_p20 REAL, runtime_ms_p80 REAL, max_abs_diff REAL, artifact_key TEXT,
+    recorded_at REAL NOT NULL, UNIQUE (run_id, label)
+);
+INSERT INTO meta (key, value) VALUES ('schema_version', '1');
+"""
+
+
+def write_v1_database(path: Path) -> None:
+    """A version-1 file with one finished run (A and B, B best), as the old kiln wrote it."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.executescript(_V1_SCHEMA)
+        conn.execute("PRAGMA journal_mode = WAL")
+        with conn:
+            conn.execute(
+                "INSERT INTO runs (kernel, kernel_key, key_repr, device_name, capability, triton_version, "
+                "started_at, finished_at, wall_s, first_result_s, best_label, default_label) "
+                "VALUES ('matmul', ?, ?, ?, ?, ?, 1700000000.0, 1700000012.5, 12.5, 0.75, 'B', 'A')",
+                tuple(IDENTITY.values()),
+            )
+            for label, ms in (("A", 2.0), ("B", 1.0)):
+                conn.execute(
+                    "INSERT INTO configs (run_id, label, config_json, status, compile_s, runtime_ms, "
+                    "recorded_at) VALUES (1, ?, ?, 'ok', 1.5, ?, 1700000001.0)",
+                    (label, json.dumps(config()), ms),
+                )
+    finally:
+        conn.close()
+
+
+def schema_version_of(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_split_round_trips_and_older_runs_have_none(db: TuningDatabase, db_path: Path) -> None:
+    split = {"sandbox_wait_s": 0.0, "compile_s": 1.1, "bench_s": 3.2, "final_s": 1.8, "other_s": 1.3}
+    without = begin(db, kernel="without")
+    db.record(without, ok("A"))
+    db.finish_run(without, "A", 1.0, 0.1)
+    with_split = begin(db, kernel="with")
+    db.record(with_split, ok("A"))
+    db.finish_run(with_split, "A", 7.4, 0.1, split=split)
+    with TuningDatabase(db_path) as fresh:
+        assert fresh.runs("with")[0].split == split
+        assert fresh.runs("without")[0].split is None
+    run = db.runs("with")[0]
+    assert TuningRun.from_json(json.loads(json.dumps(run.to_json(), allow_nan=False))) == run
+    for bad in ({"bench_s": math.nan}, {"bench_s": "fast"}, {"bench_s": True}, [1.0]):
+        with pytest.raises(ValueError, match="split"):
+            dataclasses.replace(run, split=bad)  # type: ignore[arg-type]
+
+
+def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> None:
+    write_v1_database(db_path)
+    assert schema_version_of(db_path) == 1
+    with TuningDatabase(db_path) as db:
+        old = db.lookup(**IDENTITY)
+        assert old is not None  # the old run is still found, with everything it had
+        assert (old.best_label, old.default_label, old.wall_s, old.first_result_s) == ("B", "A", 12.5, 0.75)
+        assert [(r.label, r.runtime_ms) for r in old.results] == [("A", 2.0), ("B", 1.0)]
+        assert old.split is None
+        assert schema_version_of(db_path) == SCHEMA_VERSION == 2
+        run_id = begin(db, kernel="new")  # and new runs store their split in the migrated file
+        db.record(run_id, ok("A"))
+        db.finish_run(run_id, "A", 2.0, 0.5, split={"bench_s": 1.0})
+    with TuningDatabase(db_path) as db:  # opening it again: already current, nothing to do
+        assert db.runs("new")[0].split == {"bench_s": 1.0}
+        assert db.lookup(**IDENTITY) is not None
+    assert integrity(db_path) == "ok"
+
+    conn = sqlite3.connect(db_path)  # a newer version than this kiln's is still refused
+    with conn:
+        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    conn.close()
+    with pytest.raises(TuningDatabaseError, match=r"schema version 3.*newer kiln"):
+        TuningDatabase(db_path)
+
+
+def test_migration_runs_once_when_many_open_a_version_1_file(db_path: Path) -> None:
+    # Every opener sees version 1 at first; the write lock lets exactly one migrate (a second
+    # ALTER TABLE would fail with "duplicate column name").
+    write_v1_database(db_path)
+    barrier = threading.Barrier(6)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        barrier.wait()
+        try:
+            with TuningDatabase(db_path) as db:
+                assert db.lookup(**IDENTITY) is not None
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_it) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert schema_version_of(db_path) == SCHEMA_VERSION
+
+
+def test_a_version_without_migration_is_refused(db_path: Path) -> None:
+    write_v1_database(db_path)
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
+    conn.close()
+    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 2, and no migration"):
+        TuningDatabase(db_path)
+    assert schema_version_of(db_path) == 0  # left as it was
 
 
 def test_damaged_schema_version_is_refused(db_path: Path) -> None:

@@ -198,6 +198,23 @@ def test_table_of_a_run_where_nothing_worked() -> None:
     assert not any(line.startswith("*") for line in table.splitlines())
 
 
+SPLIT = {"sandbox_wait_s": 0.0, "compile_s": 1.1, "bench_s": 3.2, "final_s": 1.8, "other_s": 1.3}
+
+
+def test_table_ends_with_where_the_time_went(run: TuningRun) -> None:
+    timed = dataclasses.replace(run, wall_s=6.3, split=SPLIT)
+    lines = format_table(timed).splitlines()
+    assert lines[-1] == (
+        "time: 6.3 s = sandbox wait 0.0 s, compiling 1.1 s (overlaps benchmarking), "
+        "benchmarking 3.2 s, final round 1.8 s, other 1.3 s"
+    )
+    assert lines[:-1] == format_table(dataclasses.replace(run, wall_s=6.3)).splitlines()
+    assert report_mod.format_split(run) is None  # a run recorded without a split: no time line
+    assert not any(line.startswith("time:") for line in format_table(run).splitlines())
+    partial = dataclasses.replace(run, wall_s=None, split={"bench_s": 0.5})
+    assert report_mod.format_split(partial) == "time: - = benchmarking 0.5 s"
+
+
 # ---------------------------------------------------------------------------- JSON
 
 
@@ -210,6 +227,11 @@ def test_json_round_trip(run: TuningRun) -> None:
     assert back["summary"]["best_runtime_ms"] == 1.0
     assert back["summary"]["failures_by_status"] == {"bench_timeout": 1, "out_of_resources": 1}
     assert report_mod.from_json(back) == run
+    assert back["run"]["split"] is None
+    timed = dataclasses.replace(run, split=SPLIT)
+    back = json.loads(json.dumps(to_json(timed), allow_nan=False))
+    assert back["run"]["split"] == SPLIT
+    assert report_mod.from_json(back) == timed
     with pytest.raises(ValueError, match="not a kiln tuning report"):
         report_mod.from_json(back["run"])
 

@@ -10,6 +10,8 @@
           record its ConfigResult in the database (committed at once)
       final round (when kiln owns the timing): the best few, full length, 3 alternating passes
       best = min(timings) -> tuner.cache[key], configs_timings, last_run; finish the run
+      all along: where the wall time went (sandbox wait, compiling, benchmarking, final
+          round: timesplit.py) -> TuningRun.split
 
 A config that fails anywhere is skipped with the status :func:`~kiln.autotuner.bench.classify`
 (or the sandbox) gave it; if every one fails, :class:`AutotuneError` lists each with its reason.
@@ -32,6 +34,7 @@ from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from kiln.autotuner.specialize import Candidate, launch_grid
+from kiln.autotuner.timesplit import TimeSplit
 from kiln.compile.request import guess_compile_cost
 from kiln.errors import KilnError
 from kiln.sandbox.compare import compare
@@ -57,6 +60,7 @@ class TuningSession:
     def __init__(self, tuner: Autotuner) -> None:
         self.tuner = tuner
         self.name = tuner.base_fn.__name__
+        self.split = TimeSplit()  # where the run's wall time goes (compile overlaps benchmarking)
 
     def tune(
         self,
@@ -93,6 +97,7 @@ class TuningSession:
         for candidate in candidates:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
             by_future.setdefault(candidate.future, candidate)
+        self.split.watch(by_future)
         bencher = make_bencher(tuner, args, kwargs)
         results: dict[str, ConfigResult] = {}
         timings: dict[Any, Any] = {}
@@ -121,7 +126,8 @@ class TuningSession:
                     first_result_s = time.monotonic() - started
                 record(result)
         if two_phase:
-            self.final_round(candidates, results, timings, bencher, grid, record)
+            with self.split.phase("final_s"):
+                self.final_round(candidates, results, timings, bencher, grid, record)
         bencher.finish()
 
         ok = {c.config: timings[c.config] for c in candidates if results[c.label].status == "ok"}
@@ -133,8 +139,9 @@ class TuningSession:
         tuner.configs_timings = timings
         best_label = config_label(best)
         wall = time.monotonic() - started
+        split = self.split.as_dict(started, wall)
         if database is not None and run_id is not None:
-            database.finish_run(run_id, best_label, wall, first_result_s)
+            database.finish_run(run_id, best_label, wall, first_result_s, split=split)
         tuner.last_run = TuningRun(
             kernel=identity["kernel"],
             kernel_key=identity["kernel_key"],
@@ -148,6 +155,7 @@ class TuningSession:
             started_at=time.time() - wall,
             wall_s=wall,
             first_result_s=first_result_s,
+            split=split,
         )
         tuner.tuned[key] = tuner.last_run
 
@@ -212,7 +220,9 @@ class TuningSession:
         if exc is not None:
             return _result(candidate, classify(exc, "compile"), reason(exc), None), None, failed
         artifact = future.result()
+        began = time.monotonic()
         outcome = bencher.bench(candidate, artifact, launch_grid(grid, candidate, self.name), phase)
+        self.split.saw(outcome, time.monotonic() - began)
         if outcome.status != "ok" or outcome.timings is None:
             return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), None, failed
         times = [float(t) for t in outcome.timings][:3]

@@ -8,7 +8,7 @@ A run is written as it goes::
         run_id = db.begin_run(kernel, kernel_key, key_repr, device, "9.0", triton_version, default_label)
         for config in configs:
             db.record(run_id, measure(config))      # committed at once
-        db.finish_run(run_id, best_label, wall_s, first_result_s)
+        db.finish_run(run_id, best_label, wall_s, first_result_s, split={"bench_s": 3.2, ...})
 
 and read back with :meth:`TuningDatabase.lookup`, which only ever returns a *finished* run
 for exactly the same kernel identity, key, device, compute capability and Triton version.
@@ -36,8 +36,10 @@ Concurrency
     (SQLite connections must not cross ``fork``).
 
 Schema
-    Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by a newer
-    kiln raises :class:`TuningDatabaseError` instead of being misread.
+    Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by an older
+    kiln is migrated when opened (version 1 -> 2 adds ``runs.split_json``, the time split; its
+    runs read back with ``split=None``); one written by a newer kiln raises
+    :class:`TuningDatabaseError` instead of being misread.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -70,7 +72,7 @@ DATABASE_FILENAME = "tuning.sqlite3"
 
 _RUN_COLUMNS = (
     "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
-    "started_at, finished_at, wall_s, first_result_s, best_label, default_label"
+    "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json"
 )
 _CONFIG_COLUMNS = (
     "label, config_json, status, reason, compile_s, runtime_ms, runtime_ms_p20, runtime_ms_p80, "
@@ -211,10 +213,18 @@ class TuningDatabase:
             )
 
     def finish_run(
-        self, run_id: int, best_label: str | None, wall_s: float | None, first_result_s: float | None
+        self,
+        run_id: int,
+        best_label: str | None,
+        wall_s: float | None,
+        first_result_s: float | None,
+        *,
+        split: Mapping[str, float] | None = None,
     ) -> None:
         """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
-        the label of a recorded result (or ``None`` when no config worked)."""
+        the label of a recorded result (or ``None`` when no config worked); ``split`` is
+        :attr:`TuningRun.split` (where the wall time went)."""
+        split_json = None if split is None else json.dumps(dict(split), allow_nan=False)
         with self._connection("finish a run in") as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, "finish it")
             if (
@@ -228,9 +238,9 @@ class TuningDatabase:
                     f"label was recorded in it. record() the best config's result first."
                 )
             conn.execute(
-                "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ? "
-                "WHERE id = ?",
-                (time.time(), best_label, wall_s, first_result_s, run_id),
+                "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ?, "
+                "split_json = ? WHERE id = ?",
+                (time.time(), best_label, wall_s, first_result_s, split_json, run_id),
             )
 
     def _check_open_run(self, conn: sqlite3.Connection, run_id: int, what: str) -> None:
@@ -319,10 +329,11 @@ class TuningDatabase:
                 started_at=row[7],
                 wall_s=row[9],
                 first_result_s=row[10],
+                split=None if row[13] is None else json.loads(row[13]),
                 finished_at=row[8],
                 run_id=row[0],
             )
-        except ValueError as exc:
+        except ValueError as exc:  # bad split JSON too (json.JSONDecodeError is a ValueError)
             raise TuningDatabaseError(
                 f"run {row[0]} in the tuning database {self.path} is invalid: {exc}"
             ) from exc

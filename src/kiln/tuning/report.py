@@ -9,6 +9,11 @@ The table, one row per config in the order they were measured::
       BLOCK_M=256, ...         0.80  compile_error           -         -  out of shared memory ...
     3 configs: 2 ok, 1 failed (compile_error 1)
     * best: BLOCK_M=128, ... (1.0000 ms, 2.00x); speed-up vs the default config BLOCK_M=64, ...
+    time: 12.3 s = sandbox wait 0.4 s, compiling 6.1 s (overlaps benchmarking), benchmarking 3.2 s, ...
+
+The last line, where the wall time went (:attr:`TuningRun.split`, see
+:mod:`kiln.autotuner.timesplit`), is left out for runs recorded without it. Compiling overlaps
+the other parts; sandbox wait, benchmarking, final round and other add up to the wall time.
 
 Speed-up is the default config's median runtime divided by the row's (above 1: faster than
 the default, the first config given). It is shown only where both ran correctly.
@@ -73,6 +78,29 @@ def _reason(result: ConfigResult) -> str:
     return text if len(text) <= REASON_WIDTH else text[: REASON_WIDTH - 3] + "..."
 
 
+_SPLIT_WORDS = (
+    ("sandbox_wait_s", "sandbox wait"),
+    ("compile_s", "compiling"),
+    ("bench_s", "benchmarking"),
+    ("final_s", "final round"),
+    ("other_s", "other"),
+)
+
+
+def format_split(run: TuningRun) -> str | None:
+    """``"time: 6.3 s = sandbox wait 0.0 s, compiling 1.1 s (overlaps benchmarking), ..."``, or
+    ``None`` for a run without a time split."""
+    if run.split is None:
+        return None
+    wall = "-" if run.wall_s is None else f"{run.wall_s:.1f} s"
+    parts = []
+    for key, words in _SPLIT_WORDS:
+        if key in run.split:
+            note = " (overlaps benchmarking)" if key == "compile_s" else ""
+            parts.append(f"{words} {run.split[key]:.1f} s{note}")
+    return f"time: {wall} = " + ", ".join(parts)
+
+
 def format_table(run: TuningRun) -> str:
     """A fixed-width table of ``run``: header, one row per config (best marked ``*``), footer lines."""
     wall = "-" if run.wall_s is None else f"{run.wall_s:.1f} s"
@@ -134,6 +162,9 @@ def format_table(run: TuningRun) -> str:
     else:
         summary += f"; speed-up vs the default config {run.default_label}"
     lines.append(summary)
+    split = format_split(run)
+    if split is not None:
+        lines.append(split)
     return "\n".join(lines)
 
 

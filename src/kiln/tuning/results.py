@@ -68,6 +68,20 @@ def _require(data: Mapping[str, Any], key: str, what: str) -> Any:
         raise ValueError(f"not a {what} record: the key {key!r} is missing") from None
 
 
+def _split(split: Any, kernel: str) -> dict[str, float]:
+    """A run's time split as a plain dict of finite floats (``ValueError`` for anything else)."""
+    if not isinstance(split, Mapping):
+        raise ValueError(f"run of {kernel!r}: split must be a dict, not {type(split).__name__}")
+    checked: dict[str, float] = {}
+    for part, seconds in split.items():
+        if not isinstance(part, str) or isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise ValueError(f"run of {kernel!r}: split entry {part!r}: {seconds!r} is not seconds by name")
+        if not math.isfinite(seconds):
+            raise ValueError(f"run of {kernel!r}: split entry {part!r} is {seconds!r}, not a finite number")
+        checked[part] = float(seconds)
+    return checked
+
+
 @dataclass(frozen=True)
 class ConfigResult:
     """The outcome of one config: how long it took to compile, whether it ran, how fast, how right."""
@@ -201,6 +215,11 @@ class TuningRun:
     first_result_s: float | None = None
     """Seconds from the start to the first result."""
 
+    split: dict[str, float] | None = None
+    """Where the wall time went, in seconds (``None`` for runs recorded before kiln measured it):
+    ``sandbox_wait_s``, ``compile_s`` (overlaps the others), ``bench_s``, ``final_s``, ``other_s``;
+    see :mod:`kiln.autotuner.timesplit`."""
+
     finished_at: float | None = None
     """Unix time the run finished; ``None`` for a run that is still going or whose process died."""
 
@@ -209,6 +228,8 @@ class TuningRun:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
+        if self.split is not None:
+            object.__setattr__(self, "split", _split(self.split, self.kernel))
         seen: set[str] = set()
         for result in self.results:
             if result.label in seen:
@@ -257,6 +278,7 @@ class TuningRun:
             "started_at": self.started_at,
             "wall_s": _float_to_json(self.wall_s),
             "first_result_s": _float_to_json(self.first_result_s),
+            "split": None if self.split is None else dict(self.split),
             "finished_at": self.finished_at,
             "run_id": self.run_id,
         }
@@ -282,6 +304,7 @@ class TuningRun:
             started_at=float(_require(data, "started_at", what)),
             wall_s=_float_from_json(data.get("wall_s"), "wall_s"),
             first_result_s=_float_from_json(data.get("first_result_s"), "first_result_s"),
+            split=data.get("split"),
             finished_at=_float_from_json(data.get("finished_at"), "finished_at"),
             run_id=None if run_id is None else int(run_id),
         )

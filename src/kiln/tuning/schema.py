@@ -2,7 +2,8 @@
 
 :func:`open_connection` opens (or creates) the file: WAL journaling (retried while another
 process switches it), ``synchronous=NORMAL``, foreign keys, and the schema created once or its
-version checked (:data:`SCHEMA_VERSION`; a newer file is refused, never misread).
+version checked (:data:`SCHEMA_VERSION`; an older file is migrated in place (:data:`MIGRATIONS`),
+a newer one refused, never misread).
 :func:`transaction` is every read's and write's transaction (writers ``BEGIN IMMEDIATE``).
 :func:`database_error` turns SQLite's errors into :class:`TuningDatabaseError` messages that say
 what to do. The queries themselves live in :mod:`kiln.tuning.db`.
@@ -19,8 +20,14 @@ from pathlib import Path
 
 from kiln.errors import KilnError
 
-SCHEMA_VERSION = 1
-"""Version of the tables below; bump it (with a migration) whenever they change."""
+SCHEMA_VERSION = 2
+"""Version of the tables below; bump it (with a migration in :data:`MIGRATIONS`) whenever they change."""
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE runs ADD COLUMN split_json TEXT",),  # 1 -> 2: a run's time split
+}
+"""The statements that bring a file of version ``v`` to ``v + 1``, keyed by ``v``. Opening an
+older file runs them, in order, in one write transaction with the version update."""
 
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -42,7 +49,8 @@ CREATE TABLE runs (
     wall_s         REAL,
     first_result_s REAL,
     best_label     TEXT,
-    default_label  TEXT
+    default_label  TEXT,
+    split_json     TEXT
 );
 CREATE INDEX runs_identity
     ON runs (kernel_key, key_repr, device_name, capability, triton_version, finished_at);
@@ -123,11 +131,10 @@ def _set_wal(conn: sqlite3.Connection, path: Path, busy_timeout_s: float) -> Non
 
 
 def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
-    with transaction(conn):  # the usual case, an existing database: no write lock needed
-        if _has_meta(conn):
-            _check_version(conn, path)
+    with transaction(conn):  # the usual case, a current database: no write lock needed
+        if _has_meta(conn) and _check_version(conn, path) == SCHEMA_VERSION:
             return
-    with transaction(conn, immediate=True):  # a new file: create the tables, once
+    with transaction(conn, immediate=True):  # a new file (create the tables) or an old one (migrate)
         if not _has_meta(conn):
             if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
                 raise TuningDatabaseError(
@@ -139,10 +146,27 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
                     conn.execute(statement)
             conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             return
-        _check_version(conn, path)
+        _migrate(conn, path, _check_version(conn, path))  # another opener may have migrated it meanwhile
 
 
-def _check_version(conn: sqlite3.Connection, path: Path) -> None:
+def _migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
+    """Bring a file of schema ``version`` to :data:`SCHEMA_VERSION` (inside the caller's transaction)."""
+    while version < SCHEMA_VERSION:
+        statements = MIGRATIONS.get(version)
+        if statements is None:
+            raise TuningDatabaseError(
+                f"the tuning database {path} has schema version {version}, older than "
+                f"{SCHEMA_VERSION}, and no migration exists for it. It only caches tuning results: "
+                f"delete it (with its -wal and -shm files) to start over."
+            )
+        for statement in statements:
+            conn.execute(statement)
+        version += 1
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version; :class:`TuningDatabaseError` if it is damaged or newer than ours."""
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     try:
         version = int(row[0]) if row else None
@@ -161,11 +185,7 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> None:
             f"Upgrade kiln, or use another file (TuningDatabase(path=...)); deleting the file "
             f"discards the newer kiln's tuning results."
         )
-    if version < SCHEMA_VERSION:  # pragma: no cover - no older version exists yet
-        raise TuningDatabaseError(
-            f"the tuning database {path} has schema version {version}, older than "
-            f"{SCHEMA_VERSION}, and no migration exists for it; delete it to start over."
-        )
+    return version
 
 
 def database_error(path: Path, busy_timeout_s: float, action: str, exc: sqlite3.Error) -> TuningDatabaseError:
