@@ -10,8 +10,10 @@ The table, one row per config in the order they were measured::
     3 configs: 2 ok, 1 failed (compile_error 1)
     * best: BLOCK_M=128, ... (1.0000 ms, 2.00x); speed-up vs the default config BLOCK_M=64, ...
 
-Speed-up is the default config's median runtime divided by the row's (above 1: faster than
-the default, the first config given). It is shown only where both ran correctly.
+An ``ok`` config the output check flagged (outputs it could not confirm; it may still win) shows
+``ok, flagged`` and the reason. Speed-up is the default config's median runtime divided by the
+row's (above 1: faster than the default, the first config given). It is shown only where both
+ran correctly.
 
 The JSON form is ``{"format": "kiln-tuning-run", "version": 1, "run": TuningRun.to_json(),
 "summary": {...}}``; :func:`read_json` reads the run back.
@@ -92,7 +94,7 @@ def format_table(run: TuningRun) -> str:
             (
                 result.label,
                 _num(result.compile_s, ".2f"),
-                result.status,
+                "ok, flagged" if result.flagged else result.status,
                 _num(result.runtime_ms, ".4f"),
                 "-" if ratio is None else f"{ratio:.2f}x",
                 _reason(result),
@@ -118,6 +120,9 @@ def format_table(run: TuningRun) -> str:
         footer += " (" + ", ".join(f"{status} {n}" for status, n in sorted(failures.items())) + ")"
     if pruned:
         footer += f", {pruned} pruned"
+    flagged = sum(1 for result in run.results if result.flagged)
+    if flagged:
+        footer += f"; {flagged} ok but flagged by the output check (see reason)"
     lines.append(footer)
     best = run.best
     if best is not None:
