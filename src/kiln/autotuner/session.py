@@ -8,6 +8,7 @@
       begin a run; submit every compile to the pool (longest guessed first)
       as each compile finishes (or fails): bench it (bench.py), check its outputs,
           record its ConfigResult in the database (committed at once)
+      output rule (outputs.py): reject or flag configs by all configs' outputs at once
       final round (when kiln owns the timing): the best few, full length, 3 alternating passes
       best = min(timings) -> tuner.cache[key], configs_timings, last_run; finish the run
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
@@ -27,17 +28,18 @@ import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, as_completed
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
+from kiln.autotuner.outputs import InProcessCheck, config_params, decide
 from kiln.autotuner.specialize import Candidate, launch_grid
 from kiln.autotuner.timesplit import TimeSplit
 from kiln.compile.request import guess_compile_cost
 from kiln.errors import KilnError
-from kiln.sandbox.compare import compare
+from kiln.sandbox.compare import Verdict
 from kiln.tuning.configs import config_json, config_label
 from kiln.tuning.results import ConfigResult, TuningRun
 
@@ -52,6 +54,15 @@ _FAILED = [_INF, _INF, _INF]
 
 class AutotuneError(KilnError):
     """Every config of a tuning run failed; the message lists each with its reason."""
+
+
+@dataclass
+class OutputChecks:
+    """One run's output checks: whether the user gave a reference, and every config's verdict."""
+
+    user_reference: bool
+    in_process: InProcessCheck
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
 
 
 class TuningSession:
@@ -101,8 +112,10 @@ class TuningSession:
         bencher = make_bencher(tuner, args, kwargs)
         results: dict[str, ConfigResult] = {}
         timings: dict[Any, Any] = {}
-        # A user reference is known up front; otherwise the first config that runs cleanly is it.
-        reference = bencher.user_reference()
+        # Outputs are checked against the user's reference, else decided across every config at
+        # the end of the screening (kiln.autotuner.outputs); in-process outputs are placed here.
+        user_reference = bencher.user_reference()
+        checker = OutputChecks(user_reference is not None, InProcessCheck(tuner._tolerances, user_reference))
         first_result_s: float | None = None
         # When kiln owns the timing, configs are screened with short runs while others still
         # compile (the CPU is busy, so timings are rough), then the best few are timed again
@@ -115,16 +128,13 @@ class TuningSession:
         )
         for future in as_completed(by_future):
             for candidate in [c for c in candidates if c.future is future]:
-                result, outputs, times = self.evaluate(
-                    candidate, future, bencher, grid, reference, first_pass
-                )
-                if result.status == "ok" and reference is None and outputs is not None:
-                    reference = outputs
+                result, times = self.evaluate(candidate, future, bencher, grid, checker, first_pass)
                 results[candidate.label] = result
                 timings[candidate.config] = times
                 if first_result_s is None:
                     first_result_s = time.monotonic() - started
                 record(result)
+        self.apply_output_rule(candidates, results, timings, checker, record)
         if two_phase:
             with self.split.phase("final_s"):
                 self.final_round(candidates, results, timings, bencher, grid, record)
@@ -184,7 +194,7 @@ class TuningSession:
                 if candidate.label in failed:
                     continue
                 assert candidate.future is not None
-                result, _, times = self.evaluate(candidate, candidate.future, bencher, grid, None, full)
+                result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, full)
                 if result.status != "ok":
                     failed[candidate.label] = result
                 else:
@@ -211,37 +221,73 @@ class TuningSession:
         future: Future[CompiledArtifact],
         bencher: Bencher,
         grid: Any,
-        reference: dict[str, Any] | None,
+        checker: OutputChecks | None,
         phase: Phase,
-    ) -> tuple[ConfigResult, dict[str, Any] | None, Any]:
-        """Benchmark and check one compiled (or failed) config; returns its result and timings."""
+    ) -> tuple[ConfigResult, Any]:
+        """Benchmark and check one compiled (or failed) config; returns its result and timings.
+
+        Its outputs' verdict goes to ``checker``: a mismatch with the user's reference rejects
+        it here; anything else is decided for all configs at once (:meth:`apply_output_rule`).
+        """
         failed = list(_FAILED)
         exc = future.exception()
         if exc is not None:
-            return _result(candidate, classify(exc, "compile"), reason(exc), None), None, failed
+            return _result(candidate, classify(exc, "compile"), reason(exc), None), failed
         artifact = future.result()
         began = time.monotonic()
         outcome = bencher.bench(candidate, artifact, launch_grid(grid, candidate, self.name), phase)
         self.split.saw(outcome, time.monotonic() - began)
         if outcome.status != "ok" or outcome.timings is None:
-            return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), None, failed
+            return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), failed
         times = [float(t) for t in outcome.timings][:3]
         times += [times[0]] * (3 - len(times))
         max_diff = None
         verdict = outcome.check  # the sandbox checks on the GPU and sends only a verdict
-        if verdict is None and outcome.outputs is not None and reference is not None:
-            comparison = compare(outcome.outputs, reference, self.tuner._tolerances)
-            verdict = (comparison.ok, comparison.max_abs_diff, comparison.detail)
-        if verdict is not None:
-            ok, max_diff, detail = verdict
-            if not ok:
-                return (
-                    _result(candidate, "wrong_output", detail, artifact.compile_s, times, max_diff),
-                    None,
-                    failed,
-                )
+        if verdict is None and outcome.outputs is not None and checker is not None:
+            verdict = checker.in_process.check(outcome.outputs, candidate.bound.args)
+        if verdict is not None and checker is not None:
+            ok, max_diff, detail = verdict[0], verdict[1], verdict[2]
+            if checker.user_reference and not ok:
+                why = f"differs from your reference: {detail}"
+                return _result(candidate, "wrong_output", why, artifact.compile_s, times, max_diff), failed
+            if not checker.user_reference and isinstance(verdict, Verdict):
+                checker.verdicts[candidate.label] = verdict
         raw = outcome.raw if outcome.raw is not None else times  # what do_bench returned, as Triton keeps it
-        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), outcome.outputs, raw
+        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), raw
+
+    def apply_output_rule(
+        self,
+        candidates: list[Candidate],
+        results: dict[str, ConfigResult],
+        timings: dict[Any, Any],
+        checker: OutputChecks,
+        record: Any,
+    ) -> None:
+        """Reject or flag configs by every checked config's outputs (the rule: :mod:`.outputs`)."""
+        checked = {label: v for label, v in checker.verdicts.items() if results[label].status == "ok"}
+        if not checked:
+            return
+        decision = decide(checked, {label: config_params(results[label].config) for label in checked})
+        for candidate in candidates:
+            label = candidate.label
+            previous = results[label]
+            if label in decision.rejected:
+                why = "; ".join(decision.rejected[label])
+                results[label] = replace(previous, status="wrong_output", reason=why)
+                timings[candidate.config] = list(_FAILED)
+            elif label in decision.flagged:
+                results[label] = replace(previous, reason="flagged: " + "; ".join(decision.flagged[label]))
+            else:
+                continue
+            record(results[label])
+        for argument, parameter in decision.scratch.items():
+            log.info(
+                "kiln: %s: %s differs between configs as %s does; treated as config-dependent scratch "
+                "(not checked)",
+                self.name,
+                argument,
+                parameter,
+            )
 
     def adopt(self, key: tuple[Any, ...], candidates: list[Candidate], recorded: TuningRun) -> bool:
         """Take a finished run's best config and timings (``False``: its best is not among ours)."""

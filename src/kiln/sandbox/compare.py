@@ -1,10 +1,21 @@
-"""Comparing a config's outputs with a reference, with tolerances that suit each dtype."""
+"""Comparing a config's outputs with a reference, and keeping the distinct outputs configs produce.
+
+:func:`compare` checks one config's tensors against a reference within tolerances that suit
+each dtype. :class:`Representatives` is what a sandbox (or the in-process bencher) keeps instead
+of a single reference: per output argument, up to :data:`MAX_REPRESENTATIVES` distinct outputs.
+Each config's output is placed with the first it agrees with (or becomes a new one), and the
+:class:`Verdict` that travels back names, per argument, which representative that was and which
+it did not agree with (:class:`OutputCheck`), and whether the run wrote NaN/Inf. The tuner
+decides from all configs' verdicts at the end of the run (:mod:`kiln.autotuner.outputs`), where
+it knows each config's parameters; no tensor ever travels back.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 # (rtol, atol) by dtype name: reductions in another order, tf32 dots and fp16 rounding differ
 # between configs of a correct kernel by this much; a wrong config differs by far more.
@@ -68,3 +79,160 @@ def compare(
             if mismatched:
                 return Comparison(False, float(mismatched), f"{name}: {mismatched} elements differ")
     return Comparison(True, worst, "")
+
+
+# -- representatives: what several configs' outputs look like, kept where they run ---------------
+
+MAX_REPRESENTATIVES = 4
+"""Distinct outputs kept per argument (the first clean run's, then each that matches none)."""
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output argument of one config compared with the representatives kept for it.
+
+    Representatives are named by :func:`fingerprint` of their bytes, so that representatives of
+    different sandbox processes (a restart, the torch sandbox next to the native one) that hold
+    the same bytes are known to be the same.
+    """
+
+    cluster: str | None
+    """The representative it agrees with (a new one when it agreed with none); ``None`` when it
+    agreed with none and :data:`MAX_REPRESENTATIVES` were already kept."""
+
+    differs_from: tuple[str, ...] = ()
+    """The representatives it was compared with and does not agree with."""
+
+    nonfinite: bool = False
+    """The run wrote NaN or Inf into it (where the argument held a number before the run)."""
+
+    details: tuple[str, ...] = ()
+    """How it differs from each of :attr:`differs_from` (the comparison's message)."""
+
+
+class Verdict(tuple[bool, float, str]):
+    """``(ok, max_abs_diff, detail)`` against the reference (the user's, else the first clean run),
+    plus :attr:`outputs`: each output argument's :class:`OutputCheck`. It compares and unpacks as
+    the plain triple the sandboxes always sent; the tuner decides with :attr:`outputs`."""
+
+    outputs: dict[str, OutputCheck]
+
+    def __new__(
+        cls, ok: bool, max_abs_diff: float, detail: str, outputs: Mapping[str, OutputCheck] | None = None
+    ) -> Verdict:
+        self = super().__new__(cls, (ok, max_abs_diff, detail))
+        self.outputs = dict(outputs or {})
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Verdict, (self[0], self[1], self[2], self.outputs))
+
+
+def fingerprint(dtype: str, shape: tuple[int, ...], contiguous_bytes: bytes | memoryview) -> str:
+    """A representative's name: a hash of its dtype, shape and elements (row-major, as stored)."""
+    digest = hashlib.blake2b(f"{dtype}|{tuple(int(s) for s in shape)}|".encode(), digest_size=12)
+    digest.update(contiguous_bytes)
+    return digest.hexdigest()
+
+
+class Representatives(Generic[T]):
+    """Per output argument, up to :data:`MAX_REPRESENTATIVES` distinct outputs, and the check.
+
+    ``compare_one(name, output, representative)`` is :func:`compare` (or the numpy one) on one
+    argument. The first clean run (or the reference it is seeded with) settles which arguments
+    are outputs and becomes each one's first representative; every later output is compared with
+    the representatives in order and joins the first it agrees with, or becomes a new one.
+    """
+
+    def __init__(
+        self, compare_one: Callable[[str, T, T], Comparison], limit: int = MAX_REPRESENTATIVES
+    ) -> None:
+        self.compare_one = compare_one
+        self.limit = limit
+        self.kept: dict[str, list[tuple[str, T]]] | None = None
+
+    @property
+    def names(self) -> list[str] | None:
+        return None if self.kept is None else list(self.kept)
+
+    def reset(self) -> None:
+        self.kept = None
+
+    def seed(self, reference: Mapping[str, tuple[str, T]]) -> None:
+        """Start from ``reference``: ``{name: (fingerprint, value)}``."""
+        self.kept = {name: [pair] for name, pair in reference.items()}
+
+    def first(self) -> dict[str, tuple[str, T]] | None:
+        """Each argument's first representative (the reference), if settled."""
+        return None if self.kept is None else {name: reps[0] for name, reps in self.kept.items()}
+
+    def check(
+        self,
+        outputs: Mapping[str, T],
+        fingerprint_of: Callable[[str], str],
+        nonfinite: Mapping[str, bool],
+    ) -> Verdict:
+        """Place each output (``outputs`` has every settled name, or all candidates on the
+        first run); ``fingerprint_of(name)`` is called only for a new representative."""
+        if self.kept is None:
+            self.kept = {name: [(fingerprint_of(name), value)] for name, value in outputs.items()}
+            checks = {
+                name: OutputCheck(reps[0][0], (), nonfinite.get(name, False))
+                for name, reps in self.kept.items()
+            }
+            return Verdict(True, 0.0, "reference", checks)
+        common = [name for name in self.kept if name in outputs]
+        if not common:
+            return Verdict(False, float("inf"), f"no output to compare (reference has {sorted(self.kept)})")
+        checks = {}
+        ok, worst, detail = True, 0.0, ""
+        for name in common:
+            reps, value = self.kept[name], outputs[name]
+            details: list[str] = []
+            differs: list[str] = []
+            cluster: str | None = None
+            for index, (name_of_rep, rep) in enumerate(reps):
+                result = self.compare_one(name, value, rep)
+                if index == 0 and ok:  # the verdict against the reference, as before
+                    worst = max(worst, result.max_abs_diff) if result.ok else result.max_abs_diff
+                    ok, detail = result.ok, result.detail
+                if result.ok:
+                    cluster = name_of_rep
+                    break
+                differs.append(name_of_rep)
+                details.append(result.detail)
+            if cluster is None and len(reps) < self.limit:
+                cluster = fingerprint_of(name)
+                reps.append((cluster, value))
+            checks[name] = OutputCheck(cluster, tuple(differs), nonfinite.get(name, False), tuple(details))
+        return Verdict(ok, worst, detail, checks)
+
+
+def compare_one(
+    name: str, output: Any, representative: Any, tolerances: tuple[float, float] | None
+) -> Comparison:
+    """:func:`compare` of one argument's tensors (what :class:`Representatives` uses)."""
+    return compare({name: output}, {name: representative}, tolerances)
+
+
+def tensor_fingerprint(tensor: Any) -> str:
+    """:func:`fingerprint` of a torch tensor (the same name the numpy side gives the same bytes)."""
+    import torch
+
+    flat = tensor.detach().contiguous().reshape(-1)
+    data = flat.view(torch.uint8).cpu().numpy().tobytes() if flat.numel() else b""
+    return fingerprint(str(tensor.dtype), tuple(tensor.shape), data)
+
+
+def tensor_produced_nonfinite(output: Any, before: Any) -> bool:
+    """Whether ``output`` holds NaN/Inf where ``before`` (the argument before the run) held a number."""
+    import torch
+
+    if not output.dtype.is_floating_point:
+        return False
+    bad = ~torch.isfinite(output)
+    if not bool(bad.any()):
+        return False
+    return bool((bad & torch.isfinite(before.to(output.device))).any())

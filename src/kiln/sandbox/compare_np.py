@@ -4,19 +4,21 @@ The native sandbox copies a tensor's bytes to the host and decodes them here by 
 name: float16/32/64 as numpy floats, bfloat16 through ``uint16 << 16`` as float32, the float8
 types through a 256-entry table, integers and bool as themselves, anything else as raw unsigned
 words (compared exactly, as :func:`kiln.sandbox.compare.compare` compares non-float dtypes).
-:func:`compare` applies the same rule, tolerances and messages as ``kiln.sandbox.compare.compare``.
+:func:`compare` applies the same rule, tolerances and messages as ``kiln.sandbox.compare.compare``;
+:func:`compare_one`, :func:`fingerprint_words` and :func:`produced_nonfinite` are what the native
+sandbox's :class:`~kiln.sandbox.compare.Representatives` needs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kiln.sandbox.compare import TOLERANCES, Comparison
+from kiln.sandbox.compare import TOLERANCES, Comparison, fingerprint
 
 # torch dtype name -> numpy dtype of the same bytes (bf16 and float8 are decoded below)
 _STORAGE: dict[str, Any] = {
@@ -184,3 +186,29 @@ def compare(
             if mismatched:
                 return Comparison(False, float(mismatched), f"{name}: {mismatched} elements differ")
     return Comparison(True, worst, "")
+
+
+def compare_one(
+    name: str, output: HostArray, representative: HostArray, tolerances: tuple[float, float] | None
+) -> Comparison:
+    """:func:`compare` of one argument (what :class:`~kiln.sandbox.compare.Representatives` uses)."""
+    return compare({name: output}, {name: representative}, tolerances)
+
+
+def fingerprint_words(dtype: str, words: Any) -> str:
+    """:func:`kiln.sandbox.compare.fingerprint` of a tensor's stored words (as :func:`raw_view` gives)."""
+    contiguous = np.ascontiguousarray(words)
+    return fingerprint(dtype, tuple(contiguous.shape), contiguous.view(np.uint8).tobytes())
+
+
+def produced_nonfinite(output: HostArray, before: Callable[[], HostArray]) -> bool:
+    """Whether ``output`` holds NaN/Inf where the argument held a number before the run
+    (``before()`` is read only when ``output`` has any NaN/Inf at all)."""
+    if not output.is_floating_point:
+        return False
+    values = output.as_float()
+    bad = ~np.isfinite(values)
+    if not bool(bad.any()):
+        return False
+    prior = before().as_float()
+    return bool((bad & np.isfinite(prior)).any())

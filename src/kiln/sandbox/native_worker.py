@@ -22,8 +22,10 @@ kinds), and is ready in a fraction of a second: Python, kiln's C module and a CU
 
 ``info`` carries the sandbox's own measurements (seconds loading, checking, benchmarking).
 After a sticky CUDA error (illegal address...) it replies and exits with ``STICKY_EXIT``; the
-client starts a fresh one. Outputs are checked as in :mod:`kiln.sandbox.worker`: the first
-clean run (or the user's reference) is the reference; only a verdict travels back.
+client starts a fresh one. Outputs are checked as in :mod:`kiln.sandbox.worker`: each output
+argument keeps a few distinct representatives (:class:`~kiln.sandbox.compare.Representatives`;
+the first clean run's, or the user's reference, first); only a
+:class:`~kiln.sandbox.compare.Verdict` travels back, never the tensors.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from kiln import procs
 from kiln.framing import encode, recv_frame
+from kiln.sandbox.compare import Representatives
 from kiln.sandbox.device_inputs import DeviceInputs
 from kiln.sandbox.ipc import TensorDesc
 
@@ -109,9 +113,9 @@ class NativeState:
         self.restore_value: list[str] = []
         self.kernels: dict[str, Any] = {}
         self.unsupported: dict[str, str] = {}
-        self.reference: dict[str, Any] | None = None  # name -> HostArray
-        self.reference_raw: dict[str, TensorDesc] | None = None
         self.tolerances: tuple[float, float] | None = None
+        self.representatives: Representatives[Any] = Representatives(self._compare_one)  # of HostArray
+        self.reference_raw: dict[str, TensorDesc] | None = None  # the first representatives' bytes
 
     # -- inputs and reference -----------------------------------------------------------------
 
@@ -121,7 +125,8 @@ class NativeState:
         self.inputs.load(inputs)
         self.reset_to_zero = list(reset_to_zero)
         self.restore_value = list(restore_value)
-        self.reference = self.reference_raw = None
+        self.representatives.reset()
+        self.reference_raw = None
         return {
             "transfer_s": self.inputs.transfer_s,
             "via_ipc": self.inputs.via_ipc,
@@ -129,19 +134,23 @@ class NativeState:
         }
 
     def set_reference(self, reference: dict[str, TensorDesc], tolerances: tuple[float, float] | None) -> None:
+        """The user's expected outputs (or those another sandbox settled on): the first representatives."""
         import numpy as np
 
-        from kiln.sandbox.compare_np import decode, raw_view
+        from kiln.sandbox.compare_np import decode, fingerprint_words, raw_view
 
-        self.reference = {
-            name: decode(
-                raw_view(np.frombuffer(d.host or b"", np.uint8), d.dtype, d.itemsize, d.shape, d.strides),
-                d.dtype,
-            )
-            for name, d in reference.items()
-        }
+        seeded = {}
+        for name, d in reference.items():
+            words = raw_view(np.frombuffer(d.host or b"", np.uint8), d.dtype, d.itemsize, d.shape, d.strides)
+            seeded[name] = (fingerprint_words(d.dtype, words), decode(words, d.dtype))
+        self.representatives.seed(seeded)
         self.reference_raw = dict(reference)
         self.tolerances = tolerances
+
+    def _compare_one(self, name: str, output: Any, representative: Any) -> Any:
+        from kiln.sandbox.compare_np import compare_one
+
+        return compare_one(name, output, representative, self.tolerances)
 
     # -- kernels --------------------------------------------------------------------------------
 
@@ -240,29 +249,34 @@ class NativeState:
         }
         return ("ok", quantiles(times, (0.5, 0.2, 0.8)), check, info)
 
-    def check_outputs(self) -> tuple[bool, float, str]:
-        """Compare this run's tensors with the reference (the first clean run becomes it)."""
-        from kiln.sandbox.compare_np import compare, decode
+    def check_outputs(self) -> Any:
+        """Place this run's outputs among the representatives (:class:`~kiln.sandbox.compare.Verdict`).
+
+        The first clean run settles which tensors are outputs (those it changed; all, if it
+        changed none) and becomes the reference; the verdict's triple is against it (or the
+        user's), its ``outputs`` say which representative each output agreed with."""
+        from kiln.sandbox.compare_np import decode, fingerprint_words, produced_nonfinite
 
         inputs = self.inputs
-        if self.reference is None:
-            # What the run changed is the output; if it changed nothing, compare everything.
-            names = inputs.changed() or list(inputs.tensors)
-            raw = {name: inputs.read(name) for name in names}
-            self.reference = {
-                name: decode(words, inputs.tensors[name].desc.dtype) for name, words in raw.items()
-            }
+        settled = self.representatives.names
+        names = settled if settled is not None else (inputs.changed() or list(inputs.tensors))
+        names = [name for name in names if name in inputs.tensors]
+        raw = {name: inputs.read(name) for name in names}
+        dtypes = {name: inputs.tensors[name].desc.dtype for name in names}
+        outputs = {name: decode(words, dtypes[name]) for name, words in raw.items()}
+
+        def before(name: str) -> Callable[[], Any]:
+            return lambda: decode(inputs.read(name, pristine=True), dtypes[name])
+
+        nonfinite = {name: produced_nonfinite(value, before(name)) for name, value in outputs.items()}
+        verdict = self.representatives.check(
+            outputs, lambda name: fingerprint_words(dtypes[name], raw[name]), nonfinite
+        )
+        if settled is None:
             self.reference_raw = {
                 name: _host_desc(inputs.tensors[name].desc, words) for name, words in raw.items()
             }
-            return (True, 0.0, "reference")
-        outputs = {
-            name: decode(inputs.read(name), inputs.tensors[name].desc.dtype)
-            for name in self.reference
-            if name in inputs.tensors
-        }
-        result = compare(outputs, self.reference, self.tolerances)
-        return (result.ok, result.max_abs_diff, result.detail)
+        return verdict
 
 
 def _host_desc(desc: TensorDesc, words: Any) -> TensorDesc:

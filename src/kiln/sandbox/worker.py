@@ -10,9 +10,12 @@
                                                     run once -> check outputs here -> do_bench
       <- ("ok", timings [p50, p20, p80], check) | ("err", kind, message, sticky)
 
-Outputs are checked inside the sandbox, on the GPU: the first config that runs cleanly (or the
-user's reference, when one was sent) becomes the reference, and only a verdict (ok, largest
-difference, detail) travels back, never the tensors.
+Outputs are checked inside the sandbox, on the GPU: each output argument keeps a few distinct
+representatives (:class:`~kiln.sandbox.compare.Representatives`; the first config that runs
+cleanly, or the user's reference when one was sent, first), and only a
+:class:`~kiln.sandbox.compare.Verdict` travels back (ok, largest difference and detail against
+the reference; per argument, the representative it agreed with), never the tensors. The tuner
+decides at the end of the run (:mod:`kiln.autotuner.outputs`).
 
 The sandbox never shares memory with the caller: a config that writes out of bounds or makes
 an illegal memory access corrupts only the sandbox's copies and context. After a sticky CUDA
@@ -30,6 +33,13 @@ from typing import Any
 from kiln import procs, triton_compat
 from kiln.errors import is_out_of_resources
 from kiln.framing import encode, recv_frame
+from kiln.sandbox.compare import (
+    Representatives,
+    Verdict,
+    compare_one,
+    tensor_fingerprint,
+    tensor_produced_nonfinite,
+)
 
 ENV_FD = "KILN_SANDBOX_FD"
 ENV_PARENT = "KILN_SANDBOX_PARENT"
@@ -59,8 +69,8 @@ class _State:
         self.reset_to_zero: list[str] = []
         self.restore_value: list[str] = []
         self.kernels: dict[str, Any] = {}
-        self.reference: dict[str, Any] | None = None
         self.tolerances: tuple[float, float] | None = None
+        self.representatives: Representatives[Any] = Representatives(self._compare_one)  # of tensors
 
     def set_inputs(self, args: dict[str, Any], reset_to_zero: list[str], restore_value: list[str]) -> None:
         torch = self.torch
@@ -78,12 +88,18 @@ class _State:
                 self.args[name] = value
         self.reset_to_zero = list(reset_to_zero)
         self.restore_value = list(restore_value)
-        self.reference = None
+        self.representatives.reset()
         torch.cuda.synchronize()
 
     def set_reference(self, reference: dict[str, Any], tolerances: tuple[float, float] | None) -> None:
-        self.reference = {name: t.to(self.device) for name, t in reference.items()}
+        """The user's expected outputs (or those the native sandbox settled on): the first representatives."""
+        self.representatives.seed(
+            {name: (tensor_fingerprint(t), t.to(self.device)) for name, t in reference.items()}
+        )
         self.tolerances = tolerances
+
+    def _compare_one(self, name: str, output: Any, representative: Any) -> Any:
+        return compare_one(name, output, representative, self.tolerances)
 
     def restore_all(self) -> None:
         for name, clone in self.pristine.items():
@@ -134,24 +150,22 @@ class _State:
         self.restore_all()
         return ("ok", [float(t) for t in timings], check)
 
-    def check_outputs(self) -> tuple[bool, float, str]:
-        """Compare this run's tensors with the reference (the first clean run becomes it)."""
-        from kiln.sandbox.compare import compare
+    def check_outputs(self) -> Verdict:
+        """Place this run's outputs among the representatives (:class:`~kiln.sandbox.compare.Verdict`).
 
+        The first clean run settles which tensors are outputs (those it changed; all, if it
+        changed none) and becomes the reference; the verdict's triple is against it (or the
+        user's), its ``outputs`` say which representative each output agreed with."""
         torch = self.torch
-        changed = {
-            name: t
-            for name, t in self.args.items()
-            if isinstance(t, torch.Tensor) and not torch.equal(t, self.pristine[name])
+        names = self.representatives.names
+        if names is None:
+            tensors = [n for n, t in self.args.items() if isinstance(t, torch.Tensor)]
+            names = [n for n in tensors if not torch.equal(self.args[n], self.pristine[n])] or tensors
+        outputs = {name: self.args[name].clone() for name in names if name in self.args}
+        nonfinite = {
+            name: tensor_produced_nonfinite(value, self.pristine[name]) for name, value in outputs.items()
         }
-        if self.reference is None:
-            # What the run changed is the output; if it changed nothing, compare everything.
-            tensors = changed or {n: t for n, t in self.args.items() if isinstance(t, torch.Tensor)}
-            self.reference = {name: t.clone() for name, t in tensors.items()}
-            return (True, 0.0, "reference")
-        outputs = {name: self.args[name] for name in self.reference}
-        result = compare(outputs, self.reference, self.tolerances)
-        return (result.ok, result.max_abs_diff, result.detail)
+        return self.representatives.check(outputs, lambda name: tensor_fingerprint(outputs[name]), nonfinite)
 
 
 def _classify(exc: BaseException) -> tuple[str, bool]:

@@ -15,8 +15,10 @@ The last line, where the wall time went (:attr:`TuningRun.split`, see
 :mod:`kiln.autotuner.timesplit`), is left out for runs recorded without it. Compiling overlaps
 the other parts; sandbox wait, benchmarking, final round and other add up to the wall time.
 
-Speed-up is the default config's median runtime divided by the row's (above 1: faster than
-the default, the first config given). It is shown only where both ran correctly.
+An ``ok`` config the output check flagged (outputs it could not confirm; it may still win) shows
+``ok, flagged`` and the reason. Speed-up is the default config's median runtime divided by the
+row's (above 1: faster than the default, the first config given). It is shown only where both
+ran correctly.
 
 The JSON form is ``{"format": "kiln-tuning-run", "version": 1, "run": TuningRun.to_json(),
 "summary": {...}}``; :func:`read_json` reads the run back.
@@ -120,7 +122,7 @@ def format_table(run: TuningRun) -> str:
             (
                 result.label,
                 _num(result.compile_s, ".2f"),
-                result.status,
+                "ok, flagged" if result.flagged else result.status,
                 _num(result.runtime_ms, ".4f"),
                 "-" if ratio is None else f"{ratio:.2f}x",
                 _reason(result),
@@ -146,6 +148,9 @@ def format_table(run: TuningRun) -> str:
         footer += " (" + ", ".join(f"{status} {n}" for status, n in sorted(failures.items())) + ")"
     if pruned:
         footer += f", {pruned} pruned"
+    flagged = sum(1 for result in run.results if result.flagged)
+    if flagged:
+        footer += f"; {flagged} ok but flagged by the output check (see reason)"
     lines.append(footer)
     best = run.best
     if best is not None:

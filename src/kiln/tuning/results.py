@@ -98,7 +98,9 @@ class ConfigResult:
     """One of :data:`STATUSES`."""
 
     reason: str | None = None
-    """Why a config failed or was pruned (an error message, a signal name), else ``None``."""
+    """Why a config failed or was pruned (an error message, a signal name); for an ``"ok"`` config,
+    what the output check flagged (``"flagged: ..."``: outputs it could not confirm, the config
+    may still win); else ``None``."""
 
     compile_s: float | None = None
     """Seconds spent compiling (``None`` when it never compiled, e.g. pruned)."""
@@ -146,6 +148,11 @@ class ConfigResult:
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    @property
+    def flagged(self) -> bool:
+        """An ``"ok"`` config whose outputs the check flagged (see :mod:`kiln.autotuner.outputs`)."""
+        return self.ok and bool(self.reason)
 
     def to_json(self) -> dict[str, Any]:
         return {
