@@ -30,6 +30,14 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEX
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class FileTooLargeError(ArtifactError):
+    """A file is larger than its reader accepts (it was not read)."""
+
+    def __init__(self, name: str, size: int, max_size: int) -> None:
+        super().__init__(f"{name} holds {size} bytes, more than the {max_size} kiln accepts")
+        self.size = size
+
+
 def check_name(name: object, what: str = "file name") -> str:
     """``name`` if it is one plain path component; :class:`ArtifactError` otherwise."""
     if (
@@ -75,7 +83,7 @@ def read_file(dir_fd: int, name: str, *, size: int | None = None, max_size: int 
         if size is not None and st.st_size != size:
             raise ArtifactError(f"{name} holds {st.st_size} bytes, the record says {size}")
         if max_size is not None and st.st_size > max_size:
-            raise ArtifactError(f"{name} holds {st.st_size} bytes, more than the {max_size} kiln accepts")
+            raise FileTooLargeError(name, st.st_size, max_size)
         chunks: list[bytes] = []
         left = st.st_size
         while left > 0:

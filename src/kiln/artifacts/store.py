@@ -263,12 +263,17 @@ def _served(entry_fd: int, manifest: dict[str, tuple[str, int]], name: object) -
     if name == _RECORD or name not in manifest:
         raise ArtifactError(f"{name} is not listed in the entry's manifest")
     digest, size = manifest[name]
-    data = confined.read_file(entry_fd, name, max_size=size)  # never more than kiln wrote
-    if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
-        raise ArtifactError(
-            f"{name}: checksum mismatch ({len(data)} bytes; the file changed after kiln wrote it)"
-        )
-    return data
+    try:
+        data = confined.read_file(entry_fd, name, max_size=size)  # never more than kiln wrote
+    except confined.FileTooLargeError as exc:
+        found = exc.size
+    else:
+        found = len(data)
+        if found == size and hashlib.sha256(data).hexdigest() == digest:
+            return data
+    raise ArtifactError(
+        f"{name}: checksum mismatch ({found} bytes, kiln wrote {size}; the file changed after kiln wrote it)"
+    )
 
 
 def _check_triton_copy(entry_fd: int, expected: dict[str, bytes]) -> None:
