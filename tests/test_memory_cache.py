@@ -157,7 +157,7 @@ def test_memory_cache_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(SettingsError, match="memory_cache_mb"):
         Settings(memory_cache_mb=0)
     monkeypatch.setenv("KILN_MEMORY_CACHE_MB", "0")
-    with pytest.raises(SettingsError, match="KILN_MEMORY_CACHE_MB=.0. is not valid"):
+    with pytest.raises(SettingsError, match="KILN_MEMORY_CACHE_MB='0' is not valid"):
         CompilePool(start=False)
 
 
