@@ -17,6 +17,8 @@ ALL_VARS = [
     "KILN_MEMORY_POLL_S",
     "KILN_CACHE_DIR",
     "KILN_DISK_CACHE",
+    "KILN_MEMORY_CACHE_MB",
+    "KILN_KEEP_IR",
     "KILN_ZYGOTE_START_TIMEOUT_S",
     "KILN_ZYGOTE_RESTARTS",
     "KILN_STDERR_TAIL_LINES",
@@ -56,6 +58,8 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_MEMORY_POLL_S": "0.2",
         "KILN_CACHE_DIR": "~/kiln-cache",
         "KILN_DISK_CACHE": "0",
+        "KILN_MEMORY_CACHE_MB": "64",
+        "KILN_KEEP_IR": "1",
         "KILN_ZYGOTE_START_TIMEOUT_S": "30",
         "KILN_ZYGOTE_RESTARTS": "5",
         "KILN_STDERR_TAIL_LINES": " 7 ",
@@ -78,6 +82,8 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.memory_poll_s == 0.2
     assert current.cache_dir == tmp_path / "kiln-cache"  # ~ expanded
     assert current.use_disk_cache is False
+    assert current.memory_cache_mb == 64
+    assert current.keep_ir is True
     assert current.zygote_start_timeout_s == 30.0
     assert current.zygote_restarts == 5
     assert current.stderr_tail_lines == 7

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import json
 import os
 import subprocess
@@ -189,11 +190,12 @@ def corrupt(store: ArtifactStore, key: str, how: str) -> None:
         binary.write_bytes(binary.read_bytes()[:-100])
     elif how == "missing-metadata":
         (entry / record["metadata_file"]).unlink()
-    elif how == "missing-launch-field":
+    elif how == "missing-launch-field":  # checksums agree: an entry of a kiln that wrote no 'shared'
         meta = entry / record["metadata_file"]
         data = json.loads(meta.read_text())
         del data["shared"]
         meta.write_text(json.dumps(data))
+        reseal(entry)
     elif how == "other-key":
         record["key"] = "f" * 64
         (entry / "artifact.json").write_text(json.dumps(record))
@@ -202,6 +204,16 @@ def corrupt(store: ArtifactStore, key: str, how: str) -> None:
         (entry / "artifact.json").write_text(json.dumps(record))
     else:  # pragma: no cover
         raise ValueError(how)
+
+
+def reseal(entry: Path) -> None:
+    """Rewrite the entry's manifest to match its files as they are now (as a forger would)."""
+    record = json.loads((entry / "artifact.json").read_text())
+    for name in record["files"]:
+        data = (entry / name).read_bytes()
+        record["files"][name] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+    record["binary_sha256"] = record["files"][record["binary_file"]]["sha256"]
+    (entry / "artifact.json").write_text(json.dumps(record))
 
 
 CORRUPTIONS = {

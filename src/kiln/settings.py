@@ -56,6 +56,12 @@ class Settings:
     use_disk_cache: bool = True
     """``KILN_DISK_CACHE``: ``0`` keeps artifacts in memory only."""
 
+    memory_cache_mb: int = 512
+    """``KILN_MEMORY_CACHE_MB``: MiB of recent artifacts a pool keeps in memory (least recently used out)."""
+
+    keep_ir: bool = False
+    """``KILN_KEEP_IR``: ``1`` keeps text IRs (LLVM IR, TTIR, TTGIR, PTX) in the memory cache too."""
+
     zygote_start_timeout_s: float = 120.0
     """``KILN_ZYGOTE_START_TIMEOUT_S``: seconds the zygote may take to import Triton and warm up."""
 
@@ -129,6 +135,8 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "memory_poll_s": ("KILN_MEMORY_POLL_S", _positive_float, "a positive, finite number of seconds"),
     "cache_dir": ("KILN_CACHE_DIR", lambda v: Path(v).expanduser(), "a directory path"),
     "use_disk_cache": ("KILN_DISK_CACHE", _bool, "0 or 1"),
+    "memory_cache_mb": ("KILN_MEMORY_CACHE_MB", _positive_int, "a positive integer (MiB)"),
+    "keep_ir": ("KILN_KEEP_IR", _bool, "0 or 1"),
     "zygote_start_timeout_s": (
         "KILN_ZYGOTE_START_TIMEOUT_S",
         _positive_float,
@@ -228,6 +236,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "memory_limit_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
     "memory_poll_s": _seconds_range(0.001, 60.0),
     "cache_dir": _directory_usable,
+    "memory_cache_mb": _int_range(1, 1 << 20, "MiB"),
     "zygote_start_timeout_s": _seconds_range(0.001),
     "zygote_restarts": _int_range(1, 1000, "a number of restarts"),
     "stderr_tail_lines": _int_range(1, 100_000, "a number of lines"),

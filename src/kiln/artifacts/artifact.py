@@ -6,17 +6,27 @@ Launch metadata is *required*: :meth:`CompiledArtifact.launch_field` raises
 :class:`~kiln.errors.MissingMetadataError` naming a missing field instead of guessing.
 
 Turning an artifact back into Triton's ``CompiledKernel`` is :mod:`kiln.artifacts.triton_files`'s.
+
+The text IRs (``asm``: LLVM IR, TTIR, TTGIR, PTX) are for inspection only: nothing in kiln
+launches from them, so the pool's memory cache keeps :meth:`CompiledArtifact.without_ir` copies
+unless ``KILN_KEEP_IR=1`` (see :mod:`kiln.pool.memory_cache`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from kiln.errors import ArtifactError, MissingMetadataError
 
-ARTIFACT_FORMAT = 1
+ARTIFACT_FORMAT = 2
+"""Version of the on-disk entry (2: a manifest with the sha256 and size of every served file)."""
+
+_FILE_BASE_CHARS = 150  # a file name's stem: the kernel's name, cut to stay under NAME_MAX
+_ENTRY_OVERHEAD_BYTES = 1024  # what :attr:`CompiledArtifact.nbytes` adds for the objects themselves
 
 # Fields Triton 3.6's CUDA launcher and loader read from a kernel's metadata.
 LAUNCH_FIELDS: tuple[str, ...] = (
@@ -82,6 +92,35 @@ class CompiledArtifact:
     @property
     def binary_sha256(self) -> str:
         return hashlib.sha256(self.binary).hexdigest()
+
+    # -- files and size ---------------------------------------------------------------------
+
+    @property
+    def binary_file_name(self) -> str:
+        """``<name>.<ext>``: the binary's file name, in the store and in Triton's layout."""
+        return f"{self.name[:_FILE_BASE_CHARS]}.{self.binary_ext}"
+
+    @property
+    def metadata_file_name(self) -> str:
+        """``<name>.json``: the metadata's file name, in the store and in Triton's layout."""
+        return f"{self.name[:_FILE_BASE_CHARS]}.json"
+
+    def asm_file_name(self, ext: str) -> str:
+        return f"{self.name[:_FILE_BASE_CHARS]}.{ext}"
+
+    def metadata_json(self) -> bytes:
+        """The metadata as kiln writes it to ``<name>.json`` (and Triton reads it back)."""
+        return json.dumps(self.metadata).encode()
+
+    @property
+    def nbytes(self) -> int:
+        """Approximate memory this artifact holds: binary, IR texts, metadata, object overhead."""
+        text = sum(len(ext) + len(body) for ext, body in self.asm.items())
+        return len(self.binary) + text + len(self.metadata_json()) + _ENTRY_OVERHEAD_BYTES
+
+    def without_ir(self) -> CompiledArtifact:
+        """This artifact without its text IRs (all a launch needs: binary and metadata)."""
+        return dataclasses.replace(self, asm={}) if self.asm else self
 
     # -- construction from Triton -----------------------------------------------------------
 

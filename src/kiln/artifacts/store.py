@@ -2,21 +2,38 @@
 
 Layout (``root`` is ``Settings.cache_dir``)::
 
-    root/artifacts-v1/ab/abcdef.../          one directory per compile key
-        artifact.json                        kiln's record: format, key, name, sha256, files
+    root/artifacts-v2/ab/abcdef.../          one directory per compile key
+        artifact.json                        kiln's record and the entry's manifest
         <name>.json                          Triton's metadata, verbatim (launch fields)
         <name>.cubin                         the binary
         <name>.ptx, <name>.ttgir, ...        text IRs, for inspection
+        triton/<name>.json, <name>.cubin     the copy handed to Triton (triton_files.py), made lazily
+
+``artifact.json`` lists every file the entry serves with its sha256 and size (``"files"``), the
+metadata and the text IRs included. A read opens the entry and each file through directory
+descriptors (:mod:`kiln.artifacts.confined`): names are single components (no absolute paths,
+no ``..``), files are opened ``O_NOFOLLOW | O_NONBLOCK`` and must be regular, singly linked and
+of the recorded size, and every file is hashed before it is used. ``triton/``, if present, must
+be a real directory whose files equal the verified bytes. An entry failing any check (bad JSON,
+wrong checksum, a symlink, a FIFO, a path out of the entry, a missing file, an older format) is
+skipped with a :class:`CacheWarning` and treated as a miss: the caller recompiles, and the next
+write replaces the entry. Entries of format 1 (``artifacts-v1``, no per-file hashes) are never
+read.
+
+What the manifest guards against: damage and tampering with the files it lists. It is not a
+signature: whoever can rewrite ``artifact.json`` consistently can serve what they like, which is
+why the cache directory itself must be private (:func:`check_cache_dir`).
 
 Writes are atomic: an entry is assembled in a temporary directory beside its final place,
 fsynced, and renamed into place in one step, so a reader never sees half an entry and a
 killed writer leaves only a temporary directory (cleaned on the next write). Nothing is
-unpickled: a corrupt or tampered entry (bad JSON, wrong checksum, missing file) is skipped
-with a :class:`CacheWarning` and treated as a miss.
+unpickled.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -25,7 +42,9 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
+from kiln.artifacts import confined
 from kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
 from kiln.errors import ArtifactError, CacheDirError
 
@@ -35,7 +54,10 @@ class CacheWarning(UserWarning):
 
 
 _RECORD = "artifact.json"
+_TRITON_DIR = "triton"
+_MAX_RECORD_BYTES = 1 << 20
 _STALE_TMP_S = 3600.0
+_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, ArtifactError)
 
 
 class ArtifactStore:
@@ -51,19 +73,18 @@ class ArtifactStore:
         return self.root / key[:2] / key
 
     def __contains__(self, key: str) -> bool:
-        return (self.path_for(key) / _RECORD).is_file()
+        return os.path.lexists(self.path_for(key) / _RECORD)
 
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, key: str) -> CompiledArtifact | None:
         """The stored artifact for ``key``, or ``None`` (missing or corrupt, with a warning)."""
         entry = self.path_for(key)
-        record_path = entry / _RECORD
-        if not record_path.is_file():
+        if not os.path.lexists(entry / _RECORD):
             return None
         try:
             return self._read(entry, key)
-        except (OSError, ValueError, KeyError, TypeError, ArtifactError) as exc:
+        except _READ_ERRORS as exc:
             warnings.warn(
                 f"kiln cache entry {entry} is unreadable ({type(exc).__name__}: {exc}); it is ignored "
                 f"and will be recompiled. Delete the directory if this repeats.",
@@ -73,31 +94,26 @@ class ArtifactStore:
             return None
 
     def _read(self, entry: Path, key: str) -> CompiledArtifact:
-        record = json.loads((entry / _RECORD).read_text())
-        if record.get("format") != ARTIFACT_FORMAT:
-            raise ArtifactError(f"format {record.get('format')!r}, expected {ARTIFACT_FORMAT}")
-        if record["key"] != key:
-            raise ArtifactError(f"entry holds key {record['key'][:12]}..., not {key[:12]}...")
-        binary = (entry / record["binary_file"]).read_bytes()
-        artifact = CompiledArtifact(
-            key=key,
-            name=record["name"],
-            binary=binary,
-            binary_ext=record["binary_ext"],
-            metadata=json.loads((entry / record["metadata_file"]).read_text()),
-            asm={ext: (entry / name).read_text() for ext, name in record.get("asm", {}).items()},
-            compile_s=float(record["compile_s"]),
-        )
-        if artifact.binary_sha256 != record["binary_sha256"]:
-            raise ArtifactError("binary checksum mismatch")
-        return artifact
+        root_fd = confined.open_dir(self.root)
+        try:
+            shard_fd = confined.open_dir(key[:2], root_fd)
+        finally:
+            os.close(root_fd)
+        try:
+            entry_fd = confined.open_dir(key, shard_fd)
+        finally:
+            os.close(shard_fd)
+        try:
+            return _read_entry(entry_fd, key)
+        finally:
+            os.close(entry_fd)
 
     # -- writing ----------------------------------------------------------------------------
 
     def put(self, artifact: CompiledArtifact) -> Path:
         """Store ``artifact`` (atomically); returns its directory. Existing entries are kept."""
         final = self.path_for(artifact.key)
-        if (final / _RECORD).is_file():
+        if os.path.lexists(final):
             if self._valid(final, artifact.key):
                 return final
             self._discard(final)  # a corrupt entry (get() warned about it): replace it
@@ -105,36 +121,11 @@ class ArtifactStore:
         self._clean_stale(final.parent)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{artifact.key[:16]}-"))
         try:
-            base = artifact.name[:150]
-            files: dict[str, bytes] = {
-                f"{base}.{artifact.binary_ext}": artifact.binary,
-                f"{base}.json": json.dumps(artifact.metadata).encode(),
-            }
-            asm_files = {ext: f"{base}.{ext}" for ext in artifact.asm}
-            for ext, name in asm_files.items():
-                files[name] = artifact.asm[ext].encode()
-            record = {
-                "format": ARTIFACT_FORMAT,
-                "key": artifact.key,
-                "name": artifact.name,
-                "binary_ext": artifact.binary_ext,
-                "binary_file": f"{base}.{artifact.binary_ext}",
-                "binary_sha256": artifact.binary_sha256,
-                "metadata_file": f"{base}.json",
-                "asm": asm_files,
-                "compile_s": artifact.compile_s,
-                "stored_at": time.time(),
-            }
-            files[_RECORD] = json.dumps(record, indent=1).encode()
-            for name, data in files.items():
-                with open(tmp / name, "wb") as handle:
-                    handle.write(data)
-                    handle.flush()
-                    os.fsync(handle.fileno())
+            self._write_entry(tmp, artifact)
             try:
                 os.rename(tmp, final)
             except OSError:
-                if (final / _RECORD).is_file() and self._valid(final, artifact.key):
+                if self._valid(final, artifact.key):
                     shutil.rmtree(tmp, ignore_errors=True)  # another writer won the race: keep theirs
                     return final
                 self._discard(final)  # a broken entry: replace it
@@ -145,10 +136,46 @@ class ArtifactStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
 
+    @staticmethod
+    def _write_entry(directory: Path, artifact: CompiledArtifact) -> None:
+        """Write the entry's files (binary first) and then its record into a fresh ``directory``."""
+        files: dict[str, bytes] = {
+            artifact.binary_file_name: artifact.binary,
+            artifact.metadata_file_name: artifact.metadata_json(),
+        }
+        asm_files = {ext: artifact.asm_file_name(ext) for ext in artifact.asm}
+        for ext, name in asm_files.items():
+            files[name] = artifact.asm[ext].encode()
+        if _RECORD in files or len(files) != 2 + len(asm_files):
+            raise ArtifactError(f"artifact {artifact.key[:12]} ({artifact.name}) has clashing file names")
+        record = {
+            "format": ARTIFACT_FORMAT,
+            "key": artifact.key,
+            "name": artifact.name,
+            "binary_ext": artifact.binary_ext,
+            "binary_file": artifact.binary_file_name,
+            "binary_sha256": artifact.binary_sha256,
+            "metadata_file": artifact.metadata_file_name,
+            "asm": asm_files,
+            "files": {
+                name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+                for name, data in files.items()
+            },
+            "compile_s": artifact.compile_s,
+            "stored_at": time.time(),
+        }
+        files[_RECORD] = json.dumps(record, indent=1).encode()
+        fd = confined.open_dir(directory)
+        try:
+            for name, data in files.items():
+                confined.write_new_file(fd, name, data)
+        finally:
+            os.close(fd)
+
     def _valid(self, entry: Path, key: str) -> bool:
         try:
             self._read(entry, key)
-        except (OSError, ValueError, KeyError, TypeError, ArtifactError):
+        except _READ_ERRORS:
             return False
         return True
 
@@ -160,6 +187,10 @@ class ArtifactStore:
             os.rename(entry, aside)
         except OSError:
             aside = entry
+        if os.path.islink(aside) or not os.path.isdir(aside):
+            with contextlib.suppress(OSError):
+                os.unlink(aside)  # a planted symlink or file: remove it, never what it points to
+            return
         shutil.rmtree(aside, ignore_errors=True)
 
     @staticmethod
@@ -167,10 +198,100 @@ class ArtifactStore:
         now = time.time()
         for child in directory.glob(".tmp-*"):
             try:
-                if now - child.stat().st_mtime > _STALE_TMP_S:
-                    shutil.rmtree(child, ignore_errors=True)
+                if now - child.lstat().st_mtime > _STALE_TMP_S:
+                    if child.is_symlink() or not child.is_dir():
+                        child.unlink()
+                    else:
+                        shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 pass
+
+
+def _read_entry(entry_fd: int, key: str) -> CompiledArtifact:
+    """The artifact in the entry open as ``entry_fd``, every served file verified (see the docstring)."""
+    record = json.loads(confined.read_file(entry_fd, _RECORD, max_size=_MAX_RECORD_BYTES))
+    if not isinstance(record, dict):
+        raise ArtifactError(f"{_RECORD} holds {type(record).__name__}, not a record")
+    if record.get("format") != ARTIFACT_FORMAT:
+        raise ArtifactError(f"format {record.get('format')!r}, expected {ARTIFACT_FORMAT}")
+    if record["key"] != key:
+        raise ArtifactError(f"entry holds key {str(record['key'])[:12]}..., not {key[:12]}...")
+    manifest = _manifest(record)
+    binary = _served(entry_fd, manifest, record["binary_file"])
+    metadata_bytes = _served(entry_fd, manifest, record["metadata_file"])
+    asm_names = record.get("asm", {})
+    if not isinstance(asm_names, dict):
+        raise ArtifactError("the record's 'asm' is not a mapping")
+    metadata = json.loads(metadata_bytes)
+    if not isinstance(metadata, dict):
+        raise ArtifactError(f"{record['metadata_file']} holds {type(metadata).__name__}, not metadata")
+    artifact = CompiledArtifact(
+        key=key,
+        name=record["name"],
+        binary=binary,
+        binary_ext=record["binary_ext"],
+        metadata=metadata,
+        asm={str(ext): _served(entry_fd, manifest, name).decode() for ext, name in asm_names.items()},
+        compile_s=float(record["compile_s"]),
+    )
+    if artifact.binary_sha256 != record["binary_sha256"]:
+        raise ArtifactError("binary checksum mismatch")
+    _check_triton_copy(entry_fd, {record["binary_file"]: binary, record["metadata_file"]: metadata_bytes})
+    return artifact
+
+
+def _manifest(record: dict[str, Any]) -> dict[str, tuple[str, int]]:
+    """``{file name: (sha256, size)}`` from the record, every name checked to stay in the entry."""
+    files = record.get("files")
+    if not isinstance(files, dict):
+        raise ArtifactError(f"{_RECORD} lists no per-file checksums (an older or damaged entry)")
+    manifest: dict[str, tuple[str, int]] = {}
+    for name, item in files.items():
+        confined.check_name(name)
+        if not isinstance(item, dict):
+            raise ArtifactError(f"the manifest's record of {name!r} is not a mapping")
+        digest, size = item["sha256"], item["size"]
+        if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise ArtifactError(f"the manifest's record of {name!r} has a malformed sha256 or size")
+        manifest[name] = (digest, size)
+    return manifest
+
+
+def _served(entry_fd: int, manifest: dict[str, tuple[str, int]], name: object) -> bytes:
+    """The verified bytes of ``name``: listed in the manifest, a regular file, matching its sha256."""
+    name = confined.check_name(name)
+    if name == _RECORD or name not in manifest:
+        raise ArtifactError(f"{name} is not listed in the entry's manifest")
+    digest, size = manifest[name]
+    try:
+        data = confined.read_file(entry_fd, name, max_size=size)  # never more than kiln wrote
+    except confined.FileTooLargeError as exc:
+        found = exc.size
+    else:
+        found = len(data)
+        if found == size and hashlib.sha256(data).hexdigest() == digest:
+            return data
+    raise ArtifactError(
+        f"{name}: checksum mismatch ({found} bytes, kiln wrote {size}; the file changed after kiln wrote it)"
+    )
+
+
+def _check_triton_copy(entry_fd: int, expected: dict[str, bytes]) -> None:
+    """``triton/`` (if made) is a real directory whose files (if present) equal the verified bytes."""
+    kind = confined.file_kind(entry_fd, _TRITON_DIR)
+    if kind is None:
+        return
+    if kind != "dir":
+        raise ArtifactError(f"{_TRITON_DIR}/ is a {kind}, not the directory kiln made")
+    triton_fd = confined.open_dir(_TRITON_DIR, entry_fd)
+    try:
+        for name, data in expected.items():
+            if confined.file_kind(triton_fd, name) is None:
+                continue  # laid out lazily (triton_files.py) or removed: rebuilt when asked for
+            if confined.read_file(triton_fd, name, size=len(data)) != data:
+                raise ArtifactError(f"{_TRITON_DIR}/{name} differs from the verified entry")
+    finally:
+        os.close(triton_fd)
 
 
 def check_cache_dir(root: Path) -> None:

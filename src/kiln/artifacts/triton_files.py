@@ -7,9 +7,15 @@ sandbox, which gets the paths) launches without calling ``triton.compile``.
 
 Where the files go (:func:`triton_dir`)::
 
-    disk cache on:   <cache>/artifacts-v1/ab/<key>/triton/<name>.json, <name>.cubin
+    disk cache on:   <cache>/artifacts-v2/ab/<key>/triton/<name>.json, <name>.cubin
                      (the entry is stored and checked once per process, then remembered)
     disk cache off:  <one temp dir per process>/<key[:32]>/...  (removed at exit)
+
+The directory is trusted only after a check, on every call: it must be a real directory (not a
+symlink) whose two files are regular, unlinked elsewhere and byte-equal to the artifact's binary
+and metadata (read through :mod:`kiln.artifacts.confined`). Anything else is rebuilt, never
+written into: the files are created ``O_EXCL | O_NOFOLLOW`` in a fresh hidden directory beside
+it, which is then renamed into place (a planted symlink is unlinked first, not followed).
 
 The store-level API the pool and the autotuner use: :func:`triton_dir`, :func:`triton_files`
 (the metadata group) and :func:`load_kernel` (Triton's ``CompiledKernel``). Each remembers the
@@ -20,19 +26,23 @@ a new temporary directory.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
+import os
 import shutil
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kiln import triton_compat
+from kiln.artifacts import confined
 from kiln.artifacts.artifact import CompiledArtifact
-from kiln.artifacts.store import ArtifactStore
-from kiln.files import atomic_write
+from kiln.errors import ArtifactError
 
 if TYPE_CHECKING:
+    from kiln.artifacts.store import ArtifactStore
     from kiln.compile.request import CompileRequest
 
 _lock = threading.Lock()
@@ -41,16 +51,100 @@ _temp_root: Path | None = None
 
 
 def write_triton_group(artifact: CompiledArtifact, directory: Path) -> dict[str, str]:
-    """Write the artifact as Triton's cache does (``<name>.json`` + ``<name>.<ext>``)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    base = artifact.name[:150]
-    meta_path = directory / f"{base}.json"
-    bin_path = directory / f"{base}.{artifact.binary_ext}"
-    if not bin_path.exists():
-        atomic_write(bin_path, artifact.binary)
-    if not meta_path.exists():
-        atomic_write(meta_path, json.dumps(artifact.metadata).encode())
-    return {meta_path.name: str(meta_path), bin_path.name: str(bin_path)}
+    """``directory`` holding the artifact as Triton's cache does (``<name>.json`` + ``<name>.<ext>``),
+    checked or rebuilt (see the module docstring); returns the metadata group."""
+    metadata = json.dumps(artifact.metadata).encode()  # as Triton's cache writes it (and kiln's store)
+    files = {artifact.metadata_file_name: metadata, artifact.binary_file_name: artifact.binary}
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    parent_fd = confined.open_dir(directory.parent)
+    try:
+        for _ in range(_REBUILD_TRIES):
+            if _holds(parent_fd, directory.name, files):
+                break
+            _rebuild(parent_fd, directory, files)
+        else:
+            raise ArtifactError(
+                f"kiln could not lay out kernel {artifact.name} in {directory}: it kept changing while "
+                f"kiln wrote it. Is another program writing there?"
+            )
+    finally:
+        os.close(parent_fd)
+    return {name: str(directory / name) for name in files}
+
+
+_REBUILD_TRIES = 5
+_STALE_TMP_S = 3600.0
+
+
+def _holds(parent_fd: int, name: str, files: dict[str, bytes]) -> bool:
+    """Whether ``name`` in ``parent_fd`` is a real directory holding exactly ``files``' bytes."""
+    if confined.file_kind(parent_fd, name) != "dir":
+        return False
+    try:
+        fd = confined.open_dir(name, parent_fd)
+    except (OSError, ArtifactError):
+        return False
+    try:
+        return all(confined.read_file(fd, n, size=len(data)) == data for n, data in files.items())
+    except (OSError, ArtifactError):
+        return False
+    finally:
+        os.close(fd)
+
+
+def _rebuild(parent_fd: int, directory: Path, files: dict[str, bytes]) -> None:
+    """Write ``files`` into a fresh hidden directory and rename it to ``directory``."""
+    _clean_stale(parent_fd, directory.parent)
+    stamp = f"{os.getpid()}-{time.monotonic_ns()}"
+    tmp = f".{directory.name}-tmp-{stamp}"
+    os.mkdir(tmp, 0o700, dir_fd=parent_fd)
+    try:
+        fd = confined.open_dir(tmp, parent_fd)
+        try:
+            for name, data in files.items():
+                confined.write_new_file(fd, name, data)
+        finally:
+            os.close(fd)
+        kind = confined.file_kind(parent_fd, directory.name)
+        if kind is not None:  # damaged, incomplete or planted: move it aside, never write into it
+            aside = f".{directory.name}-bad-{stamp}"
+            try:
+                os.rename(directory.name, aside, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+            except FileNotFoundError:
+                pass  # another process moved it first
+            else:
+                _remove(parent_fd, directory.parent, aside)
+        with contextlib.suppress(OSError):  # another process put its copy there first: the caller checks it
+            os.rename(tmp, directory.name, src_dir_fd=parent_fd, dst_dir_fd=parent_fd)
+    finally:
+        if confined.file_kind(parent_fd, tmp) is not None:
+            _remove(parent_fd, directory.parent, tmp)
+
+
+def _remove(parent_fd: int, parent: Path, name: str) -> None:
+    """Delete ``name`` in ``parent``: a directory tree (symlinks inside are unlinked, not followed),
+    or a symlink or file itself."""
+    if confined.file_kind(parent_fd, name) == "dir":
+        shutil.rmtree(parent / name, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=parent_fd)
+
+
+def _clean_stale(parent_fd: int, parent: Path) -> None:
+    """Remove hidden directories of rebuilds killed over an hour ago."""
+    now = time.time()
+    try:
+        names = [e.name for e in os.scandir(parent_fd) if e.name.startswith(".") and "-tmp-" in e.name]
+    except OSError:
+        return
+    for name in names:
+        try:
+            age = now - os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mtime
+        except OSError:
+            continue
+        if age > _STALE_TMP_S:
+            _remove(parent_fd, parent, name)
 
 
 def to_triton_kernel(artifact: CompiledArtifact, request: CompileRequest, directory: Path) -> Any:

@@ -3,7 +3,8 @@
 * :class:`Job`: one compile in flight (its request, future, deadline budget, priority).
 * :class:`JobQueue`: jobs waiting for a worker, highest priority first.
 * :class:`JobTable`: everything both sides of the pool touch, under one lock: the jobs in
-  flight (so identical requests share one future), the memory cache of finished artifacts,
+  flight (so identical requests share one future), the memory cache of finished artifacts
+  (:class:`~kiln.pool.memory_cache.MemoryCache`, bounded in bytes),
   the counters (:class:`PoolStats`), whether the pool is closing or broken, and the two
   events callers wait on. A job ends here, once: :meth:`JobTable.complete` (stored on disk,
   remembered, future resolved) or :meth:`JobTable.fail`.
@@ -24,10 +25,9 @@ from kiln.artifacts.artifact import CompiledArtifact
 from kiln.artifacts.store import ArtifactStore
 from kiln.compile.request import CompileRequest
 from kiln.errors import KilnError, PoolClosedError
+from kiln.pool.memory_cache import MemoryCache
 
 log = logging.getLogger("kiln.pool")
-
-_MEMORY_CACHE_ENTRIES = 4096
 
 
 @dataclass
@@ -88,11 +88,11 @@ class JobQueue:
 class JobTable:
     """The state a pool's caller threads and manager thread share (see the module docstring)."""
 
-    def __init__(self, store: ArtifactStore | None) -> None:
+    def __init__(self, store: ArtifactStore | None, memory: MemoryCache) -> None:
         self.store = store
         self.lock = threading.Lock()
         self.inflight: dict[str, Job] = {}
-        self.memory: dict[str, CompiledArtifact] = {}
+        self.memory = memory
         self.stats = PoolStats()
         self.closing = False  # set by shutdown(): no new jobs
         self.broken: KilnError | None = None  # set by the manager: why every job now fails
@@ -107,9 +107,7 @@ class JobTable:
 
     def remember(self, artifact: CompiledArtifact) -> None:
         """Keep ``artifact`` in the memory cache (call with :attr:`lock` held)."""
-        if len(self.memory) >= _MEMORY_CACHE_ENTRIES:
-            self.memory.pop(next(iter(self.memory)))
-        self.memory[artifact.key] = artifact
+        self.memory.put(artifact)
 
     def forget(self, job: Job) -> None:
         """Drop ``job`` from the jobs in flight (it was cancelled before it ran)."""

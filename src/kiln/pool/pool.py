@@ -25,7 +25,10 @@ Data flow (the modules of :mod:`kiln.pool`, and who runs what)::
   If it cannot start, pending jobs fail with :class:`~kiln.errors.ZygoteError` saying why.
 * Identical requests in flight share one future; finished artifacts are kept in memory and
   (by default) on disk, so a repeated request never reaches a worker. Lookups go memory ->
-  in flight -> disk -> worker (jobs.py holds what both threads share).
+  in flight -> disk -> worker (jobs.py holds what both threads share). The memory cache holds
+  at most ``KILN_MEMORY_CACHE_MB`` and keeps what a launch needs (memory_cache.py): a compile
+  or disk hit returns the whole artifact, a later memory hit returns it without its text IRs
+  unless ``KILN_KEEP_IR=1``.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from kiln.compile.request import CompileRequest, guess_compile_cost
 from kiln.errors import PoolClosedError
 from kiln.pool.jobs import Job, JobTable, PoolStats
 from kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
+from kiln.pool.memory_cache import MemoryCache
 from kiln.settings import Settings
 from kiln.triton_compat import GPUTarget
 
@@ -97,7 +101,8 @@ class CompilePool:
             raise ValueError(f"workers must be at least 1, got {self.settings.workers}")
         self.store = ArtifactStore(self.settings.cache_dir) if self.settings.use_disk_cache else None
         self.pool_id = uuid.uuid4().hex
-        self._table = JobTable(self.store)
+        memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
+        self._table = JobTable(self.store, memory)
         self.stats: PoolStats = self._table.stats
         self._job_ids = itertools.count(1)
         self._manager = Manager(
