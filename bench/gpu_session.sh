@@ -68,6 +68,14 @@ for phase in "$@"; do
     realworld-fix)
       TAIL=10 run realworld-fix 420 python3 bench/realworld.py \
         --ops liger_dyt_fwdbwd,liger_swiglu_fwd,fla_parallel_simple_gla_fwd --out "$out/realworld-fix.json" ;;
+    checkgpu)
+      TAIL=6 run checkgpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_output_rule_gpu.py \
+        tests/test_autotune_gpu.py tests/test_native_sandbox_gpu.py tests/test_bundle_gpu.py ;;
+    dyt)
+      TAIL=8 run realworld-dyt 200 python3 bench/realworld.py --ops liger_dyt_fwdbwd --out "$out/realworld-dyt.json" ;;
+    helion-compare)
+      TAIL=30 run helion-compare 250 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels add,softmax \
+        --budget-s 200 --out "$out/helion-compare.json" ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;
