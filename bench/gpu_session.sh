@@ -76,6 +76,10 @@ for phase in "$@"; do
     helion-compare)
       TAIL=30 run helion-compare 250 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels add,softmax \
         --budget-s 200 --out "$out/helion-compare.json" ;;
+    final)
+      TAIL=14 run gpu-tests-final 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ \
+        --ignore=tests/test_helion_gpu.py
+      TAIL=14 run launch-final 60 python3 bench/launch.py --batches 15 --json "$out/launch-final.json" ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;
