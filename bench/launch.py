@@ -90,7 +90,10 @@ def bench_calls(batches: int, batch: int) -> dict[str, Any]:
     grid3 = (1, 1, 1)  # CompiledKernel takes three dimensions
     compiled = inc_kernel[grid](x, n, BLOCK=1024)
     tuned = kiln.autotune(
-        [kiln.Config({"BLOCK": 1024}, num_warps=4), kiln.Config({"BLOCK": 512}, num_warps=4)], key=["n"]
+        # Both configs cover x with the tuple grid (1,): only num_warps differs. (With BLOCK=512
+        # among them, a run where it won left half of x untouched by the tuple-grid arms.)
+        [kiln.Config({"BLOCK": 1024}, num_warps=4), kiln.Config({"BLOCK": 1024}, num_warps=8)],
+        key=["n"],
     )(inc_kernel)
     tuned[grid](x, n)  # tunes (both configs) and registers the fast entry
     tuned[grid](x, n)
