@@ -121,8 +121,10 @@ class RequestCache:
     def key(self, config: Any, specialization: Any, options: Mapping[str, Any]) -> tuple[Any, ...] | None:
         """The cache key of a bound call (Triton's own: its specialization -- every argument's type,
         alignment class and constexpr value -- and the compile options; never the arguments' values,
-        whose text can be a whole tensor), or ``None`` when the specialization is unhashable."""
-        key = (id(config), tuple(specialization), str(sorted(options.items())))
+        whose text can be a whole tensor), or ``None`` when the specialization is unhashable. The
+        config is keyed by value (``triton.Config`` hashes its kwargs and ``pre_hook``), never by
+        ``id()``: a pruned or reloaded config may be a new object, and a freed one's id reused."""
+        key = (config, tuple(specialization), str(sorted(options.items())))
         try:
             hash(key)
         except TypeError:
