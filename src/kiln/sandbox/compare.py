@@ -36,49 +36,78 @@ class Comparison:
     detail: str
 
 
-def compare(
-    outputs: Mapping[str, Any], reference: Mapping[str, Any], tolerances: tuple[float, float] | None = None
+@dataclass(frozen=True)
+class Measured:
+    """What one library (torch on the GPU, numpy on the host) measured of an output and its
+    reference; :func:`judge` turns it into a verdict, so both sandboxes apply one rule."""
+
+    kind: str  # "same" (bitwise), "nan" (NaN where the reference has a number), "float", "int"
+    diff: float = 0.0  # float: max |output - reference| where both are numbers
+    scale: float = 0.0  # float: max |reference| there
+    mismatched: int = 0  # int: elements that differ
+
+
+def judge(
+    outputs: Mapping[str, Any],
+    reference: Mapping[str, Any],
+    tolerances: tuple[float, float] | None,
+    describe: Callable[[Any], tuple[tuple[int, ...], str]],
+    measure: Callable[[Any, Any], Measured],
 ) -> Comparison:
-    """Compare every tensor in ``outputs`` with the same name in ``reference``.
-
-    Integer and boolean tensors must match exactly; floating-point ones within
-    ``atol + rtol * max|reference|``. NaN where the reference has none fails.
-    """
-    import torch
-
+    """The output check's rule over every tensor in ``outputs`` with the same name in
+    ``reference``: shapes and dtypes equal (``describe(t) -> (shape, dtype)``); integer and
+    boolean tensors exactly equal; floating-point ones within ``atol + rtol * max|reference|``
+    (by dtype, or ``tolerances``); NaN where the reference has none fails."""
     common = [name for name in reference if name in outputs]
     if not common:
         return Comparison(False, float("inf"), f"no output to compare (reference has {sorted(reference)})")
     worst = 0.0
     for name in common:
-        ref = reference[name]
-        out = outputs[name]
-        if out.shape != ref.shape or out.dtype != ref.dtype:
+        out, ref = outputs[name], reference[name]
+        (out_shape, out_dtype), (ref_shape, ref_dtype) = describe(out), describe(ref)
+        if out_shape != ref_shape or out_dtype != ref_dtype:
             return Comparison(
-                False,
-                float("inf"),
-                f"{name}: shape/dtype {tuple(out.shape)}/{out.dtype} != {tuple(ref.shape)}/{ref.dtype}",
+                False, float("inf"), f"{name}: shape/dtype {out_shape}/{out_dtype} != {ref_shape}/{ref_dtype}"
             )
-        if out.dtype.is_floating_point:
-            a = out.double()
-            b = ref.double()
-            nan_out = torch.isnan(a)
-            if bool((nan_out & ~torch.isnan(b)).any()):
-                return Comparison(False, float("nan"), f"{name}: NaN where the reference has a number")
-            both = ~(nan_out | torch.isnan(b))
-            diff = float((a[both] - b[both]).abs().max()) if bool(both.any()) else 0.0
-            rtol, atol = tolerances or TOLERANCES.get(str(out.dtype), (1e-3, 1e-5))
-            scale = float(b[both].abs().max()) if bool(both.any()) else 0.0
-            worst = max(worst, diff)
-            if diff > atol + rtol * scale:
+        m = measure(out, ref)
+        if m.kind == "nan":
+            return Comparison(False, float("nan"), f"{name}: NaN where the reference has a number")
+        if m.kind == "float":
+            rtol, atol = tolerances or TOLERANCES.get(out_dtype, (1e-3, 1e-5))
+            worst = max(worst, m.diff)
+            if m.diff > atol + rtol * m.scale:
                 return Comparison(
-                    False, diff, f"{name}: max |diff| {diff:.3g} > {atol:g} + {rtol:g} x {scale:.3g}"
+                    False, m.diff, f"{name}: max |diff| {m.diff:.3g} > {atol:g} + {rtol:g} x {m.scale:.3g}"
                 )
-        else:
-            mismatched = int((out != ref).sum())
-            if mismatched:
-                return Comparison(False, float(mismatched), f"{name}: {mismatched} elements differ")
+        elif m.kind == "int" and m.mismatched:
+            return Comparison(False, float(m.mismatched), f"{name}: {m.mismatched} elements differ")
     return Comparison(True, worst, "")
+
+
+def compare(
+    outputs: Mapping[str, Any], reference: Mapping[str, Any], tolerances: tuple[float, float] | None = None
+) -> Comparison:
+    """:func:`judge` on torch tensors (on the GPU, in the torch sandbox and in process)."""
+    return judge(outputs, reference, tolerances, _torch_describe, _torch_measure)
+
+
+def _torch_describe(tensor: Any) -> tuple[tuple[int, ...], str]:
+    return tuple(tensor.shape), str(tensor.dtype)
+
+
+def _torch_measure(out: Any, ref: Any) -> Measured:
+    import torch
+
+    if not out.dtype.is_floating_point:
+        return Measured("int", mismatched=int((out != ref).sum()))
+    a, b = out.double(), ref.double()
+    nan_out, nan_ref = torch.isnan(a), torch.isnan(b)
+    if bool((nan_out & ~nan_ref).any()):
+        return Measured("nan")
+    both = ~(nan_out | nan_ref)
+    if not bool(both.any()):
+        return Measured("float")
+    return Measured("float", float((a[both] - b[both]).abs().max()), float(b[both].abs().max()))
 
 
 # -- representatives: what several configs' outputs look like, kept where they run ---------------

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kiln.sandbox.compare import TOLERANCES, Comparison, fingerprint
+from kiln.sandbox.compare import Comparison, Measured, fingerprint, judge
 
 # torch dtype name -> numpy dtype of the same bytes (bf16 and float8 are decoded below)
 _STORAGE: dict[str, Any] = {
@@ -148,44 +148,28 @@ def compare(
     reference: Mapping[str, HostArray],
     tolerances: tuple[float, float] | None = None,
 ) -> Comparison:
-    """:func:`kiln.sandbox.compare.compare` on host arrays: same rule, tolerances and messages."""
-    common = [name for name in reference if name in outputs]
-    if not common:
-        return Comparison(False, float("inf"), f"no output to compare (reference has {sorted(reference)})")
-    worst = 0.0
-    for name in common:
-        ref = reference[name]
-        out = outputs[name]
-        if out.shape != ref.shape or out.dtype != ref.dtype:
-            return Comparison(
-                False,
-                float("inf"),
-                f"{name}: shape/dtype {out.shape}/{out.dtype} != {ref.shape}/{ref.dtype}",
-            )
-        if out.same_bits(ref):  # the common case, at memcmp speed
-            continue
-        if out.is_floating_point:
-            a = out.as_float()
-            b = ref.as_float()
-            nan_out = np.isnan(a)
-            nan_ref = np.isnan(b)
-            if bool((nan_out & ~nan_ref).any()):
-                return Comparison(False, float("nan"), f"{name}: NaN where the reference has a number")
-            both = ~(nan_out | nan_ref)
-            with np.errstate(invalid="ignore", over="ignore"):
-                diff = float(np.abs(a[both] - b[both]).max()) if bool(both.any()) else 0.0
-                scale = float(np.abs(b[both]).max()) if bool(both.any()) else 0.0
-            rtol, atol = tolerances or TOLERANCES.get(out.dtype, (1e-3, 1e-5))
-            worst = max(worst, diff)
-            if diff > atol + rtol * scale:
-                return Comparison(
-                    False, diff, f"{name}: max |diff| {diff:.3g} > {atol:g} + {rtol:g} x {scale:.3g}"
-                )
-        else:
-            mismatched = int(np.count_nonzero(out.values != ref.values))
-            if mismatched:
-                return Comparison(False, float(mismatched), f"{name}: {mismatched} elements differ")
-    return Comparison(True, worst, "")
+    """:func:`kiln.sandbox.compare.judge` on host arrays: the same rule, tolerances and messages."""
+    return judge(outputs, reference, tolerances, _describe, _measure)
+
+
+def _describe(array: HostArray) -> tuple[tuple[int, ...], str]:
+    return tuple(array.shape), array.dtype
+
+
+def _measure(out: HostArray, ref: HostArray) -> Measured:
+    if out.same_bits(ref):  # the common case, at memcmp speed
+        return Measured("same")
+    if not out.is_floating_point:
+        return Measured("int", mismatched=int(np.count_nonzero(out.values != ref.values)))
+    a, b = out.as_float(), ref.as_float()
+    nan_out, nan_ref = np.isnan(a), np.isnan(b)
+    if bool((nan_out & ~nan_ref).any()):
+        return Measured("nan")
+    both = ~(nan_out | nan_ref)
+    if not bool(both.any()):
+        return Measured("float")
+    with np.errstate(invalid="ignore", over="ignore"):
+        return Measured("float", float(np.abs(a[both] - b[both]).max()), float(np.abs(b[both]).max()))
 
 
 def compare_one(
