@@ -3,6 +3,8 @@
 Run from the repository root on a machine with a GPU (Helion 1.5.0 or 1.5.1 installed)::
 
     python bench/helion_autotune.py --out bench/results/helion-gpu.json
+    python bench/helion_autotune.py --kernels add,softmax --skip fault,ctrl-c --out a.json  # a part
+    python bench/helion_autotune.py --merge a.json b.json --out all.json      # parts of one session
 
 Every run is a fresh subprocess (fresh Triton, Helion and kiln caches; imports and CUDA start
 outside the timed region), so the arms run side by side in one invocation:
@@ -229,6 +231,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--budget-s", type=float, default=450.0, help="start no new run after this")
     parser.add_argument("--skip", default="", help="comma list of: compare, fault, ctrl-c")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        type=Path,
+        help="join the JSON of runs made one after another (one device, "
+        "one code version; e.g. two kernels per command where a command may take 10 minutes)",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--arm", choices=("fork", "kiln"), help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
@@ -237,6 +246,9 @@ def main() -> None:
     opts = parser.parse_args()
     if opts.child:
         _child(opts)
+        return
+    if opts.merge:
+        _write(_merge(opts.merge), opts.out)
         return
     begin = time.perf_counter()
     skip = set(filter(None, opts.skip.split(",")))
@@ -290,12 +302,46 @@ def main() -> None:
         ratios = [r["autotune_ratio"] for r in rows if "autotune_ratio" in r]
         report["geomean_autotune_ratio"] = _geomean(ratios)
     report["bench_s"] = time.perf_counter() - begin
+    _write(report, opts.out)
+
+
+def _write(report: dict[str, Any], out: Path | None) -> None:
     _print_table(report)
     text = json.dumps(report, indent=2)
     print(text)
-    if opts.out:
-        opts.out.parent.mkdir(parents=True, exist_ok=True)
-        opts.out.write_text(text + "\n")
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+
+
+def _merge(paths: list[Path]) -> dict[str, Any]:
+    """One report from several runs: their compare rows in order, the fault and Ctrl-C arms
+    (a later run's replace an earlier one's), the geomean over every row, and each part's
+    command, date and device (which must all be one device)."""
+    parts = [json.loads(path.read_text()) for path in paths]
+    devices = {part.get("device") for part in parts}
+    if len(devices) != 1:
+        raise SystemExit(f"refusing to merge runs from different devices: {sorted(map(str, devices))}")
+    merged: dict[str, Any] = {
+        **{k: v for k, v in parts[0].items() if k not in ("compare", "fault", "ctrl_c", "bench_s")},
+        "merged_from": [
+            {
+                "file": str(path),
+                "date": part.get("date"),
+                "command": part.get("command"),
+                "bench_s": part.get("bench_s"),
+            }
+            for path, part in zip(paths, parts, strict=True)
+        ],
+        "compare": [row for part in parts for row in part.get("compare", [])],
+    }
+    for part in parts:
+        for key in ("fault", "ctrl_c"):
+            if key in part:
+                merged[key] = part[key]
+    ratios = [r["autotune_ratio"] for r in merged["compare"] if "autotune_ratio" in r]
+    merged["geomean_autotune_ratio"] = _geomean(ratios)
+    return merged
 
 
 def _print_table(report: dict[str, Any]) -> None:

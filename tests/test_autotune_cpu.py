@@ -241,7 +241,7 @@ class TwoPhaseBench(FakeBench):
 
     def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> BenchOutcome:
         self.phases.append((candidate.label.split(",")[0], phase.rep_ms))
-        if phase.rep_ms >= 100:
+        if not phase.check:  # the final round
             ms = self.final_of(candidate.config)
             return BenchOutcome("ok", timings=[ms, ms, ms])
         return super().bench(candidate, artifact, grid, phase)
@@ -249,8 +249,9 @@ class TwoPhaseBench(FakeBench):
 
 def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Path) -> None:
     blocks = (16, 32, 64, 128, 256, 512, 1024, 2048)
-    screen = {b: float(i) for i, b in enumerate(blocks)}  # screening ranks 16 < 32 < 64 < ...
-    final = {16: 3.0, 32: 2.0, 64: 0.5}  # ...but timed in full, 64 is the fastest of the top three
+    # screening ranks 16 < 32 < 64, within 5% of each other; the rest are clearly slower...
+    screen = {16: 1.0, 32: 1.02, 64: 1.04, **{b: 2.0 + i for i, b in enumerate(blocks[3:])}}
+    final = {16: 3.0, 32: 2.0, 64: 0.5}  # ...but timed in full, 64 is the fastest of the three
     tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
     benches: list[TwoPhaseBench] = []
 
@@ -260,13 +261,14 @@ def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Pa
 
     tune(tuner, factory)
     phases = benches[0].phases
-    screened = [label for label, rep in phases if rep < 100]
-    full = [label for label, rep in phases if rep >= 100]
+    screened = [label for label, rep in phases[: len(blocks)]]
+    full = [label for label, rep in phases[len(blocks) :]]
     assert sorted(screened) == sorted(f"BLOCK={b}" for b in blocks)  # every config, once, short
-    # The best three, in full, after all compiles: three passes in alternating order.
+    assert {rep for _, rep in phases[: len(blocks)]} == {tuner._screen_ms[1]}
+    # The contenders, after all compiles: three passes in alternating order sharing one rep.
     top = ["BLOCK=16", "BLOCK=32", "BLOCK=64"]
     assert full == top + top[::-1] + top
-    assert phases.index(("BLOCK=16", 100.0)) >= len(blocks)
+    assert [rep for _, rep in phases[len(blocks) :]] == [pytest.approx(tuner._rep_ms / 3)] * 9
     assert tuner.best_config.kwargs == {"BLOCK": 64}
     assert tuner.configs_timings[tuner.best_config] == [0.5, 0.5, 0.5]
     assert tuner.last_run.best_label.startswith("BLOCK=64")
@@ -284,7 +286,7 @@ class SlowBench(TwoPhaseBench):
     def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> BenchOutcome:
         wait_s = self.native_wait_s if not self.phases else 0.0
         outcome = super().bench(candidate, artifact, grid, phase)
-        time.sleep(wait_s + (self.final_s if phase.rep_ms >= 100 else self.screen_s))
+        time.sleep(wait_s + (self.screen_s if phase.check else self.final_s))
         if not self.native_wait_s:
             return outcome
         fields = {name: getattr(outcome, name) for name in BenchOutcome.__dataclass_fields__}
@@ -296,7 +298,7 @@ def test_the_run_reports_where_its_wall_time_went(
     make_pool: Any, tmp_path: Path, native_wait_s: float
 ) -> None:
     blocks = (16, 32, 64, 128, 256, 512)
-    screen = {b: float(i) for i, b in enumerate(blocks)}
+    screen = {16: 1.0, 32: 1.01, 64: 1.02, 128: 3.0, 256: 4.0, 512: 5.0}  # three contenders
     tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
 
     def factory(t: Any, args: Any, kw: Any) -> SlowBench:
@@ -324,6 +326,47 @@ def test_the_run_reports_where_its_wall_time_went(
     assert "time: " in format_table(run).splitlines()[-1]
     stored = TuningDatabase(tmp_path / "tuning.sqlite3").runs()[0]
     assert stored.split == split
+
+
+def test_a_clear_winner_ends_the_race_without_a_final_round(make_pool: Any, tmp_path: Path) -> None:
+    blocks = (16, 32, 64, 128)
+    screen = {16: 1.0, 32: 1.5, 64: 2.0, 128: 3.0}  # no config within 5% of the fastest
+    tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
+    benches: list[TwoPhaseBench] = []
+
+    def factory(t: Any, args: Any, kw: Any) -> TwoPhaseBench:
+        benches.append(TwoPhaseBench(t, args, kw, by_block(screen), final_of=by_block(screen)))
+        return benches[-1]
+
+    tune(tuner, factory)
+    assert len(benches[0].phases) == len(blocks)  # screened once each, nothing timed again
+    assert tuner.best_config.kwargs == {"BLOCK": 16}
+    assert tuner.last_run.split["final_s"] == 0.0
+
+
+def test_contenders_follow_the_spread_of_the_screening() -> None:
+    from kiln.autotuner.race import contenders
+    from kiln.tuning.results import ConfigResult
+
+    def result(label: str, p50: float, p20: float, p80: float, status: str = "ok") -> ConfigResult:
+        return ConfigResult(label, {}, status, runtime_ms=p50, runtime_ms_p20=p20, runtime_ms_p80=p80)
+
+    class C:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+    rows = {
+        "a": result("a", 1.00, 0.99, 1.01),
+        "b": result("b", 1.08, 1.05, 1.10),  # its fast end is within 5% of a's slow end
+        "c": result("c", 1.20, 1.15, 1.25),
+        "d": result("d", 0.50, 0.50, 0.50, status="bench_crashed"),
+    }
+    cands = [C(k) for k in rows]
+    assert [c.label for c in contenders(cands, rows, 0.05, (1, 5))] == ["a", "b"]  # type: ignore[arg-type]
+    assert [c.label for c in contenders(cands, rows, 0.05, (3, 5))] == ["a", "b", "c"]  # type: ignore[arg-type]
+    assert [c.label for c in contenders(cands, rows, 0.5, (1, 2))] == ["a", "b"]  # type: ignore[arg-type]
+    noisy = {**rows, "a": result("a", 1.00, 0.80, 1.20)}  # a noisy screening widens the race
+    assert [c.label for c in contenders(cands, noisy, 0.05, (1, 5))] == ["a", "b", "c"]  # type: ignore[arg-type]
 
 
 def test_one_pass_tuning_has_no_final_round_time(make_pool: Any, tmp_path: Path) -> None:

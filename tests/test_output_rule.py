@@ -235,3 +235,59 @@ def test_produced_nonfinite_ignores_nan_that_was_there_before() -> None:
     assert not compare_np.produced_nonfinite(_host([np.nan, 1.0, 3.0]), lambda: before)
     assert compare_np.produced_nonfinite(_host([np.nan, np.inf, 3.0]), lambda: before)
     assert not compare_np.produced_nonfinite(_host([0.0, 1.0, 3.0]), lambda: pytest.fail("read"))
+
+
+@pytest.mark.parametrize("dtype", ["torch.float32", "torch.float16", "torch.bfloat16"])
+@pytest.mark.parametrize(
+    "case",
+    ["same", "close", "far", "nan_out", "nan_both", "inf_both", "inf_out", "huge", "empty"],
+)
+def test_numpy_measure_agrees_with_torch_on_every_path(dtype: str, case: str) -> None:
+    """The one-pass fast path of the numpy check gives what the torch check gives (NaN, Inf and
+    values whose differences overflow take the exact path)."""
+    from kiln.sandbox.compare import compare as torch_compare
+
+    rng = np.random.default_rng(0)
+    ref = rng.standard_normal(257).astype(np.float32)
+    out = ref.copy()
+    if case == "empty":
+        ref, out = ref[:0], out[:0]
+    elif case == "close":
+        out[3] += 1e-3
+    elif case == "far":
+        out[::7] += 5.0
+    elif case == "nan_out":
+        out[4] = np.nan
+    elif case == "nan_both":
+        out[4] = ref[4] = np.nan
+        out[9] += 0.5
+    elif case == "inf_both":
+        out[5] = ref[5] = np.inf
+        out[11] -= 0.25
+    elif case == "inf_out":
+        out[6] = -np.inf
+    elif case == "huge":
+        big = 60000.0 if dtype == "torch.float16" else 3e38
+        ref[:2], out[:2] = big, -big
+    torch_dtype = getattr(torch, dtype.split(".")[1])
+    t_ref, t_out = torch.from_numpy(ref).to(torch_dtype), torch.from_numpy(out).to(torch_dtype)
+
+    def host(t: Any) -> compare_np.HostArray:
+        if dtype == "torch.bfloat16":
+            return compare_np.decode(t.view(torch.uint16).numpy(), dtype)
+        return compare_np.decode(t.numpy(), dtype)
+
+    mine = compare_np.compare({"y": host(t_out)}, {"y": host(t_ref)})
+    theirs = torch_compare({"y": t_out}, {"y": t_ref})
+    assert (mine.ok, mine.detail) == (theirs.ok, theirs.detail)
+    if np.isfinite(theirs.max_abs_diff):
+        assert mine.max_abs_diff == pytest.approx(theirs.max_abs_diff, rel=1e-6)
+    else:
+        assert str(mine.max_abs_diff) == str(theirs.max_abs_diff)  # nan or inf, both
+
+
+def test_produced_nonfinite_takes_the_exact_path_when_the_sum_overflows() -> None:
+    big = compare_np.HostArray("torch.float64", np.array([1.7e308, 1.7e308, 1.0]))
+    assert not compare_np.produced_nonfinite(big, lambda: pytest.fail("read"))
+    bad = compare_np.HostArray("torch.float64", np.array([1.7e308, 1.7e308, np.inf]))
+    assert compare_np.produced_nonfinite(bad, lambda: compare_np.HostArray("torch.float64", np.zeros(3)))

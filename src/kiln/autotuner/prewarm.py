@@ -1,0 +1,57 @@
+"""Start what a first tuning waits for while the caller is still importing its kernels.
+
+Called when a tuned kernel is defined (``kiln.autotune``, or ``triton.autotune`` routed by
+``kiln.install()``), once per process, and only where a GPU is present (so, where tuning will
+happen; CI and CPU-only machines start nothing)::
+
+    kernel defined -> prewarm()
+        ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
+        └─ thread "kiln-prewarm":
+              Triton's key (hashes libtriton.so, ~2 s of CPU in a fresh cache; kept on disk)
+              -> the process's compile pool starts         (zygote imports Triton, warms up)
+
+Without it the first call pays Triton's key in the caller and the zygote's start before its
+first compile finishes. Nothing here initializes CUDA in the caller. A kernel given its own
+``pool=`` or ``target=`` prewarms nothing: its pool and device are the caller's business.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from kiln import settings as settings_mod
+from kiln import triton_compat
+
+log = logging.getLogger("kiln.autotune")
+
+_lock = threading.Lock()
+_started = False
+
+
+def prewarm(sandbox: bool, pool: bool) -> bool:
+    """Start the sandbox (``sandbox``; idempotent) and, once per process and in the background,
+    Triton's key and the default compile pool (``pool``). ``False`` without a GPU."""
+    global _started
+    from kiln.sandbox.registry import gpu_present, prestart
+
+    if not (sandbox or pool) or not gpu_present():
+        return False
+    if sandbox:
+        prestart()
+    if pool:
+        with _lock:
+            start, _started = not _started, True
+        if start:
+            threading.Thread(target=_warm_pool, name="kiln-prewarm", daemon=True).start()
+    return True
+
+
+def _warm_pool() -> None:
+    from kiln.pool import get_pool
+
+    try:
+        triton_compat.triton_key(settings_mod.current().triton_key_dir)
+        get_pool()
+    except Exception as exc:  # the first tuning will meet (and report) the same problem
+        log.debug("kiln: prewarming the compile pool failed: %s", exc)

@@ -1,0 +1,74 @@
+"""kiln.autotuner.prewarm: what a tuned kernel's definition starts, and where it starts nothing.
+
+A GPU cannot exist on CI, so "a GPU is present" is the one thing faked here; Triton's key is
+computed for real (into a fresh cache directory) and the pool start is recorded.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+import triton
+
+import kiln
+from kernels import add_kernel
+from kiln import settings, triton_compat
+from kiln.autotuner import prewarm as prewarm_mod
+from kiln.sandbox import registry
+
+
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """A process that prewarmed nothing yet, with a recorded pool start."""
+    events: list[str] = []
+    monkeypatch.setattr(prewarm_mod, "_started", False)
+    monkeypatch.setattr(triton_compat.core, "_TRITON_KEY", None)
+    import kiln.pool
+
+    def pool() -> None:
+        events.append(f"pool after key file: {any(tmp_path.glob('triton-key-*.json'))}")
+
+    monkeypatch.setattr(kiln.pool, "get_pool", pool)
+    monkeypatch.setattr(registry, "prestart", lambda: events.append("sandbox"))
+    with settings.scope(cache_dir=tmp_path):
+        yield events
+
+
+def _join_prewarm() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "kiln-prewarm":
+            thread.join(timeout=60)
+
+
+def test_nothing_starts_without_a_gpu(fresh: list[str]) -> None:
+    assert registry.gpu_present() is False
+    assert prewarm_mod.prewarm(sandbox=True, pool=True) is False
+    _join_prewarm()
+    assert fresh == []
+
+
+def test_a_gpu_machine_starts_the_key_then_the_pool_once(
+    fresh: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)
+    assert prewarm_mod.prewarm(sandbox=True, pool=True) is True
+    assert prewarm_mod.prewarm(sandbox=False, pool=True) is True  # the pool starts once
+    _join_prewarm()
+    assert fresh == ["sandbox", "pool after key file: True"]
+
+
+def test_defining_a_tuned_kernel_prewarms_unless_it_brings_its_own_pool(
+    fresh: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)
+    configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
+    kiln.autotune(configs=configs, key=["n"], sandbox=False, pool=object())(add_kernel)
+    _join_prewarm()
+    assert fresh == []  # its own pool, no sandbox: nothing to warm
+    kiln.autotune(configs=configs, key=["n"], sandbox=True)(add_kernel)
+    _join_prewarm()
+    assert fresh[0] == "sandbox"
+    assert fresh[1].startswith("pool")
