@@ -290,7 +290,8 @@ class SlowBench(TwoPhaseBench):
         if not self.native_wait_s:
             return outcome
         fields = {name: getattr(outcome, name) for name in BenchOutcome.__dataclass_fields__}
-        return NativeBenchOutcome(**fields, sandbox={"wait_s": wait_s, "via": "native"})
+        inside = {"load_s": 0.001, "check_s": 0.002 if phase.check else 0.0, "bench_s": 0.003}
+        return NativeBenchOutcome(**fields, sandbox={"wait_s": wait_s, "via": "native", **inside})
 
 
 @pytest.mark.parametrize("native_wait_s", [0.0, 0.3])
@@ -311,7 +312,14 @@ def test_the_run_reports_where_its_wall_time_went(
     run = tuner.last_run
     split = run.split
     assert split is not None
-    assert set(split) == {"sandbox_wait_s", "compile_s", "bench_s", "final_s", "other_s"}
+    parts = {"sandbox_wait_s", "compile_s", "bench_s", "final_s", "other_s"}
+    inside = {"sandbox_inputs_s", "sandbox_load_s", "sandbox_check_s", "sandbox_timing_s"}
+    assert set(split) == (parts | inside if native_wait_s else parts)
+    if native_wait_s:  # what the native sandbox says it spent, summed: 6 screened, 9 final calls
+        assert split["sandbox_load_s"] == pytest.approx(15 * 0.001)
+        assert split["sandbox_check_s"] == pytest.approx(6 * 0.002)
+        assert split["sandbox_timing_s"] == pytest.approx(15 * 0.003)
+        assert "in the sandbox: inputs 0.0 s, loading 0.0 s" in format_table(run).splitlines()[-1]
     assert all(seconds >= 0 for seconds in split.values())
     wall = run.wall_s
     # The tuning thread's parts follow one another and make up the wall time; compiling overlaps.

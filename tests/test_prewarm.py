@@ -72,3 +72,15 @@ def test_defining_a_tuned_kernel_prewarms_unless_it_brings_its_own_pool(
     _join_prewarm()
     assert fresh[0] == "sandbox"
     assert fresh[1].startswith("pool")
+
+
+def test_install_prewarms_before_any_kernel_is_defined(
+    fresh: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)
+    kiln.install()
+    try:
+        _join_prewarm()
+        assert fresh == ["sandbox", "pool after key file: True"]
+    finally:
+        kiln.uninstall()

@@ -49,6 +49,12 @@ def install() -> None:
         "kiln: installed: triton.autotune and classes derived from triton.runtime.autotuner.Autotuner "
         "from now on are kiln's (kernels and classes defined earlier stay Triton's)"
     )
+    # The libraries imported next define their kernels; on a GPU machine the sandbox, Triton's
+    # key and the compile pool get ready meanwhile, in the background.
+    from kiln import settings
+    from kiln.autotuner.prewarm import prewarm
+
+    prewarm(sandbox=settings.current().sandbox, pool=True)
 
 
 def uninstall() -> None:

@@ -1,8 +1,8 @@
 """Start what a first tuning waits for while the caller is still importing its kernels.
 
-Called when a tuned kernel is defined (``kiln.autotune``, or ``triton.autotune`` routed by
-``kiln.install()``), once per process, and only where a GPU is present (so, where tuning will
-happen; CI and CPU-only machines start nothing)::
+Called by ``kiln.install()`` (before the libraries it routes are imported) and when a tuned
+kernel is defined, and only where a GPU is present (so, where tuning will happen; CI and
+CPU-only machines start nothing); the pool starts once per process::
 
     kernel defined -> prewarm()
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)

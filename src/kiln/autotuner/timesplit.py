@@ -28,6 +28,11 @@ The parts, in seconds:
 ``final_s``
     Inside the final round's benchmark calls (the best few timed again, in full), less their
     sandbox wait; 0 when a user ``do_bench`` times the configs (one pass, as Triton).
+``sandbox_inputs_s``, ``sandbox_load_s``, ``sandbox_check_s``, ``sandbox_timing_s``
+    (native sandbox only) Of ``bench_s + final_s``: handing the inputs over (once per sandbox),
+    and what the sandbox itself reported spending on loading binaries, on the checked run with
+    its output check, and in the timing loop; the rest of those two
+    parts is the round trip (messages, the caller's side). Present when the sandbox reported it.
 ``other_s``
     ``wall - sandbox_wait_s - bench_s - final_s``: the tuning thread was in no benchmark call.
     Mostly waiting for compiles while nothing compiled was left to benchmark; also preparing
@@ -47,6 +52,13 @@ from typing import Any
 
 from kiln.sandbox.native_client import NativeBenchOutcome
 
+_SANDBOX_PARTS = (  # the native sandbox's own timings -> the split's keys
+    ("inputs_s", "sandbox_inputs_s"),
+    ("load_s", "sandbox_load_s"),
+    ("check_s", "sandbox_check_s"),
+    ("bench_s", "sandbox_timing_s"),
+)
+
 
 class TimeSplit:
     """Accumulates one tuning run's time split (see the module's documentation)."""
@@ -55,6 +67,8 @@ class TimeSplit:
         self.sandbox_wait_s = 0.0
         self.phases = {"bench_s": 0.0, "final_s": 0.0}
         self.current = "bench_s"  # the part benchmark calls count toward now
+        self.inside = dict.fromkeys((ours for _, ours in _SANDBOX_PARTS), 0.0)
+        self._inside_seen = False
         self._compiled_at: list[float] = []  # appended from the pool's threads (list.append is atomic)
 
     def watch(self, futures: Iterable[Future[Any]]) -> None:
@@ -68,6 +82,11 @@ class TimeSplit:
         waited = 0.0
         if isinstance(outcome, NativeBenchOutcome):
             waited = min(seconds, float(outcome.sandbox.get("wait_s", 0.0)))
+            for theirs, ours in _SANDBOX_PARTS:
+                value = outcome.sandbox.get(theirs)
+                if isinstance(value, int | float):
+                    self.inside[ours] += float(value)
+                    self._inside_seen = True
         self.sandbox_wait_s += waited
         self.phases[self.current] += max(0.0, seconds - waited)
 
@@ -90,4 +109,5 @@ class TimeSplit:
             "bench_s": self.phases["bench_s"],
             "final_s": self.phases["final_s"],
             "other_s": max(0.0, wall_s - busy),
+            **(self.inside if self._inside_seen else {}),
         }

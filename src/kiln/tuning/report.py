@@ -89,6 +89,14 @@ _SPLIT_WORDS = (
 )
 
 
+_SANDBOX_WORDS = (
+    ("sandbox_inputs_s", "inputs"),
+    ("sandbox_load_s", "loading"),
+    ("sandbox_check_s", "checked runs"),
+    ("sandbox_timing_s", "timing"),
+)
+
+
 def format_split(run: TuningRun) -> str | None:
     """``"time: 6.3 s = sandbox wait 0.0 s, compiling 1.1 s (overlaps benchmarking), ..."``, or
     ``None`` for a run without a time split."""
@@ -100,7 +108,11 @@ def format_split(run: TuningRun) -> str | None:
         if key in run.split:
             note = " (overlaps benchmarking)" if key == "compile_s" else ""
             parts.append(f"{words} {run.split[key]:.1f} s{note}")
-    return f"time: {wall} = " + ", ".join(parts)
+    line = f"time: {wall} = " + ", ".join(parts)
+    inside = [(key, words) for key, words in _SANDBOX_WORDS if key in run.split]
+    if inside:
+        line += "; in the sandbox: " + ", ".join(f"{words} {run.split[key]:.1f} s" for key, words in inside)
+    return line
 
 
 def format_table(run: TuningRun) -> str:
