@@ -127,15 +127,16 @@ class DeviceInputs:
             if (t := self.tensors.get(n)) is not None and t.desc.nbytes
         ]
 
-    def read(self, name: str, pristine: bool = False, bitwise: bool = False) -> Any:
-        """The tensor's elements as stored (numpy, in the caller's shape and strides)."""
+    def read(self, name: str, pristine: bool = False, bitwise: bool = False, into: Any = None) -> Any:
+        """The tensor's elements as stored (numpy, in the caller's shape and strides), read into
+        ``into`` (a uint8 array of the tensor's size, reused: no page faults) or a new buffer."""
         import numpy as np
 
         from kiln.sandbox.compare_np import raw_view
 
         tensor = self.tensors[name]
         desc = tensor.desc
-        buffer = np.empty(desc.nbytes, dtype=np.uint8)
+        buffer = into if into is not None else np.empty(desc.nbytes, dtype=np.uint8)
         if desc.nbytes:
             self.cuda.memcpy_dtoh(buffer, tensor.pristine if pristine else tensor.ptr)
         return raw_view(buffer, desc.dtype, desc.itemsize, desc.shape, desc.strides, bitwise)
