@@ -247,12 +247,8 @@ class TwoPhaseBench(FakeBench):
         return super().bench(candidate, artifact, grid, phase)
 
 
-def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Path) -> None:
-    blocks = (16, 32, 64, 128, 256, 512, 1024, 2048)
-    # screening ranks 16 < 32 < 64, within 5% of each other; the rest are clearly slower...
-    screen = {16: 1.0, 32: 1.02, 64: 1.04, **{b: 2.0 + i for i, b in enumerate(blocks[3:])}}
-    final = {16: 3.0, 32: 2.0, 64: 0.5}  # ...but timed in full, 64 is the fastest of the three
-    tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
+def tune_two_phase(tuner: Any, screen: dict[int, float], final: dict[int, float]) -> TwoPhaseBench:
+    """Tune with screening times ``screen`` and final-round times ``final`` (by BLOCK)."""
     benches: list[TwoPhaseBench] = []
 
     def factory(t: Any, args: Any, kw: Any) -> TwoPhaseBench:
@@ -260,7 +256,16 @@ def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Pa
         return benches[-1]
 
     tune(tuner, factory)
-    phases = benches[0].phases
+    return benches[0]
+
+
+def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Path) -> None:
+    blocks = (16, 32, 64, 128, 256, 512, 1024, 2048)
+    # screening ranks 16 < 32 < 64, within 5% of each other; the rest are clearly slower...
+    screen = {16: 1.0, 32: 1.02, 64: 1.04, **{b: 2.0 + i for i, b in enumerate(blocks[3:])}}
+    final = {16: 3.0, 32: 2.0, 64: 0.5}  # ...but timed in full, 64 is the fastest of the three
+    tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
+    phases = tune_two_phase(tuner, screen, final).phases
     screened = [label for label, rep in phases[: len(blocks)]]
     full = [label for label, rep in phases[len(blocks) :]]
     assert sorted(screened) == sorted(f"BLOCK={b}" for b in blocks)  # every config, once, short
@@ -340,14 +345,8 @@ def test_a_clear_winner_ends_the_race_without_a_final_round(make_pool: Any, tmp_
     blocks = (16, 32, 64, 128)
     screen = {16: 1.0, 32: 1.5, 64: 2.0, 128: 3.0}  # no config within 5% of the fastest
     tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
-    benches: list[TwoPhaseBench] = []
-
-    def factory(t: Any, args: Any, kw: Any) -> TwoPhaseBench:
-        benches.append(TwoPhaseBench(t, args, kw, by_block(screen), final_of=by_block(screen)))
-        return benches[-1]
-
-    tune(tuner, factory)
-    assert len(benches[0].phases) == len(blocks)  # screened once each, nothing timed again
+    bench = tune_two_phase(tuner, screen, screen)
+    assert len(bench.phases) == len(blocks)  # screened once each, nothing timed again
     assert tuner.best_config.kwargs == {"BLOCK": 16}
     assert tuner.last_run.split["final_s"] == 0.0
 

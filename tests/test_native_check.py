@@ -1,9 +1,9 @@
 """The native sandbox's output check (``NativeState.check_outputs``) on CPU.
 
 The GPU is the one thing that cannot exist on CI, so device memory is a host stand-in
-(:class:`HostMemory`: ``cuMemAlloc``/``cuMemcpy*`` on bytearrays); the check itself, numpy's
-comparison and the representatives are the real ones. A "kernel run" writes the output words
-into the working copy, as a launch would.
+(``host_memory.HostMemoryDriver``: ``cuMemAlloc``/``cuMemcpy*`` on bytearrays); the check
+itself, numpy's comparison and the representatives are the real ones. A "kernel run" writes
+the output words into the working copy, as a launch would.
 """
 
 from __future__ import annotations
@@ -13,54 +13,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from host_memory import HostMemoryDriver
 from kiln.sandbox.compare import Representatives
 from kiln.sandbox.device_inputs import DeviceInputs
 from kiln.sandbox.ipc import TensorDesc
 from kiln.sandbox.native_worker import NativeState
 
 
-class HostMemory:
-    """What the check asks of kiln's C module, on host memory."""
-
-    def __init__(self) -> None:
-        self.blocks: dict[int, bytearray] = {}
-        self.next = 0x10000
-
-    def mem_alloc(self, size: int) -> int:
-        address, self.next = self.next, self.next + size + 4096
-        self.blocks[address] = bytearray(size)
-        return address
-
-    def mem_free(self, address: int) -> None:
-        del self.blocks[address]
-
-    def _at(self, address: int) -> tuple[bytearray, int]:
-        for start, block in self.blocks.items():
-            if start <= address < start + len(block):
-                return block, address - start
-        raise AssertionError(f"no allocation holds {address:#x}")
-
-    def memcpy_htod(self, dst: int, data: Any) -> None:
-        block, offset = self._at(dst)
-        raw = bytes(data)
-        block[offset : offset + len(raw)] = raw
-
-    def memcpy_dtoh(self, buffer: Any, src: int) -> None:
-        block, offset = self._at(src)
-        view = np.frombuffer(memoryview(buffer), dtype=np.uint8)
-        view[...] = np.frombuffer(bytes(block[offset : offset + view.size]), dtype=np.uint8)
-
-    def memcpy_dtod(self, dst: int, src: int, n: int) -> None:
-        block, offset = self._at(src)
-        self.memcpy_htod(dst, block[offset : offset + n])
-
-    def ctx_synchronize(self) -> None:
-        pass
-
-
 def make_state(values: dict[str, Any]) -> NativeState:
     state = NativeState.__new__(NativeState)  # no CUDA: the constructor's driver calls are skipped
-    state.cuda = HostMemory()
+    state.cuda = HostMemoryDriver()
     state.inputs = DeviceInputs(state.cuda)
     state.reset_to_zero, state.restore_value = [], []
     state.kernels, state.unsupported = {}, {}

@@ -18,6 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
+from host_memory import HostMemoryDriver
 from kiln import settings
 from kiln.framing import FrameReader, encode
 from kiln.launch.native import native
@@ -319,60 +320,9 @@ def test_ipc_descriptor_carries_handle_offset_and_alignment(monkeypatch: pytest.
     assert converted["t"].host == ipc.host_bytes(tensor, desc.nbytes)
 
 
-class _HostMemoryDriver:
-    """Host memory behind the C module's memory functions: records the order of IPC calls."""
-
-    def __init__(self, caller: bytearray) -> None:
-        self.memory: dict[int, bytearray] = {}
-        self.caller = caller
-        self.next = 1 << 20
-        self.log: list[str] = []
-
-    def _find(self, ptr: int) -> tuple[bytearray, int]:
-        for base, block in self.memory.items():
-            if base <= ptr < base + len(block):
-                return block, ptr - base
-        raise RuntimeError(f"CUDA driver error 700 (illegal address {ptr:#x}) in a copy")
-
-    def mem_alloc(self, n: int) -> int:
-        ptr, self.next = self.next, self.next + n + 4096
-        self.memory[ptr] = bytearray(n)
-        return ptr
-
-    def mem_free(self, ptr: int) -> None:
-        del self.memory[ptr]
-
-    def memcpy_htod(self, dst: int, data: bytes) -> None:
-        block, at = self._find(dst)
-        block[at : at + len(data)] = data
-
-    def memcpy_dtod(self, dst: int, src: int, n: int) -> None:
-        source, at = self._find(src)
-        self.memcpy_htod(dst, bytes(source[at : at + n]))
-
-    def memcpy_dtoh(self, buffer: Any, src: int) -> None:
-        source, at = self._find(src)
-        view = memoryview(buffer).cast("B")
-        view[:] = source[at : at + len(view)]
-
-    def ctx_synchronize(self) -> None:
-        self.log.append("sync")
-
-    def ipc_open(self, handle: bytes) -> int:
-        self.log.append("open")
-        ptr = self.next
-        self.next += len(self.caller) + 4096
-        self.memory[ptr] = self.caller
-        return ptr
-
-    def ipc_close(self, ptr: int) -> None:
-        self.log.append("close")
-        del self.memory[ptr]
-
-
 def test_device_inputs_copy_from_the_caller_then_close_the_handle() -> None:
     caller = bytearray(os.urandom(4096))
-    driver = _HostMemoryDriver(caller)
+    driver = HostMemoryDriver(caller)
     a = TensorDesc("torch.float32", (16,), (1,), 4, 64, 16, 0, b"A" * 64, offset=128, allocation=1 << 40)
     b = TensorDesc("torch.int32", (4, 2), (1, 4), 4, 32, 0, 0, b"B" * 64, offset=1024, allocation=1 << 40)
     host = TensorDesc("torch.uint8", (5,), (1,), 1, 5, host=b"hello")
