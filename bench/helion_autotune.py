@@ -81,7 +81,7 @@ def _child(opts: argparse.Namespace) -> None:
         "autotune_effort": opts.effort,
         "autotune_max_generations": opts.generations,
         "autotune_random_seed": opts.seed,
-        "autotune_precompile": "fork",
+        "autotune_precompile": "spawn" if opts.arm == "spawn" else "fork",
         "autotune_progress_bar": False,
     }
     pool = None
@@ -239,7 +239,7 @@ def main() -> None:
         "one code version; e.g. two kernels per command where a command may take 10 minutes)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--arm", choices=("fork", "kiln"), help=argparse.SUPPRESS)
+    parser.add_argument("--arm", choices=("fork", "kiln", "spawn"), help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     parser.add_argument("--faults", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed-abort", action="store_true", help=argparse.SUPPRESS)
