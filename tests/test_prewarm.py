@@ -50,7 +50,7 @@ def test_nothing_starts_without_a_gpu(fresh: list[str]) -> None:
     assert fresh == []
 
 
-def test_a_gpu_machine_starts_the_key_then_the_pool_once(
+def test_a_gpu_machine_computes_the_key_then_makes_the_pool_once(
     fresh: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(registry, "gpu_present", lambda: True)

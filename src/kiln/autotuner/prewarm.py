@@ -2,16 +2,18 @@
 
 Called by ``kiln.install()`` (before the libraries it routes are imported) and when a tuned
 kernel is defined, and only where a GPU is present (so, where tuning will happen; CI and
-CPU-only machines start nothing); the pool starts once per process::
+CPU-only machines start nothing); the key is computed once per process::
 
     kernel defined -> prewarm()
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
         └─ thread "kiln-prewarm":
               Triton's key (hashes libtriton.so, ~2 s of CPU in a fresh cache; kept on disk)
-              -> the process's compile pool starts         (zygote imports Triton, warms up)
+              -> the process's compile pool is made        (its zygote starts with the first job:
+                                                            a process served from caches spawns none)
 
-Without it the first call pays Triton's key in the caller and the zygote's start before its
-first compile finishes. Nothing here initializes CUDA in the caller. A kernel given its own
+Without it the first call pays Triton's key in the caller; with it, the zygote reads the key
+from kiln's file. The zygote's own start (~1 s to the first compile on an H100 host) is still
+on the first call's path. Nothing here initializes CUDA in the caller. A kernel given its own
 ``pool=`` or ``target=`` prewarms nothing: its pool and device are the caller's business.
 """
 
@@ -31,7 +33,7 @@ _started = False
 
 def prewarm(sandbox: bool, pool: bool) -> bool:
     """Start the sandbox (``sandbox``; idempotent) and, once per process and in the background,
-    Triton's key and the default compile pool (``pool``). ``False`` without a GPU."""
+    compute Triton's key and make the default compile pool (``pool``). ``False`` without a GPU."""
     global _started
     from kiln.sandbox.registry import gpu_present, prestart
 

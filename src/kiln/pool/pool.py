@@ -314,8 +314,9 @@ _DEFAULT_LOCK = threading.Lock()
 def get_pool() -> CompilePool:
     """The process-wide pool (created on first use from ``KILN_*`` settings, closed at exit).
 
-    Call it early (at import time of your library, say) to take the pool's start-up off the
-    critical path: it starts in the background and returns at once.
+    The pool's processes start with its first job (a process served from caches spawns none);
+    call ``get_pool().start()`` early (at import time of your library, say) to take their
+    start-up off the critical path: it starts them in the background and returns at once.
     """
     global _DEFAULT_POOL
     with _DEFAULT_LOCK:
