@@ -17,6 +17,9 @@ outside the timed region), so the arms run side by side in one invocation:
   ``kiln.helion.install()`` at import time would, so what is left of its start-up counts),
   precompile-phase walls, configs compiled / failed, the chosen config, its
   runtime (``triton.testing.do_bench``, median ms); the geomean of kiln/fork autotune walls.
+  With ``--repeats N`` each arm runs N times per kernel (alternating order) and the run with the
+  median autotune wall is compared (every run is kept): Helion's search is seeded, but after
+  the seeded population it follows measured timings, so the arms compile different configs.
 * ``fault``: ``crashy_add`` with a seed config that aborts in Triton's compiler (the hook of
   ``tests/test_helion_faults.py``: ``num_warps == 2``), through kiln and with fork; then
   ``crashall_add``, whose reference config (Helion's accuracy baseline) aborts.
@@ -218,6 +221,18 @@ def _ctrl_c(opts: argparse.Namespace, arm: str, env: dict[str, str]) -> dict[str
     }
 
 
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median autotune wall among the successful ones (the lower median of an
+    even count), else the first; with one run, that run. Every run stays in the row's ``runs``."""
+    ok = sorted((r for r in runs if r.get("status") == "ok"), key=lambda r: float(r["autotune_s"]))
+    if not ok:
+        return runs[0]
+    chosen = dict(ok[(len(ok) - 1) // 2])
+    if len(runs) > 1:
+        chosen["median_of"] = len(ok)
+    return chosen
+
+
 def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
@@ -230,6 +245,13 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--budget-s", type=float, default=450.0, help="start no new run after this")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per arm and kernel (the median run is compared): "
+        "the two arms' searches part after the seeded population, so one run per arm is noisy",
+    )
     parser.add_argument("--skip", default="", help="comma list of: compare, fault, ctrl-c")
     parser.add_argument(
         "--merge",
@@ -290,9 +312,15 @@ def main() -> None:
     if "compare" not in skip:
         rows = []
         for i, kernel in enumerate(opts.kernels.split(",")):
-            arms = ("fork", "kiln") if i % 2 == 0 else ("kiln", "fork")
-            pair = {arm: run(arm, kernel) for arm in arms}
+            runs: dict[str, list[dict[str, Any]]] = {"fork": [], "kiln": []}
+            for repeat in range(opts.repeats):  # alternating order: drift hits both arms alike
+                arms = ("fork", "kiln") if (i + repeat) % 2 == 0 else ("kiln", "fork")
+                for arm in arms:
+                    runs[arm].append(run(arm, kernel))
+            pair = {arm: _median_run(runs[arm]) for arm in ("fork", "kiln")}
             row: dict[str, Any] = {"kernel": kernel, **pair}
+            if opts.repeats > 1:
+                row["runs"] = runs
             fork, kiln_ = pair["fork"], pair["kiln"]
             if fork.get("status") == "ok" and kiln_.get("status") == "ok":
                 row["autotune_ratio"] = kiln_["autotune_s"] / fork["autotune_s"]
