@@ -127,16 +127,20 @@ def _resolve(chain: tuple[str, ...], scope: dict[str, Any]) -> tuple[str, Any] |
     """Resolve a dotted chain against a scope; returns the longest meaningful prefix and its value.
 
     ``tl.float16`` resolves to the *module* ``tl`` (library attributes are part of Triton's own
-    key); ``cfg.BLOCK`` in a user module resolves to the value of ``cfg.BLOCK``.
+    key); ``cfg.BLOCK`` in a user module resolves to the value of ``cfg.BLOCK``. A ``@jit``
+    helper in a torch module (inductor's ``triton_helpers.maximum``, which Helion's generated
+    kernels call) resolves to the helper itself: it travels as source, so a worker never
+    imports torch to rebuild the kernel (seconds per worker).
     """
     if chain[0] not in scope:
         return None
     name = chain[0]
     value = scope[name]
     for attr in chain[1:]:
-        if not isinstance(value, types.ModuleType) or value.__name__.split(".")[0] in _LIBRARY_PREFIXES:
+        if not isinstance(value, types.ModuleType) or not hasattr(value, attr):
             break
-        if not hasattr(value, attr):
+        top = value.__name__.split(".")[0]
+        if top in _LIBRARY_PREFIXES and not (top == "torch" and is_jit_function(getattr(value, attr))):
             break
         value = getattr(value, attr)
         name = f"{name}.{attr}"
