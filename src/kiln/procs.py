@@ -7,6 +7,7 @@ import ctypes
 import ctypes.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,19 @@ def set_parent_death_signal(expected_parent: int, sig: int = signal.SIGKILL) -> 
         raise OSError(errno, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}")
     if os.getppid() != expected_parent:
         os._exit(0)  # the parent died before the signal was armed
+
+
+def parent_channel(
+    fd_variable: str, parent_variable: str, sig: int = signal.SIGKILL
+) -> tuple[socket.socket, int]:
+    """In a child started by :func:`spawn_kiln_process`: its socket to the parent (the fd in
+    ``fd_variable``) and the parent's pid (in ``parent_variable``), with ``sig`` armed for the
+    parent's death. Both variables leave the environment, so the child's own children never
+    see them."""
+    channel_fd = int(os.environ.pop(fd_variable))
+    parent = int(os.environ.pop(parent_variable))
+    set_parent_death_signal(parent, sig)
+    return socket.socket(fileno=channel_fd), parent
 
 
 def thread_names() -> list[str]:

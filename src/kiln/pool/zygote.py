@@ -282,11 +282,8 @@ def _warm_up(target: tuple[str, Any, int]) -> float:
 
 def main() -> None:
     """Entry point of the zygote process (``python -c 'from kiln.pool.zygote import main; main()'``)."""
-    ctl_fd = int(os.environ.pop(ENV_FD))
-    parent = int(os.environ.pop(ENV_PARENT))
     # SIGTERM, not SIGKILL: serve() handles it by killing, reaping and cleaning up its workers.
-    procs.set_parent_death_signal(parent, signal.SIGTERM)
-    ctl = socket.socket(fileno=ctl_fd)
+    ctl, parent = procs.parent_channel(ENV_FD, ENV_PARENT, signal.SIGTERM)
     data = ctl.recv(MAX_PACKET)
     if not data:
         os._exit(0)

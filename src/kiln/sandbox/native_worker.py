@@ -322,10 +322,7 @@ def _warm_numpy() -> None:
 
 
 def main() -> None:
-    chan_fd = int(os.environ.pop(ENV_FD))
-    parent = int(os.environ.pop(ENV_PARENT))
-    procs.set_parent_death_signal(parent)
-    chan = socket.socket(fileno=chan_fd)
+    chan, _parent = procs.parent_channel(ENV_FD, ENV_PARENT)
     init = recv_frame(chan)
     sys.path[:] = init["sys_path"]
     began = time.monotonic()

@@ -25,7 +25,6 @@ error the sandbox replies and exits, and the client starts a fresh one for the n
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import traceback
 from typing import Any
@@ -177,10 +176,7 @@ def _classify(exc: BaseException) -> tuple[str, bool]:
 
 
 def main() -> None:
-    chan_fd = int(os.environ.pop(ENV_FD))
-    parent = int(os.environ.pop(ENV_PARENT))
-    procs.set_parent_death_signal(parent)
-    chan = socket.socket(fileno=chan_fd)
+    chan, _parent = procs.parent_channel(ENV_FD, ENV_PARENT)
     init = recv_frame(chan)
     sys.path[:] = init["sys_path"]
     state = _State(init["device"])
