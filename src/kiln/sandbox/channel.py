@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -33,6 +34,33 @@ class Died(Exception):
 
 class TimedOut(Exception):
     """No reply within the deadline (the process may still be running)."""
+
+
+def receive(
+    chan: socket.socket, reader: FrameReader, frames: list[bytes], timeout: float, alive: Callable[[], bool]
+) -> Any:
+    """The next pickled message on ``chan`` (``frames``: those already read, oldest first);
+    :class:`TimedOut` after ``timeout`` s, :class:`Died` when the socket closes or ``alive()``
+    turns false while nothing arrives."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if frames:
+            return pickle.loads(frames.pop(0))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimedOut()
+        ready, _, _ = select.select([chan], [], [], min(remaining, 0.5))
+        if not ready:
+            if not alive():
+                raise Died("")
+            continue
+        try:
+            data = chan.recv(1 << 20)
+        except OSError:
+            data = b""
+        if not data:
+            raise Died("")
+        frames.extend(reader.feed(data))
 
 
 class WorkerProcess:
@@ -76,25 +104,7 @@ class WorkerProcess:
 
     def receive(self, timeout: float) -> Any:
         """The next message; :class:`TimedOut` after ``timeout`` s, :class:`Died` if it ended."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._frames:
-                return pickle.loads(self._frames.pop(0))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimedOut()
-            ready, _, _ = select.select([self.chan], [], [], min(remaining, 0.5))
-            if not ready:
-                if not self.alive():
-                    raise Died("")
-                continue
-            try:
-                data = self.chan.recv(1 << 20)
-            except OSError:
-                data = b""
-            if not data:
-                raise Died("")
-            self._frames.extend(self._reader.feed(data))
+        return receive(self.chan, self._reader, self._frames, timeout, self.alive)
 
     def wait(self, timeout: float) -> int | None:
         with contextlib.suppress(subprocess.TimeoutExpired):

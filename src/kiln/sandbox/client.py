@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import socket
 import subprocess
 import sys
@@ -34,6 +33,7 @@ from typing import Any
 from kiln.errors import describe_exit, likely_cause
 from kiln.framing import FrameReader, encode
 from kiln.procs import spawn_kiln_process
+from kiln.sandbox.channel import Died, TimedOut, receive
 from kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 
 _START_TIMEOUT_S = 120.0
@@ -177,9 +177,9 @@ class Sandbox:
                 assert self._chan is not None
                 self._chan.sendall(encode(("bench", spec.__dict__)))
                 reply = self._receive(timeout)
-            except _Died as died:
+            except Died as died:
                 return self._death_outcome(died, started)
-            except _TimedOut:
+            except TimedOut:
                 self._kill()
                 return BenchOutcome(
                     "bench_timeout",
@@ -213,7 +213,7 @@ class Sandbox:
         if not self._hello:
             reply = self._receive(_START_TIMEOUT_S, starting=True)
             if reply[0] != "hello":
-                raise _Died(f"unexpected first message {reply[0]!r}")
+                raise Died(f"unexpected first message {reply[0]!r}")
             self._hello = True
         if not self._inputs_sent:
             if self._inputs is None:
@@ -222,39 +222,25 @@ class Sandbox:
             self._chan.sendall(encode(("inputs", *self._inputs)))
             reply = self._receive(_START_TIMEOUT_S)
             if reply[0] != "ok_inputs":
-                raise _Died(f"could not take the inputs: {reply}")
+                raise Died(f"could not take the inputs: {reply}")
             if self._reference is not None:
                 self._chan.sendall(encode(("reference", *self._reference)))
                 if self._receive(_START_TIMEOUT_S)[0] != "ok_reference":
-                    raise _Died("could not take the reference outputs")
+                    raise Died("could not take the reference outputs")
             self._inputs_sent = True
 
     def _receive(self, timeout: float, starting: bool = False) -> Any:
-        import pickle
-
         assert self._chan is not None
-        deadline = time.monotonic() + timeout
-        while True:
-            if self._frames:
-                return pickle.loads(self._frames.pop(0))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if starting:
-                    self._kill()
-                    raise _Died(f"the sandbox did not start within {timeout:g} s")
-                raise _TimedOut()
-            ready, _, _ = select.select([self._chan], [], [], min(remaining, 0.5))
-            if not ready:
-                if self._proc is not None and self._proc.poll() is not None:
-                    raise _Died("")
-                continue
-            try:
-                data = self._chan.recv(1 << 20)
-            except OSError:
-                data = b""
-            if not data:
-                raise _Died("")
-            self._frames.extend(self._reader.feed(data))
+        proc = self._proc
+        try:
+            return receive(
+                self._chan, self._reader, self._frames, timeout, lambda: proc is None or proc.poll() is None
+            )
+        except TimedOut:
+            if not starting:
+                raise
+            self._kill()
+            raise Died(f"the sandbox did not start within {timeout:g} s") from None
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -275,7 +261,7 @@ class Sandbox:
             return ()
         return tuple(line for line in lines if line.strip())[-_STDERR_TAIL:]
 
-    def _death_outcome(self, died: _Died, started: float) -> BenchOutcome:
+    def _death_outcome(self, died: Died, started: float) -> BenchOutcome:
         returncode = None
         if self._proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -295,11 +281,3 @@ class Sandbox:
         return BenchOutcome(
             "bench_crashed", reason=reason, seconds=time.monotonic() - started, stderr_tail=tail
         )
-
-
-class _Died(Exception):
-    pass
-
-
-class _TimedOut(Exception):
-    pass
