@@ -5,7 +5,9 @@
 # Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
 # and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
 # (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
-# (Helion GPU tests + bench/helion_autotune.py), demo.
+# (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
+# diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
+# split over several commands, joined with --merge), helion-faults, demo.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -80,6 +82,16 @@ for phase in "$@"; do
       TAIL=14 run gpu-tests-final 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ \
         --ignore=tests/test_helion_gpu.py
       TAIL=14 run launch-final 60 python3 bench/launch.py --batches 15 --json "$out/launch-final.json" ;;
+    helion-gpu)  # Helion's GPU tests, then Helion's own spawn precompile with its debug log
+      run helion-tests 240 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
+      TAIL=12 run helion-spawn 130 env HELION_AUTOTUNE_LOG_LEVEL=DEBUG python3 bench/helion_autotune.py \
+        --child --arm spawn --kernel softmax --effort quick --generations 1 --seed 1234 ;;
+    helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag
+      TAIL=24 run "helion-$HT" 590 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels "$HK" \
+        --repeats "${HR:-1}" --repeat-offset "${HO:-0}" --budget-s "${HB:-350}" --out "$out/helion-$HT.json" ;;
+    helion-faults)
+      TAIL=12 run helion-faults 590 python3 bench/helion_autotune.py --skip compare --budget-s 400 \
+        --out "$out/helion-faults.json" ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;

@@ -233,6 +233,20 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return chosen
 
 
+def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One kernel's comparison: each arm's median run, their ratios, and (with more than one run
+    per arm) every run under ``runs``."""
+    pair = {arm: _median_run(runs[arm]) for arm in ("fork", "kiln")}
+    row: dict[str, Any] = {"kernel": kernel, **pair}
+    if max(len(r) for r in runs.values()) > 1:
+        row["runs"] = runs
+    fork, kiln_ = pair["fork"], pair["kiln"]
+    if fork.get("status") == "ok" and kiln_.get("status") == "ok":
+        row["autotune_ratio"] = kiln_["autotune_s"] / fork["autotune_s"]
+        row["runtime_ratio"] = kiln_["runtime_ms"] / fork["runtime_ms"]
+    return row
+
+
 def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
@@ -251,6 +265,12 @@ def main() -> None:
         default=1,
         help="runs per arm and kernel (the median run is compared): "
         "the two arms' searches part after the seeded population, so one run per arm is noisy",
+    )
+    parser.add_argument(
+        "--repeat-offset",
+        type=int,
+        default=0,
+        help="shift the alternating arm order (for repeats split over several invocations)",
     )
     parser.add_argument("--skip", default="", help="comma list of: compare, fault, ctrl-c")
     parser.add_argument(
@@ -314,18 +334,10 @@ def main() -> None:
         for i, kernel in enumerate(opts.kernels.split(",")):
             runs: dict[str, list[dict[str, Any]]] = {"fork": [], "kiln": []}
             for repeat in range(opts.repeats):  # alternating order: drift hits both arms alike
-                arms = ("fork", "kiln") if (i + repeat) % 2 == 0 else ("kiln", "fork")
+                arms = ("fork", "kiln") if (i + repeat + opts.repeat_offset) % 2 == 0 else ("kiln", "fork")
                 for arm in arms:
                     runs[arm].append(run(arm, kernel))
-            pair = {arm: _median_run(runs[arm]) for arm in ("fork", "kiln")}
-            row: dict[str, Any] = {"kernel": kernel, **pair}
-            if opts.repeats > 1:
-                row["runs"] = runs
-            fork, kiln_ = pair["fork"], pair["kiln"]
-            if fork.get("status") == "ok" and kiln_.get("status") == "ok":
-                row["autotune_ratio"] = kiln_["autotune_s"] / fork["autotune_s"]
-                row["runtime_ratio"] = kiln_["runtime_ms"] / fork["runtime_ms"]
-            rows.append(row)
+            rows.append(_row(kernel, runs))
         report["compare"] = rows
         ratios = [r["autotune_ratio"] for r in rows if "autotune_ratio" in r]
         report["geomean_autotune_ratio"] = _geomean(ratios)
@@ -343,8 +355,9 @@ def _write(report: dict[str, Any], out: Path | None) -> None:
 
 
 def _merge(paths: list[Path]) -> dict[str, Any]:
-    """One report from several runs: their compare rows in order, the fault and Ctrl-C arms
-    (a later run's replace an earlier one's), the geomean over every row, and each part's
+    """One report from several runs: per kernel, every part's runs of each arm pooled and the
+    median run compared (so repeats may be split over several invocations), the fault and Ctrl-C
+    arms (a later run's replace an earlier one's), the geomean over every kernel, and each part's
     command, date and device (which must all be one device)."""
     parts = [json.loads(path.read_text()) for path in paths]
     devices = {part.get("device") for part in parts}
@@ -361,12 +374,17 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
             }
             for path, part in zip(paths, parts, strict=True)
         ],
-        "compare": [row for part in parts for row in part.get("compare", [])],
     }
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # kernel -> arm -> runs, in run order
     for part in parts:
+        for row in part.get("compare", []):
+            into = runs.setdefault(row["kernel"], {"fork": [], "kiln": []})
+            for arm in ("fork", "kiln"):
+                into[arm].extend(row["runs"][arm] if "runs" in row else [row[arm]])
         for key in ("fault", "ctrl_c"):
             if key in part:
                 merged[key] = part[key]
+    merged["compare"] = [_row(kernel, arm_runs) for kernel, arm_runs in runs.items()]
     ratios = [r["autotune_ratio"] for r in merged["compare"] if "autotune_ratio" in r]
     merged["geomean_autotune_ratio"] = _geomean(ratios)
     return merged
@@ -386,9 +404,11 @@ def _print_table(report: dict[str, Any]) -> None:
                 f"{f(r.get('precompile_s')):>7} {f(r.get('configs_compiled'), '{}'):>4} "
                 f"{f(r.get('configs_failed'), '{}'):>4} {f(r.get('runtime_ms'), '{:.4f}'):>8}"
             )
+        counts = {arm: len(runs) for arm, runs in row.get("runs", {}).items()}
         print(
             f"{'':14} kiln/fork autotune {f(row.get('autotune_ratio'))}"
             f"  runtime {f(row.get('runtime_ratio'))}"
+            + (f"  (median run of fork {counts['fork']}, kiln {counts['kiln']})" if counts else "")
         )
     print(f"geomean kiln/fork autotune wall: {f(report.get('geomean_autotune_ratio'), '{:.3f}')}")
     for name, r in report.get("fault", {}).items():
