@@ -88,10 +88,10 @@ for phase in "$@"; do
         --child --arm spawn --kernel softmax --effort quick --generations 1 --seed 1234 ;;
     helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag
       TAIL=24 run "helion-$HT" 590 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels "$HK" \
-        --repeats "${HR:-1}" --repeat-offset "${HO:-0}" --budget-s "${HB:-350}" --out "$out/helion-$HT.json" ;;
-    helion-faults)
-      TAIL=12 run helion-faults 590 python3 bench/helion_autotune.py --skip compare --budget-s 400 \
-        --out "$out/helion-faults.json" ;;
+        --repeats "${HR:-1}" --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/helion-$HT.json" ;;
+    helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
+      TAIL=24 run helion-faults 590 python3 bench/helion_autotune.py --skip "${HK:+none}${HK:-compare}" \
+        --kernels "${HK:-add}" --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/helion-faults.json" ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;

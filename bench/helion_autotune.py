@@ -258,7 +258,13 @@ def main() -> None:
     parser.add_argument("--effort", default="quick")
     parser.add_argument("--generations", type=int, default=1)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--budget-s", type=float, default=450.0, help="start no new run after this")
+    parser.add_argument("--budget-s", type=float, default=450.0, help="wall budget of the whole bench")
+    parser.add_argument(
+        "--min-start-s",
+        type=float,
+        default=150.0,
+        help="start no run with less budget left than this (a run's timeout is what is left, <= 240 s)",
+    )
     parser.add_argument(
         "--repeats",
         type=int,
@@ -300,7 +306,7 @@ def main() -> None:
         return opts.budget_s - (time.perf_counter() - begin)
 
     def run(arm: str, kernel: str, **kw: bool) -> dict[str, Any]:
-        if left() <= 0:
+        if left() < opts.min_start_s:  # a run cut short by the budget would be a lost run
             return {"arm": arm, "kernel": kernel, "status": "skipped (bench budget spent)"}
         return _run(_command(opts, arm, kernel, **kw), _env(scratch), timeout=max(30.0, min(240.0, left())))
 
