@@ -90,8 +90,11 @@ for phase in "$@"; do
       TAIL=24 run "helion-$HT" 590 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels "$HK" \
         --repeats "${HR:-1}" --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/helion-$HT.json" ;;
     helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
-      TAIL=24 run helion-faults 590 python3 bench/helion_autotune.py --skip "${HK:+none}${HK:-compare}" \
+      TAIL=24 run helion-faults 590 python3 bench/helion_autotune.py --skip "$([ -n "${HK:-}" ] && echo none || echo compare)" \
         --kernels "${HK:-add}" --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/helion-faults.json" ;;
+    helion-inprocess)  # one config aborting with Helion's precompile off (compiles in-process)
+      TAIL=8 run helion-inprocess 120 python3 bench/helion_autotune.py --child --arm none --kernel crashy_add \
+        --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
     demo)
       run demo 120 python3 -m kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;

@@ -21,7 +21,8 @@ outside the timed region), so the arms run side by side in one invocation:
   median autotune wall is compared (every run is kept): Helion's search is seeded, but after
   the seeded population it follows measured timings, so the arms compile different configs.
 * ``fault``: ``crashy_add`` with a seed config that aborts in Triton's compiler (the hook of
-  ``tests/test_helion_faults.py``: ``num_warps == 2``), through kiln and with fork; then
+  ``tests/test_helion_faults.py``: ``num_warps == 2``), through kiln, with fork and with
+  Helion's precompile off (``autotune_precompile=None``: compiles in the autotuning process); then
   ``crashall_add``, whose reference config (Helion's accuracy baseline) aborts.
 * ``ctrl-c``: SIGINT to a process in the middle of a matmul autotune's precompile phase
   (each arm), then a count of the processes it had started that are still alive.
@@ -84,7 +85,7 @@ def _child(opts: argparse.Namespace) -> None:
         "autotune_effort": opts.effort,
         "autotune_max_generations": opts.generations,
         "autotune_random_seed": opts.seed,
-        "autotune_precompile": "spawn" if opts.arm == "spawn" else "fork",
+        "autotune_precompile": {"spawn": "spawn", "none": None}.get(opts.arm, "fork"),
         "autotune_progress_bar": False,
     }
     pool = None
@@ -287,7 +288,7 @@ def main() -> None:
         "one code version; e.g. two kernels per command where a command may take 10 minutes)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--arm", choices=("fork", "kiln", "spawn"), help=argparse.SUPPRESS)
+    parser.add_argument("--arm", choices=("fork", "kiln", "spawn", "none"), help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     parser.add_argument("--faults", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed-abort", action="store_true", help=argparse.SUPPRESS)
@@ -330,6 +331,8 @@ def main() -> None:
         report["fault"] = {
             "config_abort_kiln": run("kiln", "crashy_add", faults=True, seed_abort=True),
             "config_abort_fork": run("fork", "crashy_add", faults=True, seed_abort=True),
+            # Helion with its precompile off compiles in the autotuning process itself
+            "config_abort_no_precompile": run("none", "crashy_add", faults=True, seed_abort=True),
             "baseline_abort_kiln": run("kiln", "crashall_add", faults=True),
             "baseline_abort_fork": run("fork", "crashall_add", faults=True),
         }
