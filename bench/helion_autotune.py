@@ -413,12 +413,22 @@ def _print_table(report: dict[str, Any]) -> None:
                 f"{f(r.get('precompile_s')):>7} {f(r.get('configs_compiled'), '{}'):>4} "
                 f"{f(r.get('configs_failed'), '{}'):>4} {f(r.get('runtime_ms'), '{:.4f}'):>8}"
             )
-        counts = {arm: len(runs) for arm, runs in row.get("runs", {}).items()}
+        runs = row.get("runs", {})
+        counts = {arm: sum(r.get("status") == "ok" for r in runs[arm]) for arm in runs}
+        lost = sum(len(runs[arm]) - counts[arm] for arm in runs)
+        of = ""
+        if runs:
+            of = f"  (median of ok runs: fork {counts['fork']}, kiln {counts['kiln']}; lost {lost})"
         print(
-            f"{'':14} kiln/fork autotune {f(row.get('autotune_ratio'))}"
-            f"  runtime {f(row.get('runtime_ratio'))}"
-            + (f"  (median run of fork {counts['fork']}, kiln {counts['kiln']})" if counts else "")
+            f"{'':14} kiln/fork autotune {f(row.get('autotune_ratio'), '{:.3f}')}"
+            f"  runtime {f(row.get('runtime_ratio'), '{:.3f}')}{of}"
         )
+        for arm in runs:
+            walls = ", ".join(
+                f"{r['autotune_s']:.1f}/{r['configs_compiled']}" if r.get("status") == "ok" else r["status"]
+                for r in runs[arm]
+            )
+            print(f"{'':14}   {arm} runs (autotune s / configs): {walls}")
     print(f"geomean kiln/fork autotune wall: {f(report.get('geomean_autotune_ratio'), '{:.3f}')}")
     for name, r in report.get("fault", {}).items():
         how = r.get("signal") or r.get("error_type") or ""
