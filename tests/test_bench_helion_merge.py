@@ -1,0 +1,103 @@
+"""``bench/helion_autotune.py --merge``: the runs of several device commands pooled per kernel.
+
+The Helion comparison is split over several device commands (one may run 10 minutes), so the
+figures quoted for issue 13 come out of this merge: each kernel's runs of each arm pooled, the
+median run per arm compared, runs lost to the bench budget left out, one device only.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PARTS = ROOT / "bench" / "results" / "helion-parts-h100-2026-11-22-night"
+
+
+def _bench() -> ModuleType:
+    path = ROOT / "bench" / "helion_autotune.py"
+    spec = importlib.util.spec_from_file_location("helion_autotune_bench", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(arm: str, kernel: str, wall: float | None, runtime: float = 0.1) -> dict[str, Any]:
+    if wall is None:
+        return {"arm": arm, "kernel": kernel, "status": "bench-timeout"}
+    return {"arm": arm, "kernel": kernel, "status": "ok", "autotune_s": wall, "runtime_ms": runtime}
+
+
+def _row(
+    kernel: str, fork: float | None, kiln: float | None, runtimes: tuple[float, float] = (0.1, 0.1)
+) -> dict[str, Any]:
+    return {
+        "kernel": kernel,
+        "fork": _run("fork", kernel, fork, runtimes[0]),
+        "kiln": _run("kiln", kernel, kiln, runtimes[1]),
+    }
+
+
+def _part(tmp: Path, name: str, rows: list[dict[str, Any]], device: str = "GPU") -> Path:
+    path = tmp / f"{name}.json"
+    path.write_text(json.dumps({"bench": "helion", "device": device, "date": name, "compare": rows}))
+    return path
+
+
+def test_runs_of_one_kernel_are_pooled_across_parts(tmp_path: Path) -> None:
+    bench = _bench()
+    a = _part(tmp_path, "a", [_row("add", 10.0, 9.0)])
+    b = _part(tmp_path, "b", [_row("add", 12.0, None), _row("mm", 20.0, 10.0, (0.2, 0.21))])
+    c = _part(tmp_path, "c", [_row("add", 11.0, 13.0)])
+    merged = bench._merge([a, b, c])
+    add, mm = merged["compare"]
+    assert (add["kernel"], mm["kernel"]) == ("add", "mm")
+    assert [r.get("autotune_s") for r in add["runs"]["fork"]] == [10.0, 12.0, 11.0]
+    assert add["fork"]["autotune_s"] == 11.0  # the median of three
+    # kiln: 9 and 13 ok, one lost to the budget: the lower median of the two ok runs
+    assert (add["kiln"]["autotune_s"], add["kiln"]["median_of"]) == (9.0, 2)
+    assert add["autotune_ratio"] == pytest.approx(9.0 / 11.0)
+    assert "runs" not in mm  # one run per arm
+    assert mm["autotune_ratio"] == pytest.approx(0.5)
+    assert mm["runtime_ratio"] == pytest.approx(1.05)
+    assert merged["geomean_autotune_ratio"] == pytest.approx(math.sqrt(9.0 / 11.0 * 0.5))
+    assert [m["date"] for m in merged["merged_from"]] == ["a", "b", "c"]
+
+
+def test_a_kernel_without_a_good_run_in_one_arm_has_no_ratio(tmp_path: Path) -> None:
+    bench = _bench()
+    a = _part(tmp_path, "a", [_row("add", None, 9.0)])
+    merged = bench._merge([a])
+    assert "autotune_ratio" not in merged["compare"][0]
+    assert merged["geomean_autotune_ratio"] is None
+
+
+def test_parts_from_different_devices_are_refused(tmp_path: Path) -> None:
+    bench = _bench()
+    a = _part(tmp_path, "a", [_row("add", 1.0, 1.0)], device="NVIDIA H100")
+    b = _part(tmp_path, "b", [_row("add", 1.0, 1.0)], device="NVIDIA H200")
+    with pytest.raises(SystemExit, match="different devices"):
+        bench._merge([a, b])
+
+
+def test_the_committed_h100_comparison_is_what_its_parts_give() -> None:
+    """The figures quoted for issue 13 come from merging the committed parts, nothing else."""
+    bench = _bench()
+    names = ("a0", "b0", "a1", "faults", "b1", "a2", "c3")
+    merged = bench._merge([PARTS / f"helion-{name}.json" for name in names])
+    committed = json.loads((ROOT / "bench" / "results" / "helion-h100-2026-11-22-night.json").read_text())
+    ratios = {row["kernel"]: row["autotune_ratio"] for row in merged["compare"]}
+    assert ratios == {row["kernel"]: row["autotune_ratio"] for row in committed["compare"]}
+    assert merged["geomean_autotune_ratio"] == pytest.approx(committed["geomean_autotune_ratio"])
+    parts = Path("bench/results/helion-parts-h100-2026-11-22-night")
+    assert [m["file"] for m in committed["merged_from"]] == [str(parts / f"helion-{n}.json") for n in names]
