@@ -37,6 +37,11 @@ run() {  # run NAME SECONDS CMD...: a phase step with a limit, output to $out/NA
   tail -n "${TAIL:-6}" "$out/$name.log"
 }
 
+helion_bench() {  # helion_bench NAME SKIP KERNELS: one bench/helion_autotune.py run (HR, HO, HB as above)
+  TAIL=24 run "$1" 590 python3 bench/helion_autotune.py --skip "$2" --kernels "$3" --repeats "${HR:-1}" \
+    --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/$1.json"
+}
+
 for phase in "$@"; do
   case $phase in
     native)
@@ -87,11 +92,9 @@ for phase in "$@"; do
       TAIL=12 run helion-spawn 130 env HELION_AUTOTUNE_LOG_LEVEL=DEBUG python3 bench/helion_autotune.py \
         --child --arm spawn --kernel softmax --effort quick --generations 1 --seed 1234 ;;
     helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag
-      TAIL=24 run "helion-$HT" 590 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels "$HK" \
-        --repeats "${HR:-1}" --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/helion-$HT.json" ;;
+      helion_bench "helion-$HT" fault,ctrl-c "$HK" ;;
     helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
-      TAIL=24 run helion-faults 590 python3 bench/helion_autotune.py --skip "$([ -n "${HK:-}" ] && echo none || echo compare)" \
-        --kernels "${HK:-add}" --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/helion-faults.json" ;;
+      if [ -n "${HK:-}" ]; then helion_bench helion-faults none "$HK"; else helion_bench helion-faults compare add; fi ;;
     helion-inprocess)  # one config aborting with Helion's precompile off (compiles in-process)
       TAIL=8 run helion-inprocess 120 python3 bench/helion_autotune.py --child --arm none --kernel crashy_add \
         --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
