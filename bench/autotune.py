@@ -51,7 +51,7 @@ import triton
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import kernels_bench
-import kiln
+import triton_kiln as kiln
 
 
 def matmul_configs() -> list[triton.Config]:
@@ -233,7 +233,7 @@ def run_set(set_name: str) -> dict[str, Any]:
         statuses: dict[str, int] = {}
         for r in run.results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
-        from kiln.tuning.report import format_table, to_json
+        from triton_kiln.tuning.report import format_table, to_json
 
         table = format_table(run)
         print("[autotune] waiting for the pool to go idle before the second process", file=sys.stderr)

@@ -84,8 +84,8 @@ import triton
 from triton.compiler import ASTSource
 
 import kernels_bench
-from kiln import CompilePool, CompileRequest, GPUTarget, WorkerCrashedError
-from kiln.triton_compat import local_target
+from triton_kiln import CompilePool, CompileRequest, GPUTarget, WorkerCrashedError
+from triton_kiln.triton_compat import local_target
 
 ARMS = ("seq", "fork", "fork-cold", "spawn", "kiln-cold", "kiln-warm", "crash")
 SETS = ("matmul", "softmax")
@@ -564,7 +564,7 @@ def cpu_model() -> str | None:
 def metadata(args: argparse.Namespace, target: GPUTarget, cores: int) -> dict[str, Any]:
     import torch
 
-    import kiln
+    import triton_kiln as kiln
 
     return {
         "device": device_name(),
@@ -592,7 +592,7 @@ def metadata(args: argparse.Namespace, target: GPUTarget, cores: int) -> dict[st
 
 def warm_up_process(target: GPUTarget) -> float:
     """Compile a tiny kernel once so that ``seq`` and ``fork`` do not pay Triton's start-up."""
-    from kiln.pool.warmup import warmup_kernel
+    from triton_kiln.pool.warmup import warmup_kernel
 
     started = time.perf_counter()
     with fresh_caches("warmup"):

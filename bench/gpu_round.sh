@@ -25,7 +25,7 @@ fi
 } 2>&1 | tee "$out/device.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tee "$out/gpu-tests.log" | tail -15
-  python3 -m kiln demo --workers 16 2>&1 | tee "$out/demo.log" | tail -6
+  python3 -m triton_kiln demo --workers 16 2>&1 | tee "$out/demo.log" | tail -6
 fi
 python3 bench/compile_batch.py --set "$sets" --repeats "$repeats" --json "$out/compile_batch-$sets.json" \
   2> "$out/compile_batch-$sets.err" > /dev/null

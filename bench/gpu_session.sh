@@ -99,7 +99,7 @@ for phase in "$@"; do
       TAIL=8 run helion-inprocess 120 python3 bench/helion_autotune.py --child --arm none --kernel crashy_add \
         --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
     demo)
-      run demo 120 python3 -m kiln demo --workers 16 ;;
+      run demo 120 python3 -m triton_kiln demo --workers 16 ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

@@ -71,10 +71,10 @@ def _child(opts: argparse.Namespace) -> None:
         import test_helion_faults  # noqa: F401  (the abort hook, inherited by fork children)
     from triton.testing import do_bench
 
-    import kiln
-    import kiln.helion
     import test_helion_kernels as hk
-    from kiln.helion import adapter
+    import triton_kiln as kiln
+    import triton_kiln.helion
+    from triton_kiln.helion import adapter
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     args = tuple(

@@ -82,7 +82,7 @@ def _time_batch(call: Callable[[], Any], batch: int) -> float:
 
 
 def bench_calls(batches: int, batch: int) -> dict[str, Any]:
-    import kiln
+    import triton_kiln as kiln
 
     n = 1024
     x = torch.zeros(n, device="cuda")
@@ -255,7 +255,7 @@ _CHILD_LOAD = (
     _CHILD_PRELUDE
     + """
 sys.path.insert(0, {src!r})
-import kiln
+import triton_kiln as kiln
 bundle = kiln.load_bundle({bundle!r})
 inc = bundle["inc_kernel"]
 x = torch.zeros(1 << 20, device="cuda")

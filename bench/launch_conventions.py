@@ -280,7 +280,7 @@ def bench_conventions(batches: int, batch: int, time_batch: Callable[[Call, int]
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    import kiln
+    import triton_kiln as kiln
 
     x = (torch.arange(N, device="cuda") % 7).float()
     bias = (torch.arange(N, device="cuda") % 5).float() - 2

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import numpy as np
 
-from kiln.launch.native import native
-from kiln.sandbox import compare_np
+from triton_kiln.launch.native import native
+from triton_kiln.sandbox import compare_np
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> float:

@@ -62,7 +62,7 @@ def config_json(config: Any) -> dict[str, Any]:
 
 def route_to_kiln(strict: bool, fallbacks: list[dict[str, str]]) -> str:
     """Make ``triton.autotune`` build kiln's autotuner; returns how it was done."""
-    import kiln
+    import triton_kiln as kiln
 
     install = getattr(kiln, "install", None)
     if install is not None:
@@ -129,7 +129,7 @@ def _name(tuner: Any) -> str:
 
 def _is_kiln(tuner: Any) -> bool:
     """Built by kiln's autotuner (a library's subclass routed through kiln counts)."""
-    import kiln
+    import triton_kiln as kiln
 
     return isinstance(tuner, kiln.Autotuner)
 
@@ -169,7 +169,7 @@ def _restrict(tuners: list[Any], choices: dict[str, list[Any]]) -> dict[str, Any
 
 def _kiln_reports(tuners: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
     """Status counts over every kiln tuning run, and each run's summary (results left out)."""
-    from kiln.tuning import to_json
+    from triton_kiln.tuning import to_json
 
     statuses: Counter[str] = Counter()
     runs: dict[str, Any] = {}

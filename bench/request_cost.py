@@ -29,8 +29,8 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from kiln.autotuner.specialize import _binder, request_for, tuning_key
-from kiln.triton_compat import GPUTarget
+from triton_kiln.autotuner.specialize import _binder, request_for, tuning_key
+from triton_kiln.triton_compat import GPUTarget
 
 TARGET = GPUTarget("cuda", 90, 32)
 Call = tuple[Any, Any, tuple[Any, ...], dict[str, Any], list[str]]  # jit fn, config, args, kwargs, key

@@ -38,11 +38,11 @@ import torch
 import triton
 import triton.language as tl
 
-from kiln import CompilePool, CompileRequest, GPUTarget
-from kiln.launch.native import native
-from kiln.sandbox import BenchSpec
-from kiln.sandbox.client import Sandbox
-from kiln.sandbox.native_client import NativeSandbox
+from triton_kiln import CompilePool, CompileRequest, GPUTarget
+from triton_kiln.launch.native import native
+from triton_kiln.sandbox import BenchSpec
+from triton_kiln.sandbox.client import Sandbox
+from triton_kiln.sandbox.native_client import NativeSandbox
 
 
 @triton.jit

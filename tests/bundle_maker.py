@@ -5,13 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import kernels
-import kiln
+import triton_kiln as kiln
 from conftest import SM90, wait_no_processes
-from kiln.artifacts.artifact import CompiledArtifact
-from kiln.autotuner.specialize import request_for
-from kiln.bundle.format import KernelRecord, entry_for
-from kiln.launch.spec import LaunchSpec
-from kiln.tuning.configs import config_json as _config_json
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner.specialize import request_for
+from triton_kiln.bundle.format import KernelRecord, entry_for
+from triton_kiln.launch.spec import LaunchSpec
+from triton_kiln.tuning.configs import config_json as _config_json
 
 CONFIG = kiln.Config({"BLOCK": 1024}, num_warps=4)
 

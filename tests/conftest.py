@@ -11,8 +11,8 @@ from typing import Any
 import psutil
 import pytest
 
-from kiln import CompilePool, CompileRequest, GPUTarget
-from kiln.pool.handles import ENV_POOL_ID
+from triton_kiln import CompilePool, CompileRequest, GPUTarget
+from triton_kiln.pool.handles import ENV_POOL_ID
 
 SM90 = GPUTarget("cuda", 90, 32)
 

@@ -27,7 +27,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
-from kiln.triton_compat import install_stages_hook
+from triton_kiln.triton_compat import install_stages_hook
 
 MODES = ("abort", "segv", "exit", "hang", "raise", "memory")
 ASSERTION_TEXT = "LinearLayout.cpp:512: reshapeOuts: Assertion `kiln-injected' failed."

@@ -25,19 +25,19 @@ from typing import Any
 
 import pytest
 
-import kiln
+import triton_kiln as kiln
 from bundle_maker import compile_parts
-from kiln.artifacts.artifact import CompiledArtifact
-from kiln.bundle import BundleError, BundleReader, write_bundle
-from kiln.bundle.errors import (
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.bundle import BundleError, BundleReader, write_bundle
+from triton_kiln.bundle.errors import (
     BundleChecksumError,
     BundleMemberError,
     BundleMetadataError,
     BundleSchemaError,
     BundleTooLargeError,
 )
-from kiln.bundle.format import KernelRecord
-from kiln.errors import MissingMetadataError
+from triton_kiln.bundle.format import KernelRecord
+from triton_kiln.errors import MissingMetadataError
 
 
 @pytest.fixture(scope="module")
@@ -436,9 +436,9 @@ def test_a_gzip_bomb_is_refused_without_being_read_into_memory(tmp_path: Path, k
     code = textwrap.dedent(
         f"""
         import resource
-        import kiln
-        from kiln.bundle import BundleReader
-        from kiln.bundle.errors import BundleTooLargeError
+        import triton_kiln as kiln
+        from triton_kiln.bundle import BundleReader
+        from triton_kiln.bundle.errors import BundleTooLargeError
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         for load in (BundleReader, lambda p: kiln.load_bundle(p, register=False)):
             try:

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from conftest import add_request
-from kiln import CompilePool
-from kiln.artifacts import triton_files
-from kiln.artifacts.artifact import CompiledArtifact
-from kiln.artifacts.store import ArtifactStore, CacheWarning
-from kiln.errors import CacheDirError
+from triton_kiln import CompilePool
+from triton_kiln.artifacts import triton_files
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
+from triton_kiln.errors import CacheDirError
 
 
 def test_world_writable_cache_dir_is_refused(tmp_path: Path) -> None:

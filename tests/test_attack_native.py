@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from bundle_maker import compile_parts
-from kiln.bundle import write_bundle
-from kiln.launch.native import helper_path
+from triton_kiln.bundle import write_bundle
+from triton_kiln.launch.native import helper_path
 
 PLANTED_C = """
 #include <stdio.h>
@@ -60,8 +60,8 @@ def _run(code: str, cache: Path) -> subprocess.CompletedProcess[str]:
 
 
 NATIVE = """
-import kiln
-from kiln.launch.native import native, NativeBuildError
+import triton_kiln as kiln
+from triton_kiln.launch.native import native, NativeBuildError
 try:
     module = native()
     print("LOADED", module.call_key)
@@ -115,7 +115,7 @@ def test_a_planted_helper_with_a_forged_record_does_not_run_via_load_bundle(tmp_
     target.with_name(target.name + ".sha256").write_text("0" * 64 + "\n")
     result = _run(
         f"""
-        import kiln
+        import triton_kiln as kiln
         try:
             kiln.load_bundle({str(bundle)!r})
             print("LOADED BUNDLE")

@@ -44,7 +44,7 @@ def autotune(request: pytest.FixtureRequest) -> Callable[..., Any]:
     """The decorator under test: Triton's (the reference) or kiln's, which must behave the same."""
     if request.param == "triton":
         return triton.autotune
-    import kiln
+    import triton_kiln as kiln
 
     # Looked up when the test runs, not when it is collected, so the suite collects before kiln has it.
     return getattr(kiln, "autotune")  # noqa: B009
@@ -65,7 +65,7 @@ def _fresh_tuning_state(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def kiln_autotune() -> Callable[..., Any]:
     """kiln's decorator alone, for the tests of kiln-only behaviour."""
-    import kiln
+    import triton_kiln as kiln
 
     return getattr(kiln, "autotune")  # noqa: B009
 

@@ -15,11 +15,11 @@ import pytest
 import triton
 import triton.language as tl
 
-import kiln
+import triton_kiln as kiln
 from conftest import SM90
-from kiln.sandbox import BenchOutcome
-from kiln.sandbox.native_client import NativeBenchOutcome
-from kiln.tuning import TuningDatabase, format_table
+from triton_kiln.sandbox import BenchOutcome
+from triton_kiln.sandbox.native_client import NativeBenchOutcome
+from triton_kiln.tuning import TuningDatabase, format_table
 
 torch = pytest.importorskip("torch")
 
@@ -59,7 +59,7 @@ class FakeBench:
     def user_reference(self) -> dict[str, Any] | None:
         if self.tuner._reference is None:
             return None
-        from kiln.autotuner.bench import user_reference as _user_reference
+        from triton_kiln.autotuner.bench import user_reference as _user_reference
 
         return _user_reference(self.tuner._reference, self.args, self.tuner.arg_names)
 
@@ -352,8 +352,8 @@ def test_a_clear_winner_ends_the_race_without_a_final_round(make_pool: Any, tmp_
 
 
 def test_contenders_follow_the_spread_of_the_screening() -> None:
-    from kiln.autotuner.race import contenders
-    from kiln.tuning.results import ConfigResult
+    from triton_kiln.autotuner.race import contenders
+    from triton_kiln.tuning.results import ConfigResult
 
     def result(label: str, p50: float, p20: float, p80: float, status: str = "ok") -> ConfigResult:
         return ConfigResult(label, {}, status, runtime_ms=p50, runtime_ms_p20=p20, runtime_ms_p80=p80)

@@ -28,7 +28,7 @@ def test_tunes_and_runs_correctly(make_pool: Any, sandbox: bool) -> None:
     import triton
 
     import kernels
-    import kiln
+    import triton_kiln as kiln
 
     pool = make_pool(workers=4)
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (128, 512, 1024) for w in (2, 4)]
@@ -58,7 +58,7 @@ def test_fault_suite_picks_the_best_healthy_config(make_pool: Any, monkeypatch: 
     import triton
 
     import faults
-    import kiln
+    import triton_kiln as kiln
 
     monkeypatch.setenv("KILN_BENCH_TIMEOUT_S", "15")
     pool = make_pool(workers=4, preload=["faults"])
@@ -96,7 +96,7 @@ def test_constexpr_variants_in_alternation_never_cross(make_pool: Any) -> None:
     import triton
 
     import kernels
-    from kiln import CompileRequest
+    from triton_kiln import CompileRequest
 
     pool = make_pool(workers=4)
     sizes = [1, 17, 1000, 4097, 65_537, 1_000_003]
@@ -126,7 +126,7 @@ def test_tuned_keys_alternate_correctly(make_pool: Any) -> None:
     import triton
 
     import kernels
-    import kiln
+    import triton_kiln as kiln
 
     pool = make_pool(workers=4)
     configs = [kiln.Config({"BLOCK": b}, num_warps=4) for b in (64, 256, 1024)]

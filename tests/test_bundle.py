@@ -15,19 +15,19 @@ import torch
 from click.testing import CliRunner
 
 import kernels
-import kiln
+import triton_kiln as kiln
 from conftest import SM90
-from kiln.artifacts.store import ArtifactStore
-from kiln.autotuner.specialize import request_for
-from kiln.bundle import BundleError, BundleMissError, BundleReader, write_bundle
-from kiln.bundle.format import entry_for
-from kiln.bundle.index import collect_recorded, write_record
-from kiln.bundle.runtime import Bundle, check_device_matches
-from kiln.cli import main as cli
-from kiln.errors import MissingMetadataError
-from kiln.launch.native import native
-from kiln.launch.spec import LaunchSpec, call_key_for, param_flags, torch_dtype
-from kiln.tuning.configs import config_json as _config_json
+from triton_kiln.artifacts.store import ArtifactStore
+from triton_kiln.autotuner.specialize import request_for
+from triton_kiln.bundle import BundleError, BundleMissError, BundleReader, write_bundle
+from triton_kiln.bundle.format import entry_for
+from triton_kiln.bundle.index import collect_recorded, write_record
+from triton_kiln.bundle.runtime import Bundle, check_device_matches
+from triton_kiln.cli import main as cli
+from triton_kiln.errors import MissingMetadataError
+from triton_kiln.launch.native import native
+from triton_kiln.launch.spec import LaunchSpec, call_key_for, param_flags, torch_dtype
+from triton_kiln.tuning.configs import config_json as _config_json
 
 CONFIGS = [kiln.Config({"BLOCK": 1024}, num_warps=4), kiln.Config({"BLOCK": 256}, num_warps=2)]
 
@@ -180,8 +180,8 @@ def test_loading_a_bundle_imports_no_triton(tmp_path: Path, bundle_parts: Any) -
                     raise ImportError("blocked: " + name)
         sys.meta_path.insert(0, Block())
         import torch
-        import kiln
-        from kiln.bundle.runtime import Bundle
+        import triton_kiln as kiln
+        from triton_kiln.bundle.runtime import Bundle
         bundle = Bundle({str(path)!r}, check_device=False)
         x = torch.zeros(4096)
         variant = bundle["add_kernel"].variant_for((x, x, x, 4096))
@@ -250,7 +250,7 @@ def test_c_call_key_agrees_with_triton_specialization(
 def test_triton_empty_hook_chain_is_not_a_hook() -> None:
     from triton import knobs
 
-    from kiln.triton_compat import triton_launch_hooks_set as _triton_launch_hooks
+    from triton_kiln.triton_compat import triton_launch_hooks_set as _triton_launch_hooks
 
     assert not _triton_launch_hooks()
 

@@ -27,7 +27,7 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _tuned(pool: Any) -> Any:
     import kernels
-    import kiln
+    import triton_kiln as kiln
 
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
     return kiln.autotune(configs, key=["n"], pool=pool)(kernels.add_kernel)
@@ -60,7 +60,7 @@ else:
             if name == "triton" or name.startswith("triton."):
                 raise ImportError("Triton is blocked in this process: " + name)
     sys.meta_path.insert(0, BlockTriton())
-import kiln
+import triton_kiln as kiln
 bundle = kiln.load_bundle({path!r})
 add = bundle["add_kernel"]
 for n in ({n}, {n}):
@@ -98,7 +98,7 @@ def test_save_then_fresh_process_runs_without_triton(
 ) -> None:
     import triton
 
-    import kiln
+    import triton_kiln as kiln
 
     caplog.set_level(logging.INFO, logger="kiln")
     pool = make_pool(workers=4)
@@ -116,7 +116,7 @@ def test_save_then_fresh_process_runs_without_triton(
     # The same through the CLI, from what the run recorded in the kiln cache.
     from click.testing import CliRunner
 
-    from kiln.cli import main as cli
+    from triton_kiln.cli import main as cli
 
     cache = str(pool.settings.cache_dir)
     result = CliRunner().invoke(cli, ["bundle", "save", str(tmp_path / "cli-bundle"), "--cache-dir", cache])
@@ -129,8 +129,8 @@ def test_autotuner_adopts_a_loaded_bundle(
 ) -> None:
     import triton
 
-    import kiln
-    from kiln.bundle import runtime
+    import triton_kiln as kiln
+    from triton_kiln.bundle import runtime
 
     tuned = _tuned(make_pool(workers=4))
     n = 50_000

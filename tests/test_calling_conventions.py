@@ -15,13 +15,13 @@ import pytest
 import triton
 import triton.language as tl
 
-import kiln
+import triton_kiln as kiln
 from conftest import SM90
-from kiln.autotuner import autotuner as autotuner_mod
-from kiln.autotuner import specialize
-from kiln.launch.launcher import KernelLauncher
-from kiln.sandbox import BenchOutcome
-from kiln.tuning import TuningDatabase
+from triton_kiln.autotuner import autotuner as autotuner_mod
+from triton_kiln.autotuner import specialize
+from triton_kiln.launch.launcher import KernelLauncher
+from triton_kiln.sandbox import BenchOutcome
+from triton_kiln.tuning import TuningDatabase
 
 torch = pytest.importorskip("torch")
 

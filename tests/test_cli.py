@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kiln.cli import main
-from kiln.tuning import ConfigResult, TuningDatabase
 from test_tuning_db import write_v1_database
+from triton_kiln.cli import main
+from triton_kiln.tuning import ConfigResult, TuningDatabase
 
 
 @pytest.mark.timeout(180)

@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kiln import settings
-from kiln.cli import main
-from kiln.demo.run import demo_settings
+from triton_kiln import settings
+from triton_kiln.cli import main
+from triton_kiln.demo.run import demo_settings
 
 
 def _kiln(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``kiln ...`` in a real process (what a user sees on a terminal)."""
     return subprocess.run(
-        [sys.executable, "-m", "kiln", *args],
+        [sys.executable, "-m", "triton_kiln", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},

@@ -19,7 +19,7 @@ import pytest
 
 import faults
 from conftest import SM90, add_request, is_cubin, wait_no_processes
-from kiln import (
+from triton_kiln import (
     CompileRequest,
     CompileTimeoutError,
     KilnError,
@@ -167,7 +167,7 @@ PARENT_SCRIPT = textwrap.dedent(
     sys.path[:0] = {paths!r}
     import faults
     from conftest import SM90
-    from kiln import CompilePool, CompileRequest
+    from triton_kiln import CompilePool, CompileRequest
     pool = CompilePool(workers=2, cache_dir={cache!r}, preload=["faults"])
     pool.wait_ready(60)
     for b in (32, 64, 128):

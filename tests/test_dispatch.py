@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from kiln.launch.native import native
+from triton_kiln.launch.native import native
 
 torch = pytest.importorskip("torch")
 
@@ -169,9 +169,9 @@ def test_a_dispatcher_in_a_cycle_with_its_owner_is_collected() -> None:
 def test_without_the_c_helper_kernel_grid_is_the_full_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """No C compiler: no dispatcher, and ``kernel[grid](...)`` goes to ``Autotuner.run``."""
     import kernels
-    import kiln
-    from kiln.launch import dispatch as dispatch_mod
-    from kiln.launch.native import NativeBuildError
+    import triton_kiln as kiln
+    from triton_kiln.launch import dispatch as dispatch_mod
+    from triton_kiln.launch.native import NativeBuildError
 
     def no_helper(cache_dir: Any = None) -> Any:
         raise NativeBuildError("no C compiler (test)")

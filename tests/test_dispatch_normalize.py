@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from kiln.launch.native import native
+from triton_kiln.launch.native import native
 
 torch = pytest.importorskip("torch")
 

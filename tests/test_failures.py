@@ -12,10 +12,10 @@ import pytest
 import triton
 from triton.compiler.errors import CompilationError
 
-import kiln
-from kiln.errors import JobInfo, RemoteCompileError, RemoteTraceback, is_out_of_resources
-from kiln.pool import protocol
-from kiln.pool.failures import RemoteError
+import triton_kiln as kiln
+from triton_kiln.errors import JobInfo, RemoteCompileError, RemoteTraceback, is_out_of_resources
+from triton_kiln.pool import protocol
+from triton_kiln.pool.failures import RemoteError
 
 SRC = Path(kiln.__file__).parent
 JOB = JobInfo(kernel="k", constexprs=(("BLOCK", 64),), options=(), key="0" * 64, target="cuda:90")

@@ -19,9 +19,9 @@ from triton.experimental.gluon._runtime import GluonASTSource
 import faults
 import gluon_kernels
 from conftest import SM90, is_cubin, pool_processes
-from kiln import CompileRequest, KernelSpecError, WorkerCrashedError
-from kiln.compile import gluon
-from kiln.compile.kernel_spec import KernelSpec
+from triton_kiln import CompileRequest, KernelSpecError, WorkerCrashedError
+from triton_kiln.compile import gluon
+from triton_kiln.compile.kernel_spec import KernelSpec
 
 ADD_SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 SCALE_SIG = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
@@ -170,7 +170,7 @@ def test_triton_kernel_rebuilt_by_source_is_tritons_own_binary_too(make_pool: An
 @pytest.mark.timeout(300)
 def test_gluon_binary_from_the_pool_runs_on_the_gpu(make_pool: Any) -> None:
     torch = pytest.importorskip("torch")
-    from kiln.triton_compat import local_target
+    from triton_kiln.triton_compat import local_target
 
     target = local_target()
     assert target is not None

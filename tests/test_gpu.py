@@ -20,8 +20,8 @@ def test_pool_binary_launches_without_compiling_in_parent(
     import triton
 
     import kernels
-    from kiln import CompileRequest
-    from kiln.triton_compat import local_target
+    from triton_kiln import CompileRequest
+    from triton_kiln.triton_compat import local_target
 
     target = local_target()
     assert target is not None
@@ -59,7 +59,7 @@ def test_matmul_configs_match_torch(
     import triton
 
     import kernels
-    from kiln import CompileRequest
+    from triton_kiln import CompileRequest
 
     pool = make_pool(workers=2)
     sig = dict.fromkeys(("a_ptr", "b_ptr", "c_ptr"), "*fp16")

@@ -19,12 +19,13 @@ pytest.importorskip("helion")
 
 import helion.runtime
 
-import kiln.helion
 import test_helion_kernels as hk
+import triton_kiln as kiln
+import triton_kiln.helion
 from conftest import SM90
-from kiln import CompilePool
-from kiln.helion import adapter
-from kiln.helion.errors import BaselineCompileError
+from triton_kiln import CompilePool
+from triton_kiln.helion import adapter
+from triton_kiln.helion.errors import BaselineCompileError
 
 
 @pytest.fixture
@@ -103,7 +104,7 @@ def test_artifact_lands_in_helions_triton_cache(helion_pool: CompilePool, tmp_pa
     hits: list[bool] = []
     knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
     try:
-        from kiln.helion.requests import _binder
+        from triton_kiln.helion.requests import _binder
 
         kernel = fn.__globals__["_helion_add"]
         backend, binder = _binder(kernel, SM90)
@@ -181,7 +182,7 @@ def test_compile_timeout_is_helions_timeout(
 
     request = type(launch.request)(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": 128}, target=SM90)
     future = helion_pool.submit(request, timeout_s=float(bound.settings.autotune_compile_timeout))
-    from kiln.helion.process import KilnCompileProcess
+    from triton_kiln.helion.process import KilnCompileProcess
 
     provider = search.benchmark_provider
     holder: list[Any] = []
@@ -235,7 +236,13 @@ def test_install_and_autotuner_fn_select_kilns_provider(helion_pool: CompilePool
 
 
 def test_classification_of_kilns_failures() -> None:
-    from kiln.errors import CompileTimeoutError, JobInfo, WorkerCrashedError, WorkerMemoryError, ZygoteError
+    from triton_kiln.errors import (
+        CompileTimeoutError,
+        JobInfo,
+        WorkerCrashedError,
+        WorkerMemoryError,
+        ZygoteError,
+    )
 
     job = JobInfo(kernel="_helion_add")
     assert adapter.classify(WorkerCrashedError(job, 1.0, ("boom",), -6)) == "warn"
@@ -249,7 +256,7 @@ def test_classification_of_kilns_failures() -> None:
 
 
 def test_unsupported_helion_is_a_clear_error() -> None:
-    from kiln.helion.errors import UnsupportedHelionError
+    from triton_kiln.helion.errors import UnsupportedHelionError
 
     error = UnsupportedHelionError("9.9.9", kiln.helion.SUPPORTED_HELION)
     assert "1.5.0" in str(error)
@@ -265,9 +272,10 @@ import sys
 import helion.runtime
 helion.runtime.get_num_sm = lambda device, reserved_sms=0: 132
 import test_helion_kernels as hk
-import kiln.helion
-from kiln import CompilePool, GPUTarget
-from kiln.helion import adapter
+import triton_kiln.helion
+import triton_kiln as kiln
+from triton_kiln import CompilePool, GPUTarget
+from triton_kiln.helion import adapter
 
 pool = CompilePool(workers=2)
 kiln.helion.configure(pool=pool, target=GPUTarget("cuda", 90, 32))

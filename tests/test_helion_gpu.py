@@ -10,11 +10,12 @@ import pytest
 
 pytest.importorskip("helion")
 
-import kiln.helion
 import test_helion_faults
 import test_helion_kernels as hk
-from kiln import CompilePool
-from kiln.helion.errors import BaselineCompileError
+import triton_kiln as kiln
+import triton_kiln.helion
+from triton_kiln import CompilePool
+from triton_kiln.helion.errors import BaselineCompileError
 
 pytestmark = pytest.mark.gpu
 

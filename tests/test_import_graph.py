@@ -1,7 +1,7 @@
 """kiln's packages import each other in one direction only, and the GPU sandbox stays small.
 
 The graph is read from the source (``ast``), not from ``sys.modules``: every ``import`` and
-``from ... import`` of every module under ``src/kiln``, at module level and inside functions
+``from ... import`` of every module under ``src/triton_kiln``, at module level and inside functions
 (imports under ``if TYPE_CHECKING:`` are left out: they never run). Modules are collapsed to
 kiln's packages (``kiln.pool``, ``kiln.autotuner``...) and top-level modules (``kiln.errors``...).
 """
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-KILN = SRC / "kiln"
+KILN = SRC / "triton_kiln"
 PACKAGES = {p.name for p in KILN.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
 
 
@@ -36,7 +36,7 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 def _imports(path: Path) -> set[str]:
-    """Every kiln module ``path`` imports (resolved; ``from kiln import x`` -> ``kiln.x``)."""
+    """Every kiln module ``path`` imports (resolved; ``from triton_kiln import x`` -> ``kiln.x``)."""
     tree = ast.parse(path.read_text(), str(path))
     skipped: set[int] = set()
     for node in ast.walk(tree):
@@ -61,7 +61,7 @@ def _imports(path: Path) -> set[str]:
                     SRC / Path(*candidate.split("."))
                 ).is_dir()
                 found.add(candidate if is_module else base)
-    return {m for m in found if m == "kiln" or m.startswith("kiln.")}
+    return {m for m in found if m == "triton_kiln" or m.startswith("triton_kiln.")}
 
 
 def package_graph() -> dict[str, set[str]]:
@@ -124,14 +124,14 @@ def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_the_graph_sees_every_package_and_function_level_imports() -> None:
     graph = package_graph()
-    assert {f"kiln.{p}" for p in PACKAGES} <= set(graph)
-    assert "kiln.bundle" in graph["kiln.autotuner"]
+    assert {f"triton_kiln.{p}" for p in PACKAGES} <= set(graph)
+    assert "triton_kiln.bundle" in graph["triton_kiln.autotuner"]
     # An import inside a function counts (collect_recorded opens the artifact store)...
-    assert "kiln.artifacts.store" in _imports(KILN / "bundle" / "index.py")
+    assert "triton_kiln.artifacts.store" in _imports(KILN / "bundle" / "index.py")
     # ...one under `if TYPE_CHECKING:` does not (bench.py names the Autotuner for mypy only).
-    assert "kiln.autotuner.autotuner" not in _imports(KILN / "autotuner" / "bench.py")
-    # `from kiln import settings` is the module kiln.settings; `from kiln.version import ...` kiln.version.
-    assert _imports(KILN / "bundle" / "format.py") >= {"kiln.version", "kiln.launch.spec"}
+    assert "triton_kiln.autotuner.autotuner" not in _imports(KILN / "autotuner" / "bench.py")
+    # `from triton_kiln import settings` is triton_kiln.settings; `from triton_kiln.version import ...` too.
+    assert _imports(KILN / "bundle" / "format.py") >= {"triton_kiln.version", "triton_kiln.launch.spec"}
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -141,9 +141,9 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_sandbox_imports_neither_the_pool_nor_the_autotuner() -> None:
     graph = package_graph()
-    assert not {"kiln.pool", "kiln.autotuner"} & graph["kiln.sandbox"]
+    assert not {"triton_kiln.pool", "triton_kiln.autotuner"} & graph["triton_kiln.sandbox"]
     # ...not even through another package: the GPU sandbox process loads none of them.
-    assert not {"kiln.pool", "kiln.autotuner"} & _reachable(graph, "kiln.sandbox")
+    assert not {"triton_kiln.pool", "triton_kiln.autotuner"} & _reachable(graph, "triton_kiln.sandbox")
 
 
 def test_no_cycle_between_packages() -> None:

@@ -20,7 +20,7 @@ import triton.language as tl
 
 import kernels
 from conftest import SM90, add_request, gpu_available
-from kiln import CompileRequest, GPUTarget, RequestError, TargetError
+from triton_kiln import CompileRequest, GPUTarget, RequestError, TargetError
 
 ADD_SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 MM_CONSTEXPRS = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}
@@ -112,7 +112,7 @@ def test_key_is_stable_across_processes(tmp_path: Path) -> None:
         import sys
         from conftest import add_request
         import kernels
-        from kiln import CompileRequest
+        from triton_kiln import CompileRequest
         from test_keys import mm_req
         print(add_request(256, num_warps=8).key)
         print(mm_req().key)

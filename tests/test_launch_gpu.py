@@ -19,7 +19,7 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _single(kernel: Any, pool: Any, **constexprs: Any) -> Any:
-    import kiln
+    import triton_kiln as kiln
 
     return kiln.autotune([kiln.Config(constexprs, num_warps=4)], key=["n"], pool=pool)(kernel)
 

@@ -31,7 +31,7 @@ _PROBE = textwrap.dedent(
     import json, sys, importlib
     report = {"error": None, "kernels": []}
     try:
-        import kiln
+        import triton_kiln as kiln
         if hasattr(kiln, "install"):
             kiln.install()
             report["install"] = "kiln.install()"
@@ -45,7 +45,7 @@ _PROBE = textwrap.dedent(
         report["error"] = f"{type(exc).__name__}: {exc}"
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import KernelInterface
-    import kiln
+    import triton_kiln as kiln
     seen = set()
     prefixes = tuple(name.split(".")[0] for name in sys.argv[1:])
     for name, module in list(sys.modules.items()):

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from conftest import add_request
-from kiln import CompilePool, Settings, SettingsError, settings
-from kiln.artifacts.artifact import CompiledArtifact
-from kiln.pool.memory_cache import MemoryCache
+from triton_kiln import CompilePool, Settings, SettingsError, settings
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.pool.memory_cache import MemoryCache
 
 IRS = {"ptx", "ttir", "ttgir", "llir"}
 
@@ -170,7 +170,7 @@ def test_readme_lists_the_settings() -> None:
 def test_nothing_in_kiln_reads_irs_of_an_artifact() -> None:
     """What the memory cache drops is never read: ``.asm`` of a kiln artifact is used only where
     artifacts are built and stored (the store writes what it is given)."""
-    src = Path(__file__).resolve().parents[1] / "src" / "kiln"
+    src = Path(__file__).resolve().parents[1] / "src" / "triton_kiln"
     readers = sorted(
         str(path.relative_to(src))
         for path in src.rglob("*.py")

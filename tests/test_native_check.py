@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from host_memory import HostMemoryDriver
-from kiln.sandbox.compare import Representatives
-from kiln.sandbox.device_inputs import DeviceInputs
-from kiln.sandbox.ipc import TensorDesc
-from kiln.sandbox.native_worker import NativeState
+from triton_kiln.sandbox.compare import Representatives
+from triton_kiln.sandbox.device_inputs import DeviceInputs
+from triton_kiln.sandbox.ipc import TensorDesc
+from triton_kiln.sandbox.native_worker import NativeState
 
 
 def make_state(values: dict[str, Any]) -> NativeState:
@@ -72,7 +72,7 @@ def test_reused_read_buffers_never_change_a_kept_representative() -> None:
 def test_an_output_identical_to_a_representative_takes_its_nan_finding_without_decoding(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from kiln.sandbox import compare_np
+    from triton_kiln.sandbox import compare_np
 
     y_nan = bf16([1.0, np.nan, 3.0, 4.0])
     state = make_state({"y": bf16([0.0, 0.0, 0.0, 0.0])})

@@ -19,16 +19,16 @@ import psutil
 import pytest
 
 from host_memory import HostMemoryDriver
-from kiln import settings
-from kiln.framing import FrameReader, encode
-from kiln.launch.native import native
-from kiln.sandbox import compare as torch_compare
-from kiln.sandbox import compare_np, ipc, native_worker, registry
-from kiln.sandbox.channel import Died, WorkerProcess
-from kiln.sandbox.client import BenchSpec, Sandbox
-from kiln.sandbox.device_inputs import DeviceInputs
-from kiln.sandbox.ipc import TensorDesc
-from kiln.sandbox.native_client import NativeBenchOutcome, NativeSandbox
+from triton_kiln import settings
+from triton_kiln.framing import FrameReader, encode
+from triton_kiln.launch.native import native
+from triton_kiln.sandbox import compare as torch_compare
+from triton_kiln.sandbox import compare_np, ipc, native_worker, registry
+from triton_kiln.sandbox.channel import Died, WorkerProcess
+from triton_kiln.sandbox.client import BenchSpec, Sandbox
+from triton_kiln.sandbox.device_inputs import DeviceInputs
+from triton_kiln.sandbox.ipc import TensorDesc
+from triton_kiln.sandbox.native_client import NativeBenchOutcome, NativeSandbox
 
 torch = pytest.importorskip("torch")
 
@@ -59,7 +59,7 @@ def _spec() -> BenchSpec:
 
 
 def test_c_module_has_the_sandbox_functions() -> None:
-    from kiln.launch.native import loaded_path
+    from triton_kiln.launch.native import loaded_path
 
     module = native()
     assert loaded_path() == module.__file__  # what the sandbox is told to load
@@ -101,8 +101,9 @@ def test_c_functions_check_their_arguments() -> None:
 def test_worker_imports_neither_torch_nor_triton() -> None:
     code = (
         "import sys, time; t = time.perf_counter();"
-        "import kiln.sandbox.native_worker as w, kiln.sandbox.device_inputs, kiln.sandbox.compare_np;"
-        "import kiln.artifacts.artifact, kiln.launch.launcher, kiln.launch.spec;"
+        "import triton_kiln.sandbox.native_worker as w, triton_kiln.sandbox.device_inputs;"
+        "import triton_kiln.sandbox.compare_np;"
+        "import triton_kiln.artifacts.artifact, triton_kiln.launch.launcher, triton_kiln.launch.spec;"
         "print(time.perf_counter() - t);"
         "bad = [m for m in ('torch', 'triton') if m in sys.modules]; assert not bad, bad"
     )
@@ -118,7 +119,7 @@ def test_worker_imports_neither_torch_nor_triton() -> None:
 @pytest.mark.timeout(60)
 def test_worker_handshakes_and_exits_cleanly_without_a_gpu() -> None:
     proc = WorkerProcess(
-        "kiln.sandbox.native_worker",
+        "triton_kiln.sandbox.native_worker",
         native_worker.ENV_FD,
         native_worker.ENV_PARENT,
         {"sys_path": list(sys.path), "device": 0, "c_module": native().__file__},  # the caller's build

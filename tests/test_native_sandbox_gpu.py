@@ -12,9 +12,9 @@ import pytest
 import triton
 import triton.language as tl
 
-from kiln import CompileRequest, GPUTarget
-from kiln.sandbox import BenchSpec
-from kiln.sandbox.native_client import NativeSandbox
+from triton_kiln import CompileRequest, GPUTarget
+from triton_kiln.sandbox import BenchSpec
+from triton_kiln.sandbox.native_client import NativeSandbox
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]
 
@@ -83,7 +83,7 @@ def _inputs(n: int) -> dict[str, Any]:
 
 
 def test_ready_time_and_timings_match_do_bench(make_pool: Any) -> None:
-    from kiln.launch.native import native
+    from triton_kiln.launch.native import native
 
     pool = make_pool(workers=2)
     native()  # kiln's C module, built once per machine (here: per test cache), not on the clock

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-import kiln
-from kiln.sandbox import compare_np
-from kiln.sandbox.compare import MAX_REPRESENTATIVES, Representatives, Verdict
+import triton_kiln as kiln
 from test_autotune_cpu import make_tuner, tune
+from triton_kiln.sandbox import compare_np
+from triton_kiln.sandbox.compare import MAX_REPRESENTATIVES, Representatives, Verdict
 
 torch = pytest.importorskip("torch")
 
@@ -222,7 +222,7 @@ def test_representatives_place_outputs_and_the_verdict_pickles() -> None:
 
 def test_fingerprints_match_between_numpy_words_and_torch_tensors() -> None:
     """A representative the native sandbox settled on keeps its name in the torch sandbox."""
-    from kiln.sandbox.compare import tensor_fingerprint
+    from triton_kiln.sandbox.compare import tensor_fingerprint
 
     t = torch.randn(5, 7).to(torch.bfloat16)
     words = t.contiguous().view(torch.uint16).numpy()
@@ -245,7 +245,7 @@ def test_produced_nonfinite_ignores_nan_that_was_there_before() -> None:
 def test_numpy_measure_agrees_with_torch_on_every_path(dtype: str, case: str) -> None:
     """The one-pass fast path of the numpy check gives what the torch check gives (NaN, Inf and
     values whose differences overflow take the exact path)."""
-    from kiln.sandbox.compare import compare as torch_compare
+    from triton_kiln.sandbox.compare import compare as torch_compare
 
     rng = np.random.default_rng(0)
     ref = rng.standard_normal(257).astype(np.float32)

@@ -39,7 +39,7 @@ def _own_tuning_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _tune(make_pool: Any, configs: list[Any], sandbox: bool) -> tuple[Any, Any, Any, Any]:
-    import kiln
+    import triton_kiln as kiln
 
     tuned = kiln.autotune(
         configs, key=["n"], pool=make_pool(workers=4), sandbox=sandbox, reset_to_zero=["partial_ptr"]
@@ -55,7 +55,7 @@ def _tune(make_pool: Any, configs: list[Any], sandbox: bool) -> tuple[Any, Any, 
 
 @pytest.mark.parametrize("sandbox", [True, False])
 def test_partial_sums_whose_layout_follows_block_keep_every_config(make_pool: Any, sandbox: bool) -> None:
-    import kiln
+    import triton_kiln as kiln
 
     configs = [kiln.Config({"BLOCK": b, "SKEW": 0}, num_warps=w) for b in (256, 512, 1024) for w in (2, 4)]
     tuned, x, y, partial = _tune(make_pool, configs, sandbox)
@@ -71,7 +71,7 @@ def test_partial_sums_whose_layout_follows_block_keep_every_config(make_pool: An
 
 @pytest.mark.parametrize("sandbox", [True, False])
 def test_a_wrong_config_is_rejected_without_a_reference(make_pool: Any, sandbox: bool) -> None:
-    import kiln
+    import triton_kiln as kiln
 
     shapes = [(256, 0, 2), (256, 0, 4), (512, 0, 2), (512, 0, 4), (512, 1, 2), (512, 1, 4), (256, 1, 4)]
     configs = [kiln.Config({"BLOCK": b, "SKEW": s}, num_warps=w) for b, s, w in shapes]

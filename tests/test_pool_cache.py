@@ -21,7 +21,7 @@ from triton.compiler.errors import CompilationError
 
 import kernels
 from conftest import SM90, add_request, is_cubin, pool_processes, wait_no_processes
-from kiln import (
+from triton_kiln import (
     CompiledArtifact,
     CompilePool,
     CompileRequest,
@@ -305,7 +305,7 @@ MAIN_SCRIPT = textwrap.dedent(
     import triton
     import triton.language as tl
 
-    from kiln import CompilePool, CompileRequest, GPUTarget
+    from triton_kiln import CompilePool, CompileRequest, GPUTarget
 
     FACTOR = tl.constexpr(3.5)
 

@@ -18,7 +18,7 @@ import pytest
 
 import faults
 from conftest import SM90, add_request, is_cubin, pool_processes, wait_no_processes
-from kiln import (
+from triton_kiln import (
     CompileRequest,
     CompileTimeoutError,
     PoolClosedError,
@@ -120,7 +120,7 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
     from conftest import add_request
-    from kiln import CompilePool
+    from triton_kiln import CompilePool
     pool = CompilePool(workers=2, cache_dir={cache!r})
     pool.compile(add_request(64))
     pool.shutdown(wait=True)
@@ -146,7 +146,7 @@ CTRL_C_SCRIPT = textwrap.dedent(
     sys.path[:0] = {paths!r}
     import faults
     from conftest import SM90
-    from kiln import CompilePool, CompileRequest
+    from triton_kiln import CompilePool, CompileRequest
     with CompilePool(workers=1, job_timeout_s=300, cache_dir={cache!r}, preload=["faults"]) as pool:
         hang = CompileRequest(faults.fault_hang, {{"x_ptr": "*fp32"}}, {{"BLOCK": 64}}, target=SM90)
         future = pool.submit(hang)

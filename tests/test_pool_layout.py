@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import kiln
+import triton_kiln as kiln
 
 SRC = Path(kiln.__file__).parent
 COMPILE_SIDE = ("compile", "artifacts", "pool", "triton_compat", "framing", "procs", "files", "errors")
@@ -74,8 +74,8 @@ def test_no_cycle_between_the_compile_side_packages() -> None:
 
 def test_triton_compat_imports_only_errors_and_files() -> None:
     imported = set().union(*(_kiln_imports(path) for path in (SRC / "triton_compat").glob("*.py")))
-    outside = {name for name in imported if not name.startswith("kiln.triton_compat")}
-    assert outside <= {"kiln.errors", "kiln.files"}
+    outside = {name for name in imported if not name.startswith("triton_kiln.triton_compat")}
+    assert outside <= {"triton_kiln.errors", "kiln.files"}
 
 
 PRIVATE = re.compile(

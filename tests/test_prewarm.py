@@ -1,4 +1,4 @@
-"""kiln.autotuner.prewarm: what a tuned kernel's definition starts, and where it starts nothing.
+"""triton_kiln.autotuner.prewarm: what a tuned kernel's definition starts, and where it starts nothing.
 
 A GPU cannot exist on CI, so "a GPU is present" is the one thing faked here; Triton's key is
 computed for real (into a fresh cache directory) and the pool start is recorded.
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import triton
 
-import kiln
+import triton_kiln as kiln
 from kernels import add_kernel
-from kiln import settings, triton_compat
-from kiln.autotuner import prewarm as prewarm_mod
-from kiln.sandbox import registry
+from triton_kiln import settings, triton_compat
+from triton_kiln.autotuner import prewarm as prewarm_mod
+from triton_kiln.sandbox import registry
 
 
 @pytest.fixture
@@ -26,7 +26,8 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     events: list[str] = []
     monkeypatch.setattr(prewarm_mod, "_started", False)
     monkeypatch.setattr(triton_compat.core, "_TRITON_KEY", None)
-    import kiln.pool
+    import triton_kiln as kiln
+    import triton_kiln.pool
 
     def pool() -> None:
         events.append(f"pool after key file: {any(tmp_path.glob('triton-key-*.json'))}")

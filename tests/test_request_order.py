@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from conftest import SM90
-from kiln import CompileRequest
+from triton_kiln import CompileRequest
 
 
 def test_signature_follows_argument_order_not_alphabet() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kiln.sandbox import BenchSpec, Sandbox
+from triton_kiln.sandbox import BenchSpec, Sandbox
 
 torch = pytest.importorskip("torch")
 

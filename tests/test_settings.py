@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kiln import CompilePool, Settings, SettingsError, settings
+from triton_kiln import CompilePool, Settings, SettingsError, settings
 
 ALL_VARS = [
     "KILN_WORKERS",

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-import kiln
+import triton_kiln as kiln
 from conftest import add_request, is_cubin
-from kiln import ArtifactStore, CompiledArtifact, CompilePool, MissingMetadataError
-from kiln.artifacts import triton_files
-from kiln.artifacts.artifact import LAUNCH_FIELDS
-from kiln.errors import ArtifactError
-from kiln.files import atomic_write
+from triton_kiln import ArtifactStore, CompiledArtifact, CompilePool, MissingMetadataError
+from triton_kiln.artifacts import triton_files
+from triton_kiln.artifacts.artifact import LAUNCH_FIELDS
+from triton_kiln.errors import ArtifactError
+from triton_kiln.files import atomic_write
 
 SRC = Path(kiln.__file__).parent
 
@@ -121,7 +121,7 @@ def test_failed_put_leaves_nothing(artifact: CompiledArtifact, tmp_path: Path) -
 KILLED_WRITER = """
 import os, sys
 from pathlib import Path
-from kiln import ArtifactStore
+from triton_kiln import ArtifactStore
 
 source, target, key = sys.argv[1:]
 artifact = ArtifactStore(Path(source)).get(key)

@@ -18,7 +18,7 @@ pytest.importorskip("torch._inductor.runtime.triton_helpers")
 
 from conftest import SM90
 from inductor_helpers_kernel import rowmax_kernel
-from kiln import CompilePool, CompileRequest, triton_compat
+from triton_kiln import CompilePool, CompileRequest, triton_compat
 
 SIGNATURE = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 

@@ -20,7 +20,7 @@ import triton
 
 import kernels
 from conftest import SM90
-from kiln import triton_compat
+from triton_kiln import triton_compat
 
 ROOT = Path(__file__).resolve().parent.parent
 PUBLIC_INDEX = "https://pypi.org/simple"
@@ -157,7 +157,7 @@ def test_pip_resolves_kiln_with_torch_2_13_from_the_public_index(tmp_path: Path)
         item["metadata"]["name"].lower(): item["metadata"]["version"]
         for item in json.loads(report.read_text())["install"]
     }
-    assert "kiln" in chosen, chosen
+    assert "triton-kiln" in chosen, chosen
     assert chosen.get("torch") == "2.13.0", chosen
     assert chosen.get("triton") == "3.7.1", chosen
     urls = [item["download_info"]["url"] for item in json.loads(report.read_text())["install"]]

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from kiln import settings
-from kiln.errors import KilnError
-from kiln.tuning import (
+from triton_kiln import settings
+from triton_kiln.errors import KilnError
+from triton_kiln.tuning import (
     SCHEMA_VERSION,
     STATUSES,
     ConfigResult,
@@ -446,7 +446,7 @@ def test_files_that_are_not_tuning_databases_are_refused(tmp_path: Path) -> None
 
 _KILLED_WRITER = """
 import sys
-from kiln.tuning import ConfigResult, TuningDatabase
+from triton_kiln.tuning import ConfigResult, TuningDatabase
 
 identity = {identity!r}
 db = TuningDatabase(sys.argv[1])
@@ -508,7 +508,7 @@ def test_sigkilled_writer_loses_at_most_the_config_in_progress(db_path: Path) ->
 
 _CONCURRENT_WRITER = """
 import sys
-from kiln.tuning import ConfigResult, TuningDatabase
+from triton_kiln.tuning import ConfigResult, TuningDatabase
 
 identity = {identity!r}
 writer = int(sys.argv[2])

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from kiln.tuning import ConfigResult, TuningRun, format_table, read_json, speedups, to_json, write_json
-from kiln.tuning import report as report_mod
+from triton_kiln.tuning import ConfigResult, TuningRun, format_table, read_json, speedups, to_json, write_json
+from triton_kiln.tuning import report as report_mod
 
 pytestmark = pytest.mark.timeout(30)
 

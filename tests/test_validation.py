@@ -13,8 +13,8 @@ import pytest
 
 import kernels
 from conftest import SM90
-from kiln import CompilePool, CompileRequest, GPUTarget, SettingsError, settings
-from kiln.errors import JobInfo, RequestError, TargetError, WorkerCrashedError
+from triton_kiln import CompilePool, CompileRequest, GPUTarget, SettingsError, settings
+from triton_kiln.errors import JobInfo, RequestError, TargetError, WorkerCrashedError
 
 ADD_SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
 

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from conftest import SM90, add_request, is_cubin
-from kiln import CompileRequest, GPUTarget, ZygoteError, procs, settings
+from triton_kiln import CompileRequest, GPUTarget, ZygoteError, procs, settings
 
 THREAD_AT_IMPORT = textwrap.dedent(
     """
@@ -285,8 +285,8 @@ SEED_PROBE = textwrap.dedent(
     import json, os, sys
     import triton
     import triton.runtime.cache as cache_mod
-    from kiln import triton_compat
-    from kiln.pool.warmup import warmup_kernel
+    from triton_kiln import triton_compat
+    from triton_kiln.pool.warmup import warmup_kernel
 
     cache_dir, seed = sys.argv[1], sys.argv[2] == "seed"
     original = cache_mod.triton_key
@@ -337,7 +337,7 @@ def test_seeded_triton_key_skips_the_hash_and_gives_the_same_binary_key(tmp_path
 
 
 def test_zygote_installs_the_stored_key(make_pool: Any) -> None:
-    from kiln import triton_compat
+    from triton_kiln import triton_compat
 
     triton_compat.triton_key(settings.current().cache_dir)  # make sure the key file exists
     pool = make_pool()

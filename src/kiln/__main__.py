@@ -1,5 +1,0 @@
-"""``python -m kiln`` is the ``kiln`` command."""
-
-from kiln.cli import main
-
-main()

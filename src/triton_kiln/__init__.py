@@ -1,0 +1,172 @@
+"""kiln: crash-proof, parallel compilation of Triton kernels.
+
+Quick start::
+
+    from triton_kiln import CompilePool, CompileRequest, GPUTarget
+
+    with CompilePool() as pool:
+        request = CompileRequest(my_kernel, {"x_ptr": "*fp32", "n": "i32"}, {"BLOCK": 1024},
+                                 options={"num_warps": 4}, target=GPUTarget("cuda", 90, 32))
+        artifact = pool.compile(request)          # CompiledArtifact: cubin + launch metadata
+        kernel = pool.load_kernel(request, artifact)   # Triton CompiledKernel, no recompile
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Names are imported on first use, so that ``import kiln`` (and a process that only loads a
+# bundle) does not import Triton.
+_LAZY: dict[str, str] = {
+    "as_completed": "concurrent.futures",
+    "Config": "triton",
+    "CompiledArtifact": "triton_kiln.artifacts.artifact",
+    "to_triton_kernel": "triton_kiln.artifacts.triton_files",
+    "AutotuneError": "triton_kiln.autotuner",
+    "Autotuner": "triton_kiln.autotuner",
+    "autotune": "triton_kiln.autotuner",
+    "precompile": "triton_kiln.autotuner",
+    "Bundle": "triton_kiln.bundle",
+    "BundleError": "triton_kiln.bundle",
+    "BundleMissError": "triton_kiln.bundle",
+    "load_bundle": "triton_kiln.bundle",
+    "save_bundle": "triton_kiln.bundle",
+    "CompilePool": "triton_kiln.pool",
+    "PoolStats": "triton_kiln.pool",
+    "get_pool": "triton_kiln.pool",
+    "CompileRequest": "triton_kiln.compile.request",
+    "Settings": "triton_kiln.settings",
+    "ArtifactStore": "triton_kiln.artifacts.store",
+    "CacheWarning": "triton_kiln.artifacts.store",
+    "GPUTarget": "triton_kiln.triton_compat",
+    "KernelLauncher": "triton_kiln.launch",
+    "install": "triton_kiln.routing",
+    "uninstall": "triton_kiln.routing",
+}
+_ERRORS = (
+    "ArtifactError",
+    "CompileTimeoutError",
+    "JobFailure",
+    "KernelSpecError",
+    "KilnError",
+    "MissingMetadataError",
+    "PoolClosedError",
+    "RemoteCompileError",
+    "RequestError",
+    "SettingsError",
+    "TargetError",
+    "WorkerCrashedError",
+    "WorkerMemoryError",
+    "ZygoteDiedError",
+    "ZygoteError",
+)
+_LAZY.update(dict.fromkeys(_ERRORS, "triton_kiln.errors"))
+
+if TYPE_CHECKING:
+    from concurrent.futures import as_completed
+
+    from triton import Config
+
+    from triton_kiln.artifacts.artifact import CompiledArtifact
+    from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
+    from triton_kiln.artifacts.triton_files import to_triton_kernel
+    from triton_kiln.autotuner import AutotuneError, Autotuner, autotune, precompile
+    from triton_kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, save_bundle
+    from triton_kiln.compile.request import CompileRequest
+    from triton_kiln.errors import (
+        ArtifactError,
+        CompileTimeoutError,
+        JobFailure,
+        KernelSpecError,
+        KilnError,
+        MissingMetadataError,
+        PoolClosedError,
+        RemoteCompileError,
+        RequestError,
+        SettingsError,
+        TargetError,
+        WorkerCrashedError,
+        WorkerMemoryError,
+        ZygoteDiedError,
+        ZygoteError,
+    )
+    from triton_kiln.launch import KernelLauncher
+    from triton_kiln.pool import CompilePool, PoolStats, get_pool
+    from triton_kiln.settings import Settings
+    from triton_kiln.triton_compat import GPUTarget
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+from triton_kiln.version import __version__ as __version__  # noqa: E402
+
+__all__ = [
+    "ArtifactError",
+    "ArtifactStore",
+    "AutotuneError",
+    "Autotuner",
+    "Bundle",
+    "BundleError",
+    "BundleMissError",
+    "CacheWarning",
+    "CompilePool",
+    "CompileRequest",
+    "CompileTimeoutError",
+    "CompiledArtifact",
+    "Config",
+    "GPUTarget",
+    "JobFailure",
+    "KernelLauncher",
+    "KernelSpecError",
+    "KilnError",
+    "MissingMetadataError",
+    "PoolClosedError",
+    "PoolStats",
+    "RemoteCompileError",
+    "RequestError",
+    "Settings",
+    "SettingsError",
+    "TargetError",
+    "WorkerCrashedError",
+    "WorkerMemoryError",
+    "ZygoteDiedError",
+    "ZygoteError",
+    "as_completed",
+    "autotune",
+    "get_pool",
+    "install",
+    "load_bundle",
+    "precompile",
+    "save_bundle",
+    "to_triton_kernel",
+    "uninstall",
+]
+
+
+def _install_from_environment() -> None:
+    """``KILN_AUTOTUNE=1``: :func:`kiln.install` at import (read once, here)."""
+    import os
+
+    if os.environ.get("KILN_AUTOTUNE", "0") in ("", "0"):
+        return  # the common case costs no settings parse and no Triton import
+    from triton_kiln import settings
+
+    if settings.current().autotune:
+        from triton_kiln.routing import install as _install
+
+        _install()
+
+
+_install_from_environment()

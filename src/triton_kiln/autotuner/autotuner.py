@@ -1,0 +1,327 @@
+"""``kiln.autotune``: ``triton.autotune``'s contract, with parallel compiles and a GPU sandbox.
+
+:class:`Autotuner` takes ``triton.autotune``'s arguments and fills the same attributes
+(``cache``, ``best_config``, ``configs_timings``, ``bench_time``, ``nargs``); this module holds
+the contract and hands the work to one module each::
+
+    kernel[grid](*args)  -> kiln's C dispatcher (variants.py, kiln.launch.dispatch): a call like
+                            an earlier one launches its variant without entering Python
+        miss -> run(*args, grid=grid)
+                  a loaded bundle has this call? adopt it                     (variants.py)
+                  key not in cache: prune (Triton's code), then tune          (session.py:
+                      compile all in the pool, bench each (bench.py), database)
+                  launch the best config's binary, register the variant       (variants.py)
+
+``kernel[grid](...)`` returns Triton's ``CompiledKernel`` of the launched config on every path
+(see :mod:`.variants`). Settings are resolved once, when the autotuner is made, and passed down.
+User callables that must run in the caller's process (a custom ``do_bench``,
+``pre_hook``/``post_hook``, a config's ``pre_hook``) switch that kernel to in-process
+benchmarking, as does ``sandbox=False``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+from triton_kiln import settings as settings_mod
+from triton_kiln import triton_compat
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner.bench import BencherFactory
+from triton_kiln.autotuner.calls import CallShape, unwrap
+from triton_kiln.autotuner.prewarm import prewarm
+from triton_kiln.autotuner.session import TuningSession
+from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
+from triton_kiln.autotuner.variants import TuningCache, Variants
+from triton_kiln.bundle.format import KernelRecord
+from triton_kiln.compile.request import guess_compile_cost
+from triton_kiln.errors import TargetError
+from triton_kiln.pool import CompilePool, get_pool
+from triton_kiln.tuning.configs import config_label
+
+log = logging.getLogger("kiln.autotune")
+
+_TritonAutotuner: Any = triton_compat.triton_autotuner_class()
+
+TRITON_ONLY_METHODS = ("_bench", "check_disk_cache", "_run", "_full_path", "_lookup", "_candidate")
+"""Methods of Triton's ``Autotuner`` that kiln's never calls (``_bench``, ``check_disk_cache``)
+or kiln's own internals: a subclass that overrides one is put back on Triton's class, since kiln
+would silently skip (or clash with) what it changes."""
+
+
+class Autotuner(_TritonAutotuner):  # type: ignore[misc]
+    """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
+        Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on."""
+        super().__init_subclass__(**kwargs)
+        overridden = [m for m in TRITON_ONLY_METHODS if m in cls.__dict__]
+        if overridden and Autotuner in cls.__bases__:
+            cls.__bases__ = tuple(_TritonAutotuner if b is Autotuner else b for b in cls.__bases__)
+            log.info(
+                "kiln: %s.%s stays on Triton's autotuner: it overrides %s, which kiln's does not call",
+                cls.__module__,
+                cls.__qualname__,
+                ", ".join(overridden),
+            )
+        else:
+            log.info("kiln: %s.%s is routed through kiln's autotuner", cls.__module__, cls.__qualname__)
+
+    def __init__(
+        self,
+        fn: Any,
+        arg_names: list[str],
+        configs: list[Any],
+        key: list[str],
+        reset_to_zero: list[str] | None,
+        restore_value: list[str] | None,
+        pre_hook: Callable[..., Any] | None = None,
+        post_hook: Callable[..., Any] | None = None,
+        prune_configs_by: dict[str, Any] | None = None,
+        warmup: float | None = None,
+        rep: float | None = None,
+        use_cuda_graph: bool = False,
+        do_bench: Callable[..., Any] | None = None,
+        cache_results: bool = False,
+        *,
+        sandbox: bool | None = None,
+        check_outputs: bool = True,
+        reference: Callable[[dict[str, Any]], Any] | None = None,
+        tolerances: tuple[float, float] | None = None,
+        pool: CompilePool | None = None,
+        database: Any = None,
+        target: Any = None,
+    ) -> None:
+        # Resolved once, here; everything below takes what it needs from this object.
+        self._settings = settings_mod.current()
+        # Built before Triton's __init__, which assigns ``self.cache`` (emptying these tables).
+        jit_fn, layers = unwrap(fn)
+        self._shape = CallShape(jit_fn, layers, configs)
+        self._variants = Variants(
+            self, self._shape, key, self._full_path, self._shape.normalizer(self._lookup)
+        )
+        super().__init__(
+            fn,
+            arg_names,
+            configs,
+            key,
+            reset_to_zero,
+            restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            prune_configs_by=prune_configs_by,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            cache_results=cache_results,
+        )
+        self._user_do_bench = do_bench is not None or use_cuda_graph or warmup is not None or rep is not None
+        self._warmup_ms = 25.0 if warmup is None else float(warmup)
+        self._rep_ms = 100.0 if rep is None else float(rep)
+        self._screen_ms = (5.0, 20.0)  # warm-up and timing of the first, rough pass
+        # the final round times the screened configs within 5% of the fastest (1 to 5 of them) in
+        # 3 passes sharing one rep (session.contenders)
+        self._final_margin = 0.05
+        self._final_top_k = (1, 5)
+        self._final_passes = 3
+        self._sandbox_wanted = self._settings.sandbox if sandbox is None else sandbox
+        self._check_outputs = check_outputs
+        self._reference = reference
+        self._tolerances = tolerances
+        self._pool = pool
+        self._database = database
+        self._target: Any = target
+        self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
+        self._lock = threading.RLock()
+        self._requests = RequestCache()  # the full path builds a request once per kind of call
+        self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
+        self.loaded_from: str | None = None  # "database" when the last tuning was skipped
+        self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
+        if self._target is None:
+            # Warm by the first call: the sandbox, Triton's key and the pool start now, in the
+            # background (GPU present only; no CUDA context is made here).
+            prewarm(sandbox=bool(self._sandbox_wanted), pool=pool is None)
+
+    # The cache (tuning key -> config) empties the launch tables whenever it changes.
+    @property
+    def cache(self) -> Any:
+        return self._cache
+
+    @cache.setter
+    def cache(self, value: Any) -> None:
+        # A subclass may assign its own store (anything with `in`, `[]`, `[]=`, `get`, `pop`):
+        # kept as it is, behind a view that empties the launch tables when it changes.
+        self._cache = TuningCache.over(self._variants.clear, value)
+        self._variants.clear()
+
+    def __getitem__(self, grid: Any) -> Any:
+        bound = self._variants.tables.bind(grid)  # a _kiln_launch.BoundCall: the whole fast path in C
+        return bound if bound is not None else super().__getitem__(grid)  # no C helper: Triton's proxy
+
+    def _full_path(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """What ``kernel[grid](*args, **kwargs)`` does when the C dispatcher has no entry for it."""
+        with self._lock:
+            return self._run(*args, grid=grid, warmup=False, **kwargs)
+
+    def _lookup(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The config a call would launch, for the dispatcher's normal form (TypeError: none yet)."""
+        if len(self.configs) <= 1:
+            return self.configs[0]
+        config = self.cache.get(tuning_key(self.arg_names, self.keys, args, kwargs))
+        if config is None:
+            raise TypeError("not tuned for this key yet")
+        return config
+
+    # -- the contract -------------------------------------------------------------------------
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """Triton's ``run``: a launch (``grid=``, not ``warmup``) goes through the C dispatcher
+        like ``kernel[grid](...)`` (callers such as ``@triton.heuristics`` over the autotuner
+        come here); the rest, and every miss, take the full path."""
+        grid = kwargs.get("grid")
+        if grid is not None and not kwargs.get("warmup", False):
+            bound = self._variants.tables.bind(grid)
+            if bound is not None:
+                return bound(*args, **call_meta(kwargs))
+        with self._lock:
+            return self._run(*args, **kwargs)
+
+    def _run(self, *args: Any, **kwargs: Any) -> Any:
+        # grid and warmup stay in kwargs: Triton passes them to pruning, perf models and hooks.
+        grid = kwargs.get("grid")
+        warmup = bool(kwargs.get("warmup", False))
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        key: tuple[Any, ...] | None = None
+        if len(self.configs) > 1:
+            key = tuning_key(self.arg_names, self.keys, args, kwargs)
+            if key not in self.cache and not warmup:
+                adopted = self._variants.from_bundle(key, args, kwargs, grid)
+                if adopted is not None:
+                    self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+                    return adopted
+            if key not in self.cache:
+                pruned = self.prune_configs(kwargs)
+                started = time.time()
+                TuningSession(self).tune(key, pruned, args, kwargs, grid)
+                self.bench_time = time.time() - started
+                if self.loaded_from is None:
+                    log.info(
+                        "kiln: %s %s: tuned %d configs on this call in %.2f s; best %s",
+                        self.base_fn.__name__,
+                        key,
+                        len(pruned),
+                        self.bench_time,
+                        config_label(self.cache[key]),
+                    )
+                full_nargs = {**self.nargs, **kwargs, **self.cache[key].all_kwargs()}
+                self.pre_hook(full_nargs, reset_only=True)
+            config = self.cache[key]
+        else:
+            config = self.configs[0]
+        self.best_config = config
+        forms = None
+        if config.pre_hook is not None:
+            forms = None if warmup else self._variants.forms(args, kwargs)  # before the hook
+            config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
+        result = None if warmup else self._variants.launch(config, args, kwargs, grid, key, forms)
+        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        return result
+
+    def precompile(self, *args: Any, **kwargs: Any) -> list[Future[CompiledArtifact]]:
+        """Start compiling every (pruned) config for calls like this one; return at once.
+
+        The compiles run in the pool in the background. The first real call with the same
+        argument types then waits only for what is still missing: its requests are the same,
+        so the pool hands it the futures already in flight (or the cached artifacts).
+        """
+        args = triton_compat.wrap_dtypes(args)  # torch.float16 stands for a tensor
+        with self._lock:
+            self.nargs = dict(zip(self.arg_names, args, strict=False))
+            try:
+                configs = self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs
+                candidates = [self._candidate(c, args, kwargs) for c in configs]
+            finally:
+                self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+            pool = self._get_pool()
+            return [pool.submit(c.request, priority=guess_compile_cost(c.request)) for c in candidates]
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every (pruned) config for these arguments, in parallel, without running."""
+        kwargs.pop("grid", None)
+        self.nargs = dict(zip(self.arg_names, args, strict=False))
+        candidates = [self._candidate(c, args, kwargs) for c in self.prune_configs(kwargs)]
+        pool = self._get_pool()
+        futures = [pool.submit(c.request) for c in candidates]
+        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        return [f.result() for f in futures]
+
+    def bundle_record(self) -> tuple[KernelRecord, dict[str, CompiledArtifact]]:
+        """This kernel's variants launched in this process, as a bundle's KernelRecord + binaries."""
+        return self._variants.bundle_record()
+
+    # -- what the parts below ask of the tuner ------------------------------------------------
+
+    def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
+        if config.pre_hook is not None and triton_compat.has_host_descriptor([*args, *kwargs.values()]):
+            # the hook may set a descriptor's block shape, which is part of the specialization
+            args, kwargs = triton_compat.after_config_hook(config, self.arg_names, args, kwargs)
+        kwargs = self._shape.with_heuristics(self.arg_names, args, kwargs, config)
+        return candidate_for(
+            self._shape.jit_fn,
+            config,
+            args,
+            kwargs,
+            self._local_target(),
+            self._requests,
+            self._settings.triton_key_dir,
+        )
+
+    def _local_target(self) -> Any:
+        if self._target is None:
+            target = triton_compat.local_target()
+            if target is None:
+                raise TargetError(
+                    f"kiln.autotune needs a GPU to tune {self.base_fn.__name__} on, and none was found."
+                )
+            self._target = target
+        return self._target
+
+    def _get_pool(self) -> CompilePool:
+        return self._pool if self._pool is not None else get_pool()
+
+    def _get_database(self) -> Any:
+        if self._database is False:
+            return None
+        if self._database is not None:
+            return self._database
+        # With the database off, Triton's semantics: remember across autotuners only when
+        # cache_results asks, and not when a config has a pre_hook (Triton cannot save those).
+        triton_would_cache = self.cache_results and not any(c.pre_hook for c in self.configs)
+        if not self._settings.use_tuning_db and not triton_would_cache:
+            return None
+        from triton_kiln.tuning import default_database_path
+
+        return _shared_database(default_database_path(self._settings))
+
+
+_DATABASES: dict[Path, Any] = {}
+_DATABASES_LOCK = threading.Lock()
+
+
+def _shared_database(path: Path) -> Any:
+    """The process's :class:`~kiln.tuning.TuningDatabase` at ``path`` (one per file)."""
+    from triton_kiln.tuning import TuningDatabase
+
+    with _DATABASES_LOCK:
+        database = _DATABASES.get(path)
+        if database is None:
+            database = TuningDatabase(path)
+            _DATABASES[path] = database
+        return database

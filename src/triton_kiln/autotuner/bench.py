@@ -1,0 +1,285 @@
+"""Benchmarking one compiled config: a :class:`Bencher` per tuning run, and :func:`classify`.
+
+Two benchers exist, chosen by :func:`make_bencher`:
+
+* :class:`SandboxBencher`: the config runs in the GPU sandbox (:mod:`kiln.sandbox`), a separate
+  process, on copies of the inputs; a crash, hang or illegal memory access ends that config
+  only. Outputs are checked there.
+* :class:`InProcessBencher`: the config runs in the caller's process, as ``triton.autotune``
+  does; chosen with ``sandbox=False`` or when user code must run in the loop
+  (:func:`runs_user_code`: a custom ``do_bench``, ``pre_hook``/``post_hook``, a config's
+  ``pre_hook``).
+
+Every failure's status is decided by :func:`classify` (compile failures and in-process
+benchmark failures) or by the sandbox (whose reply already names it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner.binaries import triton_files, triton_kernel
+from triton_kiln.errors import (
+    CompileTimeoutError,
+    KilnError,
+    WorkerCrashedError,
+    WorkerMemoryError,
+    is_out_of_resources,
+)
+from triton_kiln.sandbox import BenchOutcome, BenchSpec, Sandbox
+
+if TYPE_CHECKING:
+    from triton_kiln.autotuner.autotuner import Autotuner
+    from triton_kiln.autotuner.specialize import Candidate
+
+log = logging.getLogger("kiln.autotune")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """How long to time one config, and whether to check its outputs."""
+
+    warmup_ms: float
+    rep_ms: float
+    check: bool
+
+
+class Bencher(Protocol):
+    """Benchmarks the configs of one tuning run."""
+
+    owns_timing: bool  # kiln times the kernel itself (no user do_bench or hooks in the loop)
+
+    def bench(
+        self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
+    ) -> Any:
+        """One config's :class:`~kiln.sandbox.BenchOutcome` (failures are outcomes too)."""
+        ...
+
+    def user_reference(self) -> dict[str, Any] | None:
+        """Outputs of the user's ``reference`` function, if one applies (else ``None``)."""
+        ...
+
+    def finish(self) -> None: ...
+
+
+BencherFactory = Callable[["Autotuner", Sequence[Any], Mapping[str, Any]], Bencher]
+
+
+def classify(exc: BaseException, stage: Literal["compile", "bench"]) -> str:
+    """A failed config's status, from what it raised while compiling or being benchmarked."""
+    if is_out_of_resources(exc):
+        return "out_of_resources"
+    if stage == "bench":
+        return "bench_error"
+    if isinstance(exc, CompileTimeoutError):
+        return "timeout"
+    if isinstance(exc, (WorkerCrashedError, WorkerMemoryError)):
+        return "crashed"
+    return "compile_error"
+
+
+def reason(exc: BaseException) -> str:
+    """One line saying why a compile failed: kiln's headline, or the error's own last line."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if isinstance(exc, KilnError):
+        text = lines[0] if lines else type(exc).__name__
+    else:  # Triton's CompilationError: source excerpt first, the message last
+        text = f"{type(exc).__name__}: {lines[-1]}" if lines else type(exc).__name__
+    return text[:500]
+
+
+def runs_user_code(tuner: Autotuner) -> bool:
+    """Whether the user's callables run in the benchmark loop (they need the caller's process)."""
+    return bool(
+        tuner._user_do_bench
+        or tuner.user_defined_pre_hook
+        or tuner.user_defined_post_hook
+        or any(c.pre_hook for c in tuner.configs)
+    )
+
+
+def make_bencher(tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Bencher:
+    """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``)."""
+    if tuner._bencher_factory is not None:
+        return tuner._bencher_factory(tuner, args, kwargs)
+    user_code = runs_user_code(tuner)
+    if tuner._sandbox_wanted and not user_code:
+        return SandboxBencher(tuner, args, kwargs)
+    if tuner._sandbox_wanted:
+        log.info(
+            "kiln: %s benchmarks in-process: it has user hooks or a custom do_bench, which run in "
+            "the caller's process",
+            tuner.base_fn.__name__,
+        )
+    return InProcessBencher(tuner, args, kwargs, user_code)
+
+
+def user_reference(
+    reference: Callable[[dict[str, Any]], Any], args: Sequence[Any], names: list[str]
+) -> dict[str, Any]:
+    """Run the user's reference on clones of the arguments; its outputs are the tensors after."""
+    import torch
+
+    named = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in zip(names, args, strict=False)}
+    reference(named)
+    return {k: v.detach().cpu() for k, v in named.items() if isinstance(v, torch.Tensor)}
+
+
+def shared_sandbox(device: int) -> Sandbox:
+    """The process's sandbox for ``device`` (one per GPU, shared by every autotuner, started
+    early by :func:`kiln.sandbox.prestart`): kiln's torch-free sandbox unless
+    ``KILN_NATIVE_SANDBOX=0`` (see :mod:`kiln.sandbox.registry`)."""
+    from triton_kiln.sandbox.registry import shared
+
+    sandbox: Sandbox = shared(device)
+    return sandbox
+
+
+class SandboxBencher:
+    """Benchmarks in the GPU sandbox; its timeout is the tuner's ``Settings.bench_timeout_s``."""
+
+    owns_timing = True
+
+    def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        import torch
+
+        self.tuner = tuner
+        self.sandbox = shared_sandbox(torch.cuda.current_device())
+        self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
+        self.timeout_s = tuner._settings.bench_timeout_s
+        self.inputs_set = False
+        self.kwargs = kwargs
+        self.args = args
+        self.want_outputs = tuner._check_outputs
+
+    def user_reference(self) -> dict[str, Any] | None:
+        tuner = self.tuner
+        if tuner._reference is None or not tuner._check_outputs:
+            return None
+        return user_reference(tuner._reference, self.args, tuner.arg_names)
+
+    def bench(
+        self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
+    ) -> Any:
+        tuner = self.tuner
+        if not self.inputs_set:
+            self.sandbox.set_inputs(dict(candidate.bound.args), tuner.reset_to_zero, tuner.restore_value)
+            expected = self.user_reference()
+            if expected is not None:
+                self.sandbox.set_reference(expected, tuner._tolerances)
+            self.inputs_set = True
+        spec = BenchSpec(
+            key=artifact.key,
+            group=triton_files(tuner._get_pool(), artifact),
+            hash=str(artifact.metadata.get("hash", artifact.key)),
+            arg_names=list(candidate.bound.args),
+            signature=dict(candidate.request.signature),
+            constexprs=dict(candidate.request.constexprs),
+            grid=grid,
+            warmup=phase.warmup_ms,
+            rep=phase.rep_ms,
+            want_outputs=self.want_outputs and phase.check,
+        )
+        return self.sandbox.bench(spec, self.timeout_s)
+
+    def finish(self) -> None:
+        return None
+
+
+class InProcessBencher:
+    """Benchmarks in the caller's process, exactly as ``triton.autotune`` does (hooks included).
+
+    Output checks need kiln to own every run of the kernel, so they are off when the kernel has
+    user hooks or a custom ``do_bench`` (those see exactly the calls Triton would make).
+    """
+
+    def __init__(
+        self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], user_code: bool
+    ) -> None:
+        import torch
+
+        self.tuner = tuner
+        self.args = args
+        self.kwargs = dict(kwargs)
+        self.snapshot: dict[str, Any] | None = None
+        self.user_code = user_code
+        self.owns_timing = not user_code
+        if tuner._check_outputs and not user_code:
+            named = dict(zip(tuner.arg_names, args, strict=False))
+            self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
+
+    def user_reference(self) -> dict[str, Any] | None:
+        tuner = self.tuner
+        if self.snapshot is None or tuner._reference is None or not tuner._check_outputs:
+            return None
+        return user_reference(tuner._reference, self.args, tuner.arg_names)
+
+    def _restore(self) -> None:
+        if self.snapshot is None:
+            return
+        named = dict(zip(self.tuner.arg_names, self.args, strict=False))
+        for name, clone in self.snapshot.items():
+            named[name].copy_(clone)
+
+    def bench(
+        self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
+    ) -> Any:
+        import torch
+
+        tuner = self.tuner
+        config = candidate.config
+        started = time.monotonic()
+        kernel = triton_kernel(tuner._get_pool(), candidate.request, artifact)
+        ordered = list(candidate.bound.args.values())
+        full_nargs = {**tuner.nargs, **self.kwargs, **config.all_kwargs()}
+
+        def kernel_call() -> None:
+            if config.pre_hook:
+                config.pre_hook(full_nargs)
+            tuner.pre_hook(full_nargs)
+            try:
+                kernel[grid](*ordered)  # loads the binary on first use: OutOfResources shows here
+            except Exception as exc:
+                try:
+                    tuner.post_hook(full_nargs, exception=exc)
+                finally:
+                    raise
+            tuner.post_hook(full_nargs, exception=None)
+
+        outputs = None
+        try:
+            if self.snapshot is not None and phase.check:
+                self._restore()
+                kernel_call()
+                torch.cuda.synchronize()
+                outputs = {k: v.clone() for k, v in full_nargs.items() if isinstance(v, torch.Tensor)}
+                self._restore()
+            if self.user_code:
+                timings = tuner.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+            else:
+                import triton.testing
+
+                timings = triton.testing.do_bench(
+                    kernel_call, warmup=phase.warmup_ms, rep=phase.rep_ms, quantiles=(0.5, 0.2, 0.8)
+                )
+            torch.cuda.synchronize()
+        except Exception as exc:
+            status = classify(exc, "bench")
+            if status == "bench_error" and self.user_code:
+                raise  # as triton.autotune does: the user's benchmark or hook failed, not the config
+            text = str(exc) if status == "out_of_resources" else f"{type(exc).__name__}: {exc}"
+            return BenchOutcome(status, reason=text, seconds=time.monotonic() - started)
+        finally:
+            self._restore()
+        values = [float(timings)] * 3 if isinstance(timings, (int, float)) else [float(t) for t in timings]
+        return BenchOutcome(
+            "ok", timings=values, outputs=outputs, raw=timings, seconds=time.monotonic() - started
+        )
+
+    def finish(self) -> None:
+        self._restore()

@@ -1,0 +1,245 @@
+"""The output rule: which configs of a finished tuning run are rejected, flagged or trusted.
+
+During the run each checked config's outputs come back as a :class:`~kiln.sandbox.compare.Verdict`:
+per output argument, the representative (a distinct output, named by a hash of its bytes) it
+agreed with, those it was compared with and did not agree with, and whether the run wrote
+NaN/Inf. :func:`decide` looks at every config's verdicts at once, before the winner is picked,
+with each config's parameters (its kwargs, ``num_warps``, ``num_stages``, ``num_ctas``,
+``maxnreg``). The rule, per output argument, over the N configs that were checked on it:
+
+* With the user's ``reference=``, a config whose outputs differ from it is rejected at once
+  (``wrong_output``); nothing below applies.
+* **NaN/Inf.** A config whose run wrote NaN or Inf where the argument held a number is rejected
+  when the configs that wrote only numbers are a clear majority (at least 3 and at least 2/3 of
+  N); otherwise it is flagged.
+* **Majority.** The largest group of configs that agree is a clear majority when it has at least
+  3 configs and at least 2/3 of N. A config outside it that was compared with it and differs is
+  rejected, unless a config parameter explains the difference: some parameter's value of this
+  config is held by no config of the majority (then the argument may be config-dependent
+  scratch, and the config is flagged).
+* **Scratch.** Without a clear majority, an argument whose groups follow one parameter (configs
+  with equal values agree; at least one value is shared by two or more configs; not all agree)
+  is config-dependent scratch, such as per-program partial sums whose layout depends on
+  ``BLOCK_N``: it is not checked, and every config is flagged saying so.
+* Any other disagreement (an even split that no parameter explains, more distinct outputs than
+  the sandbox keeps, configs that a restarted sandbox never compared) is flagged, never rejected.
+
+A flagged config stays ``ok`` (it may win); its ``reason`` says what was seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton_kiln.sandbox.compare import OutputCheck, Representatives, Verdict
+from triton_kiln.tuning.configs import CONFIG_OPTIONS
+
+MIN_MAJORITY = 3
+"""Configs that must agree before a config that disagrees with them is rejected."""
+
+MAJORITY_SHARE = 2 / 3
+"""The share of the checked configs that must agree before one that disagrees is rejected."""
+
+
+@dataclass
+class Decision:
+    """What :func:`decide` concluded: reasons by config label, and the scratch arguments."""
+
+    rejected: dict[str, list[str]] = field(default_factory=dict)
+    flagged: dict[str, list[str]] = field(default_factory=dict)
+    scratch: dict[str, str] = field(default_factory=dict)  # argument -> the parameter it follows
+
+    def reject(self, label: str, why: str) -> None:
+        self.rejected.setdefault(label, []).append(why)
+
+    def flag(self, label: str, why: str) -> None:
+        self.flagged.setdefault(label, []).append(why)
+
+
+def config_params(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config record's parameters (:func:`~kiln.tuning.configs.config_json`): kwargs, options."""
+    params = {str(k): v for k, v in dict(config.get("kwargs", {})).items()}
+    params.update((name, config.get(name)) for name in CONFIG_OPTIONS)
+    return params
+
+
+def _clear_majority(size: int, total: int) -> bool:
+    return size >= MIN_MAJORITY and size >= MAJORITY_SHARE * total
+
+
+def decide(verdicts: Mapping[str, Verdict], params: Mapping[str, Mapping[str, Any]]) -> Decision:
+    """Apply the rule to the verdicts of a run's checked configs (``label -> Verdict``)."""
+    decision = Decision()
+    arguments: list[str] = []
+    for verdict in verdicts.values():
+        arguments += [name for name in verdict.outputs if name not in arguments]
+    for argument in arguments:
+        members = {label: v.outputs[argument] for label, v in verdicts.items() if argument in v.outputs}
+        _decide_argument(argument, members, params, decision)
+    return decision
+
+
+def _decide_argument(
+    argument: str,
+    members: dict[str, OutputCheck],
+    params: Mapping[str, Mapping[str, Any]],
+    decision: Decision,
+) -> None:
+    total = len(members)
+    finite = [label for label, check in members.items() if not check.nonfinite]
+    for label, check in members.items():
+        if not check.nonfinite:
+            continue
+        what = f"{argument}: the run wrote NaN/Inf where {len(finite)} of {total} configs wrote numbers"
+        if _clear_majority(len(finite), total):
+            decision.reject(label, what)
+        else:
+            decision.flag(label, what + " (too few to reject)")
+    settled = {label: c for label, c in members.items() if not c.nonfinite}
+    groups: dict[str, list[str]] = {}
+    for label, check in settled.items():
+        if check.cluster is not None:
+            groups.setdefault(check.cluster, []).append(label)
+    if len(groups) <= 1 and all(c.cluster is not None for c in settled.values()):
+        return  # every config that wrote numbers agrees
+    different = {(c.cluster, other) for c in settled.values() for other in c.differs_from}
+    majority = max(groups.items(), key=lambda item: len(item[1]), default=None)
+    if majority is not None and _clear_majority(len(majority[1]), total):
+        name, agreeing = majority
+        for label, check in settled.items():
+            if check.cluster == name:
+                continue
+            known = name in check.differs_from or (
+                check.cluster is not None and (name, check.cluster) in different
+            )
+            if not known:
+                decision.flag(
+                    label,
+                    f"{argument}: not compared with the {len(agreeing)} configs that agree "
+                    "(checked by another sandbox process)",
+                )
+                continue
+            detail = _detail(check, name)
+            explained = _explaining(label, agreeing, params)
+            if explained is not None:
+                decision.flag(
+                    label,
+                    f"{argument}: differs from the {len(agreeing)} of {total} configs that agree"
+                    f"{detail}; not rejected: no config among them has its {explained}",
+                )
+            else:
+                decision.reject(
+                    label,
+                    f"{argument}: differs from the {len(agreeing)} of {total} configs that agree"
+                    f"{detail}, and configs sharing each of its parameter values are among them",
+                )
+        return
+    follows = _follows(settled, params)
+    if follows is not None:
+        decision.scratch[argument] = follows
+        for label in settled:
+            decision.flag(
+                label,
+                f"{argument} not checked: it differs between configs as {follows} does "
+                "(config-dependent scratch)",
+            )
+        return
+    sizes = sorted((len(g) for g in groups.values()), reverse=True)
+    unplaced = sum(1 for c in settled.values() if c.cluster is None)
+    shape = " + ".join(str(s) for s in sizes) + (f" + {unplaced} unplaced" if unplaced else "")
+    for label in settled:
+        decision.flag(
+            label,
+            f"{argument}: configs disagree ({shape} of {total}); no clear majority and no config "
+            "parameter explains it",
+        )
+
+
+def _detail(check: OutputCheck, cluster: str) -> str:
+    if cluster in check.differs_from:
+        index = check.differs_from.index(cluster)
+        if index < len(check.details) and check.details[index]:
+            return f" ({check.details[index]})"
+    return ""
+
+
+def _explaining(label: str, agreeing: list[str], params: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """A parameter whose value for ``label`` no agreeing config has (``"BLOCK_N=64"``), if any."""
+    own = params.get(label, {})
+    for name, value in own.items():
+        if all(params.get(other, {}).get(name) != value for other in agreeing):
+            return f"{name}={value}"
+    return None
+
+
+def _follows(members: Mapping[str, OutputCheck], params: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """A parameter the argument's groups follow: equal values agree, some value is shared."""
+    if any(check.cluster is None for check in members.values()):
+        return None
+    names: list[str] = []
+    for label in members:
+        names += [name for name in params.get(label, {}) if name not in names]
+    for name in names:
+        by_value: dict[str, set[str | None]] = {}
+        counts: dict[str, int] = {}
+        for label, check in members.items():
+            key = repr(params.get(label, {}).get(name))
+            by_value.setdefault(key, set()).add(check.cluster)
+            counts[key] = counts.get(key, 0) + 1
+        if all(len(c) == 1 for c in by_value.values()) and len(by_value) > 1 and max(counts.values()) > 1:
+            return name
+    return None
+
+
+class InProcessCheck:
+    """The sandbox's :class:`~kiln.sandbox.compare.Representatives`, for in-process benchmarks:
+    outputs arrive as tensors (``BenchOutcome.outputs``), placed here into a :class:`Verdict`."""
+
+    def __init__(self, tolerances: tuple[float, float] | None, reference: Mapping[str, Any] | None) -> None:
+        from triton_kiln.sandbox.compare import compare_one
+
+        self.tolerances = tolerances
+        self.keeper: Representatives[Any] = Representatives(
+            lambda name, out, ref: compare_one(name, out, ref, self.tolerances)
+        )
+        self.reference = reference  # the first representatives, seeded on first use
+
+    def check(self, outputs: Mapping[str, Any], before: Mapping[str, Any]) -> Verdict:
+        """``outputs``: the tensors after one run; ``before``: the arguments as they were."""
+        from triton_kiln.sandbox.compare import tensor_fingerprint
+
+        if self.reference is not None:
+            self.keeper.seed({n: (tensor_fingerprint(t), t) for n, t in self.reference.items()})
+            self.reference = None
+        return self._check(outputs, before)
+
+    def _check(self, outputs: Mapping[str, Any], before: Mapping[str, Any]) -> Verdict:
+        import torch
+
+        from triton_kiln.sandbox.compare import tensor_fingerprint, tensor_produced_nonfinite
+
+        names = self.keeper.names
+        if names is None:
+            names = [n for n, t in outputs.items() if not _same(t, before.get(n))] or list(outputs)
+        chosen = {n: outputs[n] for n in names if n in outputs}
+        nonfinite = {
+            n: tensor_produced_nonfinite(
+                t, before[n] if _same_shape(t, before.get(n)) else torch.zeros_like(t)
+            )
+            for n, t in chosen.items()
+        }
+        return self.keeper.check(chosen, lambda n: tensor_fingerprint(chosen[n]), nonfinite)
+
+
+def _same_shape(a: Any, b: Any) -> bool:
+    import torch
+
+    return isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    return _same_shape(a, b) and bool(torch.equal(a, b.to(a.device)))

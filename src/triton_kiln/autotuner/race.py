@@ -1,0 +1,49 @@
+"""Which screened configs are timed again in the final round (the race's contenders).
+
+A tuning run screens every config with short runs while others still compile; the final round
+then times, on a quiet machine, only the configs that could still win. How many depends on the
+spread: a clear winner ends the race (no final round), close or noisy screenings widen it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from triton_kiln.autotuner.specialize import Candidate
+from triton_kiln.tuning.results import ConfigResult
+
+_INF = float("inf")
+
+
+def contenders(
+    candidates: Sequence[Candidate],
+    results: Mapping[str, ConfigResult],
+    margin: float,
+    bounds: tuple[int, int],
+) -> list[Candidate]:
+    """The screened configs that may still beat the fastest, fastest first.
+
+    A config contends when the fast end of its screening (``runtime_ms_p20``) is within
+    ``margin`` of the slow end of the fastest one's (``runtime_ms_p80``): noisy screenings widen
+    the race, a clear winner ends it. At least ``bounds[0]`` and at most ``bounds[1]`` configs.
+    """
+
+    def median(c: Candidate) -> float:
+        return _first_of(results[c.label].runtime_ms)
+
+    ok = sorted((c for c in candidates if results[c.label].status == "ok"), key=median)
+    if not ok:
+        return []
+    best = results[ok[0].label]
+    best_high = _first_of(best.runtime_ms_p80, best.runtime_ms)
+    close = [
+        c
+        for c in ok
+        if _first_of(results[c.label].runtime_ms_p20, results[c.label].runtime_ms) <= best_high * (1 + margin)
+    ]
+    low, high = bounds
+    return ok[: max(low, min(high, len(close)))]
+
+
+def _first_of(*values: float | None) -> float:
+    return next((v for v in values if v is not None), _INF)

@@ -1,0 +1,372 @@
+"""One tuning run: from a call's pruned configs to the best one, recorded as it goes.
+
+::
+
+    TuningSession(tuner).tune(key, configs, args, kwargs, grid)
+      one Candidate per config (specialize.py)
+      tuning database: a finished run for this identity? -> adopt its best config, done
+      begin a run; submit every compile to the pool (longest guessed first)
+      as each compile finishes (or fails): bench it (bench.py), check its outputs,
+          record its ConfigResult in the database (committed at once)
+      output rule (outputs.py): reject or flag configs by all configs' outputs at once
+      final round (when kiln owns the timing): the best few, full length, 3 alternating passes
+      best = min(timings) -> tuner.cache[key], configs_timings, last_run; finish the run
+      all along: where the wall time went (sandbox wait, compiling, benchmarking, final
+          round: timesplit.py) -> TuningRun.split
+
+A config that fails anywhere is skipped with the status :func:`~kiln.autotuner.bench.classify`
+(or the sandbox) gave it; if every one fails, :class:`AutotuneError` lists each with its reason.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import json
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future, as_completed
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from triton_kiln import triton_compat
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
+from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
+from triton_kiln.autotuner.race import contenders
+from triton_kiln.autotuner.specialize import Candidate, launch_grid
+from triton_kiln.autotuner.timesplit import TimeSplit
+from triton_kiln.compile.request import guess_compile_cost
+from triton_kiln.errors import KilnError
+from triton_kiln.sandbox.compare import Verdict
+from triton_kiln.tuning.configs import config_json, config_label
+from triton_kiln.tuning.results import ConfigResult, TuningRun
+
+if TYPE_CHECKING:
+    from triton_kiln.autotuner.autotuner import Autotuner
+
+log = logging.getLogger("kiln.autotune")
+
+_INF = float("inf")
+_FAILED = [_INF, _INF, _INF]
+
+
+class AutotuneError(KilnError):
+    """Every config of a tuning run failed; the message lists each with its reason."""
+
+
+@dataclass
+class OutputChecks:
+    """One run's output checks: whether the user gave a reference, and every config's verdict."""
+
+    user_reference: bool
+    in_process: InProcessCheck
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+
+class TuningSession:
+    """Tunes one key of ``tuner``; the result lands in the tuner's Triton attributes."""
+
+    def __init__(self, tuner: Autotuner) -> None:
+        self.tuner = tuner
+        self.name = tuner.base_fn.__name__
+        self.split = TimeSplit()  # where the run's wall time goes (compile overlaps benchmarking)
+
+    def tune(
+        self,
+        key: tuple[Any, ...],
+        configs: Sequence[Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        grid: Any,
+    ) -> None:
+        tuner = self.tuner
+        started = time.monotonic()
+        candidates = [tuner._candidate(c, args, kwargs) for c in configs]
+        identity = self.identity(candidates, key)
+        database = tuner._get_database()
+        lookup = {k: v for k, v in identity.items() if k != "kernel"}
+        recorded = database.lookup(**lookup) if database is not None else None
+        if recorded is not None and self.adopt(key, candidates, recorded):
+            tuner.loaded_from = "database"
+            tuner.last_run = recorded
+            tuner.tuned[key] = recorded
+            log.info(
+                "kiln: %s %s: best config %s from the tuning database", self.name, key, recorded.best_label
+            )
+            return
+        tuner.loaded_from = None
+        run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
+
+        def record(result: ConfigResult) -> None:
+            if database is not None and run_id is not None:
+                database.record(run_id, result)
+
+        pool = tuner._get_pool()
+        by_future: dict[Future[CompiledArtifact], Candidate] = {}
+        for candidate in candidates:
+            candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
+            by_future.setdefault(candidate.future, candidate)
+        self.split.watch(by_future)
+        bencher = make_bencher(tuner, args, kwargs)
+        results: dict[str, ConfigResult] = {}
+        timings: dict[Any, Any] = {}
+        # Outputs are checked against the user's reference, else decided across every config at
+        # the end of the screening (kiln.autotuner.outputs); in-process outputs are placed here.
+        user_reference = bencher.user_reference()
+        checker = OutputChecks(user_reference is not None, InProcessCheck(tuner._tolerances, user_reference))
+        first_result_s: float | None = None
+        # When kiln owns the timing, configs are screened with short runs while others still
+        # compile (the CPU is busy, so timings are rough), then the best few are timed again
+        # in full once every compile is done. With a user do_bench, one full pass, as Triton.
+        two_phase = bencher.owns_timing
+        first_pass = (
+            Phase(*tuner._screen_ms, check=True)
+            if two_phase
+            else Phase(tuner._warmup_ms, tuner._rep_ms, True)
+        )
+        for future in as_completed(by_future):
+            for candidate in [c for c in candidates if c.future is future]:
+                result, times = self.evaluate(candidate, future, bencher, grid, checker, first_pass)
+                results[candidate.label] = result
+                timings[candidate.config] = times
+                if first_result_s is None:
+                    first_result_s = time.monotonic() - started
+                record(result)
+        self.apply_output_rule(candidates, results, timings, checker, record)
+        if two_phase:
+            with self.split.phase("final_s"):
+                self.final_round(candidates, results, timings, bencher, grid, record)
+        bencher.finish()
+
+        ok = {c.config: timings[c.config] for c in candidates if results[c.label].status == "ok"}
+        if not ok:
+            lines = [f"  {c.label}: {results[c.label].status}: {results[c.label].reason}" for c in candidates]
+            raise AutotuneError(f"every config of {self.name} failed for key {key}:\n" + "\n".join(lines))
+        best = builtins.min(ok, key=ok.__getitem__)
+        tuner.cache[key] = best
+        tuner.configs_timings = timings
+        best_label = config_label(best)
+        wall = time.monotonic() - started
+        split = self.split.as_dict(started, wall)
+        if database is not None and run_id is not None:
+            database.finish_run(run_id, best_label, wall, first_result_s, split=split)
+        tuner.last_run = TuningRun(
+            kernel=identity["kernel"],
+            kernel_key=identity["kernel_key"],
+            key_repr=identity["key_repr"],
+            device_name=identity["device_name"],
+            capability=identity["capability"],
+            triton_version=identity["triton_version"],
+            results=tuple(results[c.label] for c in candidates),
+            best_label=best_label,
+            default_label=candidates[0].label,
+            started_at=time.time() - wall,
+            wall_s=wall,
+            first_result_s=first_result_s,
+            split=split,
+        )
+        tuner.tuned[key] = tuner.last_run
+
+    def final_round(
+        self,
+        candidates: list[Candidate],
+        results: dict[str, ConfigResult],
+        timings: dict[Any, Any],
+        bencher: Bencher,
+        grid: Any,
+        record: Any,
+    ) -> None:
+        """Time the screened configs that could still win again, on a quiet machine.
+
+        The budget follows the spread: only *contenders* (see :func:`contenders`) are timed, in
+        ``_final_passes`` alternating passes that share Triton's single ``rep`` between them, so
+        a clear winner costs no final round and a close race costs about what Triton spends on
+        as many configs."""
+        tuner = self.tuner
+        finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
+        if len(finalists) < 2:
+            return  # nothing left to decide: the screening's timings stand
+        passes_n = tuner._final_passes
+        first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False)
+        later = Phase(tuner._screen_ms[0], tuner._rep_ms / passes_n, check=False)
+        # Several passes in alternating order, so that clock and thermal drift during the round
+        # hits every finalist alike; each config's timing is the median over the passes.
+        passes: dict[str, list[list[float]]] = {c.label: [] for c in finalists}
+        failed: dict[str, ConfigResult] = {}
+        for round_ in range(passes_n):
+            full = first if round_ == 0 else later
+            for candidate in finalists if round_ % 2 == 0 else finalists[::-1]:
+                if candidate.label in failed:
+                    continue
+                assert candidate.future is not None
+                result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, full)
+                if result.status != "ok":
+                    failed[candidate.label] = result
+                else:
+                    passes[candidate.label].append([float(t) for t in times][:3])
+        for candidate in finalists:
+            previous = results[candidate.label]
+            failure = failed.get(candidate.label)
+            if failure is None:
+                runs = passes[candidate.label]
+                median = [statistics.median(run[i] for run in runs) for i in range(3)]
+                result = replace(
+                    previous, runtime_ms=median[0], runtime_ms_p20=median[1], runtime_ms_p80=median[2]
+                )
+                timings[candidate.config] = median
+            else:
+                result = failure
+                timings[candidate.config] = list(_FAILED)
+            results[candidate.label] = result
+            record(result)
+
+    def evaluate(
+        self,
+        candidate: Candidate,
+        future: Future[CompiledArtifact],
+        bencher: Bencher,
+        grid: Any,
+        checker: OutputChecks | None,
+        phase: Phase,
+    ) -> tuple[ConfigResult, Any]:
+        """Benchmark and check one compiled (or failed) config; returns its result and timings.
+
+        Its outputs' verdict goes to ``checker``: a mismatch with the user's reference rejects
+        it here; anything else is decided for all configs at once (:meth:`apply_output_rule`).
+        """
+        failed = list(_FAILED)
+        exc = future.exception()
+        if exc is not None:
+            return _result(candidate, classify(exc, "compile"), reason(exc), None), failed
+        artifact = future.result()
+        began = time.monotonic()
+        outcome = bencher.bench(candidate, artifact, launch_grid(grid, candidate, self.name), phase)
+        self.split.saw(outcome, time.monotonic() - began)
+        if outcome.status != "ok" or outcome.timings is None:
+            return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), failed
+        times = [float(t) for t in outcome.timings][:3]
+        times += [times[0]] * (3 - len(times))
+        max_diff = None
+        verdict = outcome.check  # the sandbox checks on the GPU and sends only a verdict
+        if verdict is None and outcome.outputs is not None and checker is not None:
+            verdict = checker.in_process.check(outcome.outputs, candidate.bound.args)
+        if verdict is not None and checker is not None:
+            ok, max_diff, detail = verdict[0], verdict[1], verdict[2]
+            if checker.user_reference and not ok:
+                why = f"differs from your reference: {detail}"
+                return _result(candidate, "wrong_output", why, artifact.compile_s, times, max_diff), failed
+            if not checker.user_reference and isinstance(verdict, Verdict):
+                checker.verdicts[candidate.label] = verdict
+        raw = outcome.raw if outcome.raw is not None else times  # what do_bench returned, as Triton keeps it
+        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), raw
+
+    def apply_output_rule(
+        self,
+        candidates: list[Candidate],
+        results: dict[str, ConfigResult],
+        timings: dict[Any, Any],
+        checker: OutputChecks,
+        record: Any,
+    ) -> None:
+        """Reject or flag configs by every checked config's outputs (the rule: :mod:`.outputs`)."""
+        checked = {label: v for label, v in checker.verdicts.items() if results[label].status == "ok"}
+        if not checked:
+            return
+        decision = decide(checked, {label: config_params(results[label].config) for label in checked})
+        for candidate in candidates:
+            label = candidate.label
+            previous = results[label]
+            if label in decision.rejected:
+                why = "; ".join(decision.rejected[label])
+                results[label] = replace(previous, status="wrong_output", reason=why)
+                timings[candidate.config] = list(_FAILED)
+            elif label in decision.flagged:
+                results[label] = replace(previous, reason="flagged: " + "; ".join(decision.flagged[label]))
+            else:
+                continue
+            record(results[label])
+        for argument, parameter in decision.scratch.items():
+            log.info(
+                "kiln: %s: %s differs between configs as %s does; treated as config-dependent scratch "
+                "(not checked)",
+                self.name,
+                argument,
+                parameter,
+            )
+
+    def adopt(self, key: tuple[Any, ...], candidates: list[Candidate], recorded: TuningRun) -> bool:
+        """Take a finished run's best config and timings (``False``: its best is not among ours)."""
+        by_label = {c.label: c for c in candidates}
+        best = by_label.get(recorded.best_label or "")
+        if best is None:
+            return False
+        self.tuner.cache[key] = best.config
+        timings: dict[Any, list[float]] = {}
+        for result in recorded.results:
+            candidate = by_label.get(result.label)
+            if candidate is None:
+                continue
+            if result.status == "ok" and result.runtime_ms is not None:
+                timings[candidate.config] = [
+                    result.runtime_ms,
+                    result.runtime_ms_p20 or result.runtime_ms,
+                    result.runtime_ms_p80 or result.runtime_ms,
+                ]
+            else:
+                timings[candidate.config] = list(_FAILED)
+        self.tuner.configs_timings = timings
+        return True
+
+    def identity(self, candidates: list[Candidate], key: tuple[Any, ...]) -> dict[str, str]:
+        """What a tuning run is recorded (and looked up) under in the database."""
+        device_name, capability = _device_identity(self.tuner._local_target())
+        spec = candidates[0].request.spec
+        configs = json.dumps([c.label for c in candidates])
+        kernel_key = hashlib.sha256(f"{spec.identity}|{configs}".encode()).hexdigest()
+        return {
+            "kernel": self.name,
+            "kernel_key": kernel_key,
+            "key_repr": json.dumps([repr(v) for v in key]),
+            "device_name": device_name,
+            "capability": capability,
+            "triton_version": triton_compat.triton_version(),
+        }
+
+
+def _device_identity(target: Any) -> tuple[str, str]:
+    """The current GPU's name and capability; without one (a bencher that needs none), the target."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            device = torch.cuda.current_device()
+            major, minor = torch.cuda.get_device_capability(device)
+            return torch.cuda.get_device_name(device), f"{major}.{minor}"
+    except ImportError:
+        pass
+    return f"no GPU ({target.backend} target)", str(target.arch)
+
+
+def _result(
+    candidate: Candidate,
+    status: str,
+    why: str | None,
+    compile_s: float | None,
+    times: list[float] | None = None,
+    max_diff: float | None = None,
+) -> ConfigResult:
+    return ConfigResult(
+        label=candidate.label,
+        config=config_json(candidate.config),
+        status=status,
+        reason=why,
+        compile_s=compile_s,
+        runtime_ms=times[0] if times else None,
+        runtime_ms_p20=times[1] if times else None,
+        runtime_ms_p80=times[2] if times else None,
+        max_abs_diff=max_diff,
+        artifact_key=candidate.request.key,
+    )

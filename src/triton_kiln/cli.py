@@ -1,0 +1,192 @@
+"""kiln's command line (``kiln --help``).
+
+Every kiln error (and every file-system error) a command meets ends as one ``Error: ...`` line
+on stderr and exit status 1, never a traceback (:class:`_KilnGroup`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from triton_kiln.errors import KilnError
+
+
+class _KilnGroup(click.Group):
+    """A click group that turns :class:`~kiln.errors.KilnError` and ``OSError`` into
+    ``Error: <message on one line>`` and exit status 1."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (KilnError, OSError) as exc:
+            text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+            raise click.ClickException(text or type(exc).__name__) from None
+
+
+@click.group(cls=_KilnGroup)
+@click.version_option(package_name="triton-kiln")
+def main() -> None:
+    """kiln: crash-proof, parallel compilation of Triton kernels."""
+
+
+@main.command()
+@click.option(
+    "--arch",
+    type=int,
+    default=90,
+    show_default=True,
+    help="CUDA compute capability to compile for (no GPU needed), e.g. 80 or 90.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Compile worker processes [default: KILN_WORKERS, else at most 8].",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=float,
+    default=None,
+    help="Seconds before a compile counts as hung [default: KILN_JOB_TIMEOUT_S, else 5].",
+)
+def demo(arch: int, workers: int | None, timeout_s: float | None) -> None:
+    """Compile real kernels through the pool; one aborts, one hangs. Exits 0 when all end as expected."""
+    from triton_kiln.demo.run import run_demo
+    from triton_kiln.triton_compat import GPUTarget
+
+    ok = run_demo(target=GPUTarget("cuda", arch, 32), workers=workers, timeout_s=timeout_s, echo=click.echo)
+    sys.exit(0 if ok else 1)
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_tuning_database(path: Path) -> None:
+    """Refuse a file that is not a kiln tuning database, read-only, before kiln opens it for
+    writing (which would turn an empty SQLite file into one, and add -wal/-shm files)."""
+    with open(path, "rb") as handle:
+        header = handle.read(len(_SQLITE_HEADER))
+    if header != _SQLITE_HEADER:
+        raise click.ClickException(
+            f"{path} is not a kiln tuning database (not an SQLite file); pass --db the path of one "
+            f"(default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)."
+        )
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error as exc:
+        row, reason = None, f" ({exc})"
+    else:
+        reason = ""
+    if row is None:
+        raise click.ClickException(
+            f"{path} is an SQLite file but not a readable kiln tuning database{reason}; pass --db the "
+            f"path of one (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)."
+        )
+
+
+@main.command()
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Tuning database (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3).",
+)
+@click.option("--kernel", default=None, help="Only runs of this kernel (by name).")
+@click.option("--limit", default=5, show_default=True, help="How many runs, newest first.")
+@click.option(
+    "--json",
+    "json_dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Also write each run as JSON into this directory.",
+)
+def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | None) -> None:
+    """Print the latest tuning runs from the tuning database as tables."""
+    from triton_kiln.tuning import TuningDatabase, default_database_path, format_table, write_json
+
+    path = Path(db_path) if db_path else default_database_path()
+    if not path.exists():
+        raise click.ClickException(f"no tuning database at {path}; tune a kernel with kiln.autotune first")
+    _check_tuning_database(path)
+    with TuningDatabase(path) as database:
+        runs = database.runs(kernel=kernel, limit=limit)
+    if not runs:
+        click.echo(f"no tuning runs{f' of {kernel!r}' if kernel else ''} in {path}")
+        return
+    for index, run in enumerate(runs):
+        click.echo(format_table(run) + "\n")
+        if json_dir:
+            target = Path(json_dir) / f"{run.kernel}-{index}.json"
+            write_json(run, target)
+            click.echo(f"written: {target}")
+
+
+@main.group()
+def bundle() -> None:
+    """Write and inspect bundles of tuned kernels (binaries + launch metadata + tuning records)."""
+
+
+@bundle.command("save")
+@click.argument("path", type=click.Path(dir_okay=True, file_okay=True))
+@click.option("--kernel", default=None, help="Only this kernel (by name).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="kiln cache holding the tuned variants (default: KILN_CACHE_DIR, else ~/.cache/kiln).",
+)
+def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
+    """Write every tuned variant recorded in the kiln cache to PATH (a directory, or .tar/.tar.gz/.tgz)."""
+    import warnings
+
+    from triton_kiln import settings
+    from triton_kiln.bundle import BundleError, collect_recorded, write_bundle
+
+    root = Path(cache_dir) if cache_dir else settings.current().cache_dir
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            kernels, binaries = collect_recorded(root, kernel)
+            written = write_bundle(Path(path), kernels, binaries)
+        except BundleError as exc:
+            raise click.ClickException(str(exc)) from None
+    for warning in caught:
+        click.echo(f"warning: {warning.message}", err=True)
+    for record in kernels:
+        click.echo(f"{record.name}: {len(record.entries)} variant(s)")
+    click.echo(f"written: {written}")
+
+
+@bundle.command("show")
+@click.argument("path", type=click.Path(exists=True))
+def bundle_show(path: str) -> None:
+    """List a bundle's kernels and variants (no GPU needed)."""
+    from triton_kiln.bundle import BundleReader
+
+    reader = BundleReader(path)  # a BundleError becomes one "Error:" line (_KilnGroup)
+    manifest = reader.manifest
+    click.echo(f"{path}: kiln {manifest.kiln_version}, Triton {manifest.triton_version}, {manifest.created}")
+    for record in manifest.kernels:
+        click.echo(f"{record.name} ({record.kernel_hash[:12]})")
+        for entry in record.entries:
+            kwargs = entry.config.get("kwargs", {})
+            click.echo(
+                f"  key {entry.key_values}  config {kwargs} warps={entry.config.get('num_warps')} "
+                f"stages={entry.config.get('num_stages')}  sm_{entry.metadata['target']['arch']}  "
+                f"{entry.source}"
+            )
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

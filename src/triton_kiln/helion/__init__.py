@@ -1,0 +1,69 @@
+"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool.
+
+One line turns it on::
+
+    import helion, kiln.helion
+
+    @helion.kernel(autotuner_fn=kiln.helion.autotuner_fn)   # this kernel
+    def softmax(x: torch.Tensor) -> torch.Tensor: ...
+
+    kiln.helion.install()                                    # or: every kernel of the process
+
+Helion still generates the code, searches, benchmarks and classifies failures; kiln replaces
+its precompile step (a fork per config) and compiles the reference config (the accuracy
+baseline) before Helion runs it in-process. A C++ ``abort()`` in Triton's compiler then
+fails one config, which Helion skips, instead of the autotuning process. Binaries land in
+the Triton cache directory Helion's benchmark reads, so nothing is compiled twice.
+
+Data flow and the Helion internals involved: :mod:`kiln.helion.adapter`. Which pool and
+target: :func:`configure`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from triton_kiln.helion.config import configure
+from triton_kiln.helion.errors import BaselineCompileError, UnsupportedHelionError
+
+SUPPORTED_HELION = ("1.5.0", "1.5.1")
+
+
+def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) -> Any:
+    """Helion's ``autotuner_fn`` setting: Helion's default autotuner, compiling through kiln."""
+    from triton_kiln.helion import adapter
+
+    return adapter.autotuner_fn(bound_kernel, args, **kwargs)
+
+
+def install() -> None:
+    """Every Helion autotune of this process compiles through kiln (and start kiln's pool now)."""
+    from triton_kiln.helion import adapter
+
+    adapter.install()
+
+
+def uninstall() -> None:
+    """Back to Helion's own precompile for autotunes started from now on."""
+    from triton_kiln.helion import adapter
+
+    adapter.uninstall()
+
+
+def installed() -> bool:
+    from triton_kiln.helion import adapter
+
+    return adapter.installed()
+
+
+__all__ = [
+    "SUPPORTED_HELION",
+    "BaselineCompileError",
+    "UnsupportedHelionError",
+    "autotuner_fn",
+    "configure",
+    "install",
+    "installed",
+    "uninstall",
+]

@@ -1,0 +1,382 @@
+"""The one module that touches Helion's private autotuner API (Helion 1.5.0 and 1.5.1).
+
+Importing it checks Helion's version and the private names used below, and raises
+:class:`~kiln.helion.errors.UnsupportedHelionError` on anything else. What it plugs in::
+
+    helion autotune (caller thread)                      kiln pool (zygote + workers)
+      BaseSearch._prepare -> KilnBenchmarkProvider(...)
+        _compute_reference_baseline:
+          reference config -> codegen -> extract launch ─ CompileRequest ─► worker compiles
+          crash/timeout: next smaller config (Helion's     ◄── artifact / typed failure ──
+          own back-off), or BaselineCompileError
+          -> Helion's own baseline run: Triton cache hit (kiln placed the binary there)
+      benchmark(configs):
+        codegen per config (Helion)
+        _create_precompile_future(config, fn):
+          host code with a capturing launcher -> (JITFunction, args)
+          -> launch_compile -> pool.submit ─────────────────────────► worker compiles
+          -> PrecompileFuture(process=KilnCompileProcess)
+        PrecompileFuture.wait_for_all (Helion's, unchanged): waits on each future's eventfd
+          exitcode -> _finish: artifact -> Triton's cache (TRITON_CACHE_DIR = Helion's
+                      per-autotune dir); Helion's result file with kiln's typed failure and
+                      Helion's classification (skip the config, or raise)
+        benchmark in the parent (Helion's): Triton cache hit, no compile
+
+Two ways in: :func:`autotuner_fn` (Helion's ``autotuner_fn`` setting, one kernel) sets the
+provider class on the searches Helion's default autotuner function builds; :func:`install`
+makes it the default provider class of every search of the process (``BaseSearch``'s
+``benchmark_provider_cls`` default), :func:`uninstall` restores Helion's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+from triton_kiln.errors import (
+    CompileTimeoutError,
+    JobFailure,
+    KilnError,
+    RemoteCompileError,
+    WorkerCrashedError,
+    WorkerMemoryError,
+    ZygoteDiedError,
+)
+from triton_kiln.helion import SUPPORTED_HELION
+from triton_kiln.helion import config as kiln_config
+from triton_kiln.helion.errors import BaselineCompileError, UnsupportedHelionError
+from triton_kiln.helion.process import KilnCompileProcess
+from triton_kiln.helion.requests import LaunchCompile, launch_compile, place_in_triton_cache
+
+
+def _helion_version() -> str:
+    try:
+        return importlib.metadata.version("helion")
+    except importlib.metadata.PackageNotFoundError:
+        raise UnsupportedHelionError("(not installed)", SUPPORTED_HELION) from None
+
+
+_VERSION = _helion_version()
+if _VERSION not in SUPPORTED_HELION:
+    raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION)
+
+try:
+    from helion.autotuner import benchmark_provider as _bp
+    from helion.autotuner import precompile_future as _pf
+    from helion.autotuner.base_search import BaseSearch
+    from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
+    from helion.autotuner.logger import (
+        classify_triton_exception,
+        match_unrecoverable_runtime_error,
+        maybe_dump_triton_failure,
+    )
+    from helion.runtime.settings import default_autotuner_fn
+    from helion.runtime.triton.launcher import compile_only_launch_args
+except ImportError as exc:  # a supported version that fails to import (e.g. its torch is too old)
+    raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION, f"importing it failed: {exc}") from exc
+
+PrecompileFuture = _pf.PrecompileFuture
+_ExtractedLaunchArgs = _pf._ExtractedLaunchArgs
+
+for _owner, _name in (
+    (_bp, "_clone_args"),
+    (_bp, "_searching_candidates"),
+    (_bp, "_MAX_REFERENCE_BASELINE_ATTEMPTS"),
+    (_pf, "_write_result_file"),
+    (LocalBenchmarkProvider, "_create_precompile_future"),
+    (LocalBenchmarkProvider, "_compute_reference_baseline"),
+    (LocalBenchmarkProvider, "_precompile_context"),
+    (LocalBenchmarkProvider, "_next_precompile_result_path"),
+):
+    if not hasattr(_owner, _name):
+        raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION, f"{_owner.__name__}.{_name} is missing")
+
+# Helion's own clock on a kiln-backed future only guards against a lost job: kiln enforces
+# ``autotune_compile_timeout`` per compile from the moment a worker takes it.
+_HELION_SIDE_TIMEOUT_S = 7 * 24 * 3600.0
+
+
+def classify(error: BaseException) -> str:
+    """Helion's verdict on a failed precompile: ``"raise"``, ``"warn"`` or ``"debug"``.
+
+    The job's own exception (a ``CompilationError``, ``PTXASError``, ``OutOfResources``...) goes
+    to Helion's ``classify_triton_exception``, exactly as in Helion's fork mode. kiln's failures
+    of one job (crash, timeout, memory limit, lost zygote) are config-specific: the config is
+    skipped. A broken pool (zygote cannot start, pool closed) fails every config: raise.
+    """
+    if isinstance(error, WorkerCrashedError | ZygoteDiedError):
+        return "warn"
+    if isinstance(error, CompileTimeoutError | WorkerMemoryError):
+        return "debug"
+    if isinstance(error, RemoteCompileError):
+        return str(classify_triton_exception(error))
+    if isinstance(error, KilnError):
+        return "raise"
+    return str(classify_triton_exception(error))
+
+
+def _result_message(error: BaseException | None, decorator: str) -> dict[str, object]:
+    """Helion's precompile result record (what its fork/spawn children write) for a kiln outcome."""
+    if error is None:
+        return {"status": "ok"}
+    stderr = "\n".join(error.stderr_tail) if isinstance(error, JobFailure) else ""
+    return {
+        "status": "error",
+        "traceback": "".join(traceback.format_exception(type(error), error, error.__traceback__)),
+        "decorator": decorator,
+        "exc_type": type(error).__name__,
+        "exc_module": type(error).__module__,
+        "exc_args": (str(error),),
+        "classification": classify(error),
+        "captured_output": stderr or None,
+    }
+
+
+def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchCompile:
+    """Run Helion's generated host code with a launcher that captures the Triton launch."""
+
+    def capture(
+        kernel: object, grid: tuple[int, ...], *launch_args: object, **launch_kwargs: object
+    ) -> NoReturn:
+        raise _ExtractedLaunchArgs(kernel, grid, launch_args, launch_kwargs)
+
+    try:
+        fn(*args, _launcher=capture)
+    except _ExtractedLaunchArgs as captured:
+        call_args, call_kwargs = compile_only_launch_args(*captured.args, **captured.kwargs)
+        target = kiln_config.current().target
+        if target is None:
+            from triton_kiln.triton_compat import local_target
+
+            target = local_target()
+            if target is None:
+                raise KilnError(
+                    "triton_kiln.helion: no GPU found to compile Helion's configs for; call "
+                    "triton_kiln.helion.configure(target=GPUTarget('cuda', 90, 32)) to compile for one."
+                ) from None
+        return launch_compile(captured.kernel, call_args, call_kwargs, target)
+    raise RuntimeError("Helion's generated code returned without launching a Triton kernel")
+
+
+class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # Helion is untyped
+    """Helion's local benchmark provider with every Triton compile sent to kiln's pool first."""
+
+    def _create_precompile_future(self, config: Any, fn: Any) -> Any:
+        ctx = self._precompile_context()
+        if not self.settings.autotune_precompile:
+            return PrecompileFuture.skip(ctx, config, True)
+        args = self.args
+        if len(self.mutated_arg_indices) > 0:
+            args = _bp._clone_args(
+                self.args, self.kernel.env.process_group_name, idx_to_clone=self.mutated_arg_indices
+            )
+        decorator = self.kernel.format_kernel_decorator(config, self.settings)
+        try:
+            launch = extract_launch(fn, args)
+        except Exception as error:  # what Helion's fork mode does with a failed extraction
+            error.__traceback__ = None
+            if match_unrecoverable_runtime_error(error):
+                raise
+            maybe_dump_triton_failure(self.kernel, config, error)
+            self.log.warning(f"Helion autotuner precompile error for {decorator}: {error}")
+            if classify_triton_exception(error) == "raise" and not self.settings.autotune_ignore_errors:
+                raise
+            return PrecompileFuture.skip(ctx, config, False)
+        future = kiln_config.pool().submit(
+            launch.request, timeout_s=float(self.settings.autotune_compile_timeout)
+        )
+        holder: list[Any] = []
+        process = KilnCompileProcess(
+            future, lambda done: self._finish(done, launch, decorator, holder[0]), launch.request.label()
+        )
+        precompile = PrecompileFuture(
+            ctx=ctx,
+            config=config,
+            process=process,
+            timeout=_HELION_SIDE_TIMEOUT_S,
+            result_path=self._next_precompile_result_path(),
+        )
+        holder.append(precompile)
+        return precompile
+
+    def _finish(self, future: Future[Any], launch: LaunchCompile, decorator: str, precompile: Any) -> int:
+        """The exit code Helion reads for this config; writes its result file first."""
+        error: BaseException | None
+        error = future.exception() if not future.cancelled() else KilnError("the compile was cancelled")
+        if error is None:
+            try:
+                place_in_triton_cache(launch, future.result())
+            except OSError as exc:
+                error = exc
+        if isinstance(error, JobFailure) and not self.settings.autotune_ignore_errors:
+            self.log.warning(f"kiln: {error}")
+        if isinstance(error, CompileTimeoutError):
+            precompile.failure_reason = "timeout"
+        _pf._write_result_file(precompile.result_path, _result_message(error, decorator))
+        if error is None:
+            return 0
+        if isinstance(error, JobFailure) and error.returncode is not None and error.returncode != 0:
+            return error.returncode
+        return 1
+
+    def _compute_reference_baseline(self) -> tuple[object, Sequence[object]]:
+        """Compile the reference config in kiln first, then let Helion run it (a cache hit).
+
+        A compile failure in kiln backs off to smaller block sizes as Helion's own baseline
+        does for config-specific failures; when none compiles, :class:`BaselineCompileError`.
+        """
+        reference = self.config_spec.autotune_reference_config()
+        chosen = self._precompile_reference(reference)
+        if chosen is reference:
+            return super()._compute_reference_baseline()  # type: ignore[no-any-return]
+        spec = self.config_spec
+        spec.autotune_reference_config = lambda: chosen
+        try:
+            return super()._compute_reference_baseline()  # type: ignore[no-any-return]
+        finally:
+            del spec.autotune_reference_config
+
+    def _precompile_reference(self, config: Any) -> Any:
+        tried: list[str] = []
+        error: BaseException | None = None
+        for _attempt in range(_bp._MAX_REFERENCE_BASELINE_ATTEMPTS):
+            try:
+                with _bp._searching_candidates():
+                    fn = self.kernel.compile_config(config, allow_print=False)
+                launch = extract_launch(fn, _bp._clone_args(self.args, self.kernel.env.process_group_name))
+            except Exception:
+                return config  # codegen failed: Helion's own baseline reports it as it always does
+            future = kiln_config.pool().submit(
+                launch.request, timeout_s=float(self.settings.autotune_compile_timeout)
+            )
+            error = future.exception()
+            if error is None:
+                place_in_triton_cache(launch, future.result())
+                return config
+            tried.append(self.kernel.format_kernel_decorator(config, self.settings))
+            if classify(error) == "raise":
+                if isinstance(error, KilnError):
+                    raise BaselineCompileError(self.kernel.kernel.name, tuple(tried), str(error)) from error
+                return config  # a Python compile error: Helion's baseline raises it as it always does
+            self.log.warning(f"kiln: the autotuning reference config failed to compile: {error}")
+            smaller = self.config_spec.shrink_block_sizes_once(config)
+            if smaller is None:
+                break
+            config = smaller
+        raise BaselineCompileError(self.kernel.kernel.name, tuple(tried), str(error))
+
+
+def use_kiln(search: Any) -> Any:
+    """Make ``search`` (a Helion autotuner, possibly inside its cache wrapper) compile through kiln."""
+    inner = getattr(search, "autotuner", None)
+    if inner is not None:
+        use_kiln(inner)
+        factory = getattr(search, "_autotuner_factory", None)
+        if factory is not None:
+            search._autotuner_factory = lambda: use_kiln(factory())
+    if isinstance(search, BaseSearch):
+        if search._benchmark_provider_cls is not LocalBenchmarkProvider and not issubclass(
+            search._benchmark_provider_cls, KilnBenchmarkProvider
+        ):
+            raise KilnError(
+                f"triton_kiln.helion: this search uses its own benchmark provider "
+                f"({search._benchmark_provider_cls.__name__}); kiln replaces only Helion's local one."
+            )
+        search._benchmark_provider_cls = KilnBenchmarkProvider
+    return search
+
+
+def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) -> Any:
+    """Helion's default autotuner (search, effort, cache), with every compile through kiln."""
+    kiln_config.pool()  # start the pool now, while Helion generates code
+    return use_kiln(default_autotuner_fn(bound_kernel, args, **kwargs))
+
+
+_ORIGINAL_DEFAULTS = BaseSearch.__init__.__defaults__
+
+
+def install() -> None:
+    """Every Helion search of this process compiles through kiln (until :func:`uninstall`)."""
+    BaseSearch.__init__.__defaults__ = (KilnBenchmarkProvider,)
+    kiln_config.pool()
+
+
+def uninstall() -> None:
+    BaseSearch.__init__.__defaults__ = _ORIGINAL_DEFAULTS
+
+
+def installed() -> bool:
+    return bool(BaseSearch.__init__.__defaults__ == (KilnBenchmarkProvider,))
+
+
+def prepare_search(bound_kernel: Any, args: Sequence[object]) -> Any:
+    """Helion's default search for ``bound_kernel``, compiling through kiln, prepared (its provider
+    built, the reference baseline computed) but not run: for :func:`precompile_phase`."""
+    from helion.autotuner import LFBOTreeSearch
+
+    search = use_kiln(LFBOTreeSearch(bound_kernel, args))
+    search._prepare()
+    search.benchmark_provider.setup()
+    return search
+
+
+def precompile_phase(search: Any, configs: Sequence[Any]) -> list[str]:
+    """Helion's precompile phase for ``configs`` (what ``benchmark()`` runs before timing them):
+    Helion's codegen, kiln's compile, Helion's ``PrecompileFuture.wait_for_all`` and its
+    classification. Returns Helion's status per config (``"ok"``, ``"error"``, ``"timeout"``);
+    nothing runs on a GPU, so it also warms kiln's cache for a later autotune."""
+    provider = search.benchmark_provider
+    fns = [search.kernel.compile_config(config, allow_print=False) for config in configs]
+    futures = [provider._create_precompile_future(c, fn) for c, fn in zip(configs, fns, strict=True)]
+    oks = PrecompileFuture.wait_for_all(futures)
+    return ["ok" if ok else str(f.failure_reason) for f, ok in zip(futures, oks, strict=True)]
+
+
+@dataclass
+class PrecompilePhase:
+    """One precompile phase of a Helion autotune (one ``wait_for_all``), whichever mode ran it."""
+
+    configs: int
+    ok: int
+    failed: int
+    timeouts: int
+    seconds: float
+
+
+@contextlib.contextmanager
+def probe_precompile(
+    on_start: Callable[[int], None] | None = None,
+) -> Iterator[list[PrecompilePhase]]:
+    """Record every precompile phase Helion runs in this block (fork, spawn or kiln): for
+    benchmarks and diagnostics. ``on_start(n)`` is called as a phase of ``n`` configs begins."""
+    phases: list[PrecompilePhase] = []
+    original = PrecompileFuture.__dict__["wait_for_all"]
+
+    def wait_for_all(futures: list[Any], desc: str | None = None) -> list[bool]:
+        if on_start is not None:
+            on_start(len(futures))
+        started = time.perf_counter()
+        oks: list[bool] = original.__func__(futures, desc)
+        reasons = [f.failure_reason for f in futures]
+        phases.append(
+            PrecompilePhase(
+                configs=len(futures),
+                ok=sum(oks),
+                failed=sum(not ok for ok in oks),
+                timeouts=sum(r == "timeout" for r in reasons),
+                seconds=time.perf_counter() - started,
+            )
+        )
+        return oks
+
+    PrecompileFuture.wait_for_all = staticmethod(wait_for_all)
+    try:
+        yield phases
+    finally:
+        PrecompileFuture.wait_for_all = original

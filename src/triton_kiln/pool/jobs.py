@@ -1,0 +1,138 @@
+"""A pool's jobs, and the table its caller threads and its manager thread share.
+
+* :class:`Job`: one compile in flight (its request, future, deadline budget, priority).
+* :class:`JobQueue`: jobs waiting for a worker, highest priority first.
+* :class:`JobTable`: everything both sides of the pool touch, under one lock: the jobs in
+  flight (so identical requests share one future), the memory cache of finished artifacts
+  (:class:`~kiln.pool.memory_cache.MemoryCache`, bounded in bytes),
+  the counters (:class:`PoolStats`), whether the pool is closing or broken, and the two
+  events callers wait on. A job ends here, once: :meth:`JobTable.complete` (stored on disk,
+  remembered, future resolved) or :meth:`JobTable.fail`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.artifacts.store import ArtifactStore
+from triton_kiln.compile.request import CompileRequest
+from triton_kiln.errors import KilnError, PoolClosedError
+from triton_kiln.pool.memory_cache import MemoryCache
+
+log = logging.getLogger("kiln.pool")
+
+
+@dataclass
+class PoolStats:
+    """Counters a pool keeps (read them from :attr:`CompilePool.stats`)."""
+
+    submitted: int = 0
+    deduplicated: int = 0
+    memory_hits: int = 0
+    disk_hits: int = 0
+    dispatched: int = 0
+    compiled: int = 0
+    failed: int = 0
+    worker_deaths: int = 0
+    workers_forked: int = 0
+    zygote_starts: int = 0
+    requeued: int = 0
+    zygote_ready_s: list[float] = field(default_factory=list)
+    replacement_s: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Job:
+    id: int
+    request: CompileRequest
+    future: Future[CompiledArtifact]
+    payload: bytes
+    timeout_s: float
+    priority: float = 0.0
+    attempts: int = 0
+    started: float = 0.0
+
+
+class JobQueue:
+    """Pending jobs, highest priority first, FIFO among equals; retried jobs jump the queue."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Job]] = []
+        self._seq = itertools.count()
+
+    def push(self, job: Job, *, front: bool = False) -> None:
+        rank = -math.inf if front else -job.priority
+        heapq.heappush(self._heap, (rank, next(self._seq), job))
+
+    def pop(self) -> Job:
+        return heapq.heappop(self._heap)[2]
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def __iter__(self) -> Iterator[Job]:
+        return iter([entry[2] for entry in sorted(self._heap)])
+
+    def clear(self) -> None:
+        self._heap.clear()
+
+
+class JobTable:
+    """The state a pool's caller threads and manager thread share (see the module docstring)."""
+
+    def __init__(self, store: ArtifactStore | None, memory: MemoryCache) -> None:
+        self.store = store
+        self.lock = threading.Lock()
+        self.inflight: dict[str, Job] = {}
+        self.memory = memory
+        self.stats = PoolStats()
+        self.closing = False  # set by shutdown(): no new jobs
+        self.broken: KilnError | None = None  # set by the manager: why every job now fails
+        self.ready = threading.Event()  # zygote up and every worker started (or the pool ended)
+        self.closed = threading.Event()  # the manager thread has torn everything down
+
+    def check_open(self) -> None:
+        if self.closing:
+            raise PoolClosedError("this CompilePool was shut down; create a new one to compile more")
+        if self.broken is not None:
+            raise self.broken
+
+    def remember(self, artifact: CompiledArtifact) -> None:
+        """Keep ``artifact`` in the memory cache (call with :attr:`lock` held)."""
+        self.memory.put(artifact)
+
+    def forget(self, job: Job) -> None:
+        """Drop ``job`` from the jobs in flight (it was cancelled before it ran)."""
+        with self.lock:
+            self.inflight.pop(job.request.key, None)
+
+    def complete(self, job: Job, artifact: CompiledArtifact) -> None:
+        if self.store is not None:
+            try:
+                self.store.put(artifact)
+            except OSError as exc:
+                log.warning("kiln could not store artifact %s: %s", artifact.key[:12], exc)
+        with self.lock:
+            self.inflight.pop(job.request.key, None)
+            self.remember(artifact)
+            self.stats.compiled += 1
+        if not job.future.done():
+            job.future.set_result(artifact)
+
+    def fail(self, job: Job, exc: BaseException) -> None:
+        with self.lock:
+            if self.inflight.get(job.request.key) is job:
+                del self.inflight[job.request.key]
+            self.stats.failed += 1
+        future = job.future
+        if future.done() or (not future.running() and not future.set_running_or_notify_cancel()):
+            return  # finished or cancelled already
+        future.set_exception(exc)

@@ -1,0 +1,282 @@
+"""The manager thread: the one loop that owns a pool's processes, sockets and pending jobs.
+
+::
+
+    caller threads                   manager thread (this module)                 processes
+    --------------                   ----------------------------                 ---------
+    send(Submit | PreloadModules |   command queue + wake-up pipe
+         Shutdown) -------------->   pending jobs -> Workers.dispatch -- RunJob --> worker k
+    Future <------------------------ JobTable.complete / fail <- JobDone/Failed -- (own socket)
+                                     stderr tail <------------------- pipe ------ worker k
+                                     Supervisor / Workers: Fork, Kill, Preload --> zygote
+                                     Ready, Preloaded, Forked, Exited <----------- (reaps workers)
+
+Each turn of the loop: drain commands; wait on every fd (wake-up pipe, the zygote's socket and
+output, each worker's socket and stderr) until the nearest deadline; then check the zygote
+(:class:`~kiln.pool.supervisor.Supervisor`), the workers' limits, finish the workers that died,
+fork replacements and dispatch (:class:`~kiln.pool.workers.Workers`).
+
+Only this thread reads the fds above or registers them; caller threads put commands on the
+queue and write one byte to the wake-up pipe (and close it for a pool that never started).
+A bug in this loop fails every job with a :class:`~kiln.errors.KilnError`; it never hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import selectors
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triton_kiln.errors import KilnError, ZygoteError
+from triton_kiln.pool.handles import ZygoteHandle
+from triton_kiln.pool.jobs import Job, JobQueue, JobTable
+from triton_kiln.pool.protocol import Exited, Forked, ForkFailed, Preloaded, Ready, unpack
+from triton_kiln.pool.supervisor import Supervisor
+from triton_kiln.pool.workers import Workers
+from triton_kiln.settings import Settings
+from triton_kiln.triton_compat import GPUTarget
+
+log = logging.getLogger("kiln.pool")
+
+
+@dataclass(frozen=True)
+class Submit:
+    """Queue this job."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class PreloadModules:
+    """Have the zygote import these modules (and every later zygote too)."""
+
+    modules: list[str]
+
+
+@dataclass(frozen=True)
+class Shutdown:
+    """Stop once queued jobs are done (or cancel them first)."""
+
+    cancel_futures: bool
+
+
+Command = Submit | PreloadModules | Shutdown
+
+
+class Manager:
+    """A pool's manager thread and all of its state (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        pool_id: str,
+        table: JobTable,
+        *,
+        preload: list[str],
+        warmup_target: GPUTarget | None,
+        triton_key_dir: Path | None,
+    ) -> None:
+        self.settings = settings
+        self.table = table
+        self.commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+        # Closes the pipe and the selector once: at teardown, at shutdown of a never-started
+        # pool, or when a never-started pool is garbage-collected.
+        self.close_fds = weakref.finalize(self, _close, self.selector, self.wake_r, self.wake_w)
+        self.close_fds.atexit = False  # at exit the manager thread may still be reading them
+        self.pending = JobQueue()
+        self.supervisor = Supervisor(
+            settings,
+            pool_id,
+            table,
+            self.selector,
+            self,
+            preload=preload,
+            warmup_target=warmup_target,
+            triton_key_dir=triton_key_dir,
+        )
+        self.workers = Workers(settings, table, self.selector, self.supervisor, self.pending)
+        self.thread: threading.Thread | None = None
+        self._cancel = False
+
+    # ---------------------------------------------------------------- caller threads
+
+    def start(self) -> None:
+        """Start the thread (the caller holds the pool's lock)."""
+        if self.thread is None:
+            self.thread = threading.Thread(target=self.run, name="kiln-pool-manager", daemon=True)
+            self.thread.start()
+
+    def close_if_never_started(self) -> None:
+        """Close the pipe and the selector of a pool dropped before it started."""
+        if self.thread is None:
+            self.close_fds()
+
+    def send(self, command: Command) -> None:
+        self.commands.put(command)
+        with contextlib.suppress(BlockingIOError, OSError):
+            os.write(self.wake_w, b"x")
+
+    # ---------------------------------------------------------------- the loop
+
+    def run(self) -> None:
+        workers = self.workers
+        try:
+            self.supervisor.spawn()
+            while True:
+                self._drain_commands()
+                # Cancelling (Ctrl-C in a ``with`` block, shutdown(cancel_futures=True)) does not
+                # wait for running jobs: teardown fails them and the zygote kills their groups.
+                if self.table.closing and (self._cancel or (not self.pending and not workers.busy())):
+                    break
+                for key, _ in self.selector.select(self._next_timeout()):
+                    self._on_readable(*key.data)
+                now = time.monotonic()
+                self.supervisor.check(now)
+                workers.check_limits(now)
+                workers.finalize_dead(now)
+                workers.maintain()
+                # Commands that arrived while we waited (their wake-up byte was consumed by this
+                # select) must be seen now, not after the next select's timeout.
+                self._drain_commands()
+                workers.dispatch()
+        except BaseException as exc:  # a bug in kiln: fail every job loudly, never hang
+            log.exception("kiln pool manager crashed")
+            self.table.broken = KilnError(f"kiln's pool manager thread crashed: {type(exc).__name__}: {exc}")
+            self.fail_everything(self.table.broken)
+        finally:
+            self._teardown()
+
+    def _drain_commands(self) -> None:
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                return
+            if isinstance(command, Submit):
+                if self.table.broken is not None:
+                    self.table.fail(command.job, self.table.broken)
+                else:
+                    self.pending.push(command.job)
+            elif isinstance(command, PreloadModules):
+                self.supervisor.preload.extend(command.modules)
+                self.supervisor.request_preload(command.modules)
+            elif isinstance(command, Shutdown):
+                self._cancel = self._cancel or command.cancel_futures
+                if self._cancel:
+                    while self.pending:
+                        job = self.pending.pop()
+                        self.table.forget(job)
+                        job.future.cancel()
+
+    def _next_timeout(self) -> float:
+        if not self.commands.empty():
+            return 0.0
+        timeout = self.workers.next_timeout(1.0, time.monotonic())
+        zygote = self.supervisor.zygote
+        if zygote is not None and not zygote.ready:
+            timeout = min(timeout, 0.1)
+        return timeout
+
+    def _on_readable(self, kind: str, ref: Any) -> None:
+        if kind == "wake":
+            with contextlib.suppress(OSError):
+                os.read(self.wake_r, 65536)
+        elif kind == "zctl":
+            self._read_zygote(ref)
+        elif kind == "zout":
+            if not ref.read_output():
+                self.supervisor.unregister(ref.out_fd)
+        elif kind == "chan":
+            self.workers.read(ref)
+        elif kind == "err":
+            self.workers.read_err(ref)
+
+    def _read_zygote(self, zygote: ZygoteHandle) -> None:
+        while True:
+            try:
+                data = zygote.ctl.recv(1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.supervisor.unregister(zygote.ctl)
+                zygote.read_output()
+                if zygote is self.supervisor.zygote:
+                    self.supervisor.on_death(zygote, planned=False)
+                return
+            self._on_zygote_message(zygote, unpack(data))
+
+    def _on_zygote_message(self, zygote: ZygoteHandle, message: Any) -> None:
+        if isinstance(message, Ready):
+            self.supervisor.on_ready(zygote, message.info)
+        elif isinstance(message, Preloaded):
+            self.supervisor.on_preloaded(zygote, message.results)
+        elif isinstance(message, Forked):
+            self.workers.on_forked(message)
+        elif isinstance(message, ForkFailed):
+            self.workers.on_fork_failed(message)
+            log.warning("kiln zygote could not fork a worker (%s); restarting the zygote", message.reason)
+            self.supervisor.on_death(zygote, planned=True)
+        elif isinstance(message, Exited):
+            self.workers.on_exited(message)
+
+    # ---------------------------------------------------------------- ZygoteHost
+
+    def zygote_lost(self, *, planned: bool, returncode: int | None = None) -> None:
+        self.workers.lose_all(planned=planned, returncode=returncode)
+
+    def give_up(self, error: ZygoteError) -> None:
+        self.table.broken = error
+        self.fail_everything(error)
+        self.table.ready.set()  # wake wait_ready(), which raises the error
+
+    # ---------------------------------------------------------------- endings
+
+    def fail_everything(self, exc: KilnError) -> None:
+        jobs = list(self.pending)
+        self.pending.clear()
+        jobs += self.workers.running_jobs()
+        with self.table.lock:
+            jobs += [j for j in self.table.inflight.values() if j not in jobs]
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                break
+            if isinstance(command, Submit):
+                jobs.append(command.job)
+        for job in jobs:
+            self.table.fail(job, exc)
+
+    def _teardown(self) -> None:
+        self.workers.drop_all()
+        self.supervisor.shutdown()
+        for job in list(self.pending):
+            if not job.future.done():
+                job.future.cancel()
+        self.pending.clear()
+        self.close_fds()
+        self.table.ready.set()  # nobody waits for a pool that has ended
+        self.table.closed.set()
+
+
+def _close(selector: selectors.BaseSelector, *fds: int) -> None:
+    with contextlib.suppress(Exception):
+        selector.close()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)

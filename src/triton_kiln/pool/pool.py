@@ -1,0 +1,329 @@
+"""The compile pool's caller API: :class:`CompilePool` and the process-wide :func:`get_pool`.
+
+Data flow (the modules of :mod:`kiln.pool`, and who runs what)::
+
+    caller threads (pool.py)       manager thread (manager.py)                  processes
+    ------------------------       ---------------------------                  ---------
+    submit(request) --+
+      key, memory cache,|  Submit command + wake-up byte
+      disk cache, dedup +------->  pending jobs --> idle worker ---- RunJob --->  worker k
+    Future <----------------------- JobTable.complete / fail <---- JobDone/Failed  (workers.py,
+                                    stderr tail <-------------------- pipe -----  worker.py;
+                                                                                  one socket each)
+                                    Supervisor (supervisor.py): Fork / Kill /
+                                    Preload ------------------- SEQPACKET ---->  zygote (zygote.py)
+                                    Forked / Exited(pid, status) <-------------  (reaps workers)
+
+* A job runs on exactly one worker, over that worker's own socket, so a dead worker maps to
+  exactly one job: that job fails with a :class:`~kiln.errors.WorkerCrashedError` naming the
+  signal, exit code, seconds and the worker's last stderr lines (failures.py); the worker is
+  replaced by a fresh fork and queued jobs go on.
+* Timeouts and the memory limit are enforced by the manager: it asks the zygote to kill the
+  worker's process group and fails the job with :class:`~kiln.errors.CompileTimeoutError` or
+  :class:`~kiln.errors.WorkerMemoryError` when the zygote reports the death.
+* If the zygote dies, its workers die with it; their jobs are retried once on a new zygote.
+  If it cannot start, pending jobs fail with :class:`~kiln.errors.ZygoteError` saying why.
+* Identical requests in flight share one future; finished artifacts are kept in memory and
+  (by default) on disk, so a repeated request never reaches a worker. Lookups go memory ->
+  in flight -> disk -> worker (jobs.py holds what both threads share). The memory cache holds
+  at most ``KILN_MEMORY_CACHE_MB`` and keeps what a launch needs (memory_cache.py): a compile
+  or disk hit returns the whole artifact, a later memory hit returns it without its text IRs
+  unless ``KILN_KEEP_IR=1``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import threading
+import uuid
+import weakref
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, as_completed
+from pathlib import Path
+from typing import Any
+
+from triton_kiln import settings as settings_mod
+from triton_kiln.artifacts import triton_files
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.artifacts.store import ArtifactStore
+from triton_kiln.compile.request import CompileRequest, guess_compile_cost
+from triton_kiln.errors import PoolClosedError
+from triton_kiln.pool.jobs import Job, JobTable, PoolStats
+from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
+from triton_kiln.pool.memory_cache import MemoryCache
+from triton_kiln.settings import Settings
+from triton_kiln.triton_compat import GPUTarget
+
+__all__ = ["CompilePool", "PoolStats", "get_pool"]
+
+
+class CompilePool:
+    """A long-lived pool of crash-isolated compile workers forked from a warm zygote.
+
+    The pool starts in the background as soon as it is created (pass ``start=False`` to
+    delay), so creating it early takes its start-up off the critical path. Use it as a
+    context manager, or call :meth:`shutdown`.
+
+    Args:
+        workers, job_timeout_s, memory_limit_mb, cache_dir, use_disk_cache: override the
+            matching fields of :class:`~kiln.settings.Settings` (default: ``KILN_*`` variables).
+        preload: modules the zygote imports up front, so every worker inherits them
+            (modules of submitted kernels are added automatically).
+        warmup_target: the target of the zygote's warm-up compile.
+        settings: the settings to start from (default: those in force, see
+            :func:`kiln.settings.current`). They are resolved here, once, and passed down.
+    """
+
+    def __init__(
+        self,
+        *,
+        workers: int | None = None,
+        job_timeout_s: float | None = None,
+        memory_limit_mb: int | None = None,
+        cache_dir: str | Path | None = None,
+        use_disk_cache: bool | None = None,
+        preload: Iterable[str] = (),
+        warmup_target: GPUTarget | None = GPUTarget("cuda", 90, 32),  # noqa: B008 - immutable
+        settings: Settings | None = None,
+        start: bool = True,
+    ) -> None:
+        base = settings or settings_mod.current()
+        overrides = {
+            "workers": workers,
+            "job_timeout_s": job_timeout_s,
+            "memory_limit_mb": memory_limit_mb,
+            "cache_dir": Path(cache_dir) if cache_dir is not None else None,
+            "use_disk_cache": use_disk_cache,
+        }
+        self.settings = base.replace(**{k: v for k, v in overrides.items() if v is not None})
+        if self.settings.workers < 1:
+            raise ValueError(f"workers must be at least 1, got {self.settings.workers}")
+        self.store = ArtifactStore(self.settings.cache_dir) if self.settings.use_disk_cache else None
+        self.pool_id = uuid.uuid4().hex
+        memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
+        self._table = JobTable(self.store, memory)
+        self.stats: PoolStats = self._table.stats
+        self._job_ids = itertools.count(1)
+        self._manager = Manager(
+            self.settings,
+            self.pool_id,
+            self._table,
+            preload=list(preload),
+            warmup_target=warmup_target,
+            # Triton's key depends on Triton only, so every pool shares one key file: the one
+            # in the base settings' cache directory, whatever this pool's own cache_dir.
+            triton_key_dir=base.cache_dir,
+        )
+        # A started manager is kept alive by its thread; one never started goes with the pool.
+        weakref.finalize(self, self._manager.close_if_never_started).atexit = False
+        if start:
+            self.start()
+
+    # ---------------------------------------------------------------- public API
+
+    def start(self) -> CompilePool:
+        """Start the manager thread and the zygote in the background (idempotent)."""
+        with self._table.lock:
+            if self._manager.thread is None:
+                if self._table.closing:
+                    raise PoolClosedError("this pool was shut down; create a new CompilePool")
+                self._manager.start()
+        return self
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Block until the zygote is up and every worker has started; ``False`` on timeout."""
+        self.start()
+        ready = self._table.ready.wait(timeout)
+        if self._table.broken is not None:
+            raise self._table.broken
+        if ready and self._table.closed.is_set():
+            raise PoolClosedError("the pool was shut down; create a new CompilePool")
+        return ready
+
+    def submit(
+        self,
+        request: CompileRequest,
+        *,
+        timeout_s: float | None = None,
+        priority: float | None = None,
+    ) -> Future[CompiledArtifact]:
+        """Compile ``request`` in a worker; returns a future of its :class:`CompiledArtifact`.
+
+        Identical requests in flight share one future; a request compiled before (in this
+        pool, or by any pool using the same cache directory) returns at once from the cache.
+        Queued jobs start highest ``priority`` first (default: :func:`guess_compile_cost`, so a
+        batch runs its longest compiles first).
+        """
+        if not isinstance(request, CompileRequest):
+            raise TypeError(f"submit() takes a CompileRequest, got {type(request).__name__}")
+        key = request.key
+        table = self._table
+        with table.lock:
+            table.check_open()
+            table.stats.submitted += 1
+            hit = table.memory.get(key)
+            if hit is not None:
+                table.stats.memory_hits += 1
+                return _done(hit)
+            job = table.inflight.get(key)
+            if job is not None:
+                table.stats.deduplicated += 1
+                return job.future
+        stored = self.store.get(key) if self.store is not None else None
+        with table.lock:
+            table.check_open()
+            if stored is not None:
+                table.stats.disk_hits += 1
+                table.remember(stored)
+                return _done(stored)
+            job = table.inflight.get(key)
+            if job is not None:
+                table.stats.deduplicated += 1
+                return job.future
+            request.spec.check_shippable()
+            future: Future[CompiledArtifact] = Future()
+            job = Job(
+                id=next(self._job_ids),
+                request=request,
+                future=future,
+                payload=pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL),
+                timeout_s=timeout_s if timeout_s is not None else self.settings.job_timeout_s,
+                priority=guess_compile_cost(request) if priority is None else priority,
+            )
+            table.inflight[key] = job
+        self.start()
+        self._manager.send(Submit(job))
+        return future
+
+    def compile(self, request: CompileRequest, *, timeout_s: float | None = None) -> CompiledArtifact:
+        """Compile one request and wait for it (raises what the job raised)."""
+        return self.submit(request, timeout_s=timeout_s).result()
+
+    def compile_many(
+        self,
+        requests: Iterable[CompileRequest],
+        *,
+        return_exceptions: bool = True,
+        progress: bool | None = None,
+        description: str = "compiling",
+    ) -> list[CompiledArtifact | BaseException]:
+        """Compile a batch in parallel, in input order, with a progress bar on a terminal.
+
+        With ``return_exceptions`` (the default) a failed job's exception takes its place in
+        the list; otherwise the first failure is raised once every job has finished.
+        """
+        from triton_kiln.progress import progress_bar
+
+        reqs = list(requests)
+        futures = [self.submit(r) for r in reqs]
+        positions: dict[Future[CompiledArtifact], list[int]] = {}
+        for i, future in enumerate(futures):
+            positions.setdefault(future, []).append(i)
+        results: list[CompiledArtifact | BaseException | None] = [None] * len(futures)
+        show = self.settings.progress if progress is None else progress
+        with progress_bar(total=len(futures), description=description, enabled=show) as bar:
+            for done in as_completed(positions):
+                exc = done.exception()
+                for i in positions[done]:
+                    results[i] = exc if exc is not None else done.result()
+                    bar.advance(failed=exc is not None)
+        if not return_exceptions:
+            for item in results:
+                if isinstance(item, BaseException):
+                    raise item
+        return [r for r in results if r is not None]
+
+    def as_completed(
+        self, requests: Iterable[CompileRequest]
+    ) -> Iterator[tuple[CompileRequest, Future[CompiledArtifact]]]:
+        """Submit ``requests`` and yield ``(request, future)`` pairs as each finishes."""
+        by_future: dict[Future[CompiledArtifact], list[CompileRequest]] = {}
+        for request in requests:
+            by_future.setdefault(self.submit(request), []).append(request)
+        for future in as_completed(by_future):
+            for request in by_future[future]:
+                yield request, future
+
+    def load_kernel(self, request: CompileRequest, artifact: CompiledArtifact | None = None) -> Any:
+        """Triton's launchable ``CompiledKernel`` for ``request``, compiled (or cached) by this pool.
+
+        The parent never calls ``triton.compile``: the binary comes from a worker or the cache
+        (see :func:`kiln.artifacts.triton_files.load_kernel`).
+        """
+        artifact = artifact or self.compile(request)
+        return triton_files.load_kernel(self.store, request, artifact)
+
+    def triton_files(self, artifact: CompiledArtifact) -> dict[str, str]:
+        """The artifact laid out as Triton's cache does (``{"<name>.json": path, ...}``)."""
+        return triton_files.triton_files(self.store, artifact)
+
+    def preload(self, modules: Iterable[str]) -> None:
+        """Have the zygote import ``modules`` so later workers inherit them."""
+        self.start()
+        self._manager.send(PreloadModules(list(modules)))
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop accepting jobs; finish (or with ``cancel_futures``, cancel) queued ones; end all processes."""
+        with self._table.lock:
+            self._table.closing = True
+            thread = self._manager.thread
+        self._manager.send(Shutdown(cancel_futures))
+        if thread is None:
+            self._manager.close_fds()
+            self._table.closed.set()
+        elif wait and thread is not threading.current_thread():
+            thread.join()
+
+    def __enter__(self) -> CompilePool:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown(wait=True, cancel_futures=exc[0] is not None)
+
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`shutdown` was called."""
+        return self._table.closing
+
+    @property
+    def zygote_pid(self) -> int | None:
+        zygote = self._manager.supervisor.zygote
+        return zygote.proc.pid if zygote is not None and not zygote.dead else None
+
+    @property
+    def zygote_info(self) -> dict[str, Any]:
+        """What the current zygote reported when ready (pid, threads, start-up seconds, preloads)."""
+        zygote = self._manager.supervisor.zygote
+        return dict(zygote.info) if zygote is not None else {}
+
+    def worker_pids(self) -> list[int]:
+        return self._manager.workers.pids()
+
+
+def _done(artifact: CompiledArtifact) -> Future[CompiledArtifact]:
+    future: Future[CompiledArtifact] = Future()
+    future.set_result(artifact)
+    return future
+
+
+_DEFAULT_POOL: CompilePool | None = None
+_DEFAULT_LOCK = threading.Lock()
+
+
+def get_pool() -> CompilePool:
+    """The process-wide pool (created on first use from ``KILN_*`` settings, closed at exit).
+
+    The pool's processes start with its first job (a process served from caches spawns none);
+    call ``get_pool().start()`` early (at import time of your library, say) to take their
+    start-up off the critical path: it starts them in the background and returns at once.
+    """
+    global _DEFAULT_POOL
+    with _DEFAULT_LOCK:
+        if _DEFAULT_POOL is None or _DEFAULT_POOL.closing:
+            # Started by its first job (a cache hit needs no process), or by start()/wait_ready().
+            _DEFAULT_POOL = CompilePool(start=False)
+            import atexit
+
+            atexit.register(_DEFAULT_POOL.shutdown, wait=False, cancel_futures=True)
+        return _DEFAULT_POOL

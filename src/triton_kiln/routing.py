@@ -1,0 +1,73 @@
+"""``kiln.install()``: kiln for code you don't own (Liger-Kernel, flash-linear-attention...).
+
+::
+
+    import kiln; kiln.install()     # or KILN_AUTOTUNE=1, read once at `import kiln`
+    import liger_kernel, fla        # their @triton.autotune kernels are now kiln.autotune's
+
+What it routes, by rebinding names in Triton's modules (:func:`kiln.triton_compat.autotune_names`):
+
+* ``triton.autotune`` (also ``triton.runtime.autotune``, ``triton.runtime.autotuner.autotune``):
+  every kernel decorated *after* ``install()`` is a :class:`kiln.Autotuner`;
+* ``triton.runtime.autotuner.Autotuner`` (and ``triton.runtime.Autotuner``): a library's own
+  autotuner class defined *after* ``install()`` (FLA's ``CachedAutotuner``) derives from kiln's.
+  A subclass that overrides a method kiln relies on is put back on Triton's class, with the
+  reason logged (see :data:`kiln.autotuner.autotuner.TRITON_ONLY_METHODS`), never broken.
+
+What it does not route: kernels decorated before ``install()``, classes defined before it, and
+code that kept its own reference to Triton's ``autotune``/``Autotuner`` (``from triton import
+autotune`` executed earlier). ``uninstall()`` restores Triton's names; kernels already made stay
+kiln's. Both are logged at INFO on the ``kiln.install`` logger. (This module is ``kiln.routing``; the
+functions are ``kiln.install``/``kiln.uninstall``.)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+log = logging.getLogger("kiln.install")
+
+_lock = threading.Lock()
+_saved: list[tuple[Any, str, Any]] = []  # (module, name, Triton's value)
+
+
+def install() -> None:
+    """Route ``triton.autotune`` and later subclasses of Triton's ``Autotuner`` through kiln."""
+    from triton_kiln.autotuner import Autotuner, autotune
+    from triton_kiln.triton_compat import autotune_names
+
+    with _lock:
+        if _saved:
+            return
+        replacement = {"autotune": autotune, "Autotuner": Autotuner}
+        for module, name in autotune_names():
+            _saved.append((module, name, getattr(module, name)))
+            setattr(module, name, replacement[name])
+    log.info(
+        "kiln: installed: triton.autotune and classes derived from triton.runtime.autotuner.Autotuner "
+        "from now on are kiln's (kernels and classes defined earlier stay Triton's)"
+    )
+    # The libraries imported next define their kernels; on a GPU machine the sandbox, Triton's
+    # key and the compile pool get ready meanwhile, in the background.
+    from triton_kiln import settings
+    from triton_kiln.autotuner.prewarm import prewarm
+
+    prewarm(sandbox=settings.current().sandbox, pool=True)
+
+
+def uninstall() -> None:
+    """Give Triton its names back (kernels and classes made meanwhile stay kiln's)."""
+    with _lock:
+        if not _saved:
+            return
+        for module, name, value in reversed(_saved):
+            setattr(module, name, value)
+        _saved.clear()
+    log.info("kiln: uninstalled: triton.autotune is Triton's again")
+
+
+def installed() -> bool:
+    """Whether :func:`install` is in effect."""
+    return bool(_saved)

@@ -1,0 +1,380 @@
+"""The native sandbox process: times compiled configs through kiln's C module, without torch.
+
+It speaks the protocol of :mod:`kiln.sandbox.worker` (same frames, same replies, a few more
+kinds), and is ready in a fraction of a second: Python, kiln's C module and a CUDA context::
+
+    client (kiln.sandbox.native_client)             native sandbox (spawned; own CUDA context)
+      {"sys_path", "device", "c_module"}       ->   kiln's C module (the caller's build), cuda_init,
+                                                    a 256 MB L2-flush buffer
+      <- ("hello", pid, {"ready_at", "init_s"}) | ("fatal", reason)  (then exit EXIT_NO_DEVICE)
+      ("inputs", {name: TensorDesc | value},   ->   device copies (IPC handles closed before
+               reset_to_zero, restore_value)        any kernel runs), a pristine copy each
+      <- ("ok_inputs", info) | ("inputs_failed", message)
+      ("reference", {name: TensorDesc}, tol)   ->   expected outputs (the user's)
+      <- ("ok_reference",)
+      ("get_reference",)                       ->   <- ("reference_data", {name: TensorDesc} | None, tol)
+      ("bench", BenchSpec fields)              ->   cubin -> kiln's Launcher -> restore inputs ->
+                                                    run once -> check outputs (numpy) ->
+                                                    bench_loop (do_bench's loop, in C)
+      <- ("ok", [p50, p20, p80], check, info) | ("err", kind, message, traceback, sticky)
+         | ("unsupported", reason, info)   (a binary kiln's launcher does not run: scratch
+                                            buffers, clusters, TMA, cooperative, PDL, tuples)
+
+``info`` carries the sandbox's own measurements (seconds loading, checking, benchmarking).
+After a sticky CUDA error (illegal address...) it replies and exits with ``STICKY_EXIT``; the
+client starts a fresh one. Outputs are checked as in :mod:`kiln.sandbox.worker`: each output
+argument keeps a few distinct representatives (:class:`~kiln.sandbox.compare.Representatives`;
+the first clean run's, or the user's reference, first); only a
+:class:`~kiln.sandbox.compare.Verdict` travels back, never the tensors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from triton_kiln import procs
+from triton_kiln.framing import encode, recv_frame
+from triton_kiln.sandbox.compare import Representatives
+from triton_kiln.sandbox.device_inputs import DeviceInputs
+from triton_kiln.sandbox.ipc import TensorDesc
+
+ENV_FD = "KILN_NATIVE_SANDBOX_FD"
+ENV_PARENT = "KILN_NATIVE_SANDBOX_PARENT"
+STICKY_EXIT = 3  # as kiln.sandbox.worker.STICKY_EXIT
+EXIT_NO_DEVICE = 4  # the sandbox could not start (no driver, no GPU, no C module)
+FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's L2 flush buffer
+_TRITON_EXTRA_PARAMS = 2  # as kiln.launch.launcher: Triton's global and profile scratch pointers
+
+# CUDA errors after which the context is unusable (cudaError_enum): illegal address, launch
+# timeout, device assert, hardware stack error, illegal instruction, misaligned address,
+# invalid address space, invalid PC, launch failure, unknown.
+STICKY_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719, 999})
+OUT_OF_RESOURCES_CODE = 701  # too many resources requested for launch
+_CODE = re.compile(r"CUDA driver error (\d+)")
+
+
+class Unsupported(Exception):
+    """The binary needs Triton's launcher; the client sends it to the torch sandbox."""
+
+
+class OutOfResources(Exception):
+    """The binary does not fit the device (shared memory, threads): the config is skipped."""
+
+
+def classify(exc: BaseException) -> tuple[str, bool]:
+    """``(kind, sticky)`` for a failed benchmark: the one place that decides it."""
+    if isinstance(exc, OutOfResources):
+        return "out_of_resources", False
+    match = _CODE.search(str(exc))
+    if match is not None:
+        code = int(match.group(1))
+        if code in STICKY_CODES:
+            return "sticky", True
+        if code == OUT_OF_RESOURCES_CODE:
+            return "out_of_resources", False
+    return "error", False
+
+
+def quantiles(times: list[float], qs: tuple[float, ...]) -> list[float]:
+    """triton.testing's ``_quantile``: linear interpolation between sorted samples."""
+    ordered = sorted(times)
+    n = len(ordered)
+    out = []
+    for q in qs:
+        point = q * (n - 1)
+        lower, upper = int(point // 1), -int(-point // 1)
+        t = point - lower
+        out.append((1 - t) * ordered[lower] + t * ordered[upper])
+    return out
+
+
+class NativeState:
+    def __init__(self, device: int, c_module: str | None = None) -> None:
+        from triton_kiln.launch.native import load_path, native
+
+        # the caller's build of kiln's C module when it has one (no compiler run here), else ours
+        self.cuda = load_path(c_module) if c_module and os.path.exists(c_module) else native()
+        self.device = device
+        self.cuda.cuda_init(device)
+        self.flush = self.cuda.mem_alloc(FLUSH_BYTES)
+        self.inputs = DeviceInputs(self.cuda)
+        self.reset_to_zero: list[str] = []
+        self.restore_value: list[str] = []
+        self.kernels: dict[str, Any] = {}
+        self.unsupported: dict[str, str] = {}
+        self.tolerances: tuple[float, float] | None = None
+        self.representatives: Representatives[Any] = Representatives(self._compare_one)  # of HostArray
+        self.reference_raw: dict[str, TensorDesc] | None = None  # the first representatives' bytes
+        self._read_buffers: dict[str, Any] = {}  # output name -> host buffer, reused run to run
+        self._nonfinite: dict[tuple[str, str], bool] = {}  # (output, representative) -> NaN/Inf found
+
+    # -- inputs and reference -----------------------------------------------------------------
+
+    def set_inputs(
+        self, inputs: dict[str, Any], reset_to_zero: list[str], restore_value: list[str]
+    ) -> dict[str, Any]:
+        self.inputs.load(inputs)
+        self.reset_to_zero = list(reset_to_zero)
+        self.restore_value = list(restore_value)
+        self.representatives.reset()
+        self.reference_raw = None
+        self._read_buffers.clear()
+        self._nonfinite.clear()
+        return {
+            "transfer_s": self.inputs.transfer_s,
+            "via_ipc": self.inputs.via_ipc,
+            "via_host": self.inputs.via_host,
+        }
+
+    def set_reference(self, reference: dict[str, TensorDesc], tolerances: tuple[float, float] | None) -> None:
+        """The user's expected outputs (or those another sandbox settled on): the first representatives."""
+        import numpy as np
+
+        from triton_kiln.sandbox.compare_np import decode, fingerprint_words, raw_view
+
+        seeded = {}
+        for name, d in reference.items():
+            words = raw_view(np.frombuffer(d.host or b"", np.uint8), d.dtype, d.itemsize, d.shape, d.strides)
+            seeded[name] = (fingerprint_words(d.dtype, words), decode(words, d.dtype))
+        self.representatives.seed(seeded)
+        self.reference_raw = dict(reference)
+        self.tolerances = tolerances
+
+    def _compare_one(self, name: str, output: Any, representative: Any) -> Any:
+        from triton_kiln.sandbox.compare_np import compare_one
+
+        return compare_one(name, output, representative, self.tolerances)
+
+    # -- kernels --------------------------------------------------------------------------------
+
+    def kernel(self, spec: dict[str, Any]) -> Any:
+        key = spec["key"]
+        if key in self.unsupported:
+            raise Unsupported(self.unsupported[key])
+        cached = self.kernels.get(key)
+        if cached is not None:
+            return cached
+        try:
+            launcher = self._load(spec)
+        except Unsupported as exc:
+            self.unsupported[key] = str(exc)
+            raise
+        self.kernels[key] = launcher
+        return launcher
+
+    def _load(self, spec: dict[str, Any]) -> Any:
+        from triton_kiln.artifacts.artifact import CompiledArtifact
+        from triton_kiln.launch.launcher import fast_path_blocker
+        from triton_kiln.launch.spec import ArgSpec, LaunchSpec
+
+        files = {Path(name).suffix: Path(path) for name, path in spec["group"].items()}
+        if ".json" not in files or ".cubin" not in files:
+            raise Unsupported(f"the binary is not a CUDA cubin (files: {sorted(spec['group'])})")
+        metadata = json.loads(files[".json"].read_text())
+        artifact = CompiledArtifact(
+            spec["key"], str(metadata.get("name", "")), files[".cubin"].read_bytes(), "cubin", metadata
+        )
+        signature, constexprs = spec["signature"], spec["constexprs"]
+        launch_spec = LaunchSpec(
+            tuple(ArgSpec(n, signature[n], constexprs.get(n)) for n in spec["arg_names"] if n in signature)
+        )
+        reason = fast_path_blocker(artifact, launch_spec)
+        if reason is not None:
+            raise Unsupported(reason)
+        kinds = launch_spec.kinds()
+        block_x = 32 * artifact.num_warps
+        make = self.cuda.Launcher
+        try:
+            launcher = make(
+                artifact.binary, artifact.name, kinds, block_x, artifact.shared, _TRITON_EXTRA_PARAMS
+            )
+        except RuntimeError as exc:
+            if "shared memory" in str(exc):
+                raise OutOfResources(str(exc)) from None
+            raise
+        reported, expected = launcher.n_params, launcher.n_expected
+        if reported >= 0 and reported != expected:
+            extra = reported - (expected - _TRITON_EXTRA_PARAMS)
+            if not 0 <= extra <= 8:
+                raise Unsupported(
+                    f"the driver reports {reported} parameters for {artifact.name}, kiln expected {expected}"
+                )
+            launcher = make(artifact.binary, artifact.name, kinds, block_x, artifact.shared, extra)
+        return launcher
+
+    # -- benchmark ------------------------------------------------------------------------------
+
+    def bench(self, spec: dict[str, Any]) -> tuple[Any, ...]:
+        started = time.monotonic()
+        launcher = self.kernel(spec)
+        loaded = time.monotonic()
+        ordered = tuple(self.inputs.argument(name) for name in spec["arg_names"])
+        grid = tuple(int(g) for g in spec["grid"])
+
+        self.inputs.restore_all()
+        launcher.launch(grid, 0, ordered)
+        self.cuda.ctx_synchronize()
+        check = self.check_outputs() if spec["want_outputs"] else None
+        self.inputs.restore_all()
+        checked = time.monotonic()
+
+        estimate, times = self.cuda.bench_loop(
+            launcher,
+            grid,
+            ordered,
+            self.inputs.zero_spans(self.reset_to_zero),
+            self.inputs.restore_spans(self.restore_value),
+            self.flush,
+            FLUSH_BYTES,
+            float(spec["warmup"]),
+            float(spec["rep"]),
+        )
+        self.inputs.restore_all()
+        self.cuda.ctx_synchronize()
+        done = time.monotonic()
+        info = {
+            "load_s": loaded - started,
+            "check_s": checked - loaded,
+            "bench_s": done - checked,
+            "seconds": done - started,
+            "estimate_ms": estimate,
+            "n_repeat": len(times),
+        }
+        return ("ok", quantiles(times, (0.5, 0.2, 0.8)), check, info)
+
+    def check_outputs(self) -> Any:
+        """Place this run's outputs among the representatives (:class:`~kiln.sandbox.compare.Verdict`).
+
+        The first clean run settles which tensors are outputs (those it changed; all, if it
+        changed none) and becomes the reference; the verdict's triple is against it (or the
+        user's), its ``outputs`` say which representative each output agreed with. Outputs are
+        read into buffers reused from run to run and decoded only when compared by value: an
+        output identical to a representative takes its NaN/Inf finding and costs one bitwise
+        pass (what most configs of most kernels produce)."""
+        import numpy as np
+
+        from triton_kiln.sandbox.compare_np import decode, fingerprint_words, produced_nonfinite
+
+        inputs = self.inputs
+        settled = self.representatives.names
+        names = settled if settled is not None else (inputs.changed() or list(inputs.tensors))
+        names = [name for name in names if name in inputs.tensors]
+        dtypes = {name: inputs.tensors[name].desc.dtype for name in names}
+        raw = {}
+        for name in names:
+            size = inputs.tensors[name].desc.nbytes
+            buffer = self._read_buffers.get(name)
+            if buffer is None or buffer.size != size:
+                buffer = self._read_buffers[name] = np.empty(size, dtype=np.uint8)
+            raw[name] = inputs.read(name, into=buffer)
+        outputs = {name: decode(words, dtypes[name]) for name, words in raw.items()}
+
+        def nonfinite_of(name: str) -> bool:
+            for cluster, representative in (self.representatives.kept or {}).get(name, []):
+                if (name, cluster) in self._nonfinite and representative.same_bits(outputs[name]):
+                    return self._nonfinite[(name, cluster)]
+            before = lambda: decode(inputs.read(name, pristine=True), dtypes[name])  # noqa: E731
+            return produced_nonfinite(outputs[name], before)
+
+        nonfinite = {name: nonfinite_of(name) for name in outputs}
+        verdict = self.representatives.check(
+            outputs, lambda name: fingerprint_words(dtypes[name], raw[name]), nonfinite
+        )
+        for name, reps in (self.representatives.kept or {}).items():
+            for index, (cluster, value) in enumerate(reps):
+                if name in outputs and value is outputs[name]:  # new: it must not share a read buffer
+                    reps[index] = (cluster, value.owned())
+                    self._nonfinite[(name, cluster)] = nonfinite[name]
+        if settled is None:
+            self.reference_raw = {
+                name: _host_desc(inputs.tensors[name].desc, words) for name, words in raw.items()
+            }
+        return verdict
+
+
+def _host_desc(desc: TensorDesc, words: Any) -> TensorDesc:
+    """A contiguous host copy of a tensor's elements (``words``: numpy, as stored)."""
+    import numpy as np
+
+    contiguous = np.ascontiguousarray(words)
+    strides = (
+        tuple(s // desc.itemsize for s in contiguous.strides) if contiguous.size else (0,) * len(desc.shape)
+    )
+    return TensorDesc(
+        desc.dtype, desc.shape, strides, desc.itemsize, contiguous.nbytes, host=contiguous.tobytes()
+    )
+
+
+def _warm_numpy() -> None:
+    """Import numpy off the critical path (the output check needs it; the hello does not)."""
+    with contextlib.suppress(ImportError):
+        import numpy  # noqa: F401
+
+
+def main() -> None:
+    chan, _parent = procs.parent_channel(ENV_FD, ENV_PARENT)
+    init = recv_frame(chan)
+    sys.path[:] = init["sys_path"]
+    began = time.monotonic()
+    try:
+        state = NativeState(init["device"], init.get("c_module"))
+    except Exception as exc:
+        chan.sendall(encode(("fatal", f"{type(exc).__name__}: {exc}")))
+        chan.close()
+        os._exit(EXIT_NO_DEVICE)
+    chan.sendall(
+        encode(("hello", os.getpid(), {"ready_at": time.time(), "init_s": time.monotonic() - began}))
+    )
+    threading.Thread(target=_warm_numpy, name="kiln-sandbox-numpy", daemon=True).start()
+    serve(chan, state)
+
+
+def serve(chan: socket.socket, state: NativeState) -> None:
+    while True:
+        try:
+            message = recv_frame(chan)
+        except (EOFError, ConnectionResetError):
+            return
+        kind = message[0]
+        if kind == "bench":
+            reply = _run(state, message[1])
+        elif kind == "inputs":
+            try:
+                reply = ("ok_inputs", state.set_inputs(message[1], message[2], message[3]))
+            except Exception as exc:
+                _, sticky = classify(exc)
+                chan.sendall(encode(("inputs_failed", f"{type(exc).__name__}: {exc}")))
+                if sticky:
+                    os._exit(STICKY_EXIT)
+                continue
+        elif kind == "reference":
+            state.set_reference(message[1], message[2])
+            reply = ("ok_reference",)
+        elif kind == "get_reference":
+            reply = ("reference_data", state.reference_raw, state.tolerances)
+        else:
+            reply = ("err", "error", f"unknown request {kind!r}", "", False)
+        chan.sendall(encode(reply))
+        if reply[0] == "err" and reply[4]:
+            os._exit(STICKY_EXIT)  # this process's CUDA context is gone for good
+
+
+def _run(state: NativeState, spec: dict[str, Any]) -> tuple[Any, ...]:
+    started = time.monotonic()
+    try:
+        return state.bench(spec)
+    except Unsupported as exc:
+        return ("unsupported", str(exc), {"seconds": time.monotonic() - started})
+    except BaseException as exc:
+        what, sticky = classify(exc)
+        return ("err", what, f"{type(exc).__name__}: {exc}", traceback.format_exc(), sticky)

@@ -1,0 +1,335 @@
+"""kiln's settings: one typed record, read from ``KILN_*`` environment variables.
+
+Every knob kiln has lives here. :func:`current` returns the settings in force: the values
+from the environment, overridden by any active :func:`scope` (used by tests and by callers
+who want a setting for one block of code)::
+
+    with kiln.settings.scope(job_timeout_s=5.0):
+        pool = CompilePool()          # this pool sees a 5 s timeout
+
+A malformed variable raises :class:`~kiln.errors.SettingsError` naming the variable, its
+value and what was expected; so does a value out of its range, however it was given (the
+environment, :func:`scope`, a ``CompilePool`` argument): numbers must be finite and within the
+bounds in ``_RANGES``, the cache directory a directory (or creatable), the tuning database a
+file (or creatable), never a directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triton_kiln.errors import SettingsError
+
+
+def _default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "kiln"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything that tunes kiln's behaviour. Each field names its environment variable."""
+
+    workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
+    """``KILN_WORKERS``: compile worker processes (default: one per CPU core)."""
+
+    job_timeout_s: float = 600.0
+    """``KILN_JOB_TIMEOUT_S``: seconds a single compile may run before its worker is killed."""
+
+    memory_limit_mb: int | None = None
+    """``KILN_MEMORY_LIMIT_MB``: resident memory a worker (with its children) may use; unset = no limit."""
+
+    memory_poll_s: float = 0.05
+    """``KILN_MEMORY_POLL_S``: how often the memory limit is checked."""
+
+    cache_dir: Path = field(default_factory=_default_cache_dir)
+    """``KILN_CACHE_DIR``: where compiled artifacts are stored (default ``~/.cache/kiln``)."""
+
+    use_disk_cache: bool = True
+    """``KILN_DISK_CACHE``: ``0`` keeps artifacts in memory only."""
+
+    memory_cache_mb: int = 512
+    """``KILN_MEMORY_CACHE_MB``: MiB of recent artifacts a pool keeps in memory (least recently used out)."""
+
+    keep_ir: bool = False
+    """``KILN_KEEP_IR``: ``1`` keeps text IRs (LLVM IR, TTIR, TTGIR, PTX) in the memory cache too."""
+
+    zygote_start_timeout_s: float = 120.0
+    """``KILN_ZYGOTE_START_TIMEOUT_S``: seconds the zygote may take to import Triton and warm up."""
+
+    zygote_restarts: int = 3
+    """``KILN_ZYGOTE_RESTARTS``: consecutive failed zygote starts before the pool gives up."""
+
+    stderr_tail_lines: int = 20
+    """``KILN_STDERR_TAIL_LINES``: lines of a dead worker's stderr quoted in its error."""
+
+    progress: bool | None = None
+    """``KILN_PROGRESS``: ``1`` always shows progress bars, ``0`` never; unset = on a terminal only."""
+
+    tuning_db: Path | None = None
+    """``KILN_TUNING_DB``: the tuning database file (default ``<cache_dir>/tuning.sqlite3``)."""
+
+    use_tuning_db: bool = True
+    """``KILN_USE_TUNING_DB``: ``0`` keeps tuning results in memory only (as ``triton.autotune``)."""
+
+    sandbox: bool = True
+    """``KILN_SANDBOX``: benchmark configs in a separate GPU process (``0``: in the caller's process)."""
+
+    native_sandbox: bool = True
+    """``KILN_NATIVE_SANDBOX``: benchmark in the torch-free sandbox (``0``: the torch sandbox only)."""
+
+    bench_timeout_s: float = 60.0
+    """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
+
+    fast_launch: bool = True
+    autotune: bool = False  # route triton.autotune through kiln at `import kiln` (kiln.install())
+    """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
+
+    def __post_init__(self) -> None:
+        _check_ranges(self)
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def triton_key_dir(self) -> Path | None:
+        """Where kiln keeps Triton's key for compile keys: ``cache_dir`` (``None``: no disk cache)."""
+        return self.cache_dir if self.use_disk_cache else None
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number <= 0:
+        raise ValueError(value)
+    return number
+
+
+def _positive_float(value: str) -> float:
+    number = float(value)
+    if not (number > 0 and math.isfinite(number)):
+        raise ValueError(value)
+    return number
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+_ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
+    "workers": ("KILN_WORKERS", _positive_int, "a positive integer"),
+    "job_timeout_s": ("KILN_JOB_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
+    "memory_limit_mb": ("KILN_MEMORY_LIMIT_MB", _positive_int, "a positive integer (MiB)"),
+    "memory_poll_s": ("KILN_MEMORY_POLL_S", _positive_float, "a positive, finite number of seconds"),
+    "cache_dir": ("KILN_CACHE_DIR", lambda v: Path(v).expanduser(), "a directory path"),
+    "use_disk_cache": ("KILN_DISK_CACHE", _bool, "0 or 1"),
+    "memory_cache_mb": ("KILN_MEMORY_CACHE_MB", _positive_int, "a positive integer (MiB)"),
+    "keep_ir": ("KILN_KEEP_IR", _bool, "0 or 1"),
+    "zygote_start_timeout_s": (
+        "KILN_ZYGOTE_START_TIMEOUT_S",
+        _positive_float,
+        "a positive, finite number of seconds",
+    ),
+    "zygote_restarts": ("KILN_ZYGOTE_RESTARTS", _positive_int, "a positive integer"),
+    "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", _positive_int, "a positive integer"),
+    "progress": ("KILN_PROGRESS", _bool, "0 or 1"),
+    "tuning_db": ("KILN_TUNING_DB", lambda v: Path(v).expanduser(), "a file path"),
+    "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
+    "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
+    "native_sandbox": ("KILN_NATIVE_SANDBOX", _bool, "0 or 1"),
+    "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
+    "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
+    "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
+}
+
+
+# --- ranges: every field checked when a Settings is made (environment, scope(), replace()) ---
+
+MAX_WORKERS = 512
+"""The most compile workers on any machine (each is a process holding Triton, 150-300 MB)."""
+
+
+def max_workers() -> int:
+    """4 workers per CPU core (at least 8), at most :data:`MAX_WORKERS`: a compile keeps one core
+    busy, so beyond that workers only add memory and fork time, never throughput."""
+    return min(MAX_WORKERS, max(8, 4 * (os.cpu_count() or 1)))
+
+
+def _int_range(low: int, high: int, what: str) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            return f"expected {what} from {low} to {high:,}"
+        return None
+
+    return check
+
+
+def _workers_range(value: Any) -> str | None:
+    problem = _int_range(1, max_workers(), "a number of workers")(value)
+    if problem is None:
+        return None
+    return (
+        f"{problem} on this machine (4 per CPU core, at least 8, at most {MAX_WORKERS}; a compile keeps "
+        f"a core busy, so more workers only add memory and fork time)"
+    )
+
+
+def _seconds_range(low: float, high: float | None = None) -> Callable[[Any], str | None]:
+    def check(value: Any) -> str | None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or value < low or (high is not None and value > high):
+            bound = f"from {low:g} to {high:g}" if high is not None else f"of at least {low:g}"
+            return f"expected a finite number of seconds {bound}"
+        return None
+
+    return check
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path("/")
+
+
+def _directory_usable(value: Any) -> str | None:
+    path = Path(value)
+    existing = _nearest_existing(path)
+    if existing == path and not path.is_dir():
+        return "expected a directory, and this is a file (or a device); point it at a directory"
+    if not existing.is_dir():
+        return f"expected a directory that can be created, but {existing} is not a directory"
+    if existing != path and not os.access(existing, os.W_OK | os.X_OK):
+        return f"expected a directory that can be created, but {existing} is not writable"
+    return None
+
+
+def _file_usable(value: Any) -> str | None:
+    if value is None:
+        return None
+    path = Path(value)
+    if path.is_dir():
+        return "expected a database file, and this is a directory; name a file in it"
+    existing = _nearest_existing(path.parent)
+    if not existing.is_dir():
+        return f"expected a file whose directory can be created, but {existing} is not a directory"
+    if existing != path.parent and not os.access(existing, os.W_OK | os.X_OK):
+        return f"expected a file whose directory can be created, but {existing} is not writable"
+    return None
+
+
+_RANGES: dict[str, Callable[[Any], str | None]] = {
+    "workers": _workers_range,
+    "job_timeout_s": _seconds_range(0.001),
+    "memory_limit_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
+    "memory_poll_s": _seconds_range(0.001, 60.0),
+    "cache_dir": _directory_usable,
+    "memory_cache_mb": _int_range(1, 1 << 20, "MiB"),
+    "zygote_start_timeout_s": _seconds_range(0.001),
+    "zygote_restarts": _int_range(1, 1000, "a number of restarts"),
+    "stderr_tail_lines": _int_range(1, 100_000, "a number of lines"),
+    "tuning_db": _file_usable,
+    "bench_timeout_s": _seconds_range(0.001),
+}
+
+
+def _variable(name: str) -> str:
+    return _ENV[name][0]
+
+
+def _range_error(name: str, value: Any, *, from_env: bool) -> SettingsError | None:
+    problem = _RANGES[name](value) if name in _RANGES else None
+    if not problem:
+        return None
+    shown = str(value) if isinstance(value, Path) else repr(value)
+    if from_env:
+        return SettingsError(f"{_variable(name)}={shown} is not valid: {problem}.")
+    return SettingsError(f"the setting {name}={shown} ({_variable(name)}) is not valid: {problem}.")
+
+
+def _check_ranges(values: Settings) -> None:
+    for name in _RANGES:
+        error = _range_error(name, getattr(values, name), from_env=False)
+        if error is not None:
+            raise error
+
+
+def from_env(environ: dict[str, str] | None = None) -> Settings:
+    """Build settings from ``KILN_*`` variables; unset or empty variables keep their defaults."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {}
+    for name, (var, parse, expected) in _ENV.items():
+        raw = env.get(var, "").strip()
+        if not raw:
+            continue
+        try:
+            values[name] = parse(raw)
+        except ValueError:
+            raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
+        error = _range_error(name, values[name], from_env=True)
+        if error is not None:
+            raise error
+    return Settings(**values)
+
+
+_scopes: list[tuple[object, dict[str, Any]]] = []  # (token, overrides), innermost last
+_scopes_lock = threading.Lock()
+
+
+def current() -> Settings:
+    """The settings in force: the environment, then every active :func:`scope`, innermost last."""
+    settings = from_env()
+    with _scopes_lock:
+        overrides = [dict(layer) for _, layer in _scopes]
+    for layer in overrides:
+        settings = settings.replace(**layer)
+    return settings
+
+
+def default_triton_key_dir() -> Path | None:
+    """:attr:`Settings.triton_key_dir` of the settings in force (a ``CompileRequest``'s default)."""
+    return current().triton_key_dir
+
+
+def overridden(environ: dict[str, str] | None = None) -> frozenset[str]:
+    """Names of the settings given explicitly: by a non-empty ``KILN_*`` variable or a :func:`scope`.
+
+    For callers with defaults of their own (``kiln demo`` uses a 5 s timeout unless
+    ``KILN_JOB_TIMEOUT_S`` says otherwise).
+    """
+    env = os.environ if environ is None else environ
+    names = {name for name, (var, _, _) in _ENV.items() if env.get(var, "").strip()}
+    with _scopes_lock:
+        for _, layer in _scopes:
+            names.update(layer)
+    return frozenset(names)
+
+
+@contextlib.contextmanager
+def scope(**overrides: Any) -> Iterator[Settings]:
+    """Override settings for the duration of a ``with`` block (process-wide, nestable)."""
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(Settings)}
+    if unknown:
+        raise SettingsError(
+            f"unknown setting(s) {sorted(unknown)}; known: {[f.name for f in dataclasses.fields(Settings)]}"
+        )
+    token = object()
+    with _scopes_lock:
+        _scopes.append((token, overrides))
+    try:
+        yield current()
+    finally:
+        with _scopes_lock:
+            _scopes[:] = [entry for entry in _scopes if entry[0] is not token]

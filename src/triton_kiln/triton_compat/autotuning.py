@@ -1,0 +1,168 @@
+"""What kiln's autotuner, sandbox and launcher need of Triton's (and torch's) private API:
+Triton's ``Autotuner`` and ``Heuristics``, binding and packing a call, config hooks, loading a
+compiled kernel, launch hooks, torch's stream functions."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import sys
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triton.backends.compiler import GPUTarget
+
+from triton_kiln.triton_compat.core import make_backend
+
+# --- autotuner / launch side ---------------------------------------------------------------
+# What kiln's autotuner, sandbox and launcher need of Triton's (and torch's) private API. None of
+# these imports Triton when this module is imported; the torch ones never import Triton at all.
+
+
+@functools.cache
+def triton_autotuner_class() -> type:
+    """Triton's own ``Autotuner``, which ``kiln.autotune``'s class extends (the contract's
+    attributes); read once, so it stays Triton's while :func:`kiln.install` routes the name."""
+    from triton.runtime.autotuner import Autotuner
+
+    cls: type = Autotuner
+    return cls
+
+
+def autotune_names() -> list[tuple[Any, str]]:
+    """Where Triton exposes ``autotune`` and ``Autotuner``: ``(module, attribute)`` pairs that
+    :func:`kiln.install` rebinds (code that reads them afterwards gets kiln's)."""
+    import triton
+    import triton.runtime
+    import triton.runtime.autotuner
+
+    return [
+        (triton, "autotune"),
+        (triton.runtime, "autotune"),
+        (triton.runtime.autotuner, "autotune"),
+        (triton.runtime, "Autotuner"),
+        (triton.runtime.autotuner, "Autotuner"),
+    ]
+
+
+def heuristics_layers(obj: Any) -> dict[str, Any] | None:
+    """``@triton.heuristics``' values (name -> function of the arguments) when ``obj`` is Triton's
+    ``Heuristics`` wrapper, else ``None``."""
+    from triton.runtime.autotuner import Heuristics
+
+    return dict(obj.values) if isinstance(obj, Heuristics) else None
+
+
+def after_config_hook(
+    config: Any, arg_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The call as a config's ``pre_hook`` leaves it, for specializing that config: Triton runs
+    the hook before binding, and a hook may set a host ``TensorDescriptor``'s block shape, which
+    is part of the signature. The hook runs on copies of the descriptors (tensors are shared, as
+    Triton shares them), so the caller's objects are changed only when the config runs."""
+    named = {**dict(zip(arg_names, args, strict=False)), **kwargs}
+    copies = {name: _copy_descriptor(value) for name, value in named.items()}
+    config.pre_hook({**copies, **config.all_kwargs()})
+    new_args = tuple(copies[name] for name in list(arg_names)[: len(args)])
+    return new_args, {name: copies[name] for name in kwargs}
+
+
+def has_host_descriptor(values: Sequence[Any]) -> bool:
+    """Whether any of ``values`` is a host ``TensorDescriptor`` (``triton.tools``)."""
+    if "triton.tools.tensor_descriptor" not in sys.modules:
+        return False  # nobody made one
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    return any(isinstance(v, TensorDescriptor) for v in values)
+
+
+def _copy_descriptor(value: Any) -> Any:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    if not isinstance(value, TensorDescriptor):
+        return value
+    copied = copy.copy(value)
+    copied.block_shape = list(value.block_shape)
+    return copied
+
+
+def jit_params(fn: Any) -> list[Any]:
+    """A ``@triton.jit`` function's parameters (``KernelParam``: ``.name``, ``.default``...)."""
+    return list(fn.params)
+
+
+def argument_binder(fn: Any, target: GPUTarget) -> tuple[Any, Any]:
+    """``(backend, binder)``: Triton's own argument binder of ``fn`` for ``target``.
+
+    ``binder(*args, **kwargs)`` returns ``(bound args by name, specialization, options)``,
+    exactly as Triton's JIT specializes a call (no GPU driver needed).
+    """
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(target)
+    return backend, create_function_from_signature(fn.signature, fn.params, backend)
+
+
+def pack_args(
+    fn: Any,
+    backend: Any,
+    kwargs: dict[str, Any],
+    bound: dict[str, Any],
+    specialization: Any,
+    options: dict[str, Any],
+) -> tuple[Any, dict[str, str], dict[tuple[int, ...], Any], dict[tuple[int, ...], Any]]:
+    """Triton's ``(options, signature, constexprs by path, attrs by path)`` for a bound call."""
+    packed = fn._pack_args(backend, kwargs, bound, specialization, options)
+    return packed[0], packed[1], packed[2], packed[3]
+
+
+def wrap_dtypes(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Arguments where a ``torch.dtype`` stands for a tensor of it (as ``JITFunction.warmup``)."""
+    from triton.runtime.jit import MockTensor
+
+    return tuple(MockTensor.wrap_dtype(a) for a in args)
+
+
+def load_compiled_kernel(
+    arg_names: list[str],
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    group: dict[str, str],
+    kernel_hash: str,
+) -> Any:
+    """Triton's ``CompiledKernel`` from files in Triton's cache layout, loaded onto the GPU now
+    (so that resource errors, e.g. too much shared memory, surface here), without compiling."""
+    from types import SimpleNamespace
+
+    from triton.compiler.compiler import CompiledKernel
+
+    src = SimpleNamespace(
+        signature=dict(signature),
+        constants={(arg_names.index(k),): v for k, v in constexprs.items()},
+        fn=SimpleNamespace(arg_names=arg_names, launch_metadata=None),
+    )
+    kernel = CompiledKernel(src, group, kernel_hash)
+    kernel._init_handles()
+    return kernel
+
+
+def triton_launch_hooks_set() -> bool:
+    """Whether Triton's launch hooks (``knobs.runtime.launch_enter_hook``...) are set."""
+    if "triton" not in sys.modules:  # nobody could have set them
+        return False
+    try:
+        from triton import knobs
+
+        hooks = (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+    except Exception:  # an older Triton without knobs: no hooks kiln knows of
+        return False
+    # Triton 3.6 keeps them as HookChain objects (always truthy; empty .calls = no hooks).
+    return any(bool(getattr(hook, "calls", hook)) for hook in hooks if hook is not None)
+
+
+def torch_stream_functions() -> tuple[Any, Any]:
+    """torch's ``(get_raw_stream(device), get_device())`` (C functions; no Triton imported)."""
+    import torch
+
+    return torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice

@@ -1,0 +1,163 @@
+"""Triton's targets, backends, environment and key: what every compile names."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triton.backends.compiler import GPUTarget
+
+
+def triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+def make_backend(target: GPUTarget) -> Any:
+    from triton.compiler.compiler import make_backend as _make_backend
+
+    return _make_backend(target)
+
+
+@functools.cache
+def backend_option_names(target: GPUTarget) -> frozenset[str]:
+    """Names of the compile options Triton's backend for ``target`` accepts (``num_warps``...)."""
+    backend = make_backend(target)
+    options = backend.parse_options({})
+    names = {f.name for f in dataclasses.fields(options)}
+    # Derived from the target, not chosen by callers.
+    return frozenset(names - {"arch", "backend_name", "warp_size"})
+
+
+def cache_invalidating_env() -> dict[str, str]:
+    """The environment variables Triton folds into its own cache key, with current values."""
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        values = get_cache_invalidating_env_vars()
+        return {str(k): str(v) for k, v in dict(values).items()}
+    except ImportError:  # pragma: no cover - older Triton computes this in Python
+        from triton.knobs import compilation
+
+        return {k: str(v) for k, v in compilation.cache_invalidating_env_vars().items()}  # pragma: no cover
+
+
+def triton_env() -> dict[str, str]:
+    """Every ``TRITON_*`` variable of this process (sent with each job to the worker)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+
+
+def local_target() -> GPUTarget | None:
+    """The local GPU's target, or ``None`` when this machine has no usable GPU."""
+    from triton.backends.compiler import GPUTarget
+
+    try:
+        from triton.runtime import driver
+
+        target = driver.active.get_current_target()
+    except Exception:  # no driver, no device, no CUDA library: all mean "no GPU here"
+        return None
+    return target if isinstance(target, GPUTarget) else None
+
+
+# ----------------------------------------------------------------------------- Triton's key
+
+_KEY_FILE_VERSION = 1
+
+
+def _triton_dir() -> Path:
+    import triton
+
+    return Path(triton.__file__).resolve().parent
+
+
+def _fingerprint() -> str:
+    """A cheap stand-in for Triton's key: path, size and mtime of every file the key hashes."""
+    root = _triton_dir()
+    entries: list[str] = [triton_version()]
+    for sub in ("compiler", "backends", "language", "_C", "runtime"):
+        base = root / sub
+        if not base.is_dir():
+            continue
+        for path in sorted(base.rglob("*")):
+            if path.suffix in (".py", ".so", ".bc") and path.is_file():
+                stat = path.stat()
+                entries.append(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(entries).encode()).hexdigest()
+
+
+_TRITON_KEY: str | None = None
+
+
+def triton_key(cache_dir: Path | None = None) -> str:
+    """Triton's own key (a hash of its compiler, including the 500 MB ``libtriton.so``).
+
+    Computing it costs about 2 s of CPU in a fresh process, so kiln keeps it on disk next to
+    its artifacts, validated by the size and mtime of every file it covers.
+    """
+    global _TRITON_KEY
+    if _TRITON_KEY is not None:
+        return _TRITON_KEY
+    fingerprint = _fingerprint()
+    path = None
+    if cache_dir is not None:
+        path = cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
+        try:
+            record = json.loads(path.read_text())
+            if record.get("fingerprint") == fingerprint and isinstance(record.get("key"), str):
+                _TRITON_KEY = record["key"]
+                return _TRITON_KEY
+        except (OSError, ValueError):
+            pass
+    from triton.runtime.cache import triton_key as _compute
+
+    key = str(_compute())
+    _TRITON_KEY = key
+    if path is not None:
+        from triton_kiln.files import atomic_write
+
+        with contextlib.suppress(OSError):
+            atomic_write(path, json.dumps({"fingerprint": fingerprint, "key": key}).encode())
+    return key
+
+
+def seed_triton_key(key: str) -> bool:
+    """Make Triton's own ``triton_key()`` return ``key`` in this process, without hashing.
+
+    Triton computes its key on a process's first compile by hashing its sources and the
+    500 MB ``libtriton.so`` (0.3-0.5 s of CPU). The zygote already holds that key, read from
+    kiln's fingerprint-checked file, so it installs it in place of Triton's cached function
+    before its warm-up compile. Every module of Triton that imported ``triton_key`` by name
+    gets the replacement. Returns ``False`` (and changes nothing) when this Triton has no
+    ``triton.runtime.cache.triton_key`` of the expected cached kind, or when Triton already
+    computed its key here.
+    """
+    try:
+        import triton.runtime.cache as cache_mod
+    except ImportError:  # pragma: no cover - layout of another Triton version
+        return False
+    original = getattr(cache_mod, "triton_key", None)
+    cache_info = getattr(original, "cache_info", None)
+    if original is None or cache_info is None:
+        return False
+    if cache_info().currsize:
+        return False  # already computed in this process: nothing to save
+
+    @functools.lru_cache
+    def seeded() -> str:
+        return key
+
+    for name, module in list(sys.modules.items()):
+        is_triton = name == "triton" or name.startswith("triton.")
+        if is_triton and getattr(module, "triton_key", None) is original:
+            setattr(module, "triton_key", seeded)  # noqa: B010 - typed as ModuleType
+    return True

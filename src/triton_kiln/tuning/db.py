@@ -1,0 +1,339 @@
+"""The tuning database: every autotuning run and every config it measured, in one SQLite file.
+
+Default location: ``Settings.cache_dir / "tuning.sqlite3"`` (:func:`default_database_path`).
+
+A run is written as it goes::
+
+    with TuningDatabase(path) as db:
+        run_id = db.begin_run(kernel, kernel_key, key_repr, device, "9.0", triton_version, default_label)
+        for config in configs:
+            db.record(run_id, measure(config))      # committed at once
+        db.finish_run(run_id, best_label, wall_s, first_result_s, split={"bench_s": 3.2, ...})
+
+and read back with :meth:`TuningDatabase.lookup`, which only ever returns a *finished* run
+for exactly the same kernel identity, key, device, compute capability and Triton version.
+
+Crashes and restarts
+    Each :meth:`~TuningDatabase.record` is its own committed transaction, so a process killed
+    with SIGKILL loses at most the config it was measuring. Its run stays unfinished and is
+    never returned by :meth:`~TuningDatabase.lookup` (:meth:`~TuningDatabase.runs` lists it).
+
+    Commits use ``synchronous=NORMAL`` in WAL mode: a committed record survives the process
+    being killed; after a power loss the last few commits may be lost, but the file is never
+    corrupt.
+
+Concurrency
+    Several processes may use the same file at once: SQLite's file locks serialise writers,
+    ``journal_mode=WAL`` lets readers go on while one writes, and every write transaction
+    starts with ``BEGIN IMMEDIATE`` under a ``busy_timeout`` (30 s by default), so a writer
+    waits for the lock instead of failing with "database is locked". WAL needs a local file
+    system (not NFS).
+
+    Within a process, a :class:`TuningDatabase` holds one connection shared by all threads,
+    guarded by a lock: each method runs alone, so one thread's transaction never interleaves
+    with another's. (Operations are short; a tuning run writes a row per config measured.) A
+    process forked from one that had the database open gets a fresh connection on first use
+    (SQLite connections must not cross ``fork``).
+
+Schema
+    Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by an older
+    kiln is migrated when opened (version 1 -> 2 adds ``runs.split_json``, the time split; its
+    runs read back with ``split=None``); one written by a newer kiln raises
+    :class:`TuningDatabaseError` instead of being misread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from triton_kiln.settings import Settings, current
+from triton_kiln.tuning.results import ConfigResult, TuningRun
+from triton_kiln.tuning.schema import (
+    DEFAULT_BUSY_TIMEOUT_S,
+    SCHEMA_VERSION,
+    TuningDatabaseError,
+    database_error,
+    open_connection,
+    transaction,
+)
+
+__all__ = ["SCHEMA_VERSION", "TuningDatabase", "TuningDatabaseError", "default_database_path"]
+
+DATABASE_FILENAME = "tuning.sqlite3"
+
+_RUN_COLUMNS = (
+    "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
+    "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json"
+)
+_CONFIG_COLUMNS = (
+    "label, config_json, status, reason, compile_s, runtime_ms, runtime_ms_p20, runtime_ms_p80, "
+    "max_abs_diff, artifact_key"
+)
+_IDENTITY = "kernel_key = ? AND key_repr = ? AND device_name = ? AND capability = ? AND triton_version = ?"
+
+# Connections inherited through fork() are abandoned, never closed or finalised in the child
+# (closing would touch locks and shared memory that belong to the parent's connection).
+_abandoned: list[sqlite3.Connection] = []
+
+
+def default_database_path(settings: Settings | None = None) -> Path:
+    """``KILN_TUNING_DB``, else ``cache_dir / "tuning.sqlite3"`` (of the settings in force by default)."""
+    chosen = current() if settings is None else settings
+    return chosen.tuning_db or chosen.cache_dir / DATABASE_FILENAME
+
+
+class TuningDatabase:
+    """Autotuning results in one SQLite file, safe for many threads and processes at once.
+
+    ``path`` defaults to :func:`default_database_path`. Use as a context manager, or call
+    :meth:`close`. See the module's documentation for the guarantees.
+    """
+
+    def __init__(self, path: Path | str | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S):
+        self.path = Path(path) if path is not None else default_database_path()
+        self.busy_timeout_s = busy_timeout_s
+        self._lock = threading.RLock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        self._closed = False
+        with self._lock:
+            self._conn = open_connection(self.path, self.busy_timeout_s)
+
+    # -- connection ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, with SQLite errors turned into TuningDatabaseError."""
+        with self._lock:
+            if self._closed:
+                raise TuningDatabaseError(
+                    f"the tuning database {self.path} is closed; open a new TuningDatabase to {action}."
+                )
+            if self._pid != os.getpid():  # forked: never use the parent's connection
+                if self._conn is not None:
+                    _abandoned.append(self._conn)
+                self._conn = None
+                self._pid = os.getpid()
+            if self._conn is None:
+                self._conn = open_connection(self.path, self.busy_timeout_s)
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise database_error(self.path, self.busy_timeout_s, action, exc) from exc
+
+    def close(self) -> None:
+        """Close the connection (idempotent). Later calls raise :class:`TuningDatabaseError`."""
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+            if conn is not None and self._pid == os.getpid():
+                conn.close()
+            elif conn is not None:
+                _abandoned.append(conn)
+
+    def __enter__(self) -> TuningDatabase:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"TuningDatabase({str(self.path)!r}, {state})"
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def begin_run(
+        self,
+        kernel: str,
+        kernel_key: str,
+        key_repr: str,
+        device_name: str,
+        capability: str,
+        triton_version: str,
+        default_label: str | None,
+    ) -> int:
+        """Start a run; returns its id, for :meth:`record` and :meth:`finish_run`."""
+        with self._connection("begin a run in") as conn, transaction(conn, immediate=True):
+            cursor = conn.execute(
+                "INSERT INTO runs (kernel, kernel_key, key_repr, device_name, capability, triton_version, "
+                "started_at, default_label) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (kernel, kernel_key, key_repr, device_name, capability, triton_version, time.time(),
+                 default_label),
+            )  # fmt: skip
+            run_id = cursor.lastrowid
+        assert run_id is not None
+        return run_id
+
+    def record(self, run_id: int, result: ConfigResult) -> None:
+        """Store one config's result, committed before returning.
+
+        Recording a label twice in a run replaces the earlier result (keeping its place in
+        the run's order). A finished run cannot be changed.
+        """
+        config_json = json.dumps(result.config, allow_nan=False)
+        with self._connection("record a result in") as conn, transaction(conn, immediate=True):
+            self._check_open_run(conn, run_id, f"record config {result.label!r}")
+            conn.execute(
+                f"INSERT INTO configs (run_id, {_CONFIG_COLUMNS}, recorded_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, label) DO UPDATE SET config_json = excluded.config_json, "
+                "status = excluded.status, reason = excluded.reason, compile_s = excluded.compile_s, "
+                "runtime_ms = excluded.runtime_ms, runtime_ms_p20 = excluded.runtime_ms_p20, "
+                "runtime_ms_p80 = excluded.runtime_ms_p80, max_abs_diff = excluded.max_abs_diff, "
+                "artifact_key = excluded.artifact_key, recorded_at = excluded.recorded_at",
+                (
+                    run_id,
+                    result.label,
+                    config_json,
+                    result.status,
+                    result.reason,
+                    result.compile_s,
+                    result.runtime_ms,
+                    result.runtime_ms_p20,
+                    result.runtime_ms_p80,
+                    result.max_abs_diff,
+                    result.artifact_key,
+                    time.time(),
+                ),
+            )
+
+    def finish_run(
+        self,
+        run_id: int,
+        best_label: str | None,
+        wall_s: float | None,
+        first_result_s: float | None,
+        *,
+        split: Mapping[str, float] | None = None,
+    ) -> None:
+        """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
+        the label of a recorded result (or ``None`` when no config worked); ``split`` is
+        :attr:`TuningRun.split` (where the wall time went)."""
+        split_json = None if split is None else json.dumps(dict(split), allow_nan=False)
+        with self._connection("finish a run in") as conn, transaction(conn, immediate=True):
+            self._check_open_run(conn, run_id, "finish it")
+            if (
+                best_label is not None
+                and not conn.execute(
+                    "SELECT 1 FROM configs WHERE run_id = ? AND label = ?", (run_id, best_label)
+                ).fetchone()
+            ):
+                raise TuningDatabaseError(
+                    f"cannot finish run {run_id} with best config {best_label!r}: no result with that "
+                    f"label was recorded in it. record() the best config's result first."
+                )
+            conn.execute(
+                "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ?, "
+                "split_json = ? WHERE id = ?",
+                (time.time(), best_label, wall_s, first_result_s, split_json, run_id),
+            )
+
+    def _check_open_run(self, conn: sqlite3.Connection, run_id: int, what: str) -> None:
+        row = conn.execute("SELECT finished_at FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise TuningDatabaseError(
+                f"cannot {what}: run {run_id} does not exist in {self.path}; use the id that "
+                f"begin_run() returned."
+            )
+        if row[0] is not None:
+            raise TuningDatabaseError(
+                f"cannot {what}: run {run_id} is already finished; begin a new run to measure again."
+            )
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def lookup(
+        self, kernel_key: str, key_repr: str, device_name: str, capability: str, triton_version: str
+    ) -> TuningRun | None:
+        """The most recently finished run for exactly this identity, or ``None``.
+
+        Unfinished runs (still going, or left by a process that died) are never returned.
+        """
+        identity = (kernel_key, key_repr, device_name, capability, triton_version)
+        with self._connection("look up a run in") as conn, transaction(conn):
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE {_IDENTITY} AND finished_at IS NOT NULL "
+                "ORDER BY finished_at DESC, id DESC LIMIT 1",
+                identity,
+            ).fetchone()
+            return None if row is None else self._run_from_row(conn, row)
+
+    def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]:
+        """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one kernel."""
+        with self._connection("list the runs in") as conn, transaction(conn):
+            if kernel is None:
+                rows = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY id DESC LIMIT ?", (limit,)
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE kernel = ? ORDER BY id DESC LIMIT ?",
+                    (kernel, limit),
+                ).fetchall()
+            return [self._run_from_row(conn, row) for row in rows]
+
+    def _results(self, conn: sqlite3.Connection, run_id: int) -> list[ConfigResult]:
+        rows = conn.execute(
+            f"SELECT {_CONFIG_COLUMNS} FROM configs WHERE run_id = ? ORDER BY rowid", (run_id,)
+        ).fetchall()
+        return [self._result_from_row(row, f"run {run_id}") for row in rows]
+
+    def _result_from_row(self, row: tuple[Any, ...], where: str) -> ConfigResult:
+        try:
+            return ConfigResult(
+                label=row[0],
+                config=json.loads(row[1]),
+                status=row[2],
+                reason=row[3],
+                compile_s=row[4],
+                runtime_ms=row[5],
+                runtime_ms_p20=row[6],
+                runtime_ms_p80=row[7],
+                max_abs_diff=row[8],
+                artifact_key=row[9],
+            )
+        except ValueError as exc:  # bad JSON, an unknown status (a newer kiln's?)
+            raise TuningDatabaseError(
+                f"{where} in the tuning database {self.path} holds an unreadable result for config "
+                f"{row[0]!r}: {exc}"
+            ) from exc
+
+    def _run_from_row(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> TuningRun:
+        results = self._results(conn, row[0])
+        try:
+            return TuningRun(
+                kernel=row[1],
+                kernel_key=row[2],
+                key_repr=row[3],
+                device_name=row[4],
+                capability=row[5],
+                triton_version=row[6],
+                results=tuple(results),
+                best_label=row[11],
+                default_label=row[12],
+                started_at=row[7],
+                wall_s=row[9],
+                first_result_s=row[10],
+                split=None if row[13] is None else json.loads(row[13]),
+                finished_at=row[8],
+                run_id=row[0],
+            )
+        except ValueError as exc:  # bad split JSON too (json.JSONDecodeError is a ValueError)
+            raise TuningDatabaseError(
+                f"run {row[0]} in the tuning database {self.path} is invalid: {exc}"
+            ) from exc

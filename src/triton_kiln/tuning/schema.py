@@ -1,0 +1,231 @@
+"""The tuning database's SQLite file: its tables, how it is opened, and its transactions.
+
+:func:`open_connection` opens (or creates) the file: WAL journaling (retried while another
+process switches it), ``synchronous=NORMAL``, foreign keys, and the schema created once or its
+version checked (:data:`SCHEMA_VERSION`; an older file is migrated in place (:data:`MIGRATIONS`),
+a newer one refused, never misread).
+:func:`transaction` is every read's and write's transaction (writers ``BEGIN IMMEDIATE``).
+:func:`database_error` turns SQLite's errors into :class:`TuningDatabaseError` messages that say
+what to do. The queries themselves live in :mod:`kiln.tuning.db`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+from triton_kiln.errors import KilnError
+
+SCHEMA_VERSION = 2
+"""Version of the tables below; bump it (with a migration in :data:`MIGRATIONS`) whenever they change."""
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE runs ADD COLUMN split_json TEXT",),  # 1 -> 2: a run's time split
+}
+"""The statements that bring a file of version ``v`` to ``v + 1``, keyed by ``v``. Opening an
+older file runs them, in order, in one write transaction with the version update."""
+
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = """
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE runs (
+    id             INTEGER PRIMARY KEY AUTOINCREMENT,
+    kernel         TEXT NOT NULL,
+    kernel_key     TEXT NOT NULL,
+    key_repr       TEXT NOT NULL,
+    device_name    TEXT NOT NULL,
+    capability     TEXT NOT NULL,
+    triton_version TEXT NOT NULL,
+    started_at     REAL NOT NULL,
+    finished_at    REAL,
+    wall_s         REAL,
+    first_result_s REAL,
+    best_label     TEXT,
+    default_label  TEXT,
+    split_json     TEXT
+);
+CREATE INDEX runs_identity
+    ON runs (kernel_key, key_repr, device_name, capability, triton_version, finished_at);
+CREATE INDEX runs_kernel ON runs (kernel);
+CREATE TABLE configs (
+    run_id         INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    label          TEXT NOT NULL,
+    config_json    TEXT NOT NULL,
+    status         TEXT NOT NULL,
+    reason         TEXT,
+    compile_s      REAL,
+    runtime_ms     REAL,
+    runtime_ms_p20 REAL,
+    runtime_ms_p80 REAL,
+    max_abs_diff   REAL,
+    artifact_key   TEXT,
+    recorded_at    REAL NOT NULL,
+    UNIQUE (run_id, label)
+);
+"""
+
+
+class TuningDatabaseError(KilnError):
+    """The tuning database cannot be opened, read or written (or was asked for something invalid)."""
+
+
+def open_connection(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection to the database at ``path``: WAL, foreign keys, the schema checked or created."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TuningDatabaseError(
+            f"cannot create the directory of the tuning database {path}: {exc}. "
+            f"Point KILN_CACHE_DIR (or path=) at a writable directory."
+        ) from exc
+    conn: sqlite3.Connection | None = None
+    try:
+        conn = sqlite3.connect(
+            path,
+            timeout=busy_timeout_s,
+            isolation_level=None,  # autocommit: transactions are explicit (BEGIN IMMEDIATE)
+            check_same_thread=False,  # shared by threads, serialised by TuningDatabase._lock
+        )
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        _set_wal(conn, path, busy_timeout_s)
+        conn.execute("PRAGMA synchronous = NORMAL")
+        _ensure_schema(conn, path)
+    except sqlite3.Error as exc:
+        if conn is not None:
+            conn.close()
+        raise database_error(path, busy_timeout_s, "open", exc) from exc
+    except BaseException:
+        if conn is not None:
+            conn.close()
+        raise
+    return conn
+
+
+def _set_wal(conn: sqlite3.Connection, path: Path, busy_timeout_s: float) -> None:
+    # Switching a new file to WAL takes an exclusive lock; retry while other openers hold it.
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except sqlite3.OperationalError as exc:
+            if not is_busy(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+    if str(mode).lower() != "wal":
+        warnings.warn(
+            f"the tuning database {path} could not use WAL journaling (got {mode!r}); "
+            f"readers will wait for writers. Keep it on a local file system.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+
+def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
+    with transaction(conn):  # the usual case, a current database: no write lock needed
+        if _has_meta(conn) and _check_version(conn, path) == SCHEMA_VERSION:
+            return
+    with transaction(conn, immediate=True):  # a new file (create the tables) or an old one (migrate)
+        if not _has_meta(conn):
+            if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+                raise TuningDatabaseError(
+                    f"{path} is an SQLite database but not a kiln tuning database (it has no "
+                    f"'meta' table). Pass another path, or delete the file if it is yours to remove."
+                )
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            return
+        _migrate(conn, path, _check_version(conn, path))  # another opener may have migrated it meanwhile
+
+
+def _migrate(conn: sqlite3.Connection, path: Path, version: int) -> None:
+    """Bring a file of schema ``version`` to :data:`SCHEMA_VERSION` (inside the caller's transaction)."""
+    while version < SCHEMA_VERSION:
+        statements = MIGRATIONS.get(version)
+        if statements is None:
+            raise TuningDatabaseError(
+                f"the tuning database {path} has schema version {version}, older than "
+                f"{SCHEMA_VERSION}, and no migration exists for it. It only caches tuning results: "
+                f"delete it (with its -wal and -shm files) to start over."
+            )
+        for statement in statements:
+            conn.execute(statement)
+        version += 1
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(version),))
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version; :class:`TuningDatabaseError` if it is damaged or newer than ours."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    try:
+        version = int(row[0]) if row else None
+    except ValueError:
+        version = None
+    if version is None:
+        raise TuningDatabaseError(
+            f"the tuning database {path} has no valid schema_version in its meta table "
+            f"({row[0] if row else 'missing'!r}); it is damaged or was not written by kiln. It only "
+            f"caches tuning results: delete it (with its -wal and -shm files) to start over."
+        )
+    if version > SCHEMA_VERSION:
+        raise TuningDatabaseError(
+            f"the tuning database {path} has schema version {version}, but this kiln "
+            f"understands versions up to {SCHEMA_VERSION}: it was written by a newer kiln. "
+            f"Upgrade kiln, or use another file (TuningDatabase(path=...)); deleting the file "
+            f"discards the newer kiln's tuning results."
+        )
+    return version
+
+
+def database_error(path: Path, busy_timeout_s: float, action: str, exc: sqlite3.Error) -> TuningDatabaseError:
+    """The TuningDatabaseError for an SQLite error while doing ``action``."""
+    if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
+        return TuningDatabaseError(
+            f"could not {action} the tuning database {path}: another process held its lock "
+            f"for more than {busy_timeout_s:g} s ({exc}). Retry, or raise busy_timeout_s."
+        )
+    if isinstance(exc, sqlite3.IntegrityError):
+        return TuningDatabaseError(f"could not {action} the tuning database {path}: {exc}.")
+    return TuningDatabaseError(
+        f"could not {action} the tuning database {path} ({type(exc).__name__}: {exc}). It only "
+        f"caches tuning results: if this repeats, delete it (with its -wal and -shm files)."
+    )
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection, *, immediate: bool = False) -> Iterator[None]:
+    """One transaction: committed on success, rolled back on any exception.
+
+    Writers use ``BEGIN IMMEDIATE``: they take the write lock up front (waiting up to the busy
+    timeout), so they never fail half-way when upgrading a read lock. Readers use a deferred
+    transaction, so several statements see one snapshot.
+    """
+    conn.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+    try:
+        yield
+    except BaseException:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _has_meta(conn: sqlite3.Connection) -> bool:
+    query = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    return conn.execute(query).fetchone() is not None
+
+
+def is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
