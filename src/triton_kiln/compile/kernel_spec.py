@@ -1,18 +1,23 @@
 """How a ``@triton.jit`` kernel travels to a worker, and what makes up its identity.
 
 A kernel is described by a :class:`KernelSpec`, built in the parent by walking the kernel's
-source: every global name it reads is resolved and classified. The spec serves two purposes:
+source: every global name it reads is resolved and classified, in its body and in its
+signature (parameter defaults and annotations, which Python evaluates at the ``def`` and
+Triton's code generator evaluates again when it compiles), and its parameter defaults are
+kept as the values Python gave them (what Triton binds). The spec serves two purposes:
 
 * **identity** (:attr:`KernelSpec.identity`): a stable hash of the kernel's source, the
-  sources of the ``@triton.jit`` helpers it calls (transitively), and the values of the
-  globals they read (constexprs, dtypes, plain numbers). It feeds the compile key.
+  sources of the ``@triton.jit`` helpers it calls (transitively), the values of the globals
+  they read (constexprs, dtypes, plain numbers) and their parameter defaults. It feeds the
+  compile key.
 * **transport**: when every global the kernel (and its helpers) read can be rebuilt from data
   (constexprs, dtypes, plain values, modules, library objects, other ``@jit`` functions), the
   kernel travels as source and the worker rebuilds it with ``triton.jit``, never importing the
   user's module (which may import torch: seconds per process). Otherwise it travels as
   ``module:qualname`` and the worker imports it (usually from the zygote's preloaded modules).
   A kernel that is neither importable (``__main__``, a function body, a notebook) nor
-  rebuildable makes :class:`~kiln.errors.KernelSpecError`, which says what to change.
+  rebuildable makes :class:`~kiln.errors.KernelSpecError` before anything is compiled; it
+  names the globals and defaults that cannot travel and says what to change.
 
 Nothing here imports a worker or starts a process; it is pure analysis. The worker's side
 (rebuilding or importing the function) is :mod:`kiln.compile.rebuild`; the data forms of
@@ -20,6 +25,7 @@ values are :mod:`kiln.compile.values`.
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
 import contextlib
@@ -72,23 +78,36 @@ def _classify(value: Any, *, seen: dict[int, KernelSpec]) -> GlobalValue:
 
 
 class _NameCollector(ast.NodeVisitor):
-    """Collects names a function stores locally and the dotted global chains it loads."""
+    """Collects the names a function stores locally and the dotted global chains it loads.
+
+    Loads of the body (``loads``) are hidden by the function's locals and parameters. Loads of
+    its signature (``signature_loads``: parameter defaults and annotations) are not: Python
+    evaluates them where the function is defined, and Triton's code generator evaluates them
+    again, against the kernel's globals, when it compiles (``def k(G: tl.constexpr = G)`` reads
+    the global ``G``).
+    """
 
     def __init__(self) -> None:
         self.locals: set[str] = set()
         self.loads: set[tuple[str, ...]] = set()
+        self.signature_loads: set[tuple[str, ...]] = set()
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
         args = node.args
-        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
-            self.locals.add(arg.arg)
+        params = [*args.posonlyargs, *args.args, *args.kwonlyargs]
         if args.vararg:
-            self.locals.add(args.vararg.arg)
+            params.append(args.vararg)
         if args.kwarg:
-            self.locals.add(args.kwarg.arg)
+            params.append(args.kwarg)
+        outer = _NameCollector()
+        for expr in [*args.defaults, *args.kw_defaults, *(p.annotation for p in params), node.returns]:
+            if expr is not None:
+                outer.visit(expr)
+        self.signature_loads |= outer.loads
+        self.locals.update(p.arg for p in params)
         for stmt in node.body:
             self.visit(stmt)
-        # decorators and annotations are evaluated at definition time, not compiled
+        # decorators are applied at definition time, and are not part of Triton's source
 
     def visit_Name(self, node: ast.Name) -> None:
         if isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -109,16 +128,33 @@ class _NameCollector(ast.NodeVisitor):
             self.visit(current)
 
 
-_ANALYSIS: dict[str, tuple[frozenset[str], frozenset[tuple[str, ...]]]] = {}
+@dataclass(frozen=True)
+class _Analysis:
+    """The names a function's source defines and reads (see :class:`_NameCollector`)."""
+
+    locals: frozenset[str]
+    loads: frozenset[tuple[str, ...]]
+    signature_loads: frozenset[tuple[str, ...]]
+
+    def global_chains(self) -> list[tuple[str, ...]]:
+        """Every dotted chain that names a global: the body's unless a local hides it, the
+        signature's always."""
+        body = [chain for chain in self.loads if chain[0] not in self.locals]
+        return sorted({*body, *self.signature_loads})
 
 
-def _analyse(src: str) -> tuple[frozenset[str], frozenset[tuple[str, ...]]]:
+_ANALYSIS: dict[str, _Analysis] = {}
+
+
+def _analyse(src: str) -> _Analysis:
     cached = _ANALYSIS.get(src)
     if cached is None:
         tree = ast.parse(src)
         collector = _NameCollector()
         collector.visit(tree)
-        cached = (frozenset(collector.locals), frozenset(collector.loads))
+        cached = _Analysis(
+            frozenset(collector.locals), frozenset(collector.loads), frozenset(collector.signature_loads)
+        )
         _ANALYSIS[src] = cached
     return cached
 
@@ -156,6 +192,9 @@ class KernelSpec:
 
     ``module``/``qualname`` are set when the kernel can be imported by reference; ``src`` and
     ``globals`` always describe it (for the identity hash, and for rebuilding by source).
+    ``defaults`` are the parameter defaults as the caller's Python evaluated them when it
+    defined the kernel (what Triton binds); ``lazy_annotations`` says whether the kernel's
+    module has ``from __future__ import annotations`` (its annotations are then strings).
     """
 
     name: str
@@ -168,6 +207,8 @@ class KernelSpec:
     jit_options: tuple[tuple[str, Any], ...]
     globals: tuple[tuple[str, GlobalValue], ...]
     language: str = gluon.TRITON  # "triton", "gluon" or "constexpr_function" (kiln.compile.gluon)
+    defaults: tuple[tuple[str, GlobalValue], ...] = ()  # parameter -> its default, in order
+    lazy_annotations: bool = False
 
     # -- construction -------------------------------------------------------------------
 
@@ -187,14 +228,11 @@ class KernelSpec:
         scope: dict[str, Any] = dict(parts.globals)
         with contextlib.suppress(TypeError, ValueError):
             scope.update(inspect.getclosurevars(parts.python_fn).nonlocals)
-        local_names, loads = _analyse(src)
         # Placeholder breaks recursion for self-referencing kernels.
         placeholder = cls(fn.__name__, fn.__module__, fn.__qualname__, False, src, "", 0, (), ())
         seen[id(fn)] = placeholder
         resolved: dict[str, GlobalValue] = {}
-        for chain in sorted(loads):
-            if chain[0] in local_names:
-                continue
+        for chain in _analyse(src).global_chains():
             hit = _resolve(chain, scope)
             if hit is None:
                 continue  # a builtin, or a name Triton will report as undefined
@@ -213,6 +251,8 @@ class KernelSpec:
             jit_options=parts.options,
             globals=tuple(sorted(resolved.items())),
             language=gluon.language_of(fn),
+            defaults=_defaults(parts.python_fn, seen),
+            lazy_annotations=bool(parts.python_fn.__code__.co_flags & __future__.annotations.compiler_flag),
         )
         seen[id(fn)] = spec
         return spec
@@ -236,6 +276,8 @@ class KernelSpec:
         }
         if self.language != gluon.TRITON:  # Triton kernels keep the identities they always had
             data["language"] = self.language
+        if self.defaults:  # a helper called without an argument compiles with its default
+            data["defaults"] = [[n, value_data(v)] for n, v in self.defaults]
         return data
 
     @property
@@ -249,25 +291,47 @@ class KernelSpec:
         return cached
 
     def unshippable_globals(self) -> list[str]:
-        """Names of globals that cannot be rebuilt from data (only matters for by-source transport)."""
-        bad = [name for name, (kind, _) in self.globals if kind == "opaque"]
+        """What cannot be rebuilt from data (only matters for by-source transport): the names of
+        globals, and ``kernel(PARAM=...)`` for parameter defaults, of this kernel and of the
+        helpers that travel with it."""
+        names, defaults = self._unshippable()
+        return names + defaults
+
+    def _unshippable(self) -> tuple[list[str], list[str]]:
+        names = [name for name, (kind, _) in self.globals if kind == "opaque"]
+        defaults = [
+            f"{self.name}({param}={_short(payload[1])})"
+            for param, (kind, payload) in self.defaults
+            if kind == "opaque"
+        ]
         for _, (kind, payload) in self.globals:
             if kind == "jit" and not payload.importable:
-                bad.extend(payload.unshippable_globals())
-        return bad
+                helper_names, helper_defaults = payload._unshippable()
+                names.extend(helper_names)
+                defaults.extend(helper_defaults)
+        return names, defaults
 
     def check_shippable(self) -> None:
+        """Raise :class:`KernelSpecError` naming what cannot travel, for a kernel that must
+        travel as source (called before anything is compiled)."""
         if self.importable:
             return
-        bad = self.unshippable_globals()
-        if bad:
-            raise KernelSpecError(
-                f"kernel {self.name!r} (defined in {self.module}, {self.filename}:{self.first_line}) is "
-                f"not importable by name, so kiln sends it to workers as source, but it reads the "
-                f"global(s) {sorted(set(bad))}, which are neither constexprs, dtypes, plain values, "
-                f"modules nor @triton.jit functions. Move the kernel into an importable module, or "
-                f"make those globals tl.constexpr values."
-            )
+        names, defaults = self._unshippable()
+        if not names and not defaults:
+            return
+        what = []
+        if names:
+            what.append(f"the global(s) {sorted(set(names))}")
+        if defaults:
+            what.append(f"the parameter default(s) {sorted(set(defaults))}")
+        raise KernelSpecError(
+            f"kernel {self.name!r} (defined in {self.module}, {self.filename}:{self.first_line}) is "
+            f"not importable by name, so kiln sends it to workers as source, but its source and "
+            f"signature name {' and '.join(what)}, which are neither constexprs, dtypes, plain "
+            f"values, modules nor @triton.jit functions, so no worker can rebuild them. Move the "
+            f"kernel into an importable module (workers then import it), or make those globals "
+            f"tl.constexpr values or plain numbers."
+        )
 
     # -- rebuilding (worker side) ---------------------------------------------------------
 
@@ -285,6 +349,24 @@ class KernelSpec:
         from triton_kiln.compile.rebuild import load
 
         return load(self)
+
+
+def _defaults(python_fn: Any, seen: dict[int, KernelSpec]) -> tuple[tuple[str, GlobalValue], ...]:
+    """Each parameter default as data, as Python evaluated it when the kernel was defined.
+
+    These, not the current values of the globals the default expressions name, are what
+    Triton binds: the autotuner's binder for a kernel, ``call_JitFunction`` for a helper called
+    without the argument.
+    """
+    return tuple(
+        (param.name, _classify(param.default, seen=seen))
+        for param in inspect.signature(python_fn).parameters.values()
+        if param.default is not inspect.Parameter.empty
+    )
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _importable(fn: Any) -> bool:

@@ -1,12 +1,14 @@
 """Worker side of a kernel's transport: the ``@triton.jit`` function a :class:`KernelSpec` names.
 
 A spec that can travel as source is rebuilt here (its globals bound from their data forms,
-compiled with the original file name and line numbers, wrapped in ``triton.jit``); one that
-cannot is imported by ``module:qualname``. Rebuilt functions are memoized per process by the
+compiled with the original file name, line numbers and ``__future__`` flags, given the
+original's parameter defaults, wrapped in ``triton.jit``); one that cannot is imported by
+``module:qualname``. Rebuilt functions are memoized per process by the
 spec's identity.
 """
 
 from __future__ import annotations
+import __future__
 
 import builtins
 import importlib
@@ -59,9 +61,14 @@ def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     previous = linecache.cache.get(filename)
     linecache.cache[filename] = (len(text), None, lines, filename)
     try:
-        code = compile(text, filename, "exec")
+        # The original's own future flags, not this module's: with ``from __future__ import
+        # annotations`` the annotations stay strings, without it Python evaluates them (and
+        # Triton reads ``tl.constexpr`` the class where the caller has it).
+        flags = __future__.annotations.compiler_flag if spec.lazy_annotations else 0
+        code = compile(text, filename, "exec", flags=flags, dont_inherit=True)
         exec(code, namespace)
         raw = namespace[spec.name]
+        _set_defaults(raw, spec, memo)
         options = {k: v for k, v in spec.jit_options if v not in (None, ())}
         jitted = gluon.rejit(spec.language, raw, options)
     finally:
@@ -72,6 +79,29 @@ def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     namespace[spec.name] = jitted
     memo[key] = jitted
     return jitted
+
+
+def _set_defaults(raw: Any, spec: KernelSpec, memo: dict[str, Any]) -> None:
+    """Give the rebuilt function the caller's default values.
+
+    ``exec`` evaluated the default expressions against the globals as they are now; the
+    caller's Python evaluated them when it defined the kernel, and those values are what
+    Triton binds (they differ if the module rebound a constant after the ``def``).
+    """
+    if not spec.defaults:
+        return
+    values = {
+        param: _rebuild_value(f"{spec.name}({param}=...)", value, memo) for param, value in spec.defaults
+    }
+    keyword_only = set(raw.__kwdefaults__ or ())
+    positional = tuple(v for param, v in values.items() if param not in keyword_only)
+    if len(positional) != len(raw.__defaults__ or ()):
+        raise KernelSpecError(
+            f"kernel {spec.name!r}: the rebuilt function has {len(raw.__defaults__ or ())} positional "
+            f"default(s), the original {len(positional)}; its source and its signature disagree."
+        )
+    raw.__defaults__ = positional or None
+    raw.__kwdefaults__ = {param: values[param] for param in keyword_only} or None
 
 
 def _bind(namespace: dict[str, Any], dotted: str, value: Any) -> None:
