@@ -281,6 +281,40 @@ def test_issue_19_decision_does_not_depend_on_which_config_was_checked_first(fir
     assert decision.scratch == {}
 
 
+def test_liger_dyt_backward_configs_all_stay_ok_and_compete() -> None:
+    """Liger DyT's backward, its 18 configs (BLOCK_N x num_warps x num_stages), on the native
+    check: DX agrees everywhere; DA holds per-program partial sums in columns that follow BLOCK_N
+    (only their sum means anything). DA is scratch on evidence (three BLOCK_N groups of six):
+    no config is rejected or flagged."""
+    from triton_kiln.tuning.configs import config_json, config_label
+
+    cols = 8
+    configs = [
+        kiln.Config({"BLOCK_N": b}, num_warps=w, num_stages=s)
+        for b in (1024, 2048, 4096)
+        for w in (4, 8, 16)
+        for s in (1, 2)
+    ]
+    rng = np.random.default_rng(0)
+    dx = rng.standard_normal(4096).astype(np.float32)
+    partial = rng.standard_normal(cols).astype(np.float32)
+    state = make_state({"DX": np.zeros(4096, np.float32), "DA": np.zeros(cols, np.float32)})
+    verdicts = {}
+    for config in configs:
+        used = 4096 // config.kwargs["BLOCK_N"]  # programs along N: the columns written
+        da = np.zeros(cols, np.float32)
+        da[:used] = partial.sum() / used
+        state.inputs.restore_all()
+        state.cuda.memcpy_htod(state.inputs.tensors["DX"].ptr, dx.tobytes())
+        state.cuda.memcpy_htod(state.inputs.tensors["DA"].ptr, da.tobytes())
+        verdicts[config_label(config)] = state.check_outputs()
+    decision = decide(verdicts, {config_label(c): config_params(config_json(c)) for c in configs})
+    assert decision.rejected == {}
+    assert decision.flagged == {}
+    assert decision.scratch == {"DA": "BLOCK_N"}
+    assert all(decision.reason(config_label(c))[0] == "ok" for c in configs)
+
+
 def test_a_lone_config_with_a_parameter_value_no_other_has_is_rejected(
     make_pool: Any, tmp_path: Path
 ) -> None:

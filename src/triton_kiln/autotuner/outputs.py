@@ -168,8 +168,8 @@ def _decide_argument(
     for label in settled:
         decision.flag(
             label,
-            f"{argument}: configs disagree ({shape} of {total}); no clear majority and no config "
-            "parameter explains it",
+            f"{argument}: configs disagree ({shape} of {total}); no clear majority and no evidence "
+            "of config-dependent scratch",
         )
 
 
