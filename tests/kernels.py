@@ -98,3 +98,38 @@ def tile2d_kernel(x_ptr, out_ptr, M, N, stride_m, stride_n, BM: tl.constexpr, BN
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     x = tl.load(x_ptr + rm[:, None] * stride_m + rn[None, :] * stride_n, mask=mask)
     tl.store(out_ptr + rn[None, :] * M + rm[:, None], x + 1, mask=mask)
+
+
+ZERO_WRITER = 5
+"""``add_modes_kernel``'s MODE that writes zeros without loading anything (wrong, and the cheapest)."""
+
+OFF_BY_ONE = 1
+"""``add_modes_kernel``'s MODE that adds 1 to the sum (wrong)."""
+
+ISSUE_19_SHAPES = (
+    (256, 0, 2),
+    (256, 0, 4),
+    (512, 0, 2),
+    (512, 0, 4),
+    (1024, 0, 4),
+    (1024, 0, 8),
+    (1024, ZERO_WRITER, 4),
+    (512, OFF_BY_ONE, 4),
+)
+"""Issue 19's eight configs of ``add_modes_kernel`` as ``(BLOCK, MODE, num_warps)``: six compute
+``x + y`` and agree; one writes zeros (its MODE, held by no other config, and the fastest); one
+adds 1."""
+
+
+@triton.jit
+def add_modes_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr, MODE: tl.constexpr):
+    """out = x + y; MODE=ZERO_WRITER stores zeros and loads nothing, MODE=OFF_BY_ONE adds 1."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    if MODE == 5:
+        tl.store(out_ptr + offsets, tl.zeros([BLOCK], dtype=tl.float32), mask=mask)
+    else:
+        out = tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+        if MODE == 1:
+            out = out + 1.0
+        tl.store(out_ptr + offsets, out, mask=mask)

@@ -376,6 +376,34 @@ def test_contenders_follow_the_spread_of_the_screening() -> None:
     assert [c.label for c in contenders(cands, noisy, 0.05, (1, 5))] == ["a", "b", "c"]  # type: ignore[arg-type]
 
 
+def test_only_trusted_configs_race_unless_the_output_check_trusts_none() -> None:
+    """A config the output check flagged never wins over a trusted one (issue 19): it is not
+    timed again in the final round; when every ok config is flagged, all of them race."""
+    from triton_kiln.autotuner.race import contenders, eligible
+    from triton_kiln.tuning.results import ConfigResult
+
+    flag = "flagged: out_ptr: configs disagree (2 + 1 of 3); no clear majority"
+
+    def result(label: str, ms: float, reason: str | None = None) -> ConfigResult:
+        return ConfigResult(label, {}, "ok", reason, runtime_ms=ms, runtime_ms_p20=ms, runtime_ms_p80=ms)
+
+    class C:
+        def __init__(self, label: str) -> None:
+            self.label = label
+
+    rows = {
+        "fast": result("fast", 0.5, flag),
+        "b": result("b", 1.00),
+        "c": result("c", 1.02, "x_ptr not checked: it differs between configs as BLOCK does"),
+    }
+    cands = [C(k) for k in rows]
+    assert [c.label for c in eligible(cands, rows)] == ["b", "c"]  # type: ignore[arg-type]
+    assert [c.label for c in contenders(cands, rows, 0.05, (1, 5))] == ["b", "c"]  # type: ignore[arg-type]
+    every = {k: result(k, r.runtime_ms or 0.0, flag) for k, r in rows.items()}
+    assert [c.label for c in contenders(cands, every, 0.05, (1, 5))] == ["fast"]  # type: ignore[arg-type]
+    assert [c.label for c in eligible(cands, every)] == ["fast", "b", "c"]  # type: ignore[arg-type]
+
+
 def test_one_pass_tuning_has_no_final_round_time(make_pool: Any, tmp_path: Path) -> None:
     tuner, bench = make_tuner(make_pool, tmp_path, configs(64, 128), by_block({64: 2.0, 128: 1.0}))
     tune(tuner, bench)

@@ -7,17 +7,26 @@ numpy side (:class:`~kiln.sandbox.compare.Representatives` with ``compare_np``) 
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import triton
 
 import triton_kiln as kiln
-from test_autotune_cpu import make_tuner, tune
+from conftest import SM90
+from kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
+from test_autotune_cpu import FakeBench, make_tuner, tune
+from test_native_check import make_state
+from test_native_check import run as native_run
+from triton_kiln.autotuner.outputs import config_params, decide
 from triton_kiln.sandbox import compare_np
 from triton_kiln.sandbox.compare import MAX_REPRESENTATIVES, Representatives, Verdict
+from triton_kiln.tuning import TuningDatabase, format_table
 
 torch = pytest.importorskip("torch")
 
@@ -65,8 +74,8 @@ def test_config_dependent_scratch_is_accepted_and_reported(make_pool: Any, tmp_p
 
     tuner = run(make_pool, tmp_path, cfgs, outputs)
     results = tuner.last_run.results
-    assert {r.status for r in results} == {"ok"}
-    assert all(r.flagged and "x_ptr not checked" in (r.reason or "") for r in results)
+    assert [(r.status, r.flagged) for r in results] == [("ok", False)] * 9  # all compete equally
+    assert all("x_ptr not checked" in (r.reason or "") for r in results)
     assert all("BLOCK" in (r.reason or "") and "scratch" in (r.reason or "") for r in results)
     assert tuner.best_config.kwargs == {"BLOCK": 64}
     assert tuner.best_config.num_warps == 2
@@ -108,7 +117,9 @@ def test_the_wrong_config_is_rejected_even_when_first_and_fastest(make_pool: Any
     assert tuner.best_config.num_warps == 4
 
 
-def test_an_even_split_no_parameter_explains_is_flagged_not_rejected(make_pool: Any, tmp_path: Path) -> None:
+def test_an_even_split_no_parameter_explains_is_flagged_not_rejected(
+    make_pool: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     cfgs = grid_configs((64, 128, 256), (2, 4))
     odd = {(64, 2), (128, 4), (256, 2)}  # neither BLOCK nor num_warps separates the halves
 
@@ -116,25 +127,16 @@ def test_an_even_split_no_parameter_explains_is_flagged_not_rejected(make_pool: 
         base = good(config)["out_ptr"]
         return {"out_ptr": base + 50.0 if (config.kwargs["BLOCK"], config.num_warps) in odd else base}
 
-    tuner = run(make_pool, tmp_path, cfgs, outputs)
+    with caplog.at_level(logging.WARNING, logger="kiln.autotune"):
+        tuner = run(make_pool, tmp_path, cfgs, outputs)
     results = tuner.last_run.results
     assert {r.status for r in results} == {"ok"}
     assert all(r.flagged and "configs disagree (3 + 3 of 6)" in (r.reason or "") for r in results)
-
-
-def test_a_deviant_group_explained_by_a_parameter_is_flagged(make_pool: Any, tmp_path: Path) -> None:
-    """Eight configs agree; the one BLOCK=256 config differs: BLOCK may explain it (flagged)."""
-    cfgs = [*grid_configs((64, 128), (2, 4, 8, 16)), kiln.Config({"BLOCK": 256}, num_warps=4)]
-
-    def outputs(config: Any) -> dict[str, Any]:
-        base = good(config)["out_ptr"]
-        return {"out_ptr": base + 100.0 if config.kwargs["BLOCK"] == 256 else base}
-
-    tuner = run(make_pool, tmp_path, cfgs, outputs)
-    lone = tuner.last_run.results_by_label["BLOCK=256, num_warps=4, num_stages=3, num_ctas=1"]
-    assert lone.status == "ok"
-    assert lone.flagged
-    assert "no config among them has its BLOCK=256" in (lone.reason or "")
+    assert tuner.best_config.kwargs == {"BLOCK": 64}  # no config is trusted: the fastest wins
+    assert tuner.best_config.num_warps == 2
+    warned = [r.getMessage() for r in caplog.records if r.name == "kiln.autotune"]
+    assert any("no config's outputs could be confirmed" in m for m in warned), warned
+    assert "no config's outputs could be confirmed" in format_table(tuner.last_run)
 
 
 def test_nan_in_one_config_is_rejected(make_pool: Any, tmp_path: Path) -> None:
@@ -175,6 +177,208 @@ def test_a_mismatch_with_the_users_reference_is_rejected(make_pool: Any, tmp_pat
     rejected = [r for r in tuner.last_run.results if r.status == "wrong_output"]
     assert all((r.reason or "").startswith("differs from your reference: out_ptr") for r in rejected)
     assert tuner.best_config.kwargs == {"BLOCK": 128}
+
+
+# --------------------------------------------- issue 19: a config that disagrees never wins
+
+ZERO = f"BLOCK=1024, MODE={ZERO_WRITER}, num_warps=4, num_stages=3, num_ctas=1"
+PLUS_ONE = f"BLOCK=512, MODE={OFF_BY_ONE}, num_warps=4, num_stages=3, num_ctas=1"
+WRONG = (ZERO, PLUS_ONE)
+
+
+def issue_configs() -> list[Any]:
+    return [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in ISSUE_19_SHAPES]
+
+
+def issue_runtime(config: Any) -> float:
+    """The zero-writer is the fastest config, the off-by-one the next; then the six correct ones."""
+    mode = config.kwargs["MODE"]
+    shape = (config.kwargs["BLOCK"], mode, config.num_warps)
+    return {ZERO_WRITER: 0.5, OFF_BY_ONE: 0.8}.get(mode, 1.0 + ISSUE_19_SHAPES.index(shape) / 100)
+
+
+def issue_output(config: Any, x: Any, y: Any) -> Any:
+    """What ``add_modes_kernel`` writes into ``out`` with ``config``."""
+    mode = config.kwargs["MODE"]
+    if mode == ZERO_WRITER:
+        return torch.zeros_like(x)
+    return x + y + (1.0 if mode == OFF_BY_ONE else 0.0)
+
+
+class HostSandboxBench(FakeBench):
+    """:class:`FakeBench` whose output check is the native sandbox's own
+    (``NativeState.check_outputs`` on host memory, ``host_memory.HostMemoryDriver``): each
+    config's run writes its output into ``out_ptr``, and the verdict travels back as the
+    sandbox's does."""
+
+    def __init__(self, tuner: Any, args: Any, kwargs: Any, runtime_of: Any, output_of: Any) -> None:
+        super().__init__(tuner, args, kwargs, runtime_of)
+        x, y, out = (t.numpy() for t in args[:3])
+        self.state = make_state({"x_ptr": x, "y_ptr": y, "out_ptr": out})
+        self.output_of = output_of
+
+    def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> Any:
+        outcome = super().bench(candidate, artifact, grid, phase)
+        verdict = native_run(self.state, "out_ptr", self.output_of(candidate.config).numpy())
+        return dataclasses.replace(outcome, check=verdict)
+
+
+@pytest.mark.parametrize("check", ["native sandbox", "in process"])
+def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chosen(
+    make_pool: Any, tmp_path: Path, check: str
+) -> None:
+    """Issue 19 as found on the GPU: six configs compute x + y, one writes zeros (the fastest, its
+    MODE held by no other config), one adds 1. Both wrong ones were flagged, kept ``ok``, and
+    the zero-writer was chosen. Both are ``wrong_output`` now; the fastest correct config wins."""
+    x, y = torch.randn(N), torch.randn(N)
+
+    def bench(tuner: Any, args: Any, kw: Any) -> Any:
+        output_of = lambda config: issue_output(config, x, y)  # noqa: E731
+        if check == "native sandbox":
+            return HostSandboxBench(tuner, args, kw, issue_runtime, output_of)
+        return FakeBench(tuner, args, kw, issue_runtime, lambda config: {"out_ptr": output_of(config)})
+
+    tuner = kiln.autotune(
+        issue_configs(),
+        key=["n"],
+        pool=make_pool(workers=2),
+        database=TuningDatabase(tmp_path / "tuning.sqlite3"),
+        target=SM90,
+    )(add_modes_kernel)
+    tuner._bencher_factory = bench
+    out = torch.full((N,), -7.0)
+    tuner.run(x, y, out, N, grid=lambda meta: (triton.cdiv(N, meta["BLOCK"]),), warmup=True)
+
+    by_label = tuner.last_run.results_by_label
+    for label in WRONG:
+        assert by_label[label].status == "wrong_output", by_label[label]
+        assert "out_ptr: differs from the 6 of 8 configs that agree" in (by_label[label].reason or "")
+    correct = [r for label, r in by_label.items() if label not in WRONG]
+    assert [(r.status, r.flagged) for r in correct] == [("ok", False)] * 6
+    assert tuner.best_config.kwargs == {"BLOCK": 256, "MODE": 0}
+    assert tuner.best_config.num_warps == 2
+    zero = next(c for c in tuner.configs if c.kwargs["MODE"] == ZERO_WRITER)
+    assert tuner.configs_timings[zero][0] == float("inf")
+    table = format_table(tuner.last_run)
+    assert "8 configs: 6 ok, 2 failed (wrong_output 2)" in table
+    assert "passed over" not in table
+
+
+@pytest.mark.parametrize("first", range(len(ISSUE_19_SHAPES)))
+def test_issue_19_decision_does_not_depend_on_which_config_was_checked_first(first: int) -> None:
+    """The first config checked becomes the first representative: a wrong one first is outvoted
+    all the same (the native sandbox's check on host memory, then :func:`decide`)."""
+    from triton_kiln.tuning.configs import config_json, config_label
+
+    configs = issue_configs()
+    order = configs[first:] + configs[:first]
+    x, y = torch.randn(N), torch.randn(N)
+    state = make_state({"x_ptr": x.numpy(), "y_ptr": y.numpy(), "out_ptr": np.full(N, -7.0, np.float32)})
+    verdicts = {config_label(c): native_run(state, "out_ptr", issue_output(c, x, y).numpy()) for c in order}
+    decision = decide(verdicts, {config_label(c): config_params(config_json(c)) for c in order})
+    assert sorted(decision.rejected) == sorted(WRONG)
+    assert decision.flagged == {}
+    assert decision.scratch == {}
+
+
+def test_liger_dyt_backward_configs_all_stay_ok_and_compete() -> None:
+    """Liger DyT's backward, its 18 configs (BLOCK_N x num_warps x num_stages), on the native
+    check: DX agrees everywhere; DA holds per-program partial sums in columns that follow BLOCK_N
+    (only their sum means anything). DA is scratch on evidence (three BLOCK_N groups of six):
+    no config is rejected or flagged."""
+    from triton_kiln.tuning.configs import config_json, config_label
+
+    cols = 8
+    configs = [
+        kiln.Config({"BLOCK_N": b}, num_warps=w, num_stages=s)
+        for b in (1024, 2048, 4096)
+        for w in (4, 8, 16)
+        for s in (1, 2)
+    ]
+    rng = np.random.default_rng(0)
+    dx = rng.standard_normal(4096).astype(np.float32)
+    partial = rng.standard_normal(cols).astype(np.float32)
+    state = make_state({"DX": np.zeros(4096, np.float32), "DA": np.zeros(cols, np.float32)})
+    verdicts = {}
+    for config in configs:
+        used = 4096 // config.kwargs["BLOCK_N"]  # programs along N: the columns written
+        da = np.zeros(cols, np.float32)
+        da[:used] = partial.sum() / used
+        state.inputs.restore_all()
+        state.cuda.memcpy_htod(state.inputs.tensors["DX"].ptr, dx.tobytes())
+        state.cuda.memcpy_htod(state.inputs.tensors["DA"].ptr, da.tobytes())
+        verdicts[config_label(config)] = state.check_outputs()
+    decision = decide(verdicts, {config_label(c): config_params(config_json(c)) for c in configs})
+    assert decision.rejected == {}
+    assert decision.flagged == {}
+    assert decision.scratch == {"DA": "BLOCK_N"}
+    assert all(decision.reason(config_label(c))[0] == "ok" for c in configs)
+
+
+def test_a_lone_config_with_a_parameter_value_no_other_has_is_rejected(
+    make_pool: Any, tmp_path: Path
+) -> None:
+    """Eight configs agree; the one BLOCK=256 config differs. Its value is held by no other
+    config, which is no evidence that the argument is scratch (it used to be: flagged, kept)."""
+    cfgs = [*grid_configs((64, 128), (2, 4, 8, 16)), kiln.Config({"BLOCK": 256}, num_warps=4)]
+    cfgs = cfgs[-1:] + cfgs[:-1]  # the lone config is the fastest
+
+    def outputs(config: Any) -> dict[str, Any]:
+        base = good(config)["out_ptr"]
+        return {"out_ptr": base + 100.0 if config.kwargs["BLOCK"] == 256 else base}
+
+    tuner = run(make_pool, tmp_path, cfgs, outputs)
+    lone = tuner.last_run.results_by_label["BLOCK=256, num_warps=4, num_stages=3, num_ctas=1"]
+    assert lone.status == "wrong_output"
+    assert "out_ptr: differs from the 8 of 9 configs that agree" in (lone.reason or "")
+    assert tuner.best_config.kwargs == {"BLOCK": 64}
+
+
+def test_two_configs_sharing_a_value_that_agree_and_differ_from_a_majority_are_scratch(
+    make_pool: Any, tmp_path: Path
+) -> None:
+    """Seven configs agree; the two BLOCK=256 configs agree with each other and differ: positive
+    evidence that the argument follows BLOCK. It is not checked; every config competes."""
+    cfgs = [*grid_configs((256,), (2, 4)), *grid_configs((64, 128), (2, 4, 8, 16))][:9]
+
+    def outputs(config: Any) -> dict[str, Any]:
+        base = good(config)["out_ptr"]
+        return {"out_ptr": base + 100.0 if config.kwargs["BLOCK"] == 256 else base}
+
+    tuner = run(make_pool, tmp_path, cfgs, outputs)
+    results = tuner.last_run.results
+    assert [(r.status, r.flagged) for r in results] == [("ok", False)] * 9
+    assert all("out_ptr not checked" in (r.reason or "") for r in results)
+    assert tuner.best_config.kwargs == {"BLOCK": 256}
+    assert tuner.best_config.num_warps == 2
+
+
+def test_a_flagged_fastest_config_is_passed_over_and_the_log_and_report_say_so(
+    make_pool: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two of four configs write NaN (too few numbers to reject them: flagged) and are the
+    fastest; the fastest trusted config wins, and the log and the report name the passed-over one."""
+    cfgs = grid_configs((64, 128), (2, 4))
+
+    def outputs(config: Any) -> dict[str, Any]:
+        out = good(config)["out_ptr"].clone()
+        if config.kwargs["BLOCK"] == 64:
+            out[3] = float("nan")
+        return {"out_ptr": out}
+
+    with caplog.at_level(logging.WARNING, logger="kiln.autotune"):
+        tuner = run(make_pool, tmp_path, cfgs, outputs)
+    by_label = tuner.last_run.results_by_label
+    fastest = "BLOCK=64, num_warps=2, num_stages=3, num_ctas=1"
+    assert by_label[fastest].status == "ok"
+    assert by_label[fastest].flagged
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+    assert tuner.best_config.num_warps == 2
+    warned = [r.getMessage() for r in caplog.records if r.name == "kiln.autotune"]
+    assert any("passed over" in m and fastest in m and "NaN/Inf" in m for m in warned), warned
+    table = format_table(tuner.last_run)
+    assert f"passed over: {fastest} (1.0000 ms)" in table
+    assert "NaN/Inf" in table.split("passed over:")[1]
 
 
 # ------------------------------------------------------------ the native sandbox's numpy side

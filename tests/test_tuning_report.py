@@ -215,6 +215,61 @@ def test_table_ends_with_where_the_time_went(run: TuningRun) -> None:
     assert report_mod.format_split(partial) == "time: - = benchmarking 0.5 s"
 
 
+FLAG_NAN = "flagged: out_ptr: the run wrote NaN/Inf where 2 of 4 configs wrote numbers (too few to reject)"
+SCRATCH_NOTE = "x_ptr not checked: it differs between configs as BLOCK_N does (config-dependent scratch)"
+
+
+def test_a_faster_flagged_config_is_named_as_passed_over(run: TuningRun) -> None:
+    """A flagged config faster than the best never won: the table says which and why."""
+    fast = label(16, 16, 2)
+    faster = label(8, 8, 2)
+    flagged = dataclasses.replace(
+        run,
+        results=(
+            *run.results,
+            result(fast, runtime_ms=0.5, reason=FLAG_NAN),
+            result(faster, runtime_ms=0.25, reason=FLAG_NAN),
+            result(label(8, 16), runtime_ms=3.0, reason=FLAG_NAN),  # slower than the best: not named
+        ),
+    )
+    table = format_table(flagged)
+    assert cells(table, fast)["status"] == "ok, flagged"
+    lines = table.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("* best:"))
+    assert lines[at + 1] == f"  passed over: {faster} (0.2500 ms), faster but {FLAG_NAN}"
+    assert lines[at + 2] == f"  passed over: {fast} (0.5000 ms), faster but {FLAG_NAN}"
+    assert sum("passed over" in line for line in lines) == 2
+    assert "could be confirmed" not in table
+    summary = to_json(flagged)["summary"]
+    assert summary["passed_over"] == [faster, fast]
+    assert summary["best_unconfirmed"] is False
+
+
+def test_a_best_config_that_is_flagged_says_no_output_was_confirmed(run: TuningRun) -> None:
+    every = tuple(dataclasses.replace(r, reason=FLAG_NAN) if r.ok else r for r in run.results)
+    flagged = dataclasses.replace(run, results=every)
+    table = format_table(flagged)
+    assert (
+        "  no config's outputs could be confirmed (all 3 ok configs flagged): the best is the fastest"
+        in table
+    )
+    assert "passed over" not in table
+    assert to_json(flagged)["summary"]["best_unconfirmed"] is True
+
+
+def test_an_argument_left_unchecked_as_scratch_is_a_note_not_a_flag(run: TuningRun) -> None:
+    noted = dataclasses.replace(
+        run, results=tuple(dataclasses.replace(r, reason=SCRATCH_NOTE) if r.ok else r for r in run.results)
+    )
+    assert not any(r.flagged for r in noted.results)
+    assert all(r.trusted for r in noted.results if r.ok)
+    table = format_table(noted)
+    assert cells(table, BEST)["status"] == "ok"
+    assert cells(table, BEST)["reason"].startswith("x_ptr not checked")
+    assert "flagged" not in table
+    assert "passed over" not in table
+
+
 # ---------------------------------------------------------------------------- JSON
 
 

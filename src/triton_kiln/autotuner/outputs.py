@@ -12,19 +12,26 @@ with each config's parameters (its kwargs, ``num_warps``, ``num_stages``, ``num_
 * **NaN/Inf.** A config whose run wrote NaN or Inf where the argument held a number is rejected
   when the configs that wrote only numbers are a clear majority (at least 3 and at least 2/3 of
   N); otherwise it is flagged.
-* **Majority.** The largest group of configs that agree is a clear majority when it has at least
-  3 configs and at least 2/3 of N. A config outside it that was compared with it and differs is
-  rejected, unless a config parameter explains the difference: some parameter's value of this
-  config is held by no config of the majority (then the argument may be config-dependent
-  scratch, and the config is flagged).
-* **Scratch.** Without a clear majority, an argument whose groups follow one parameter (configs
-  with equal values agree; at least one value is shared by two or more configs; not all agree)
-  is config-dependent scratch, such as per-program partial sums whose layout depends on
-  ``BLOCK_N``: it is not checked, and every config is flagged saying so.
-* Any other disagreement (an even split that no parameter explains, more distinct outputs than
-  the sandbox keeps, configs that a restarted sandbox never compared) is flagged, never rejected.
+* **Scratch, on evidence.** An argument is config-dependent scratch (per-program partial sums
+  whose layout follows ``BLOCK_N``, as in Liger's DyT backward) when one parameter explains
+  every difference and at least two groups confirm it: configs with equal values of the
+  parameter agree, and two or more groups of at least two configs sharing a value agree within
+  and differ from each other. Such an argument is not checked, for any config: every config
+  competes equally (each one's ``reason`` notes it; none is flagged for it).
+* **Majority.** Otherwise the largest group of configs that agree is a clear majority when it
+  has at least 3 configs and at least 2/3 of N, and a config compared with it that differs is
+  rejected. A parameter value that no config of the majority holds (the only ``MODE=5``, the only
+  ``num_stages=5``) is no excuse: most real config lists have one, and it is what the cheapest
+  wrong config looks like. A config a restarted sandbox never compared with the majority is
+  flagged.
+* **No clear majority**, no evidence of scratch (an even split, more distinct outputs than the
+  sandbox keeps): every config is flagged.
 
-A flagged config stays ``ok`` (it may win); its ``reason`` says what was seen.
+A flagged config stays ``ok`` but never wins over a trusted one (an ``ok`` config nothing
+flagged): the winner is the fastest trusted config, and a faster flagged one is named as passed
+over (:attr:`~kiln.tuning.results.TuningRun.passed_over`). Only when every ``ok`` config is
+flagged does the fastest of them win, and the log and ``kiln report`` say that no config's
+outputs could be confirmed.
 """
 
 from __future__ import annotations
@@ -35,12 +42,17 @@ from typing import Any
 
 from triton_kiln.sandbox.compare import OutputCheck, Representatives, Verdict
 from triton_kiln.tuning.configs import CONFIG_OPTIONS
+from triton_kiln.tuning.results import FLAGGED
 
 MIN_MAJORITY = 3
 """Configs that must agree before a config that disagrees with them is rejected."""
 
 MAJORITY_SHARE = 2 / 3
 """The share of the checked configs that must agree before one that disagrees is rejected."""
+
+MIN_SCRATCH_GROUPS = 2
+"""Groups of configs (each of at least two sharing a parameter value) that must agree within and
+differ from each other before an argument is taken for config-dependent scratch."""
 
 
 @dataclass
@@ -49,6 +61,7 @@ class Decision:
 
     rejected: dict[str, list[str]] = field(default_factory=dict)
     flagged: dict[str, list[str]] = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)  # label -> arguments not checked
     scratch: dict[str, str] = field(default_factory=dict)  # argument -> the parameter it follows
 
     def reject(self, label: str, why: str) -> None:
@@ -56,6 +69,18 @@ class Decision:
 
     def flag(self, label: str, why: str) -> None:
         self.flagged.setdefault(label, []).append(why)
+
+    def note(self, label: str, what: str) -> None:
+        self.notes.setdefault(label, []).append(what)
+
+    def reason(self, label: str) -> tuple[str, str | None]:
+        """``(status, reason)`` of a config that ran ``ok``: ``wrong_output`` with why, or ``ok``
+        with ``"flagged: ..."`` and notes (``None``: nothing to say)."""
+        if label in self.rejected:
+            return "wrong_output", "; ".join(self.rejected[label])
+        parts = [FLAGGED + "; ".join(self.flagged[label])] if label in self.flagged else []
+        parts += self.notes.get(label, [])
+        return "ok", "; ".join(parts) or None
 
 
 def config_params(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -104,6 +129,16 @@ def _decide_argument(
             groups.setdefault(check.cluster, []).append(label)
     if len(groups) <= 1 and all(c.cluster is not None for c in settled.values()):
         return  # every config that wrote numbers agrees
+    follows = _scratch_parameter(settled, params)
+    if follows is not None:
+        decision.scratch[argument] = follows
+        for label in settled:
+            decision.note(
+                label,
+                f"{argument} not checked: it differs between configs as {follows} does "
+                "(config-dependent scratch)",
+            )
+        return
     different = {(c.cluster, other) for c in settled.values() for other in c.differs_from}
     majority = max(groups.items(), key=lambda item: len(item[1]), default=None)
     if majority is not None and _clear_majority(len(majority[1]), total):
@@ -121,29 +156,10 @@ def _decide_argument(
                     "(checked by another sandbox process)",
                 )
                 continue
-            detail = _detail(check, name)
-            explained = _explaining(label, agreeing, params)
-            if explained is not None:
-                decision.flag(
-                    label,
-                    f"{argument}: differs from the {len(agreeing)} of {total} configs that agree"
-                    f"{detail}; not rejected: no config among them has its {explained}",
-                )
-            else:
-                decision.reject(
-                    label,
-                    f"{argument}: differs from the {len(agreeing)} of {total} configs that agree"
-                    f"{detail}, and configs sharing each of its parameter values are among them",
-                )
-        return
-    follows = _follows(settled, params)
-    if follows is not None:
-        decision.scratch[argument] = follows
-        for label in settled:
-            decision.flag(
+            decision.reject(
                 label,
-                f"{argument} not checked: it differs between configs as {follows} does "
-                "(config-dependent scratch)",
+                f"{argument}: differs from the {len(agreeing)} of {total} configs that agree"
+                f"{_detail(check, name)}; no evidence that {argument} is config-dependent scratch",
             )
         return
     sizes = sorted((len(g) for g in groups.values()), reverse=True)
@@ -152,8 +168,8 @@ def _decide_argument(
     for label in settled:
         decision.flag(
             label,
-            f"{argument}: configs disagree ({shape} of {total}); no clear majority and no config "
-            "parameter explains it",
+            f"{argument}: configs disagree ({shape} of {total}); no clear majority and no evidence "
+            "of config-dependent scratch",
         )
 
 
@@ -165,17 +181,15 @@ def _detail(check: OutputCheck, cluster: str) -> str:
     return ""
 
 
-def _explaining(label: str, agreeing: list[str], params: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """A parameter whose value for ``label`` no agreeing config has (``"BLOCK_N=64"``), if any."""
-    own = params.get(label, {})
-    for name, value in own.items():
-        if all(params.get(other, {}).get(name) != value for other in agreeing):
-            return f"{name}={value}"
-    return None
+def _scratch_parameter(
+    members: Mapping[str, OutputCheck], params: Mapping[str, Mapping[str, Any]]
+) -> str | None:
+    """A parameter the argument follows, with evidence (see the module's rule), if any.
 
-
-def _follows(members: Mapping[str, OutputCheck], params: Mapping[str, Mapping[str, Any]]) -> str | None:
-    """A parameter the argument's groups follow: equal values agree, some value is shared."""
+    Configs with equal values agree (one representative per value, every config placed), and
+    at least :data:`MIN_SCRATCH_GROUPS` values held by two or more configs each have their own
+    representative. A value held by one config is no evidence: a lone config that differs looks
+    the same whether the argument is scratch or the config is wrong."""
     if any(check.cluster is None for check in members.values()):
         return None
     names: list[str] = []
@@ -188,7 +202,12 @@ def _follows(members: Mapping[str, OutputCheck], params: Mapping[str, Mapping[st
             key = repr(params.get(label, {}).get(name))
             by_value.setdefault(key, set()).add(check.cluster)
             counts[key] = counts.get(key, 0) + 1
-        if all(len(c) == 1 for c in by_value.values()) and len(by_value) > 1 and max(counts.values()) > 1:
+        if any(len(clusters) != 1 for clusters in by_value.values()):
+            continue
+        confirmed = {
+            cluster for key, clusters in by_value.items() if counts[key] >= 2 for cluster in clusters
+        }
+        if len(confirmed) >= MIN_SCRATCH_GROUPS:
             return name
     return None
 

@@ -1,8 +1,11 @@
-"""Which screened configs are timed again in the final round (the race's contenders).
+"""Which screened configs may win (:func:`eligible`), and which are timed again in the final
+round (the race's contenders).
 
-A tuning run screens every config with short runs while others still compile; the final round
-then times, on a quiet machine, only the configs that could still win. How many depends on the
-spread: a clear winner ends the race (no final round), close or noisy screenings widen it.
+A config the output check flagged never wins over one it trusts, so only trusted configs race
+(all ``ok`` ones when none is trusted). A tuning run screens every config with short runs while
+others still compile; the final round then times, on a quiet machine, only the configs that
+could still win. How many depends on the spread: a clear winner ends the race (no final round),
+close or noisy screenings widen it.
 """
 
 from __future__ import annotations
@@ -15,13 +18,20 @@ from triton_kiln.tuning.results import ConfigResult
 _INF = float("inf")
 
 
+def eligible(candidates: Sequence[Candidate], results: Mapping[str, ConfigResult]) -> list[Candidate]:
+    """The configs that may win: the ``ok`` ones the output check trusts (did not flag), or,
+    when it trusts none, every ``ok`` one (see :mod:`kiln.autotuner.outputs`)."""
+    ok = [c for c in candidates if results[c.label].status == "ok"]
+    return [c for c in ok if results[c.label].trusted] or ok
+
+
 def contenders(
     candidates: Sequence[Candidate],
     results: Mapping[str, ConfigResult],
     margin: float,
     bounds: tuple[int, int],
 ) -> list[Candidate]:
-    """The screened configs that may still beat the fastest, fastest first.
+    """The screened :func:`eligible` configs that may still beat the fastest, fastest first.
 
     A config contends when the fast end of its screening (``runtime_ms_p20``) is within
     ``margin`` of the slow end of the fastest one's (``runtime_ms_p80``): noisy screenings widen
@@ -31,7 +41,7 @@ def contenders(
     def median(c: Candidate) -> float:
         return _first_of(results[c.label].runtime_ms)
 
-    ok = sorted((c for c in candidates if results[c.label].status == "ok"), key=median)
+    ok = sorted(eligible(candidates, results), key=median)
     if not ok:
         return []
     best = results[ok[0].label]

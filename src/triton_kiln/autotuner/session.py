@@ -9,8 +9,10 @@
       as each compile finishes (or fails): bench it (bench.py), check its outputs,
           record its ConfigResult in the database (committed at once)
       output rule (outputs.py): reject or flag configs by all configs' outputs at once
-      final round (when kiln owns the timing): the best few, full length, 3 alternating passes
-      best = min(timings) -> tuner.cache[key], configs_timings, last_run; finish the run
+      final round (when kiln owns the timing): the best few trusted ones (race.py), full
+          length, 3 alternating passes
+      best = the fastest trusted config (a flagged one only when all are) -> tuner.cache[key],
+          configs_timings, last_run; finish the run; log any faster flagged config passed over
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
           round: timesplit.py) -> TuningRun.split
 
@@ -35,7 +37,7 @@ from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
-from triton_kiln.autotuner.race import contenders
+from triton_kiln.autotuner.race import contenders, eligible
 from triton_kiln.autotuner.specialize import Candidate, launch_grid
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.compile.request import guess_compile_cost
@@ -141,7 +143,8 @@ class TuningSession:
                 self.final_round(candidates, results, timings, bencher, grid, record)
         bencher.finish()
 
-        ok = {c.config: timings[c.config] for c in candidates if results[c.label].status == "ok"}
+        # The fastest trusted config wins; flagged ones only when every ok config is flagged.
+        ok = {c.config: timings[c.config] for c in eligible(candidates, results)}
         if not ok:
             lines = [f"  {c.label}: {results[c.label].status}: {results[c.label].reason}" for c in candidates]
             raise AutotuneError(f"every config of {self.name} failed for key {key}:\n" + "\n".join(lines))
@@ -169,6 +172,35 @@ class TuningSession:
             split=split,
         )
         tuner.tuned[key] = tuner.last_run
+        self.log_choice(key, tuner.last_run)
+
+    def log_choice(self, key: tuple[Any, ...], run: TuningRun) -> None:
+        """Warn when the output check decided the winner: a faster flagged config was passed
+        over, or no config's outputs could be confirmed and the fastest flagged one won."""
+        best = run.best
+        if best is None:
+            return
+        for passed in run.passed_over:
+            log.warning(
+                "kiln: %s %s: passed over %s (%.4f ms), faster than the chosen %s (%.4f ms): its "
+                "outputs are %s",
+                self.name,
+                key,
+                passed.label,
+                passed.runtime_ms,
+                best.label,
+                best.runtime_ms,
+                passed.reason,
+            )
+        if run.unconfirmed:
+            log.warning(
+                "kiln: %s %s: no config's outputs could be confirmed (every ok config is flagged); "
+                "chose the fastest, %s: %s. Pass reference= to check outputs against yours.",
+                self.name,
+                key,
+                best.label,
+                best.reason,
+            )
 
     def final_round(
         self,
@@ -278,15 +310,14 @@ class TuningSession:
         decision = decide(checked, {label: config_params(results[label].config) for label in checked})
         for candidate in candidates:
             label = candidate.label
-            previous = results[label]
-            if label in decision.rejected:
-                why = "; ".join(decision.rejected[label])
-                results[label] = replace(previous, status="wrong_output", reason=why)
-                timings[candidate.config] = list(_FAILED)
-            elif label in decision.flagged:
-                results[label] = replace(previous, reason="flagged: " + "; ".join(decision.flagged[label]))
-            else:
+            if label not in checked:
                 continue
+            status, why = decision.reason(label)
+            if why is None:
+                continue
+            results[label] = replace(results[label], status=status, reason=why)
+            if status != "ok":
+                timings[candidate.config] = list(_FAILED)
             record(results[label])
         for argument, parameter in decision.scratch.items():
             log.info(

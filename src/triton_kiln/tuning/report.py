@@ -15,10 +15,17 @@ The last line, where the wall time went (:attr:`TuningRun.split`, see
 :mod:`kiln.autotuner.timesplit`), is left out for runs recorded without it. Compiling overlaps
 the other parts; sandbox wait, benchmarking, final round and other add up to the wall time.
 
-An ``ok`` config the output check flagged (outputs it could not confirm; it may still win) shows
-``ok, flagged`` and the reason. Speed-up is the default config's median runtime divided by the
-row's (above 1: faster than the default, the first config given). It is shown only where both
-ran correctly.
+An ``ok`` config the output check flagged (outputs it could not confirm) shows ``ok, flagged``
+and the reason; it never wins over a trusted config, and a flagged config faster than the best
+is named under the best line, with why::
+
+    * best: BLOCK=128, ... (1.0100 ms, 1.98x); speed-up vs the default config BLOCK=64, ...
+      passed over: BLOCK=64, MODE=5, ... (0.5000 ms), faster but flagged: out_ptr: ...
+
+When every ``ok`` config is flagged the fastest wins, and the line after the best says that no
+config's outputs could be confirmed. Speed-up is the default config's median runtime divided by
+the row's (above 1: faster than the default, the first config given). It is shown only where
+both ran correctly.
 
 The JSON form is ``{"format": "kiln-tuning-run", "version": 1, "run": TuningRun.to_json(),
 "summary": {...}}``; :func:`read_json` reads the run back.
@@ -179,10 +186,35 @@ def format_table(run: TuningRun) -> str:
     else:
         summary += f"; speed-up vs the default config {run.default_label}"
     lines.append(summary)
+    lines += choice_lines(run)
     split = format_split(run)
     if split is not None:
         lines.append(split)
     return "\n".join(lines)
+
+
+CHOICE_REASON_WIDTH = 200
+"""Characters of a passed-over config's reason shown under the best line."""
+
+
+def choice_lines(run: TuningRun) -> list[str]:
+    """What the output check did to the choice: each faster flagged config passed over, or that
+    no config's outputs could be confirmed (the fastest flagged one won)."""
+    lines = []
+    for result in run.passed_over:
+        reason = " ".join((result.reason or "").split())
+        if len(reason) > CHOICE_REASON_WIDTH:
+            reason = reason[: CHOICE_REASON_WIDTH - 3] + "..."
+        lines.append(
+            f"  passed over: {result.label} ({_num(result.runtime_ms, '.4f')} ms), faster but {reason}"
+        )
+    if run.unconfirmed:
+        flagged = sum(1 for result in run.results if result.flagged)
+        lines.append(
+            f"  no config's outputs could be confirmed (all {flagged} ok configs flagged): the best "
+            "is the fastest of them; pass reference= to check against yours"
+        )
+    return lines
 
 
 def to_json(run: TuningRun) -> dict[str, Any]:
@@ -200,6 +232,8 @@ def to_json(run: TuningRun) -> dict[str, Any]:
             "failures_by_status": dict(sorted(failures.items())),
             "best_label": run.best_label,
             "best_runtime_ms": None if run.best is None else run.best.runtime_ms,
+            "best_unconfirmed": run.unconfirmed,
+            "passed_over": [result.label for result in run.passed_over],
             "speedups_vs_default": speedups(run),
         },
     }

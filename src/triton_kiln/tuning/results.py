@@ -82,6 +82,12 @@ def _split(split: Any, kernel: str) -> dict[str, float]:
     return checked
 
 
+FLAGGED = "flagged: "
+"""How an ``ok`` config's ``reason`` starts when the output check flagged it (outputs it could not
+confirm: the config never wins over a trusted one); any other reason of an ``ok`` config is a
+note, such as an argument left unchecked as config-dependent scratch."""
+
+
 @dataclass(frozen=True)
 class ConfigResult:
     """The outcome of one config: how long it took to compile, whether it ran, how fast, how right."""
@@ -99,8 +105,9 @@ class ConfigResult:
 
     reason: str | None = None
     """Why a config failed or was pruned (an error message, a signal name); for an ``"ok"`` config,
-    what the output check flagged (``"flagged: ..."``: outputs it could not confirm, the config
-    may still win); else ``None``."""
+    what the output check flagged (``"flagged: ..."``: outputs it could not confirm; the config
+    wins only when every ``ok`` config is flagged) and its notes (an argument not checked, as
+    config-dependent scratch); else ``None``."""
 
     compile_s: float | None = None
     """Seconds spent compiling (``None`` when it never compiled, e.g. pruned)."""
@@ -152,7 +159,12 @@ class ConfigResult:
     @property
     def flagged(self) -> bool:
         """An ``"ok"`` config whose outputs the check flagged (see :mod:`kiln.autotuner.outputs`)."""
-        return self.ok and bool(self.reason)
+        return self.ok and (self.reason or "").startswith(FLAGGED)
+
+    @property
+    def trusted(self) -> bool:
+        """An ``"ok"`` config the output check did not flag: one of those the winner comes from."""
+        return self.ok and not self.flagged
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -266,6 +278,25 @@ class TuningRun:
     def ok_results(self) -> tuple[ConfigResult, ...]:
         """Results whose status is ``"ok"``, in recorded order."""
         return tuple(result for result in self.results if result.ok)
+
+    @property
+    def passed_over(self) -> tuple[ConfigResult, ...]:
+        """Flagged ``ok`` configs that ran faster than the best, trusted one, fastest first: the
+        output check could not confirm their outputs, so they did not win."""
+        best = self.best
+        if best is None or best.flagged or best.runtime_ms is None:
+            return ()
+        faster = [
+            result
+            for result in self.results
+            if result.flagged and result.runtime_ms is not None and result.runtime_ms < best.runtime_ms
+        ]
+        return tuple(sorted(faster, key=lambda result: result.runtime_ms or 0.0))
+
+    @property
+    def unconfirmed(self) -> bool:
+        """The best config is flagged: every ``ok`` config was, so the fastest of them won."""
+        return self.best is not None and self.best.flagged
 
     @property
     def finished(self) -> bool:
