@@ -157,14 +157,22 @@ def test_an_unknown_name_is_one_line_at_import() -> None:
     ]
 
 
+def test_kiln_children_do_not_report_again() -> None:
+    """The sandboxes are fresh interpreters that import kiln: their parent has said it already."""
+    result = _python("import triton_kiln", {"KILN_JOBS": "4", "KILN_SANDBOX_FD": "5"})
+    assert result.returncode == 0
+    assert result.stderr == ""
+
+
 def test_names_kiln_and_its_tests_set_are_not_reported(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    for var in [*settings.INTERNAL_VARIABLES, "KILN_TEST_SLOW_S", "KILN_CI_OTHER_TRITONS"]:
+    for var in ["KILN_TEST_SLOW_S", "KILN_CI_OTHER_TRITONS"]:
         monkeypatch.setenv(var, "1")
     with caplog.at_level(logging.WARNING, logger="kiln.settings"):
         settings.current()
     assert not [r for r in caplog.records if r.name == "kiln.settings"]
+    assert settings.unknown_variables(dict.fromkeys(settings.INTERNAL_VARIABLES, "1")) == {}
 
 
 def test_every_kiln_name_in_the_tree_is_a_setting_or_allow_listed() -> None:

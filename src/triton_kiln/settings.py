@@ -374,8 +374,14 @@ def unknown_message(var: str, closest: str | None) -> str:
 
 
 def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
-    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``)."""
-    for var, closest in unknown_variables(environ).items():
+    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``);
+    not in kiln's own child processes (the zygote, the sandboxes), whose parent has said it."""
+    env = os.environ if environ is None else environ
+    with _warned_lock:
+        fresh = {var: env[var] for var in env if var.startswith("KILN_") and var not in _warned_unknown}
+    if not fresh or any(var in env for var in INTERNAL_VARIABLES):
+        return  # the common case: one pass over the names (current() calls this every time)
+    for var, closest in unknown_variables(fresh).items():
         with _warned_lock:
             if var in _warned_unknown:
                 continue
