@@ -11,11 +11,14 @@ from __future__ import annotations
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from triton_kiln.errors import KilnError
+
+if TYPE_CHECKING:
+    from triton_kiln.settings import SettingSource
 
 
 class _KilnGroup(click.Group):
@@ -158,7 +161,7 @@ _UNSET = {
 }
 
 
-def _setting_line(row: Any) -> str:
+def _setting_line(row: SettingSource) -> str:
     """One setting: variable, value, source; 85 columns, more only for a long path."""
     if row.error:
         return f"{row.variable:<28} {row.raw!r:<44} not valid ({row.source})"
