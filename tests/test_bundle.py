@@ -202,7 +202,7 @@ def test_cli_saves_recorded_variants(tmp_path: Path, bundle_parts: Any) -> None:
     runner = CliRunner()
     empty = runner.invoke(cli, ["bundle", "save", str(tmp_path / "out"), "--cache-dir", str(tmp_path)])
     assert empty.exit_code == 1
-    assert "no tuned variants" in empty.output
+    assert f"no compiled kernels in {tmp_path}" in empty.output
     ArtifactStore(cache).put(artifact)
     write_record(cache, record, record.entries[0])
     result = runner.invoke(cli, ["bundle", "save", str(tmp_path / "out.tgz"), "--cache-dir", str(cache)])
@@ -215,6 +215,39 @@ def test_cli_saves_recorded_variants(tmp_path: Path, bundle_parts: Any) -> None:
     kernels_, binaries = collect_recorded(cache)
     assert [k.name for k in kernels_] == ["add_kernel"]
     assert artifact.key in binaries
+
+
+@pytest.mark.parametrize("name", ["x.zip", "x.tar.bz2", "x.tar.xz", "x.7z", "x.gz"])
+def test_write_bundle_refuses_archive_formats_it_does_not_write(
+    tmp_path: Path, bundle_parts: Any, name: str
+) -> None:
+    _, record, artifact, _ = bundle_parts
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(BundleError, match=r"a directory or a \.tar, \.tar\.gz or \.tgz archive") as info:
+        write_bundle(out / name, [record], {artifact.key: artifact})
+    assert "x.tar.gz" in str(info.value)
+    assert list(out.iterdir()) == []  # no directory named x.zip, no staging left
+
+
+def test_write_bundle_never_replaces_what_is_not_a_bundle(tmp_path: Path, bundle_parts: Any) -> None:
+    _, record, artifact, _ = bundle_parts
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    with pytest.raises(BundleError, match="not a kiln bundle; kiln would replace it"):
+        write_bundle(mine, [record], {artifact.key: artifact})
+    assert (mine / "thesis.tex").read_text() == "years of work"
+    note = tmp_path / "notes"
+    note.write_text("mine")
+    with pytest.raises(BundleError, match="exists and is not a directory"):
+        write_bundle(note, [record], {artifact.key: artifact})
+    assert note.read_text() == "mine"
+    bundle = write_bundle(tmp_path / "b", [record], {artifact.key: artifact})
+    assert write_bundle(bundle, [record], {artifact.key: artifact}) == bundle  # an old bundle is replaced
+    (tmp_path / "empty").mkdir()
+    write_bundle(tmp_path / "empty", [record], {artifact.key: artifact})
+    assert BundleReader(tmp_path / "empty").manifest.kernels[0].name == "add_kernel"
 
 
 def _int_cases() -> list[Any]:

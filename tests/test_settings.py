@@ -29,6 +29,7 @@ ALL_VARS = [
     "KILN_NATIVE_SANDBOX",
     "KILN_BENCH_TIMEOUT_S",
     "KILN_AUTOTUNE",
+    "KILN_CACHE_MAX_MB",
 ]
 
 
@@ -71,6 +72,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_BENCH_TIMEOUT_S": "12",
         "KILN_FAST_LAUNCH": "0",
         "KILN_AUTOTUNE": "1",
+        "KILN_CACHE_MAX_MB": "500",
     }
     for var, value in env.items():
         monkeypatch.setenv(var, value)
@@ -95,6 +97,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.bench_timeout_s == 12.0
     assert current.fast_launch is False
     assert current.autotune is True
+    assert current.cache_max_mb == 500
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

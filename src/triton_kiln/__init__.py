@@ -155,18 +155,20 @@ __all__ = [
 ]
 
 
-def _install_from_environment() -> None:
-    """``KILN_AUTOTUNE=1``: :func:`kiln.install` at import (read once, here)."""
+def _check_environment() -> None:
+    """At import, never raising (``kiln.settings``): report ``KILN_*`` names that are not
+    settings, once; with ``KILN_AUTOTUNE`` set, :func:`kiln.routing.install_from_environment`."""
     import os
 
-    if os.environ.get("KILN_AUTOTUNE", "0") in ("", "0"):
-        return  # the common case costs no settings parse and no Triton import
+    if not any(var.startswith("KILN_") for var in os.environ):
+        return  # the common case costs no settings import, no parse and no Triton import
     from triton_kiln import settings
 
-    if settings.current().autotune:
-        from triton_kiln.routing import install as _install
+    settings.warn_unknown_variables()
+    if os.environ.get("KILN_AUTOTUNE", "").strip() not in ("", "0"):
+        from triton_kiln.routing import install_from_environment
 
-        _install()
+        install_from_environment()
 
 
-_install_from_environment()
+_check_environment()

@@ -1,7 +1,9 @@
 """kiln's command line (``kiln --help``).
 
 Every kiln error (and every file-system error) a command meets ends as one ``Error: ...`` line
-on stderr and exit status 1, never a traceback (:class:`_KilnGroup`).
+on stderr and exit status 1, never a traceback (:class:`_KilnGroup`). Settings are read by the
+commands that need them, so a malformed ``KILN_*`` variable is that one line there, and
+``kiln --help``, ``kiln bundle show`` and ``kiln settings`` (which shows it) still work.
 """
 
 from __future__ import annotations
@@ -9,11 +11,14 @@ from __future__ import annotations
 import sqlite3
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from triton_kiln.errors import KilnError
+
+if TYPE_CHECKING:
+    from triton_kiln.settings import SettingSource
 
 
 class _KilnGroup(click.Group):
@@ -132,6 +137,43 @@ def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | 
             click.echo(f"written: {target}")
 
 
+@main.command("settings")
+def settings_command() -> None:
+    """Print the effective settings and where each came from (default, environment, scope)."""
+    from triton_kiln import settings
+
+    rows = settings.describe()
+    click.echo(f"{'VARIABLE':<28} {'VALUE':<44} SOURCE")
+    for row in rows:
+        click.echo(_setting_line(row))
+    for var, closest in settings.unknown_variables().items():
+        click.echo(settings.unknown_message(var, closest))
+    problems = [row.error for row in rows if row.error]
+    if problems:
+        raise click.ClickException(" ".join(problems))
+
+
+_UNSET = {
+    "memory_limit_mb": "unset (no limit)",
+    "progress": "unset (bars on a terminal only)",
+    "tuning_db": "unset (<cache dir>/tuning.sqlite3)",
+    "cache_max_mb": "unlimited",
+}
+
+
+def _setting_line(row: SettingSource) -> str:
+    """One setting: variable, value, source; 85 columns, more only for a long path."""
+    if row.error:
+        return f"{row.variable:<28} {row.raw!r:<44} not valid ({row.source})"
+    if isinstance(row.value, bool):
+        shown = "1" if row.value else "0"
+    elif row.value is None:
+        shown = _UNSET.get(row.name, "unset")
+    else:
+        shown = str(row.value)
+    return f"{row.variable:<28} {shown:<44} {row.source}"
+
+
 @main.group()
 def bundle() -> None:
     """Write and inspect bundles of tuned kernels (binaries + launch metadata + tuning records)."""
@@ -152,7 +194,9 @@ def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
 
     from triton_kiln import settings
     from triton_kiln.bundle import BundleError, collect_recorded, write_bundle
+    from triton_kiln.bundle.format import check_bundle_path
 
+    check_bundle_path(Path(path))  # before anything is read or made
     root = Path(cache_dir) if cache_dir else settings.current().cache_dir
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -187,6 +231,10 @@ def bundle_show(path: str) -> None:
                 f"{entry.source}"
             )
 
+
+from triton_kiln.cli_cache import cache  # noqa: E402 - the group above must exist first
+
+main.add_command(cache)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

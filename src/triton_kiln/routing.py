@@ -3,6 +3,7 @@
 ::
 
     import kiln; kiln.install()     # or KILN_AUTOTUNE=1, read once at `import kiln`
+                                    # (install_from_environment: an import never raises)
     import liger_kernel, fla        # their @triton.autotune kernels are now kiln.autotune's
 
 What it routes, by rebinding names in Triton's modules (:func:`kiln.triton_compat.autotune_names`):
@@ -25,7 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triton_kiln.settings import Settings
 
 log = logging.getLogger("kiln.install")
 
@@ -34,7 +38,50 @@ _saved: list[tuple[Any, str, Any]] = []  # (module, name, Triton's value)
 
 
 def install() -> None:
-    """Route ``triton.autotune`` and later subclasses of Triton's ``Autotuner`` through kiln."""
+    """Route ``triton.autotune`` and later subclasses of Triton's ``Autotuner`` through kiln.
+
+    Raises :class:`~kiln.errors.SettingsError` (naming the variable), with nothing routed, if a
+    ``KILN_*`` variable is malformed.
+    """
+    from triton_kiln import settings
+
+    current = settings.current()
+    _route()
+    _prewarm(current)
+
+
+def install_from_environment() -> None:
+    """``KILN_AUTOTUNE=1`` at ``import triton_kiln``: route, and never raise.
+
+    An import must not fail on a setting (every ``kiln`` command, ``kiln --help`` included,
+    imports kiln first). So: a malformed ``KILN_AUTOTUNE`` routes nothing and logs one line
+    naming it (``kiln.install`` logger, WARNING); with ``KILN_AUTOTUNE=1`` and another malformed
+    variable, ``triton.autotune`` is routed (what was asked for), nothing is prewarmed, and the
+    :class:`~kiln.errors.SettingsError` naming the variable is raised where kiln is first used:
+    when a kernel is decorated (its :class:`kiln.Autotuner` is made) or a pool is made (logged
+    here at DEBUG only, so a ``kiln`` command says it once, as its ``Error:`` line).
+    """
+    from triton_kiln import settings
+    from triton_kiln.errors import SettingsError
+
+    try:
+        wanted = settings.parse_variable("autotune")
+    except SettingsError as exc:
+        log.warning("kiln: %s triton.autotune is not routed through kiln.", exc)
+        return
+    if not wanted:
+        return
+    try:
+        current = settings.current()
+    except SettingsError as exc:
+        _route()
+        log.debug("kiln: %s Kernels triton.autotune makes raise it until the variable is fixed.", exc)
+        return
+    _route()
+    _prewarm(current)
+
+
+def _route() -> None:
     from triton_kiln.autotuner import Autotuner, autotune
     from triton_kiln.triton_compat import autotune_names
 
@@ -49,12 +96,14 @@ def install() -> None:
         "kiln: installed: triton.autotune and classes derived from triton.runtime.autotuner.Autotuner "
         "from now on are kiln's (kernels and classes defined earlier stay Triton's)"
     )
+
+
+def _prewarm(current: Settings) -> None:
     # The libraries imported next define their kernels; on a GPU machine the sandbox, Triton's
     # key and the compile pool get ready meanwhile, in the background.
-    from triton_kiln import settings
     from triton_kiln.autotuner.prewarm import prewarm
 
-    prewarm(sandbox=settings.current().sandbox, pool=True)
+    prewarm(sandbox=current.sandbox, pool=True)
 
 
 def uninstall() -> None:

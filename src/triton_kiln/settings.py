@@ -12,26 +12,45 @@ value and what was expected; so does a value out of its range, however it was gi
 environment, :func:`scope`, a ``CompilePool`` argument): numbers must be finite and within the
 bounds in ``_RANGES``, the cache directory a directory (or creatable), the tuning database a
 file (or creatable), never a directory.
+
+When the error comes: settings are read where a kiln object is made (a pool, an autotuner, a
+bundle, a CLI command that needs them), never at ``import triton_kiln``; an import with
+``KILN_AUTOTUNE`` set reads only that variable (see :mod:`kiln.routing`). A ``KILN_*`` variable
+that is not a setting (a typo: ``KILN_JOBS``) is logged once per process on the ``kiln.settings``
+logger, with the closest known name (:func:`warn_unknown_variables`); the names kiln sets in its
+own child processes and ``KILN_TEST_*`` / ``KILN_CI_*`` (test and CI tooling) are not settings
+and are never reported. :func:`describe` says where each effective value came from (``kiln
+settings``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
+import logging
 import math
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triton_kiln.errors import SettingsError
 
+log = logging.getLogger("kiln.settings")
+
 
 def _default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "kiln"
+
+
+DEFAULT_CACHE_MAX_MB = 10240
+"""10 GiB: a compiled config takes 50 KiB to a few MiB (binary plus text IRs), so this holds tens of
+thousands of them (many full tuning sessions) and still keeps a shared home or CI disk from
+filling up; an evicted entry costs one recompile (seconds)."""
 
 
 @dataclass(frozen=True)
@@ -90,8 +109,14 @@ class Settings:
     """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
 
     fast_launch: bool = True
-    autotune: bool = False  # route triton.autotune through kiln at `import kiln` (kiln.install())
     """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
+
+    autotune: bool = False
+    """``KILN_AUTOTUNE``: ``1`` routes ``triton.autotune`` through kiln at ``import triton_kiln``."""
+
+    cache_max_mb: int | None = DEFAULT_CACHE_MAX_MB
+    """``KILN_CACHE_MAX_MB``: MiB the artifact store may hold on disk before the least recently used
+    entries are evicted (``0`` or ``unlimited``: no cap). The tuning database does not count."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)
@@ -117,6 +142,12 @@ def _positive_float(value: str) -> float:
     if not (number > 0 and math.isfinite(number)):
         raise ValueError(value)
     return number
+
+
+def _cap_mb(value: str) -> int | None:
+    if value.strip().lower() in ("0", "unlimited", "none"):
+        return None
+    return _positive_int(value)
 
 
 def _bool(value: str) -> bool:
@@ -152,6 +183,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
+    "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
 }
 
 
@@ -242,6 +274,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "stderr_tail_lines": _int_range(1, 100_000, "a number of lines"),
     "tuning_db": _file_usable,
     "bench_timeout_s": _seconds_range(0.001),
+    "cache_max_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
 }
 
 
@@ -266,22 +299,141 @@ def _check_ranges(values: Settings) -> None:
             raise error
 
 
-def from_env(environ: dict[str, str] | None = None) -> Settings:
+def parse_variable(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The value of setting ``name`` from its ``KILN_*`` variable alone (``None`` if unset or
+    empty); :class:`SettingsError` naming the variable if it is malformed or out of range."""
+    var, parse, expected = _ENV[name]
+    raw = (os.environ if environ is None else environ).get(var, "").strip()
+    if not raw:
+        return None
+    try:
+        value = parse(raw)
+    except ValueError:
+        raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
+    error = _range_error(name, value, from_env=True)
+    if error is not None:
+        raise error
+    return value
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """Build settings from ``KILN_*`` variables; unset or empty variables keep their defaults."""
     env = os.environ if environ is None else environ
     values: dict[str, Any] = {}
-    for name, (var, parse, expected) in _ENV.items():
-        raw = env.get(var, "").strip()
-        if not raw:
+    for name, (var, _, _) in _ENV.items():
+        if env.get(var, "").strip():
+            values[name] = parse_variable(name, env)
+    return Settings(**values)
+
+
+# --- KILN_* variables that are not settings ----------------------------------------------------
+
+INTERNAL_VARIABLES = frozenset(
+    {
+        "KILN_POOL_ID",  # marks every process of a pool (pool/handles.py)
+        "KILN_ZYGOTE_FD",  # the zygote's pipe and parent (pool/zygote.py)
+        "KILN_ZYGOTE_PARENT",
+        "KILN_SANDBOX_FD",  # the torch sandbox's (sandbox/worker.py)
+        "KILN_SANDBOX_PARENT",
+        "KILN_NATIVE_SANDBOX_FD",  # the torch-free sandbox's (sandbox/native_worker.py)
+        "KILN_NATIVE_SANDBOX_PARENT",
+    }
+)
+"""Variables kiln sets in its own child processes: not settings, never reported as unknown."""
+
+INTERNAL_PREFIXES = ("KILN_TEST_", "KILN_CI_")
+"""Prefixes of variables read by kiln's tests and CI scripts, not by kiln."""
+
+_warned_unknown: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def variables() -> dict[str, str]:
+    """``{setting name: its KILN_* variable}``, in the order of :class:`Settings`."""
+    return {name: var for name, (var, _, _) in _ENV.items()}
+
+
+def unknown_variables(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """``{KILN_* name that is not a setting: the closest setting's variable, or None}``."""
+    env = os.environ if environ is None else environ
+    known = [var for var, _, _ in _ENV.values()]
+    unknown: dict[str, str | None] = {}
+    for var in sorted(env):
+        if not var.startswith("KILN_") or var in known or var in INTERNAL_VARIABLES:
+            continue
+        if var.startswith(INTERNAL_PREFIXES):
+            continue
+        close = difflib.get_close_matches(var, known, n=1, cutoff=0.6)
+        unknown[var] = close[0] if close else None
+    return unknown
+
+
+def unknown_message(var: str, closest: str | None) -> str:
+    hint = f"did you mean {closest}?" if closest else "`kiln settings` lists the settings"
+    return f"{var} is not a kiln setting; {hint} (it is ignored)"
+
+
+def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
+    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``);
+    not in kiln's own child processes (the zygote, the sandboxes), whose parent has said it."""
+    env = os.environ if environ is None else environ
+    with _warned_lock:
+        fresh = {var: env[var] for var in env if var.startswith("KILN_") and var not in _warned_unknown}
+    if not fresh or any(var in env for var in INTERNAL_VARIABLES):
+        return  # the common case: one pass over the names (current() calls this every time)
+    for var, closest in unknown_variables(fresh).items():
+        with _warned_lock:
+            if var in _warned_unknown:
+                continue
+            _warned_unknown.add(var)
+        log.warning("kiln: %s", unknown_message(var, closest))
+
+
+# --- where each value came from (`kiln settings`) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class SettingSource:
+    """One setting as :func:`describe` reports it."""
+
+    name: str
+    variable: str
+    value: Any
+    """The effective value (``None`` where :attr:`error` is set)."""
+    source: str
+    """``default``, ``environment`` or ``scope``."""
+    raw: str | None = None
+    """The variable's text, when it is set."""
+    error: str | None = None
+    """Why the variable's value cannot be used (``None``: it can)."""
+
+
+def describe(environ: Mapping[str, str] | None = None) -> list[SettingSource]:
+    """Every setting, its effective value and where it came from; a malformed variable is
+    reported in :attr:`SettingSource.error`, not raised, so a caller can show them all."""
+    env = os.environ if environ is None else environ
+    with _scopes_lock:
+        scoped: dict[str, Any] = {}
+        for _, layer in _scopes:
+            scoped.update(layer)
+    defaults = {  # not a Settings: a default is reported as it is, not range-checked here
+        item.name: item.default_factory() if item.default_factory is not dataclasses.MISSING else item.default
+        for item in dataclasses.fields(Settings)
+    }
+    rows: list[SettingSource] = []
+    for name, (var, _, _) in _ENV.items():
+        raw = env.get(var, "").strip() or None
+        if name in scoped:
+            rows.append(SettingSource(name, var, scoped[name], "scope", raw))
+            continue
+        if raw is None:
+            rows.append(SettingSource(name, var, defaults[name], "default"))
             continue
         try:
-            values[name] = parse(raw)
-        except ValueError:
-            raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
-        error = _range_error(name, values[name], from_env=True)
-        if error is not None:
-            raise error
-    return Settings(**values)
+            rows.append(SettingSource(name, var, parse_variable(name, env), "environment", raw))
+        except SettingsError as exc:
+            rows.append(SettingSource(name, var, None, "environment", raw, error=str(exc)))
+    return rows
 
 
 _scopes: list[tuple[object, dict[str, Any]]] = []  # (token, overrides), innermost last
@@ -290,6 +442,7 @@ _scopes_lock = threading.Lock()
 
 def current() -> Settings:
     """The settings in force: the environment, then every active :func:`scope`, innermost last."""
+    warn_unknown_variables()
     settings = from_env()
     with _scopes_lock:
         overrides = [dict(layer) for _, layer in _scopes]
@@ -303,7 +456,7 @@ def default_triton_key_dir() -> Path | None:
     return current().triton_key_dir
 
 
-def overridden(environ: dict[str, str] | None = None) -> frozenset[str]:
+def overridden(environ: Mapping[str, str] | None = None) -> frozenset[str]:
     """Names of the settings given explicitly: by a non-empty ``KILN_*`` variable or a :func:`scope`.
 
     For callers with defaults of their own (``kiln demo`` uses a 5 s timeout unless

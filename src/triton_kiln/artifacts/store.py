@@ -28,6 +28,13 @@ Writes are atomic: an entry is assembled in a temporary directory beside its fin
 fsynced, and renamed into place in one step, so a reader never sees half an entry and a
 killed writer leaves only a temporary directory (cleaned on the next write). Nothing is
 unpickled.
+
+Size cap (``max_bytes``, from ``KILN_CACHE_MAX_MB``; :mod:`kiln.artifacts.usage`): every read
+touches its entry's directory (its mtime is the entry's last use), and a write that takes the
+store past the cap evicts the least recently used entries down to 90% of it. The store's size
+is measured by one scan at the first write of the process and at most every five minutes after,
+and counted up by each write in between. An entry that vanishes while it is read (evicted or
+cleared by another process) is a plain miss, without a warning.
 """
 
 from __future__ import annotations
@@ -35,18 +42,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import stat
 import tempfile
+import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
-from triton_kiln.artifacts import confined
+from triton_kiln.artifacts import confined, usage
 from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
 from triton_kiln.errors import ArtifactError, CacheDirError
+
+log = logging.getLogger("kiln.cache")
 
 
 class CacheWarning(UserWarning):
@@ -56,16 +67,22 @@ class CacheWarning(UserWarning):
 _RECORD = "artifact.json"
 _TRITON_DIR = "triton"
 _MAX_RECORD_BYTES = 1 << 20
-_STALE_TMP_S = 3600.0
+_STALE_TMP_S = usage.STALE_TMP_S
 _READ_ERRORS = (OSError, ValueError, KeyError, TypeError, ArtifactError)
+_RESCAN_S = 300.0
 
 
 class ArtifactStore:
     """A directory of compiled artifacts keyed by compile key."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, max_bytes: int | None = None) -> None:
         check_cache_dir(Path(root))
         self.root = Path(root) / f"artifacts-v{ARTIFACT_FORMAT}"
+        self.max_bytes = max_bytes
+        """The size cap (``None``: none); see the module docstring."""
+        self._size_lock = threading.Lock()
+        self._size: int | None = None  # bytes the store holds, as last measured plus writes since
+        self._measured_at = 0.0
 
     def path_for(self, key: str) -> Path:
         if len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
@@ -85,6 +102,8 @@ class ArtifactStore:
         try:
             return self._read(entry, key)
         except _READ_ERRORS as exc:
+            if isinstance(exc, FileNotFoundError) and not os.path.lexists(entry):
+                return None  # evicted or cleared meanwhile (by another process): a plain miss
             warnings.warn(
                 f"kiln cache entry {entry} is unreadable ({type(exc).__name__}: {exc}); it is ignored "
                 f"and will be recompiled. Delete the directory if this repeats.",
@@ -104,7 +123,10 @@ class ArtifactStore:
         finally:
             os.close(shard_fd)
         try:
-            return _read_entry(entry_fd, key)
+            artifact = _read_entry(entry_fd, key)
+            with contextlib.suppress(OSError):
+                os.utime(entry_fd)  # its last use, for the size cap's LRU order
+            return artifact
         finally:
             os.close(entry_fd)
 
@@ -131,10 +153,37 @@ class ArtifactStore:
                 self._discard(final)  # a broken entry: replace it
                 os.rename(tmp, final)
             _fsync_dir(final.parent)
-            return final
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+        self._grew(final)
+        return final
+
+    def _grew(self, written: Path) -> None:
+        """Apply the size cap after ``written`` was added (see the module docstring)."""
+        if self.max_bytes is None:
+            return
+        with self._size_lock:
+            now = time.monotonic()
+            if self._size is None or now - self._measured_at > _RESCAN_S:
+                self._size, self._measured_at = usage.scan(self.root).size, now
+            else:
+                self._size += usage.tree_size(written)
+            if self._size <= self.max_bytes:
+                return
+            result = usage.evict(
+                self.root, int(self.max_bytes * usage.LOW_WATER), grace_s=usage.GRACE_S, keep=[written]
+            )
+            self._size, self._measured_at = result.left, time.monotonic()
+        if result.left > self.max_bytes:
+            log.info(
+                "kiln: the artifact cache %s holds %d MiB, over its cap of %d MiB (KILN_CACHE_MAX_MB): "
+                "what is left was used in the last %d s",
+                self.root,
+                result.left >> 20,
+                self.max_bytes >> 20,
+                usage.GRACE_S,
+            )
 
     @staticmethod
     def _write_entry(directory: Path, artifact: CompiledArtifact) -> None:
@@ -182,16 +231,7 @@ class ArtifactStore:
     @staticmethod
     def _discard(entry: Path) -> None:
         """Remove an entry atomically from readers' view (rename aside first, then delete)."""
-        aside = entry.with_name(f".tmp-discard-{entry.name[:16]}-{os.getpid()}-{time.monotonic_ns()}")
-        try:
-            os.rename(entry, aside)
-        except OSError:
-            aside = entry
-        if os.path.islink(aside) or not os.path.isdir(aside):
-            with contextlib.suppress(OSError):
-                os.unlink(aside)  # a planted symlink or file: remove it, never what it points to
-            return
-        shutil.rmtree(aside, ignore_errors=True)
+        usage.remove(entry)
 
     @staticmethod
     def _clean_stale(directory: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import os
 import shutil
 import tarfile
 import tempfile
@@ -58,6 +59,7 @@ __all__ = [
     "KernelRecord",
     "Manifest",
     "ParamRecord",
+    "check_bundle_path",
     "entry_for",
     "is_archive",
     "write_bundle",
@@ -197,14 +199,59 @@ class Manifest:
         }
 
 
+_OTHER_ARCHIVES = (
+    ".zip", ".tar.bz2", ".tbz", ".tbz2", ".tar.xz", ".txz", ".tar.zst", ".tzst", ".tar.lz4", ".tar.lzma",
+    ".7z", ".rar", ".gz", ".bz2", ".xz", ".zst", ".lz4",
+)  # fmt: skip
+
+
+def _is_bundle_directory(path: Path) -> bool:
+    """An empty directory, or one holding what kiln writes (manifest.json, binaries/) and no more."""
+    names = {child.name for child in path.iterdir()}
+    return names <= {MANIFEST, "binaries"} and (not names or MANIFEST in names)
+
+
+def check_bundle_path(path: Path) -> None:
+    """Refuse a ``path`` kiln would not write a bundle to, before anything is read or made: an
+    archive format kiln does not write (``x.zip`` would otherwise become a directory named
+    ``x.zip``), a file that is not an archive, a directory that is not a bundle (replacing it
+    would delete what it holds)."""
+    name = path.name.lower()
+    suffix = next((end for end in _OTHER_ARCHIVES if name.endswith(end)), None)
+    if not is_archive(path) and suffix is not None:
+        stem = path.name[: -len(suffix)] or "bundle"
+        raise BundleError(
+            f"{path}: kiln writes a bundle as a directory or a .tar, .tar.gz or .tgz archive, not as "
+            f"{suffix}; name it {stem}.tar.gz, {stem}.tar or {stem}/"
+        )
+    if is_archive(path):
+        if path.is_dir():
+            raise BundleError(f"{path} is a directory; an archive bundle replaces only a file")
+        return
+    if path.is_dir() and not path.is_symlink():
+        if not _is_bundle_directory(path):
+            raise BundleError(
+                f"{path} is a directory that is not a kiln bundle; kiln would replace it (deleting what it "
+                f"holds), so it will not: name a new directory, an old bundle, or a .tar.gz"
+            )
+    elif os.path.lexists(path):
+        raise BundleError(
+            f"{path} exists and is not a directory; name a directory or a .tar / .tar.gz / .tgz archive"
+        )
+
+
 def write_bundle(path: Path, kernels: list[KernelRecord], binaries: Mapping[str, CompiledArtifact]) -> Path:
     """Write a bundle (a directory, or an archive when ``path`` ends in .tar/.tar.gz/.tgz).
 
     ``binaries`` maps each entry's ``artifact_key`` to its artifact. The bundle is assembled in
-    a temporary place and moved into ``path`` at the end, replacing what was there.
+    a temporary place and moved into ``path`` at the end, replacing the bundle (or archive) that
+    was there; :func:`check_bundle_path` refuses any other path (``x.zip``, a directory that is
+    not a bundle) with a :class:`BundleError`, before anything is made.
     """
     from triton_kiln.version import __version__
 
+    path = Path(path)
+    check_bundle_path(path)
     if not kernels or not any(k.entries for k in kernels):
         raise BundleError("nothing to bundle: no tuned kernel variants were given")
     manifest = Manifest(
@@ -213,7 +260,6 @@ def write_bundle(path: Path, kernels: list[KernelRecord], binaries: Mapping[str,
         kiln_version=__version__,
         triton_version=_triton_version(),
     )
-    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:

@@ -52,6 +52,11 @@ def collect_recorded(
 
     directory = cache_dir / RECORDS_DIR
     files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime) if directory.is_dir() else []
+    if not files:  # checked before the store is opened, which would create the cache directory
+        raise BundleError(
+            f"no compiled kernels in {cache_dir}; run your kiln.autotune'd kernels with real inputs first "
+            f"(with the same KILN_CACHE_DIR), or pass --cache-dir the cache that holds them."
+        )
     store = ArtifactStore(cache_dir)
     kernels: dict[tuple[str, str], KernelRecord] = {}
     binaries: dict[str, CompiledArtifact] = {}

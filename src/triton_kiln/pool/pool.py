@@ -99,7 +99,12 @@ class CompilePool:
         self.settings = base.replace(**{k: v for k, v in overrides.items() if v is not None})
         if self.settings.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.settings.workers}")
-        self.store = ArtifactStore(self.settings.cache_dir) if self.settings.use_disk_cache else None
+        cap = self.settings.cache_max_mb
+        self.store = (
+            ArtifactStore(self.settings.cache_dir, max_bytes=None if cap is None else cap << 20)
+            if self.settings.use_disk_cache
+            else None
+        )
         self.pool_id = uuid.uuid4().hex
         memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
         self._table = JobTable(self.store, memory)
