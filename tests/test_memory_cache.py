@@ -165,6 +165,7 @@ def test_readme_lists_the_settings() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "| `KILN_MEMORY_CACHE_MB` | 512 |" in readme
     assert "| `KILN_KEEP_IR` | 0 |" in readme
+    assert "| `KILN_CACHE_MAX_MB` | 10240 |" in readme
 
 
 def test_nothing_in_kiln_reads_irs_of_an_artifact() -> None:
