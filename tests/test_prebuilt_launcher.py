@@ -172,7 +172,7 @@ def test_a_prebuilt_launcher_built_from_another_source_is_not_used(site: Path, t
     found, log = _probe(site, tmp_path)
     assert "built from another _kiln_launch.c" in found["fallback"]
     assert Path(found["loaded"]).parent == tmp_path / "cache" / "native"
-    assert "LOG kiln.launch WARNING" in log
+    assert "LOG kiln.launch INFO kiln: the prebuilt launcher" in log
 
 
 def test_a_prebuilt_launcher_for_another_python_is_not_used(site: Path, tmp_path: Path) -> None:
@@ -181,7 +181,15 @@ def test_a_prebuilt_launcher_for_another_python_is_not_used(site: Path, tmp_path
     found, log = _probe(site, tmp_path)
     assert "_kiln_launch.cpython-39-x86_64-linux-gnu.so) is not for this Python" in found["fallback"]
     assert Path(found["loaded"]).parent == tmp_path / "cache" / "native"
-    assert "LOG kiln.launch WARNING" in log
+    assert "LOG kiln.launch INFO kiln: the prebuilt launcher" in log
+
+
+def test_a_prebuilt_launcher_that_does_not_import_is_warned_of(site: Path, tmp_path: Path) -> None:
+    (site / (LAUNCHER + SUFFIX)).write_bytes(b"not a shared object")
+    found, log = _probe(site, tmp_path)
+    assert "could not be imported" in found["fallback"]
+    assert Path(found["loaded"]).parent == tmp_path / "cache" / "native"
+    assert "LOG kiln.launch WARNING kiln: the prebuilt launcher" in log
 
 
 def test_a_source_install_without_a_compiler_still_installs(tmp_path: Path) -> None:

@@ -127,7 +127,7 @@ def install_in_venv(wheel: Path, venv: Path) -> Path:
         text=True,
         env=env,
     ).stdout.strip()
-    line = f"import site; [site.addsitedir(p) for p in {_parent_paths()!r}]\n"
+    line = f"import site, sys; [site.addsitedir(p) for p in {_parent_paths()!r} if p not in sys.path]\n"
     Path(purelib, "_kiln_test_parent_packages.pth").write_text(line)
     install = [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--ignore-installed"]
     result = subprocess.run(

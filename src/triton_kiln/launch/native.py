@@ -10,8 +10,8 @@ Where it comes from, in order:
    imported (built for another Python; a broken file), or was built from another version of
    ``_kiln_launch.c`` than the one next to it (it records the sha256 of its source in
    ``SOURCE_SHA256``: an editable install whose C source was edited since). The reason is
-   logged (``kiln.launch``; INFO when there is none, WARNING when one is there but unusable) and
-   kept (:func:`fallback_reason`).
+   logged (``kiln.launch``; a WARNING when one is there for this Python and this source but
+   does not import, INFO otherwise: the cases of source trees) and kept (:func:`fallback_reason`).
 2. **Built here** (the fallback): compiled with the system C compiler on first use, the way
    Triton builds its own launcher, into ``<KILN_CACHE_DIR>/native/_kiln_launch-<hash>.so``; the
    hash covers the C source, the Python version and the platform, so a changed source or
@@ -76,12 +76,13 @@ class NativeHelperWarning(UserWarning):
 
 
 class _NoPrebuilt(Exception):
-    """Why the prebuilt launcher is not used; ``found``: one is installed, but unusable."""
+    """Why the prebuilt launcher is not used; ``broken``: one is there for this Python and this
+    source but does not import (logged as a warning; the other cases are expected in source trees)."""
 
-    def __init__(self, reason: str, found: bool) -> None:
+    def __init__(self, reason: str, broken: bool = False) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.found = found
+        self.broken = broken
 
 
 def _source_sha256() -> str | None:
@@ -104,22 +105,20 @@ def _prebuilt() -> ModuleType:
         if others:
             raise _NoPrebuilt(
                 f"the prebuilt launcher here ({', '.join(others)}) is not for this Python, which loads "
-                f"{_MODULE_NAME}{importlib.machinery.EXTENSION_SUFFIXES[0]}",
-                found=True,
+                f"{_MODULE_NAME}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
             )
         raise _NoPrebuilt(
             "this install of kiln has no prebuilt launcher (a source tree, or an install built "
-            "where the launcher could not be compiled)",
-            found=False,
+            "where the launcher could not be compiled)"
         )
     origin = spec.origin
     if not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
-        raise _NoPrebuilt(f"{origin} is not an extension module", found=True)
+        raise _NoPrebuilt(f"{origin} is not an extension module", broken=True)
     try:
         module = importlib.import_module(PREBUILT_MODULE)
     except (ImportError, OSError, SystemError) as exc:
         reason = f"the prebuilt launcher {origin} could not be imported: {exc}"
-        raise _NoPrebuilt(reason, found=True) from None
+        raise _NoPrebuilt(reason, broken=True) from None
     built_from = getattr(module, "SOURCE_SHA256", "")
     expected = _source_sha256()
     if expected is not None and built_from != expected:
@@ -129,8 +128,7 @@ def _prebuilt() -> ModuleType:
         raise _NoPrebuilt(
             f"the prebuilt launcher {origin} was built from another _kiln_launch.c (sha256 "
             f"{built_from[:16] or 'not recorded'}; the source next to it has {expected[:16]}): an "
-            f"editable install whose C source changed since; reinstall it to rebuild the launcher",
-            found=True,
+            f"editable install whose C source changed since; reinstall it to rebuild the launcher"
         )
     return module
 
@@ -362,7 +360,7 @@ def native(cache_dir: Path | None = None) -> ModuleType:
         except _NoPrebuilt as exc:
             _fallback_reason = exc.reason
             log.log(
-                logging.WARNING if exc.found else logging.INFO,
+                logging.WARNING if exc.broken else logging.INFO,
                 "kiln: %s; kiln uses a launcher built here with the system C compiler",
                 exc.reason,
             )
