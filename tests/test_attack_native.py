@@ -19,7 +19,7 @@ import pytest
 
 from bundle_maker import compile_parts
 from triton_kiln.bundle import write_bundle
-from triton_kiln.launch.native import helper_path
+from triton_kiln.launch.native import PREBUILT_MODULE, helper_path
 
 PLANTED_C = """
 #include <stdio.h>
@@ -47,10 +47,15 @@ def _plant(tmp_path: Path, target: Path, marker: Path) -> bytes:
     return out.read_bytes()
 
 
+# These cases are about the launcher kiln builds in its cache, so the prebuilt one (an editable
+# install may have built it in place) is kept out: blocked from import, kiln builds its own.
+BLOCK_PREBUILT = f"import sys; sys.modules[{PREBUILT_MODULE!r}] = None\n"
+
+
 def _run(code: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "KILN_CACHE_DIR": str(cache), "PYTHONWARNINGS": "always"}
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
+        [sys.executable, "-c", BLOCK_PREBUILT + textwrap.dedent(code)],
         capture_output=True,
         text=True,
         env=env,

@@ -1,20 +1,34 @@
-"""Build and import kiln's C launcher (``_kiln_launch.c``), once per machine and Python.
+"""Import kiln's C launcher (``_kiln_launch.c``): the one built with the package, else build it here.
 
-The helper is compiled with the system C compiler on first use, the way Triton builds its own
-launcher, into ``<KILN_CACHE_DIR>/native/_kiln_launch-<hash>.so``; the hash covers the C
-source, the Python version and the platform, so a changed source or interpreter rebuilds it.
+Where it comes from, in order:
 
-It is native code run in the caller's process, so it is loaded only from what kiln built:
-``native/`` is private (0700, this user's, not a symlink; refused otherwise with the way out),
-the sha256 of each build is recorded next to it (``<name>.sha256``, written atomically), and
-the file is opened, hashed and loaded through the same fd (``/proc/self/fd/N``), so a planted
-or edited ``.so`` is rebuilt (with a :class:`NativeHelperWarning`) and never loaded.
-It needs neither CUDA headers nor CUDA libraries to build (the driver is opened at run time),
-so the key function it provides (``call_key``) also works on machines without a GPU.
+1. **Prebuilt**: the module ``triton_kiln.launch._kiln_launch`` that the package build compiled
+   (``setup.py``; a wheel carries it). It is part of the installed package, trusted like any
+   other file of it (its ``.py`` files run in this process too), so it is imported as it is, by
+   the package's own import system (only the package's directory is searched). It is not used
+   when it is missing (a source tree, an install built where no compiler was found), cannot be
+   imported (built for another Python; a broken file), or was built from another version of
+   ``_kiln_launch.c`` than the one next to it (it records the sha256 of its source in
+   ``SOURCE_SHA256``: an editable install whose C source was edited since). The reason is
+   logged (``kiln.launch``; a WARNING when one is there for this Python and this source but
+   does not import, INFO otherwise: the cases of source trees) and kept (:func:`fallback_reason`).
+2. **Built here** (the fallback): compiled with the system C compiler on first use, the way
+   Triton builds its own launcher, into ``<KILN_CACHE_DIR>/native/_kiln_launch-<hash>.so``; the
+   hash covers the C source, the Python version and the platform, so a changed source or
+   interpreter rebuilds it.
 
-:func:`native` returns the module, or raises :class:`NativeBuildError` saying why it could
-not be built (no compiler, no Python headers, the compiler's own error); callers fall back to
-Triton's launcher and log that reason.
+A build here lives in a cache directory, not in the package, so it is loaded only from what
+kiln built: ``native/`` is private (0700, this user's, not a symlink; refused otherwise with the
+way out), the sha256 of each build is recorded next to it (``<name>.sha256``, written
+atomically), and the file is opened, hashed and loaded through the same fd
+(``/proc/self/fd/N``), so a planted or edited ``.so`` is rebuilt (with a
+:class:`NativeHelperWarning`) and never loaded.
+Neither build needs CUDA headers or CUDA libraries (the driver is opened at run time), so the
+key function the module provides (``call_key``) also works on machines without a GPU.
+
+:func:`native` returns the module, or raises :class:`NativeBuildError` saying why there is none
+(no prebuilt module and: no compiler, no Python headers, the compiler's own error); callers fall
+back to Triton's launcher and log that reason.
 """
 
 from __future__ import annotations
@@ -24,6 +38,7 @@ import fcntl
 import hashlib
 import importlib.machinery
 import importlib.util
+import logging
 import os
 import shutil
 import stat
@@ -42,9 +57,14 @@ from triton_kiln.files import atomic_write
 
 _SOURCE = Path(__file__).with_name("_kiln_launch.c")
 _MODULE_NAME = "_kiln_launch"
+PREBUILT_MODULE = f"triton_kiln.launch.{_MODULE_NAME}"
+"""The prebuilt launcher's import name (built by ``setup.py``)."""
+
+log = logging.getLogger("kiln.launch")
 _lock = threading.Lock()
 _module: ModuleType | None = None
 _failure: NativeBuildError | None = None
+_fallback_reason: str | None = None
 
 
 class NativeBuildError(KilnError):
@@ -53,6 +73,64 @@ class NativeBuildError(KilnError):
 
 class NativeHelperWarning(UserWarning):
     """A launcher file kiln did not build (or that changed since) was found and not loaded."""
+
+
+class _NoPrebuilt(Exception):
+    """Why the prebuilt launcher is not used; ``broken``: one is there for this Python and this
+    source but does not import (logged as a warning; the other cases are expected in source trees)."""
+
+    def __init__(self, reason: str, broken: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.broken = broken
+
+
+def _source_sha256() -> str | None:
+    try:
+        return hashlib.sha256(_SOURCE.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _prebuilt() -> ModuleType:
+    """The launcher built with the package, if it is there, imports, and matches the C source.
+
+    Raises :class:`_NoPrebuilt` saying why not.
+    """
+    spec = importlib.util.find_spec(PREBUILT_MODULE)
+    if spec is None or spec.origin is None:
+        others = sorted(
+            p.name for p in _SOURCE.parent.glob(f"{_MODULE_NAME}*") if p.name.endswith((".so", ".pyd"))
+        )
+        if others:
+            raise _NoPrebuilt(
+                f"the prebuilt launcher here ({', '.join(others)}) is not for this Python, which loads "
+                f"{_MODULE_NAME}{importlib.machinery.EXTENSION_SUFFIXES[0]}"
+            )
+        raise _NoPrebuilt(
+            "this install of kiln has no prebuilt launcher (a source tree, or an install built "
+            "where the launcher could not be compiled)"
+        )
+    origin = spec.origin
+    if not isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        raise _NoPrebuilt(f"{origin} is not an extension module", broken=True)
+    try:
+        module = importlib.import_module(PREBUILT_MODULE)
+    except (ImportError, OSError, SystemError) as exc:
+        reason = f"the prebuilt launcher {origin} could not be imported: {exc}"
+        raise _NoPrebuilt(reason, broken=True) from None
+    built_from = getattr(module, "SOURCE_SHA256", "")
+    expected = _source_sha256()
+    if expected is not None and built_from != expected:
+        del sys.modules[PREBUILT_MODULE]  # never handed out; the process keeps it loaded, unused
+        with contextlib.suppress(AttributeError):
+            delattr(sys.modules[PREBUILT_MODULE.rpartition(".")[0]], _MODULE_NAME)
+        raise _NoPrebuilt(
+            f"the prebuilt launcher {origin} was built from another _kiln_launch.c (sha256 "
+            f"{built_from[:16] or 'not recorded'}; the source next to it has {expected[:16]}): an "
+            f"editable install whose C source changed since; reinstall it to rebuild the launcher"
+        )
+    return module
 
 
 def _compiler() -> str:
@@ -197,6 +275,7 @@ def _compile_into(dir_fd: int, target: Path) -> None:
         "-fPIC",
         "-std=c11",
         f"-I{include}",
+        f'-DKILN_SOURCE_SHA256="{_source_sha256()}"',
         str(_SOURCE),
         "-o",
         tmp,
@@ -262,8 +341,12 @@ def _build_lock(dir_fd: int) -> Iterator[None]:
 
 
 def native(cache_dir: Path | None = None) -> ModuleType:
-    """The imported helper module (built on first use). Raises :class:`NativeBuildError`."""
-    global _module, _failure
+    """The imported helper module: the prebuilt one, else one built here on first use.
+
+    ``cache_dir`` (default: the settings' ``cache_dir``) is where a build here goes.
+    Raises :class:`NativeBuildError`.
+    """
+    global _module, _failure, _fallback_reason
     if _module is not None:
         return _module
     with _lock:
@@ -271,33 +354,57 @@ def native(cache_dir: Path | None = None) -> ModuleType:
             return _module
         if _failure is not None:
             raise _failure
+        try:
+            _module = _prebuilt()
+            return _module
+        except _NoPrebuilt as exc:
+            _fallback_reason = exc.reason
+            log.log(
+                logging.WARNING if exc.broken else logging.INFO,
+                "kiln: %s; kiln uses a launcher built here with the system C compiler",
+                exc.reason,
+            )
         if cache_dir is None:
             from triton_kiln import settings
 
             cache_dir = settings.current().cache_dir
         try:
-            target = _target_path(cache_dir)
-            fd = _open_verified(target)
-            try:
-                # Load through the fd that was hashed: what runs is what was checked.
-                path = f"/proc/self/fd/{fd}"
-                loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
-                spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
-                if spec is None:
-                    raise NativeBuildError(f"could not import kiln's launcher from {target}")
-                module = importlib.util.module_from_spec(spec)
-                loader.exec_module(module)
-                module.__file__ = str(target)
-            finally:
-                os.close(fd)
+            module = _load_built(_target_path(cache_dir))
         except NativeBuildError as exc:
-            _failure = exc
-            raise
+            _failure = NativeBuildError(f"{exc} (kiln builds its own launcher because {_fallback_reason})")
+            raise _failure from None
         except (OSError, ImportError, subprocess.SubprocessError) as exc:
-            _failure = NativeBuildError(f"kiln's launcher could not be built or imported: {exc}")
+            _failure = NativeBuildError(
+                f"kiln's launcher could not be built or imported: {exc} (kiln builds its own launcher "
+                f"because {_fallback_reason})"
+            )
             raise _failure from exc
         _module = module
         return module
+
+
+def _load_built(target: Path) -> ModuleType:
+    """Build (unless a verified build is there) and import the helper at ``target``."""
+    fd = _open_verified(target)
+    try:
+        # Load through the fd that was hashed: what runs is what was checked.
+        path = f"/proc/self/fd/{fd}"
+        loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
+        spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
+        if spec is None:
+            raise NativeBuildError(f"could not import kiln's launcher from {target}")
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+        module.__file__ = str(target)
+    finally:
+        os.close(fd)
+    return module
+
+
+def fallback_reason() -> str | None:
+    """Why this process built its launcher instead of using the prebuilt one (``None``: it uses
+    the prebuilt one, or has loaded none yet)."""
+    return _fallback_reason
 
 
 def loaded_path() -> str | None:
@@ -310,10 +417,16 @@ def loaded_path() -> str | None:
 
 
 def load_path(path: str) -> ModuleType:
-    """Import the helper from a file another kiln process built (see :func:`loaded_path`)."""
+    """Import the helper from a file another kiln process loaded (see :func:`loaded_path`):
+    the prebuilt module by its import name, a build here from its path."""
     global _module
     with _lock:
         if _module is None:
+            spec = importlib.util.find_spec(PREBUILT_MODULE)
+            origin = None if spec is None else spec.origin
+            if origin is not None and os.path.exists(origin) and os.path.samefile(origin, path):
+                _module = importlib.import_module(PREBUILT_MODULE)
+                return _module
             loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
             spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
             if spec is None:
