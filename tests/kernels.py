@@ -98,3 +98,15 @@ def tile2d_kernel(x_ptr, out_ptr, M, N, stride_m, stride_n, BM: tl.constexpr, BN
     mask = (rm[:, None] < M) & (rn[None, :] < N)
     x = tl.load(x_ptr + rm[:, None] * stride_m + rn[None, :] * stride_n, mask=mask)
     tl.store(out_ptr + rn[None, :] * M + rm[:, None], x + 1, mask=mask)
+
+
+@triton.jit
+def desc_add_kernel(x_ptr, y_ptr, out_ptr, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """out = x + y over (M, N) row-major tiles, through device-side tensor descriptors
+    (``tl.make_tensor_descriptor``: the binary asks for global scratch, Triton's runtime allocation)."""
+    x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    y_desc = tl.make_tensor_descriptor(y_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    o_desc = tl.make_tensor_descriptor(out_ptr, shape=[M, N], strides=[N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    row = tl.program_id(0) * BLOCK_M
+    col = tl.program_id(1) * BLOCK_N
+    o_desc.store([row, col], x_desc.load([row, col]) + y_desc.load([row, col]))
