@@ -1,7 +1,8 @@
 """Launching compiled binaries without Triton's dispatch: kiln's C launcher and launch specs.
 
-Nothing here imports Triton unless a binary needs Triton's launcher (see :mod:`.launcher`),
-so a process that loads a bundle runs its kernels without Triton's compiler.
+Nothing here imports Triton unless a binary needs Triton's launcher (see :mod:`.launcher`) or
+its runtime allocator (scratch buffers, :mod:`.scratch`), so a process that loads a bundle runs
+its kernels without Triton's compiler.
 """
 
 from triton_kiln.launch.launcher import KernelLauncher, current_stream, fast_path_blocker

@@ -10,9 +10,17 @@
  * with dlopen on first use, so the module imports (and call_key works) on machines without a GPU.
  *
  *   call_key(args, flags) -> tuple          what the binary depends on, for the launch cache
- *   Launcher(binary, name, kinds, block_x, shared, n_extra)
+ *   Launcher(binary, name, kinds, block_x, shared, n_extra, device=-1, scratch=None, allocators=None)
  *   Launcher.launch(grid, stream, args)     pack the arguments, cuLaunchKernel on `stream`
- *   Launcher.n_params / .n_regs / .n_spills
+ *   Launcher.n_params / .n_regs / .n_spills / .scratch
+ *
+ *     Triton's scratch buffers (the first two of the n_extra trailing parameters: global, then
+ *     profile scratch) are NULL unless `scratch` gives a per-program size above 0
+ *     (((size, align), (size, align))); then every launch does what Triton's launcher does:
+ *     allocator = allocators[i] (a contextvars.ContextVar is read in the calling thread's
+ *     context, anything else is the allocator itself); buffer = allocator(grid_x * grid_y *
+ *     grid_z * size, align, stream); the parameter is buffer.data_ptr() (an int as it is,
+ *     None: NULL); the buffer is released once the launch is queued.
  *   Dispatcher(tables, flags_by_len, owner, fallback, normalize=None)
  *   Dispatcher.bind(grid) -> BoundCall      `kernel[grid]`; calling it is the whole fast path:
  *
@@ -67,6 +75,7 @@ typedef unsigned long long CUdeviceptr;
 #define CU_POINTER_ATTRIBUTE_DEVICE_POINTER 3
 
 #define MAX_ARGS 256
+#define N_SCRATCH 2 /* Triton's trailing scratch parameters: global, profile */
 
 /* CUipcMemHandle: passed by value to cuIpcOpenMemHandle. */
 struct sb_ipc_handle {
@@ -366,7 +375,11 @@ typedef struct {
   PyObject *name;   /* str: the entry point */
   char kinds[MAX_ARGS + 1];
   Py_ssize_t n_args;
-  int n_extra;      /* trailing pointer parameters passed as NULL (Triton's scratch buffers) */
+  int n_extra;      /* trailing pointer parameters (Triton's scratch buffers; NULL unless asked for) */
+  unsigned long long scratch_size[N_SCRATCH];  /* bytes per program; 0: the parameter is NULL */
+  unsigned long long scratch_align[N_SCRATCH];
+  PyObject *allocators[N_SCRATCH];   /* ContextVar holding the allocator, or the allocator; NULL: none */
+  uint64_t scratch_in[N_SCRATCH], scratch_out[N_SCRATCH]; /* last checked data_ptr -> device pointer */
   int block_x;
   int shared;
   int n_params;     /* as the driver reports it (-1: cuFuncGetParamInfo missing) */
@@ -461,19 +474,67 @@ static CUfunction function_for_context(Launcher *self, int device) {
   return fn;
 }
 
+/* scratch: None or ((size, align), (size, align)); allocators: None or a 2-tuple (items may be None). */
+static int parse_scratch(Launcher *self, PyObject *scratch, PyObject *allocators) {
+  for (int e = 0; e < N_SCRATCH; e++) {
+    self->scratch_size[e] = 0;
+    self->scratch_align[e] = 1;
+    self->scratch_in[e] = self->scratch_out[e] = 0;
+    Py_CLEAR(self->allocators[e]);
+  }
+  if (scratch != Py_None) {
+    if (!PyTuple_Check(scratch) || PyTuple_GET_SIZE(scratch) != N_SCRATCH) {
+      PyErr_SetString(PyExc_TypeError, "scratch must be ((size, align), (size, align)) or None");
+      return -1;
+    }
+    for (int e = 0; e < N_SCRATCH; e++) {
+      PyObject *pair = PyTuple_GET_ITEM(scratch, e);
+      if (!PyArg_ParseTuple(pair, "KK", &self->scratch_size[e], &self->scratch_align[e])) return -1;
+      if (self->scratch_align[e] < 1) {
+        PyErr_SetString(PyExc_ValueError, "a scratch alignment must be at least 1");
+        return -1;
+      }
+      if (self->scratch_size[e] && e >= self->n_extra) {
+        PyErr_Format(PyExc_ValueError, "scratch parameter %d is asked for but the kernel has %d extra parameters", e,
+                     self->n_extra);
+        return -1;
+      }
+    }
+  }
+  if (allocators != Py_None) {
+    if (!PyTuple_Check(allocators) || PyTuple_GET_SIZE(allocators) != N_SCRATCH) {
+      PyErr_SetString(PyExc_TypeError, "allocators must be a 2-tuple (global, profile) or None");
+      return -1;
+    }
+    for (int e = 0; e < N_SCRATCH; e++) {
+      PyObject *source = PyTuple_GET_ITEM(allocators, e);
+      if (source == Py_None) continue;
+      if (!PyContextVar_CheckExact(source) && !PyCallable_Check(source)) {
+        PyErr_SetString(PyExc_TypeError, "an allocator must be callable or a contextvars.ContextVar holding one");
+        return -1;
+      }
+      Py_INCREF(source);
+      self->allocators[e] = source;
+    }
+  }
+  return 0;
+}
+
 static int Launcher_init(Launcher *self, PyObject *args, PyObject *kwds) {
-  static char *kwlist[] = {"binary", "name", "kinds", "block_x", "shared", "n_extra", "device", NULL};
-  PyObject *binary, *name;
+  static char *kwlist[] = {"binary", "name", "kinds", "block_x", "shared", "n_extra", "device", "scratch",
+                           "allocators", NULL};
+  PyObject *binary, *name, *scratch = Py_None, *allocators = Py_None;
   const char *kinds;
   int device = -1;
-  if (!PyArg_ParseTupleAndKeywords(args, kwds, "SUsiii|i", kwlist, &binary, &name, &kinds, &self->block_x,
-                                   &self->shared, &self->n_extra, &device))
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "SUsiii|iOO", kwlist, &binary, &name, &kinds, &self->block_x,
+                                   &self->shared, &self->n_extra, &device, &scratch, &allocators))
     return -1;
   Py_ssize_t n = (Py_ssize_t)strlen(kinds);
   if (n > MAX_ARGS || self->n_extra < 0 || self->n_extra > 8) {
     PyErr_Format(PyExc_ValueError, "kiln launcher supports %d arguments and 8 extra parameters", MAX_ARGS);
     return -1;
   }
+  if (parse_scratch(self, scratch, allocators)) return -1;
   for (Py_ssize_t i = 0; i < n; i++) {
     if (kind_size(kinds[i]) < 0) {
       PyErr_Format(PyExc_ValueError, "unknown argument kind %c at %zd", kinds[i], i);
@@ -496,6 +557,7 @@ static int Launcher_init(Launcher *self, PyObject *args, PyObject *kwds) {
 static void Launcher_dealloc(Launcher *self) {
   Py_XDECREF(self->binary);
   Py_XDECREF(self->name);
+  for (int e = 0; e < N_SCRATCH; e++) Py_XDECREF(self->allocators[e]);
   Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -545,8 +607,8 @@ static int device_pointer(Launcher *self, Py_ssize_t i, PyObject *obj, const uin
 
 /* Pack items[0..n_args) (every argument, constexprs included) into the driver's parameter
  * array. ptrs/has_ptr (may be NULL): data_ptr() values the caller already read. */
-static int pack(Launcher *self, PyObject *const *items, const uint64_t *ptrs, const char *has_ptr, uint64_t *slots,
-                void **params, int *n_params) {
+static int pack(Launcher *self, PyObject *const *items, const uint64_t *ptrs, const char *has_ptr,
+                const uint64_t *scratch, uint64_t *slots, void **params, int *n_params) {
   int p = 0;
   for (Py_ssize_t i = 0; i < self->n_args; i++) {
     char kind = self->kinds[i];
@@ -594,12 +656,100 @@ static int pack(Launcher *self, PyObject *const *items, const uint64_t *ptrs, co
     p++;
   }
   for (int e = 0; e < self->n_extra; e++) {
-    slots[p] = 0;
+    slots[p] = e < N_SCRATCH ? scratch[e] : 0;
     params[p] = &slots[p];
     p++;
   }
   *n_params = p;
   return 0;
+}
+
+static const char *const scratch_names[N_SCRATCH] = {"global", "profile"};
+
+static void release_scratch(PyObject **buffers) {
+  for (int e = 0; e < N_SCRATCH; e++) Py_CLEAR(buffers[e]);
+}
+
+/* The device pointer of an allocator's buffer: None -> NULL, an int as it is, else data_ptr(),
+ * checked to be memory the GPU can reach (as Triton's launcher checks it). */
+static int scratch_pointer(Launcher *self, int e, PyObject *buffer, uint64_t *out) {
+  *out = 0;
+  if (buffer == Py_None) return 0;
+  if (PyLong_Check(buffer)) {
+    *out = PyLong_AsUnsignedLongLong(buffer);
+    return PyErr_Occurred() ? -1 : 0;
+  }
+  PyObject *ret = PyObject_CallMethodNoArgs(buffer, str_data_ptr);
+  if (!ret) return -1;
+  uint64_t ptr = PyLong_AsUnsignedLongLong(ret);
+  Py_DECREF(ret);
+  if (PyErr_Occurred()) return -1;
+  if (!ptr) return 0;
+  if (ptr == self->scratch_in[e]) {
+    *out = self->scratch_out[e];
+    return 0;
+  }
+  uint64_t dev_ptr = 0;
+  CUresult status = cu.cuPointerGetAttribute(&dev_ptr, CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr);
+  if (status == CUDA_ERROR_INVALID_VALUE) {
+    PyErr_Format(PyExc_ValueError, "the %s scratch buffer the allocator returned for %U is not GPU memory",
+                 scratch_names[e], self->name);
+    return -1;
+  }
+  if (check(status, "cuPointerGetAttribute")) return -1;
+  self->scratch_in[e] = ptr;
+  self->scratch_out[e] = dev_ptr;
+  *out = dev_ptr;
+  return 0;
+}
+
+/* Triton's runtime allocation for one launch over grid g (its CudaLauncher.__call__): for each
+ * scratch parameter with a size, allocator(size * g0 * g1 * g2, align, stream). New references
+ * in buffers[] (release_scratch after the launch is queued), pointers in ptrs[]. */
+static int allocate_scratch(Launcher *self, const long *g, uint64_t stream, PyObject **buffers, uint64_t *ptrs) {
+  for (int e = 0; e < N_SCRATCH; e++) {
+    buffers[e] = NULL;
+    ptrs[e] = 0;
+  }
+  for (int e = 0; e < N_SCRATCH; e++) {
+    if (!self->scratch_size[e]) continue;
+    unsigned long long total = self->scratch_size[e];
+    for (int d = 0; d < 3; d++) {
+      if (__builtin_mul_overflow(total, (unsigned long long)g[d], &total)) {
+        PyErr_Format(PyExc_OverflowError, "the %s scratch of %U for this grid exceeds 2**64 bytes", scratch_names[e],
+                     self->name);
+        goto fail;
+      }
+    }
+    PyObject *source = self->allocators[e];
+    if (!source) {
+      PyErr_Format(PyExc_RuntimeError,
+                   "Kernel %U requires a runtime memory allocation (%s scratch), but no allocator was set: "
+                   "Triton cannot be imported in this process, so triton.set_allocator cannot have been called",
+                   self->name, scratch_names[e]);
+      goto fail;
+    }
+    PyObject *allocator = NULL;
+    if (PyContextVar_CheckExact(source)) {
+      if (PyContextVar_Get(source, NULL, &allocator) < 0) goto fail;
+      if (!allocator) {
+        PyErr_Format(PyExc_RuntimeError, "Kernel %U requires a runtime memory allocation, but no allocator was set",
+                     self->name);
+        goto fail;
+      }
+    } else {
+      Py_INCREF(source);
+      allocator = source;
+    }
+    buffers[e] = PyObject_CallFunction(allocator, "KKK", total, self->scratch_align[e], (unsigned long long)stream);
+    Py_DECREF(allocator);
+    if (!buffers[e]) goto fail;
+    if (scratch_pointer(self, e, buffers[e], &ptrs[e])) goto fail;
+  }
+  return 0;
+fail:
+  release_scratch(buffers);
+  return -1;
 }
 
 /* Launch with every argument in items[0..n); 0 on success, -1 with an exception set. */
@@ -625,14 +775,19 @@ static int launch_items(Launcher *self, PyObject *grid, uint64_t stream, PyObjec
   }
   CUfunction fn = function_for_context(self, -1);
   if (!fn) return -1;
+  PyObject *buffers[N_SCRATCH];
+  uint64_t scratch[N_SCRATCH];
+  if (allocate_scratch(self, g, stream, buffers, scratch)) return -1;
   uint64_t slots[MAX_ARGS + 8];
   void *params[MAX_ARGS + 8];
   int n_params = 0;
-  if (pack(self, items, ptrs, has_ptr, slots, params, &n_params)) return -1;
-  if (g[0] * g[1] * g[2] == 0) return 0;
-  return check(cu.cuLaunchKernel(fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)self->block_x, 1, 1,
-                                 (unsigned)self->shared, (CUstream)(uintptr_t)stream, params, NULL),
-               "cuLaunchKernel");
+  int status = pack(self, items, ptrs, has_ptr, scratch, slots, params, &n_params);
+  if (!status && g[0] * g[1] * g[2] != 0)
+    status = check(cu.cuLaunchKernel(fn, (unsigned)g[0], (unsigned)g[1], (unsigned)g[2], (unsigned)self->block_x, 1,
+                                     1, (unsigned)self->shared, (CUstream)(uintptr_t)stream, params, NULL),
+                   "cuLaunchKernel");
+  release_scratch(buffers);
+  return status;
 }
 
 static PyObject *Launcher_launch(Launcher *self, PyObject *const *argv, Py_ssize_t argc) {
@@ -650,6 +805,10 @@ static PyObject *Launcher_launch(Launcher *self, PyObject *const *argv, Py_ssize
 static PyObject *Launcher_get_n_params(Launcher *self, void *closure) { return PyLong_FromLong(self->n_params); }
 static PyObject *Launcher_get_n_regs(Launcher *self, void *closure) { return PyLong_FromLong(self->n_regs); }
 static PyObject *Launcher_get_n_spills(Launcher *self, void *closure) { return PyLong_FromLong(self->n_spills); }
+static PyObject *Launcher_get_scratch(Launcher *self, void *closure) {
+  return Py_BuildValue("((KK)(KK))", self->scratch_size[0], self->scratch_align[0], self->scratch_size[1],
+                       self->scratch_align[1]);
+}
 static PyObject *Launcher_get_n_expected(Launcher *self, void *closure) {
   long n = self->n_extra;
   for (Py_ssize_t i = 0; i < self->n_args; i++) n += self->kinds[i] != 'C';
@@ -661,6 +820,8 @@ static PyGetSetDef Launcher_getset[] = {
     {"n_expected", (getter)Launcher_get_n_expected, NULL, "parameters this launcher passes", NULL},
     {"n_regs", (getter)Launcher_get_n_regs, NULL, "registers per thread", NULL},
     {"n_spills", (getter)Launcher_get_n_spills, NULL, "spilled 4-byte words per thread", NULL},
+    {"scratch", (getter)Launcher_get_scratch, NULL, "((size, align), (size, align)) per program: global, profile",
+     NULL},
     {NULL}};
 
 static PyMethodDef Launcher_methods[] = {
@@ -672,7 +833,8 @@ static PyTypeObject LauncherType = {
     PyVarObject_HEAD_INIT(NULL, 0).tp_name = "_kiln_launch.Launcher",
     .tp_basicsize = sizeof(Launcher),
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A cubin loaded for launching: Launcher(binary, name, kinds, block_x, shared, n_extra)",
+    .tp_doc = "A cubin loaded for launching: Launcher(binary, name, kinds, block_x, shared, n_extra, device=-1, "
+              "scratch=None, allocators=None)",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Launcher_init,
     .tp_dealloc = (destructor)Launcher_dealloc,
@@ -1417,6 +1579,9 @@ static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
   sb_plan *plan = calloc(1, sizeof(sb_plan));
   if (!plan) return PyErr_NoMemory();
   PyObject *result = NULL;
+  PyObject *buffers[N_SCRATCH] = {NULL, NULL}; /* the scratch every timed call uses (one stream: in order) */
+  uint64_t scratch[N_SCRATCH];
+  long g[3] = {1, 1, 1};
   sb_result r = {0};
   Py_ssize_t gn = PyTuple_GET_SIZE(grid);
   if (gn < 1 || gn > 3) {
@@ -1425,14 +1590,15 @@ static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
   }
   plan->grid[0] = plan->grid[1] = plan->grid[2] = 1;
   for (Py_ssize_t i = 0; i < gn; i++) {
-    long g = PyLong_AsLong(PyTuple_GET_ITEM(grid, i));
-    if (g == -1 && PyErr_Occurred()) goto done;
-    if (g < 0 || g > 0x7fffffffL) {
-      PyErr_Format(PyExc_ValueError, "grid dimension %zd is %ld, outside 0..2**31-1", i, g);
+    long extent = PyLong_AsLong(PyTuple_GET_ITEM(grid, i));
+    if (extent == -1 && PyErr_Occurred()) goto done;
+    if (extent < 0 || extent > 0x7fffffffL) {
+      PyErr_Format(PyExc_ValueError, "grid dimension %zd is %ld, outside 0..2**31-1", i, extent);
       goto done;
     }
-    plan->grid[i] = (unsigned)g;
+    plan->grid[i] = (unsigned)extent;
   }
+  for (int i = 0; i < 3; i++) g[i] = (long)plan->grid[i];
   if (PyTuple_GET_SIZE(items) != l->n_args) {
     PyErr_Format(PyExc_TypeError, "kernel %U takes %zd arguments, got %zd", l->name, l->n_args,
                  PyTuple_GET_SIZE(items));
@@ -1445,7 +1611,8 @@ static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
   uint64_t slots[MAX_ARGS + 8];
   void *params[MAX_ARGS + 8];
   int n_params = 0;
-  if (pack(l, &PyTuple_GET_ITEM(items, 0), NULL, NULL, slots, params, &n_params)) goto done;
+  if (allocate_scratch(l, g, 0, buffers, scratch)) goto done; /* stream 0: the loop's (the NULL stream) */
+  if (pack(l, &PyTuple_GET_ITEM(items, 0), NULL, NULL, scratch, slots, params, &n_params)) goto done;
   plan->params = params;
   plan->block_x = (unsigned)l->block_x;
   plan->shared = (unsigned)l->shared;
@@ -1467,6 +1634,7 @@ static PyObject *sb_bench_loop(PyObject *self, PyObject *args) {
   }
   result = Py_BuildValue("(dN)", (double)r.estimate_ms, times);
 done:
+  release_scratch(buffers);
   free(r.times);
   free(plan);
   return result;

@@ -9,12 +9,17 @@
                   kiln's launcher does not handle; the reason is logged once at INFO
 
 kiln's launcher covers the common case: pointer, integer, float and constexpr arguments, any
-grid, any stream (CUDA graph capture included), shared memory above 48 KiB. It hands over to
-Triton's launcher for: a global or profile scratch buffer, thread-block clusters
-(``num_ctas > 1``), cooperative grids, programmatic dependent launch, TMA tensor descriptors,
-tuple arguments, Triton launch hooks (``knobs.runtime.launch_enter_hook``), and
-``KILN_FAST_LAUNCH=0``. Triton's scratch parameters are passed as null pointers; their number
-is checked against what the driver reports for the function (``cuFuncGetParamInfo``).
+grid, any stream (CUDA graph capture included), shared memory above 48 KiB, and binaries that
+ask for Triton's runtime allocation (global scratch: device-side tensor descriptors made with
+``tl.make_tensor_descriptor``; profile scratch: instrumented builds). Those get their buffers
+as Triton's launcher gets them, at every launch, from the allocator the caller set with
+``triton.set_allocator`` (``set_profile_allocator``), read in the calling thread's context,
+with Triton's size and alignment (:mod:`.scratch`). It hands over to Triton's launcher for:
+thread-block clusters (``num_ctas > 1``), cooperative grids, programmatic dependent launch, TMA
+tensor descriptor arguments, tuple arguments, Triton launch hooks
+(``knobs.runtime.launch_enter_hook``), and ``KILN_FAST_LAUNCH=0``. The number of Triton's
+trailing scratch parameters is checked against what the driver reports for the function
+(``cuFuncGetParamInfo``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.launch.scratch import ScratchNeeds
 from triton_kiln.launch.spec import LaunchSpec
 
 log = logging.getLogger("kiln.launch")
@@ -53,10 +59,6 @@ def fast_path_blocker(
     meta = artifact.metadata
     if artifact.binary_ext != "cubin":
         return f"the binary is a {artifact.binary_ext}, not a CUDA cubin"
-    if int(meta.get("global_scratch_size", 0) or 0) > 0:
-        return f"it needs a global scratch buffer ({meta['global_scratch_size']} bytes per program)"
-    if int(meta.get("profile_scratch_size", 0) or 0) > 0:
-        return "it needs a profile scratch buffer (instrumented build)"
     if int(meta.get("num_ctas", 1) or 1) != 1:
         return f"it uses thread-block clusters (num_ctas={meta['num_ctas']})"
     if meta.get("launch_cooperative_grid"):
@@ -171,20 +173,24 @@ def _native_launcher(artifact: CompiledArtifact, spec: LaunchSpec) -> Any:
     kinds = spec.kinds()
     block_x = 32 * int(artifact.launch_field("num_warps"))
     shared = int(artifact.launch_field("shared"))
+    needs = ScratchNeeds.from_metadata(artifact.metadata)
+    scratch: dict[str, Any] = {}
+    if needs.any:  # the allocators the caller set, looked up at each launch as Triton does
+        scratch = {"scratch": needs.pairs(), "allocators": triton_compat.scratch_allocator_sources()}
     try:
         launcher = module.Launcher(
-            artifact.binary, artifact.name, kinds, block_x, shared, _TRITON_EXTRA_PARAMS
+            artifact.binary, artifact.name, kinds, block_x, shared, _TRITON_EXTRA_PARAMS, **scratch
         )
     except RuntimeError as exc:  # no driver, or the driver refused the binary
         raise _Unsupported(f"kiln's launcher could not load the binary: {exc}") from None
     reported, expected = launcher.n_params, launcher.n_expected
     if reported >= 0 and reported != expected:
         extra = reported - (expected - _TRITON_EXTRA_PARAMS)
-        if not 0 <= extra <= 8:
+        if not 0 <= extra <= 8 or (needs.any and extra < _TRITON_EXTRA_PARAMS):
             raise _Unsupported(
                 f"the driver reports {reported} parameters for {artifact.name}, kiln expected {expected}"
             )
-        launcher = module.Launcher(artifact.binary, artifact.name, kinds, block_x, shared, extra)
+        launcher = module.Launcher(artifact.binary, artifact.name, kinds, block_x, shared, extra, **scratch)
     return launcher
 
 

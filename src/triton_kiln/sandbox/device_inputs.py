@@ -9,6 +9,10 @@ module (no torch)::
                    the sandbox runs later can reach the caller's memory; host copies: cuMemcpyHtoD
     restore_all()  pristine -> working (before each checked run and after each benchmark)
     read(name)     working buffer -> host -> numpy (raw words in the caller's layout)
+
+:class:`ScratchMemory` is the sandbox's allocator for Triton's scratch buffers (binaries with
+device-side tensor descriptors...), which kiln's launcher calls as Triton's launcher calls the
+one ``triton.set_allocator`` set: one cuMemAlloc buffer, grown when a launch asks for more.
 """
 
 from __future__ import annotations
@@ -156,3 +160,35 @@ class DeviceInputs:
             for name in self.tensors
             if not np.array_equal(self.read(name, bitwise=True), self.read_pristine(name))
         ]
+
+
+class ScratchMemory:
+    """``allocator(size, align, stream) -> device pointer``: Triton's scratch, without torch.
+
+    kiln's C launcher calls it at each launch (and once per timing loop) with Triton's size and
+    alignment (:mod:`kiln.launch.scratch`). Every launch of the sandbox is queued on one stream,
+    so one buffer serves them all; a larger request waits for the device, frees it and
+    allocates a larger one. Give each scratch kind (global, profile) its own: both can be asked
+    for by one launch.
+    """
+
+    def __init__(self, cuda: Any) -> None:
+        self.cuda = cuda  # kiln's C module (_kiln_launch)
+        self._base = 0
+        self._capacity = 0
+
+    def __call__(self, size: int, align: int, stream: int | None) -> int | None:
+        if size <= 0:
+            return None
+        needed = size + align - 1
+        if needed > self._capacity:
+            self.free()
+            self._base = self.cuda.mem_alloc(needed)
+            self._capacity = needed
+        return -(-self._base // align) * align
+
+    def free(self) -> None:
+        if self._base:
+            self.cuda.ctx_synchronize()  # no queued launch may still use it
+            self.cuda.mem_free(self._base)
+        self._base = self._capacity = 0

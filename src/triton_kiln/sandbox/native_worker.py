@@ -17,8 +17,13 @@ kinds), and is ready in a fraction of a second: Python, kiln's C module and a CU
                                                     run once -> check outputs (numpy) ->
                                                     bench_loop (do_bench's loop, in C)
       <- ("ok", [p50, p20, p80], check, info) | ("err", kind, message, traceback, sticky)
-         | ("unsupported", reason, info)   (a binary kiln's launcher does not run: scratch
-                                            buffers, clusters, TMA, cooperative, PDL, tuples)
+         | ("unsupported", reason, info)   (a binary kiln's launcher does not run: clusters,
+                                            TMA arguments, cooperative, PDL, tuples)
+
+Binaries that ask for Triton's runtime allocation (global scratch: device-side tensor
+descriptors; profile scratch) run here too: the sandbox is their allocator
+(:class:`~kiln.sandbox.device_inputs.ScratchMemory`, cuMemAlloc, one buffer per kind), which
+kiln's launcher calls with Triton's size and alignment.
 
 ``info`` carries the sandbox's own measurements (seconds loading, checking, benchmarking).
 After a sticky CUDA error (illegal address...) it replies and exits with ``STICKY_EXIT``; the
@@ -45,7 +50,7 @@ from typing import Any
 from triton_kiln import procs
 from triton_kiln.framing import encode, recv_frame
 from triton_kiln.sandbox.compare import Representatives
-from triton_kiln.sandbox.device_inputs import DeviceInputs
+from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory
 from triton_kiln.sandbox.ipc import TensorDesc
 
 ENV_FD = "KILN_NATIVE_SANDBOX_FD"
@@ -108,6 +113,7 @@ class NativeState:
         self.cuda.cuda_init(device)
         self.flush = self.cuda.mem_alloc(FLUSH_BYTES)
         self.inputs = DeviceInputs(self.cuda)
+        self.scratch = (ScratchMemory(self.cuda), ScratchMemory(self.cuda))  # global, profile
         self.reset_to_zero: list[str] = []
         self.restore_value: list[str] = []
         self.kernels: dict[str, Any] = {}
@@ -175,6 +181,7 @@ class NativeState:
     def _load(self, spec: dict[str, Any]) -> Any:
         from triton_kiln.artifacts.artifact import CompiledArtifact
         from triton_kiln.launch.launcher import fast_path_blocker
+        from triton_kiln.launch.scratch import ScratchNeeds
         from triton_kiln.launch.spec import ArgSpec, LaunchSpec
 
         files = {Path(name).suffix: Path(path) for name, path in spec["group"].items()}
@@ -194,9 +201,17 @@ class NativeState:
         kinds = launch_spec.kinds()
         block_x = 32 * artifact.num_warps
         make = self.cuda.Launcher
+        needs = ScratchNeeds.from_metadata(artifact.metadata)
+        scratch = {"scratch": needs.pairs(), "allocators": self.scratch} if needs.any else {}
         try:
             launcher = make(
-                artifact.binary, artifact.name, kinds, block_x, artifact.shared, _TRITON_EXTRA_PARAMS
+                artifact.binary,
+                artifact.name,
+                kinds,
+                block_x,
+                artifact.shared,
+                _TRITON_EXTRA_PARAMS,
+                **scratch,
             )
         except RuntimeError as exc:
             if "shared memory" in str(exc):
@@ -205,11 +220,11 @@ class NativeState:
         reported, expected = launcher.n_params, launcher.n_expected
         if reported >= 0 and reported != expected:
             extra = reported - (expected - _TRITON_EXTRA_PARAMS)
-            if not 0 <= extra <= 8:
+            if not 0 <= extra <= 8 or (needs.any and extra < _TRITON_EXTRA_PARAMS):
                 raise Unsupported(
                     f"the driver reports {reported} parameters for {artifact.name}, kiln expected {expected}"
                 )
-            launcher = make(artifact.binary, artifact.name, kinds, block_x, artifact.shared, extra)
+            launcher = make(artifact.binary, artifact.name, kinds, block_x, artifact.shared, extra, **scratch)
         return launcher
 
     # -- benchmark ------------------------------------------------------------------------------

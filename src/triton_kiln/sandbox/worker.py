@@ -17,6 +17,11 @@ cleanly, or the user's reference when one was sent, first), and only a
 the reference; per argument, the representative it agreed with), never the tensors. The tuner
 decides at the end of the run (:mod:`kiln.autotuner.outputs`).
 
+Binaries that ask for Triton's runtime allocation (global scratch: device-side tensor
+descriptors; profile scratch) get it from the allocator the sandbox sets for itself at start
+(:func:`torch_scratch_allocator`, torch's caching allocator, as libraries set theirs): the
+caller's allocator stays in the caller's process.
+
 The sandbox never shares memory with the caller: a config that writes out of bounds or makes
 an illegal memory access corrupts only the sandbox's copies and context. After a sticky CUDA
 error the sandbox replies and exits, and the client starts a fresh one for the next config.
@@ -56,6 +61,23 @@ _STICKY_MARKERS = (
 )
 
 
+def torch_scratch_allocator(torch: Any, device: Any) -> Any:
+    """``allocate(size, align, stream)``: Triton's scratch as an int8 tensor on ``device`` whose
+    ``data_ptr()`` is a multiple of ``align`` (torch's caching allocator aligns to 512 bytes;
+    larger alignments get a padded block and an aligned view of it)."""
+
+    def allocate(size: int, align: int, stream: int | None) -> Any:
+        if align <= 512:
+            buffer = torch.empty(size, dtype=torch.int8, device=device)
+            if buffer.data_ptr() % align == 0:
+                return buffer
+        padded = torch.empty(size + align, dtype=torch.int8, device=device)
+        offset = -padded.data_ptr() % align
+        return padded[offset : offset + size]
+
+    return allocate
+
+
 class _State:
     def __init__(self, device: int) -> None:
         import torch
@@ -63,6 +85,7 @@ class _State:
         self.torch = torch
         self.device = torch.device("cuda", device)
         torch.cuda.set_device(self.device)  # creates this process's own CUDA context
+        triton_compat.set_scratch_allocators(torch_scratch_allocator(torch, self.device))
         self.args: dict[str, Any] = {}
         self.pristine: dict[str, Any] = {}
         self.reset_to_zero: list[str] = []

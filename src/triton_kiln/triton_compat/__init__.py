@@ -143,6 +143,12 @@ from triton_kiln.triton_compat.versions import (
     install_stages_hook as install_stages_hook,
 )
 from triton_kiln.triton_compat.versions import (
+    scratch_allocator_sources as scratch_allocator_sources,
+)
+from triton_kiln.triton_compat.versions import (
+    set_scratch_allocators as set_scratch_allocators,
+)
+from triton_kiln.triton_compat.versions import (
     signature_type_problem as signature_type_problem,
 )
 from triton_kiln.triton_compat.versions import (

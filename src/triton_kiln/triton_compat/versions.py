@@ -121,6 +121,34 @@ SCALAR_TYPES: tuple[str, ...] = (
 """Triton's scalar type names in signatures (``*`` before one makes a pointer: ``*fp16``)."""
 
 
+def scratch_allocator_sources() -> tuple[Any, Any] | None:
+    """Where Triton's launcher looks up the allocators of a binary's global and profile scratch
+    at each launch, for kiln's C launcher to look them up the same way (``None``: Triton cannot
+    be imported, so no allocator can have been set).
+
+    Global: ``triton.runtime._allocation._allocator``, a ``ContextVar`` (every version; what
+    ``triton.set_allocator`` sets, in the calling context). Profile: ``_profile_allocator``, a
+    ``ContextVar`` in Triton 3.5 and a wrapper object in 3.6 and 3.7 whose call forwards to the
+    allocator ``set_profile_allocator`` set. The C launcher reads a ``ContextVar`` at each launch
+    and calls anything else directly.
+    """
+    try:
+        from triton.runtime import _allocation
+    except ImportError:
+        return None
+    return _allocation._allocator, _allocation._profile_allocator
+
+
+def set_scratch_allocators(allocator: Any) -> None:
+    """Make ``allocator(size, align, stream)`` the global and the profile scratch allocator of
+    this context (``triton.set_allocator`` and ``set_profile_allocator``; every version)."""
+    import triton
+    from triton.runtime import _allocation
+
+    triton.set_allocator(allocator)
+    _allocation.set_profile_allocator(allocator)
+
+
 def target_problem(target: GPUTarget) -> str | None:
     """Why ``target`` cannot be compiled for (``None``: it can), saying how to write it."""
     backend, arch, warp_size = target.backend, target.arch, target.warp_size
