@@ -66,18 +66,22 @@ def test_the_bar_counts_compiled_timed_failed_and_shows_the_best_so_far() -> Non
     progress.record(result("BLOCK=64", ms=2.0))
     progress.record(result("BLOCK=128", ms=0.5))
     progress.record(result("BLOCK=48", status="compile_error"))
-    assert progress.summary() == "compiled 2/4, timed 2, failed 1, best 0.5 ms: BLOCK=128"
+    assert progress.summary() == "compiled 2/4, timed 2, failed 1"
+    assert progress.best_line() == "best 0.5 ms: BLOCK=128"
     # a revised result (the output rule rejects the fastest) replaces the first one
     progress.record(result("BLOCK=128", status="wrong_output"))
-    assert progress.summary() == "compiled 2/4, timed 1, failed 2, best 2 ms: BLOCK=64"
+    assert progress.summary() == "compiled 2/4, timed 1, failed 2"
+    assert progress.best_line() == "best 2 ms: BLOCK=64"
     progress.phase("final round: 2 configs")
-    assert progress.summary().startswith("final round: 2 configs, compiled 2/4")
-    progress.finish(1.25)
+    assert progress.summary() == "final round: 2 configs, compiled 2/4, timed 1, failed 2"
     text = stream.getvalue()
-    assert "tuning softmax: 3/4" in text  # drawn as results arrived
-    last = text.rsplit("\r", 1)[-1]
-    assert last.startswith("tuned softmax: 3/4")  # the last line stays, with the summary
-    assert "done in 1.2 s, compiled 2/4, timed 1, failed 2, best 2 ms: BLOCK=64" in last
+    assert "tuning softmax: 3/4 |" in text  # drawn as results arrived...
+    assert "compiled 2/4, timed 1, failed 2" in text
+    assert "  best 2 ms: BLOCK=64" in text  # ...the best so far on a second line
+    progress.finish(1.04)
+    # the bar is cleared; two lines stay
+    end = "\rtuned softmax: 4 configs in 1.0 s: 1 timed, 2 failed\n  best 2 ms: BLOCK=64\n"
+    assert stream.getvalue().endswith(end)
     assert not ticker_threads()
 
 
@@ -94,8 +98,8 @@ def test_a_failed_or_interrupted_run_clears_the_bar_and_stops_its_thread() -> No
         interrupted_run()
     assert not progress.shown
     assert not ticker_threads()
-    assert "tuned softmax" not in stream.getvalue()  # no final line: the run did not finish
-    assert stream.getvalue().endswith("\r")  # tqdm blanked the line (leave=False)
+    assert "tuned softmax" not in stream.getvalue()  # no final lines: the run did not finish
+    assert stream.getvalue().endswith(" \r")  # tqdm blanked the lines (leave=False)
     progress.close()  # a second close is harmless
 
 
@@ -134,9 +138,10 @@ def test_kiln_progress_1_shows_the_bar_of_a_tuning_run(
     tune(tuner, bench)
     err = capsys.readouterr().err
     assert "tuning scale_kernel: " in err
+    assert "compiled 2/3, timed 2, failed 1" in err
     last = err.rsplit("\r", 1)[-1]
-    assert last.startswith("tuned scale_kernel: 3/3"), err
-    assert "compiled 2/3, timed 2, failed 1, best 1 ms: BLOCK=128, num_warps=4" in last
+    assert last.startswith("tuned scale_kernel: 3 configs in "), err
+    assert " s: 2 timed, 1 failed\n  best 1 ms: BLOCK=128, num_warps=4, num_stages=3, num_ctas=1\n" in last
     assert not ticker_threads()
 
 
@@ -169,7 +174,7 @@ def test_ctrl_c_during_a_tuning_run_clears_the_bar(
     err = capsys.readouterr().err
     assert "tuning scale_kernel" in err
     assert "tuned scale_kernel" not in err
-    assert err.endswith("\r")
+    assert err.endswith(" \r")
     assert not ticker_threads()
 
 

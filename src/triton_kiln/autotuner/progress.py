@@ -7,12 +7,20 @@ The session (:mod:`.session`) feeds a :class:`TuningProgress` as results arrive:
                   final round: the latest result per config counts)
                   final round begins -> phase("final round: 3 configs")
                   a line for the reader -> write(text)          (printed above the bar)
-    end:          finish(wall_s) leaves the last line; an exception (a failed run, Ctrl-C)
-                  clears the bar instead (``with TuningProgress(...)``)
+    end:          finish(wall_s) clears the bar and prints two lines that stay; an exception
+                  (a failed run, Ctrl-C) clears it and prints nothing (``with TuningProgress``)
 
-The bar reads ``tuning NAME: done/total |bar| elapsed, compiled c/total, timed t, failed f,
-best 0.0123 ms: CONFIG``. It is shown when ``enabled`` is ``True``, or when it is ``None``
-(``KILN_PROGRESS`` unset) and the stream is a terminal; otherwise nothing is written.
+Two lines while it runs (a config's label rarely fits beside the counts in 100 columns), and
+two when it ends::
+
+    tuning matmul_kernel: 40/72 |██████      | 00:04, compiled 52/72, timed 39, failed 1
+      best 0.2186 ms: BLOCK_M=256, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=4, num_ctas=1
+
+    tuned matmul_kernel: 72 configs in 8.2 s: 70 timed, 2 failed
+      best 0.2186 ms: BLOCK_M=256, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=4, num_ctas=1
+
+Shown when ``enabled`` is ``True``, or when it is ``None`` (``KILN_PROGRESS`` unset) and the
+stream is a terminal; otherwise nothing is written.
 """
 
 from __future__ import annotations
@@ -42,7 +50,10 @@ class TuningProgress:
         self._lock = threading.Lock()
         self._stream = sys.stderr if stream is None else stream
         show = _is_terminal(self._stream) if enabled is None else enabled
-        self._bar: Any = self._make_bar() if show else None
+        self._bar: Any = None  # line 1: the bar and the counts (tqdm)
+        self._status: Any = None  # line 2: the best config so far (tqdm, text only)
+        if show:
+            self._bar, self._status = self._make_bars()
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         if self._bar is not None:
@@ -96,26 +107,24 @@ class TuningProgress:
         tqdm.write(text, file=out)
 
     def finish(self, wall_s: float) -> None:
-        """The run ended with a best config: leave the last line on the terminal."""
+        """The run ended with a best config: the bar gives way to two lines that stay."""
         if self._bar is None:
             return
-        self._stop_ticker()
-        with self._lock:
-            self.stage = f"done in {wall_s:.1f} s"
-        self._bar.set_description_str(f"tuned {self.name}", refresh=False)
-        self._redraw()
-        self._bar.leave = True
-        self._bar.close()
-        self._bar = None
+        self.close()
+        from tqdm import tqdm
+
+        for line in self.final_lines(wall_s):
+            tqdm.write(line, file=self._stream)
 
     def close(self) -> None:
-        """End the bar without leaving it (a failed or interrupted run); safe to call twice."""
+        """Clear the bar (a failed or interrupted run, or before :meth:`finish`'s lines); safe
+        to call twice."""
         self._stop_ticker()
-        if self._bar is None:
-            return
-        self._bar.leave = False
-        self._bar.close()
-        self._bar = None
+        bar, status = self._bar, self._status
+        self._bar = self._status = None
+        for line in (status, bar):
+            if line is not None:
+                line.close()
 
     def __enter__(self) -> TuningProgress:
         return self
@@ -146,41 +155,54 @@ class TuningProgress:
         return min(timed, key=lambda r: r.runtime_ms or 0.0) if timed else None
 
     def summary(self) -> str:
-        """The text after the bar: the stage, the counts and the best config so far."""
+        """The text after the bar: the stage and the counts."""
         counts = self.counts()
         parts = [self.stage] if self.stage else []
         parts.append(
             f"compiled {counts['compiled']}/{self.total}, timed {counts['timed']}, failed {counts['failed']}"
         )
-        best = self.best()
-        if best is not None:
-            parts.append(f"best {best.runtime_ms:.4g} ms: {best.label}")
         return ", ".join(parts)
+
+    def best_line(self) -> str:
+        """The second line: the fastest config so far."""
+        best = self.best()
+        return "best: none timed yet" if best is None else f"best {best.runtime_ms:.4g} ms: {best.label}"
+
+    def final_lines(self, wall_s: float) -> list[str]:
+        """What stays on the terminal when the run found its best config."""
+        counts = self.counts()
+        return [
+            f"tuned {self.name}: {self.total} configs in {wall_s:.1f} s: "
+            f"{counts['timed']} timed, {counts['failed']} failed",
+            "  " + self.best_line(),
+        ]
 
     # -- the bar ------------------------------------------------------------------------------
 
-    def _make_bar(self) -> Any:
+    def _make_bars(self) -> tuple[Any, Any]:
         from tqdm import tqdm
 
         tqdm.monitor_interval = 0  # no monitor thread
-        return tqdm(
+        common = {"file": self._stream, "leave": False, "dynamic_ncols": True}
+        bar = tqdm(
             total=self.total,
             desc=f"tuning {self.name}",
-            unit="config",
-            file=self._stream,
-            leave=False,
-            dynamic_ncols=True,
+            position=0,
             bar_format="{desc}: {n_fmt}/{total_fmt} |{bar:12}| {elapsed}{postfix}",
+            **common,
         )
+        status = tqdm(total=0, desc=self.best_line(), position=1, bar_format="  {desc}", **common)
+        return bar, status
 
     def _redraw(self) -> None:
-        bar = self._bar
-        if bar is None:
+        bar, status = self._bar, self._status
+        if bar is None or status is None:
             return
-        done = self.counts()["done"]
-        bar.n = min(done, self.total)
+        bar.n = min(self.counts()["done"], self.total)
         bar.set_postfix_str(self.summary(), refresh=False)
+        status.set_description_str(self.best_line(), refresh=False)
         bar.refresh()
+        status.refresh()
 
     def _tick(self) -> None:
         while not self._stop.wait(_TICK_S):
