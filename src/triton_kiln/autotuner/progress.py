@@ -54,6 +54,7 @@ class TuningProgress:
         self._status: Any = None  # line 2: the best config so far (tqdm, text only)
         if show:
             self._bar, self._status = self._make_bars()
+            self._redraw()  # the counts from the start
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         if self._bar is not None:
