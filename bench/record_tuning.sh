@@ -15,6 +15,7 @@
 # the two tuning runs (a test without a GPU runs a stand-in this way); RECORD_LIMIT_S (default
 # 110) bounds the whole recording.
 set -uo pipefail
+unset TMUX  # a private tmux server, even when run from inside tmux
 set_name=${1:-matmul}
 out=${OUT:-/tmp/kiln-out}
 limit_s=${RECORD_LIMIT_S:-110}
@@ -83,7 +84,8 @@ if [ "${RECORD_WITH:-tmux}" = tmux ] && command -v tmux >/dev/null 2>&1; then
     sleep 0.2
   done
   sleep 0.3
-  tmux -L "$sock" capture-pane -p -t "$session" > "$out/tuning-end.txt"
+  screen=$(tmux -L "$sock" capture-pane -p -t "$session")  # $(...) drops the blank lines below
+  printf '%s\n' "$screen" > "$out/tuning-end.txt"
   tmux -L "$sock" kill-server
   # mid-run: the middle one of the screens that showed a running bar
   [ "$bars" -gt 0 ] && cp "$work/bar-$(( (bars + 1) / 2 )).txt" "$out/tuning-mid.txt"
