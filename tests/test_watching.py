@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import triton_kiln as kiln
 from test_autotune_cpu import FakeBench, by_block, configs, make_tuner, tune
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.sandbox import BenchOutcome
@@ -173,6 +174,20 @@ def test_ctrl_c_during_a_tuning_run_clears_the_bar(
         tune(tuner, lambda t, a, k: InterruptedBench(t, a, k, lambda c: 1.0))
     err = capsys.readouterr().err
     assert "tuning scale_kernel" in err
+    assert "tuned scale_kernel" not in err
+    assert err.endswith(" \r")
+    assert not ticker_threads()
+
+
+def test_a_run_where_every_config_fails_clears_the_bar(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("KILN_PROGRESS", "1")
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(48, 96), lambda c: 1.0)  # neither compiles
+    with pytest.raises(kiln.AutotuneError):
+        tune(tuner, bench)
+    err = capsys.readouterr().err
+    assert "compiled 0/2, timed 0, failed 2" in err
     assert "tuned scale_kernel" not in err
     assert err.endswith(" \r")
     assert not ticker_threads()
