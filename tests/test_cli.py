@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -21,6 +23,44 @@ def test_demo_compiles_good_kernels_and_reports_bad_ones() -> None:
     assert "SIGABRT" in result.output
     assert "timed out" in result.output
     assert result.output.count(" ok ") >= 5
+    too_wide = [line for line in result.output.splitlines() if len(line) > 100]
+    assert not too_wide, too_wide
+
+
+@pytest.mark.timeout(180)
+def test_demo_talks_at_once_and_says_its_faults_are_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A line before the pool starts, a row as each job ends, and no "report it to Triton" for
+    the abort the demo injects itself."""
+    from triton_kiln.demo import run
+    from triton_kiln.triton_compat import GPUTarget
+
+    events: list[tuple[float, str]] = []
+
+    class WatchedPool(run.CompilePool):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            events.append((time.monotonic(), "<pool starts>"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(run, "CompilePool", WatchedPool)
+    ok = run.run_demo(
+        target=GPUTarget("cuda", 90, 32),
+        workers=2,
+        timeout_s=3.0,
+        echo=lambda text: events.append((time.monotonic(), text)),
+    )
+    assert ok
+    texts = [text for _, text in events]
+    assert texts.index("<pool starts>") > 0  # something was said before the pool started
+    output = "\n".join(t for t in texts if t != "<pool starts>")
+    too_wide = [line for line in output.splitlines() if len(line) > 100]
+    assert not too_wide, too_wide
+    # rows come as jobs finish: a fast kernel's row long before the hanging one's (3 s timeout)
+    first_row = next(t for t, text in events if text.startswith("vector_add["))
+    hang_row = next(t for t, text in events if text.startswith("demo_hang["))
+    assert hang_row - first_row > 1.5, events
+    assert "to Triton" not in output  # was: "report the printed assertion to Triton ..."
+    assert "injects on purpose" in output
+    assert "demo PASSED" in output
 
 
 def _result(label: str, status: str, ms: float | None, reason: str | None = None) -> ConfigResult:

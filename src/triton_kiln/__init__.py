@@ -14,7 +14,15 @@ Quick start::
 from __future__ import annotations
 
 import importlib
+import logging
 from typing import TYPE_CHECKING, Any
+
+# kiln's loggers are "kiln.*" (kiln.pool, kiln.autotune, ...). As the logging HOWTO asks of a
+# library, kiln adds no handler but this one: the application decides what is shown. (Without
+# it, an application with no logging set up got kiln's WARNING lines on stderr through
+# logging.lastResort.) To see kiln's lines: logging.basicConfig(level=logging.INFO), see
+# docs/WATCHING.md.
+logging.getLogger("kiln").addHandler(logging.NullHandler())
 
 # Names are imported on first use, so that ``import kiln`` (and a process that only loads a
 # bundle) does not import Triton.

@@ -196,14 +196,19 @@ class JobFailure(KilnError):
     def _headline(self) -> str:
         return f"compile of {self.job.label()} {self.what} after {format_seconds(self.seconds)}"
 
-    def _message(self) -> str:
+    def _message(self, advice: str | None = None) -> str:
         parts = [self._headline()]
         if self.detail:
             parts.append(self.detail)
         if self.stderr_tail:
             parts.append("the worker printed:\n    " + "\n    ".join(self.stderr_tail))
-        parts.append(self.advice)
+        parts.append(self.advice if advice is None else advice)
         return "; ".join(parts[:-1]) + f"\n{parts[-1]}." if len(parts) > 1 else parts[0]
+
+    def message_with(self, advice: str) -> str:
+        """This failure's message with ``advice`` as its last line instead of the class's own,
+        for a caller that knows more (``kiln demo``, whose crash and hang are deliberate)."""
+        return self._message(advice)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (

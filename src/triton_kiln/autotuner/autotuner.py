@@ -32,6 +32,7 @@ from typing import Any
 from triton_kiln import settings as settings_mod
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import BencherFactory
 from triton_kiln.autotuner.calls import CallShape, unwrap
 from triton_kiln.autotuner.prewarm import prewarm
@@ -144,6 +145,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
+        self._told: set[tuple[Any, ...]] = set()  # keys whose source was logged (provenance.py)
         if self._target is None:
             # Warm by the first call: the sandbox, Triton's key and the pool start now, in the
             # background (GPU present only; no CUDA context is made here).
@@ -199,33 +201,36 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         warmup = bool(kwargs.get("warmup", False))
         self.nargs = dict(zip(self.arg_names, args, strict=False))
         key: tuple[Any, ...] | None = None
+        tuned_now = False
         if len(self.configs) > 1:
             key = tuning_key(self.arg_names, self.keys, args, kwargs)
             if key not in self.cache and not warmup:
                 adopted = self._variants.from_bundle(key, args, kwargs, grid)
                 if adopted is not None:
+                    self._told.add(key)  # from_bundle said where it came from
                     self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
                     return adopted
+            if key in self.cache and key not in self._told:
+                provenance.from_memory(self.base_fn.__name__, key, config_label(self.cache[key]))
+                self._told.add(key)
             if key not in self.cache:
                 pruned = self.prune_configs(kwargs)
                 started = time.time()
                 TuningSession(self).tune(key, pruned, args, kwargs, grid)
                 self.bench_time = time.time() - started
-                if self.loaded_from is None:
-                    log.info(
-                        "kiln: %s %s: tuned %d configs on this call in %.2f s; best %s",
-                        self.base_fn.__name__,
-                        key,
-                        len(pruned),
-                        self.bench_time,
-                        config_label(self.cache[key]),
-                    )
+                self._told.add(key)
+                if self.loaded_from is None:  # else the session said "from the tuning database"
+                    tuned_now = True
+                    best = config_label(self.cache[key])
+                    provenance.tuned(self.base_fn.__name__, key, len(pruned), self.bench_time, best)
                 full_nargs = {**self.nargs, **kwargs, **self.cache[key].all_kwargs()}
                 self.pre_hook(full_nargs, reset_only=True)
             config = self.cache[key]
         else:
             config = self.configs[0]
         self.best_config = config
+        if tuned_now and triton_compat.print_autotuning():  # as triton.autotune prints it
+            print(provenance.triton_done_lines(self.base_fn.__name__, key, self.bench_time, config))
         forms = None
         if config.pre_hook is not None:
             forms = None if warmup else self._variants.forms(args, kwargs)  # before the hook

@@ -15,6 +15,9 @@
           configs_timings, last_run; finish the run; log any faster flagged config passed over
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
           round: timesplit.py) -> TuningRun.split
+      all along: what the reader sees (progress.py: a bar of configs compiled / timed /
+          failed and the best so far, fed by each compile's done callback and every recorded
+          result; with TRITON_PRINT_AUTOTUNING, Triton's per-config lines: provenance.py)
 
 A config that fails anywhere is skipped with the status :func:`~kiln.autotuner.bench.classify`
 (or the sandbox) gave it; if every one fails, :class:`AutotuneError` lists each with its reason.
@@ -23,8 +26,6 @@ A config that fails anywhere is skipped with the status :func:`~kiln.autotuner.b
 from __future__ import annotations
 
 import builtins
-import hashlib
-import json
 import logging
 import statistics
 import time
@@ -35,9 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
+from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import contenders, eligible
+from triton_kiln.autotuner.run_identity import run_identity
 from triton_kiln.autotuner.specialize import Candidate, launch_grid
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.compile.request import guess_compile_cost
@@ -75,6 +79,8 @@ class TuningSession:
         self.tuner = tuner
         self.name = tuner.base_fn.__name__
         self.split = TimeSplit()  # where the run's wall time goes (compile overlaps benchmarking)
+        self.progress = TuningProgress(self.name, 0, enabled=False)  # tune() makes the run's own
+        self.verbose = False  # TRITON_PRINT_AUTOTUNING: Triton's per-config lines (read by tune())
 
     def tune(
         self,
@@ -87,7 +93,7 @@ class TuningSession:
         tuner = self.tuner
         started = time.monotonic()
         candidates = [tuner._candidate(c, args, kwargs) for c in configs]
-        identity = self.identity(candidates, key)
+        identity = run_identity(self.name, candidates, key, tuner._local_target())
         database = tuner._get_database()
         lookup = {k: v for k, v in identity.items() if k != "kernel"}
         recorded = database.lookup(**lookup) if database is not None else None
@@ -95,14 +101,43 @@ class TuningSession:
             tuner.loaded_from = "database"
             tuner.last_run = recorded
             tuner.tuned[key] = recorded
-            log.info(
-                "kiln: %s %s: best config %s from the tuning database", self.name, key, recorded.best_label
+            provenance.from_database(
+                self.name,
+                key,
+                recorded.best_label or "",
+                getattr(database, "path", database),
+                recorded.started_at,
+                len(recorded.results),
             )
             return
         tuner.loaded_from = None
+        self.verbose = triton_compat.print_autotuning()
         run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
+        # Shown on a terminal (KILN_PROGRESS forces it on or off); cleared if the run fails or
+        # is interrupted, left as the run's last line when it finds a best config.
+        with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
+            self.progress = progress
+            self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
+            progress.finish(time.monotonic() - started)
+
+    def _tune(
+        self,
+        key: tuple[Any, ...],
+        candidates: list[Candidate],
+        identity: dict[str, str],
+        database: Any,
+        run_id: int | None,
+        started: float,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        grid: Any,
+    ) -> None:
+        """The run itself: compile, screen, check outputs, final round, best config."""
+        tuner = self.tuner
+        progress = self.progress
 
         def record(result: ConfigResult) -> None:
+            progress.record(result)
             if database is not None and run_id is not None:
                 database.record(run_id, result)
 
@@ -112,6 +147,8 @@ class TuningSession:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
             by_future.setdefault(candidate.future, candidate)
         self.split.watch(by_future)
+        for future in by_future:
+            progress.watch(future, configs=sum(1 for c in candidates if c.future is future))
         bencher = make_bencher(tuner, args, kwargs)
         results: dict[str, ConfigResult] = {}
         timings: dict[Any, Any] = {}
@@ -131,7 +168,11 @@ class TuningSession:
         )
         for future in as_completed(by_future):
             for candidate in [c for c in candidates if c.future is future]:
+                if self.verbose:
+                    progress.write(provenance.triton_config_line(self.name, candidate.config))
                 result, times = self.evaluate(candidate, future, bencher, grid, checker, first_pass)
+                if self.verbose and result.status != "ok":
+                    progress.write(provenance.triton_failed_line(result.status, result.reason))
                 results[candidate.label] = result
                 timings[candidate.config] = times
                 if first_result_s is None:
@@ -221,6 +262,7 @@ class TuningSession:
         finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
         if len(finalists) < 2:
             return  # nothing left to decide: the screening's timings stand
+        self.progress.phase(f"final round: {len(finalists)} configs")
         passes_n = tuner._final_passes
         first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False)
         later = Phase(tuner._screen_ms[0], tuner._rep_ms / passes_n, check=False)
@@ -350,35 +392,6 @@ class TuningSession:
                 timings[candidate.config] = list(_FAILED)
         self.tuner.configs_timings = timings
         return True
-
-    def identity(self, candidates: list[Candidate], key: tuple[Any, ...]) -> dict[str, str]:
-        """What a tuning run is recorded (and looked up) under in the database."""
-        device_name, capability = _device_identity(self.tuner._local_target())
-        spec = candidates[0].request.spec
-        configs = json.dumps([c.label for c in candidates])
-        kernel_key = hashlib.sha256(f"{spec.identity}|{configs}".encode()).hexdigest()
-        return {
-            "kernel": self.name,
-            "kernel_key": kernel_key,
-            "key_repr": json.dumps([repr(v) for v in key]),
-            "device_name": device_name,
-            "capability": capability,
-            "triton_version": triton_compat.triton_version(),
-        }
-
-
-def _device_identity(target: Any) -> tuple[str, str]:
-    """The current GPU's name and capability; without one (a bencher that needs none), the target."""
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            device = torch.cuda.current_device()
-            major, minor = torch.cuda.get_device_capability(device)
-            return torch.cuda.get_device_name(device), f"{major}.{minor}"
-    except ImportError:
-        pass
-    return f"no GPU ({target.backend} target)", str(target.arch)
 
 
 def _result(

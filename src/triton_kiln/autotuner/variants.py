@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.binaries import triton_kernel
 from triton_kiln.autotuner.calls import CallShape
 from triton_kiln.autotuner.specialize import Candidate, call_meta, launch_grid
@@ -327,13 +328,7 @@ class Variants:
             tuner.cache[key] = config
             tuner.best_config = config
             tuner.loaded_from = f"bundle {bundle.path}"
-            log.info(
-                "kiln: %s %s: best config %s from bundle %s",
-                record.name,
-                key,
-                config_label(config),
-                bundle.path,
-            )
+            provenance.from_bundle(record.name, key, config_label(config), bundle.path)
             entry = LaunchEntry(
                 launcher,
                 variant.names,

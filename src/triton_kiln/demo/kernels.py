@@ -18,7 +18,9 @@ import triton.language as tl
 
 from triton_kiln.triton_compat import install_stages_hook
 
-DEMO_ASSERTION = "LinearLayout.cpp:512: reshapeOuts: Assertion `newOutDims == outDims' failed (demo)."
+DEMO_ASSERTION = (
+    "LinearLayout.cpp:512: reshapeOuts: Assertion `newOutDims == outDims' failed (injected by kiln demo)."
+)
 
 
 def _demo_faults(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:

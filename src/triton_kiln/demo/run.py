@@ -3,22 +3,25 @@
 Two of the jobs are bad on purpose: one whose compile calls ``abort()`` inside Triton's
 pipeline and one that never finishes. The demo succeeds (exit 0) when every good kernel
 produced a cubin and the two bad ones were reported as a crash (SIGABRT) and a timeout,
-while the rest of the batch went on.
+while the rest of the batch went on. It prints as it goes (a row per job as it finishes), in at
+most 100 columns, and says that its two faults are its own (not compiler bugs to report).
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
+import textwrap
 import time
 from collections.abc import Callable
+from concurrent.futures import as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from triton_kiln import settings
 from triton_kiln.compile.request import CompileRequest
-from triton_kiln.errors import CompileTimeoutError, TargetError, WorkerCrashedError
+from triton_kiln.errors import CompileTimeoutError, JobFailure, TargetError, WorkerCrashedError
 from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import GPUTarget, target_problem
 
@@ -114,6 +117,22 @@ def demo_settings(workers: int | None, timeout_s: float | None) -> tuple[int, fl
     return workers, timeout_s
 
 
+WIDTH = 100
+"""Every line the demo prints fits in this many columns."""
+
+CRASH_ADVICE = (
+    "this crash is the one kiln demo injects on purpose: its compile-stage hook "
+    "(triton_kiln/demo/kernels.py) calls abort() while this kernel compiles, as a failed "
+    "compiler assertion would; kiln skipped the job and replaced its worker, and the other jobs "
+    "went on"
+)
+HANG_ADVICE = (
+    "this hang is the one kiln demo injects on purpose: its compile-stage hook "
+    "(triton_kiln/demo/kernels.py) never returns for this kernel; kiln killed the worker's process "
+    "group at the timeout and replaced it, and the other jobs went on"
+)
+
+
 def run_demo(
     *,
     target: GPUTarget,
@@ -123,7 +142,9 @@ def run_demo(
 ) -> bool:
     """Run the demo; return ``True`` when every job ended as expected.
 
-    Raises :class:`~kiln.errors.TargetError` at once for a target Triton cannot compile for, and
+    It talks from the start: a line before the pool starts, one when it is ready, then a table
+    row as each job finishes (every line within :data:`WIDTH` columns). Raises
+    :class:`~kiln.errors.TargetError` at once for a target Triton cannot compile for, and
     :class:`~kiln.errors.SettingsError` for out-of-range workers or timeout, before starting anything.
     """
     import os
@@ -133,9 +154,16 @@ def run_demo(
         raise TargetError(f"kiln demo: {problem}.")
     workers, timeout_s = demo_settings(workers, timeout_s)
     settings.current().replace(workers=workers, job_timeout_s=timeout_s)  # range checks, up front
+    say = _fitting(echo)
+    say(
+        f"kiln demo: compiling kernels for {target.backend} sm_{target.arch} with {workers} workers, "
+        f"timeout {timeout_s:g} s (--workers/--timeout or KILN_WORKERS/KILN_JOB_TIMEOUT_S change them); "
+        "two of them fail on purpose: one aborts, one hangs"
+    )
     cache = Path(tempfile.mkdtemp(prefix="kiln-demo-"))
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")  # fresh: every job really compiles
     started = time.perf_counter()
+    say("starting the compile pool (a zygote process imports Triton once; workers fork from it) ...")
     try:
         with CompilePool(
             workers=workers,
@@ -144,55 +172,119 @@ def run_demo(
             preload=["triton_kiln.demo.kernels"],
         ) as pool:
             jobs = demo_jobs(target)
-            echo(
-                f"kiln demo: compiling {len(jobs)} kernels for {target.backend} sm_{target.arch} "
-                f"with {workers} workers (timeout {timeout_s:g} s; --workers/--timeout or KILN_WORKERS/"
-                f"KILN_JOB_TIMEOUT_S change them)\n"
+            pool.wait_ready()
+            say(
+                f"pool ready after {time.perf_counter() - started:.1f} s; compiling {len(jobs)} kernels, "
+                "a row as each one finishes:\n"
             )
-            futures = [(job, pool.submit(job.request)) for job in jobs]
-            rows = []
-            failures: list[str] = []
-            all_as_expected = True
-            for job, future in futures:
-                exc = future.exception()
-                got = outcome_of(exc)
-                as_expected = got == job.expect
-                all_as_expected &= as_expected
-                if exc is None:
-                    artifact = future.result()
-                    detail = (
-                        f"cubin {len(artifact.binary):,} bytes, {artifact.num_warps} warps, "
-                        f"{artifact.shared:,} B shared"
-                    )
-                    seconds = artifact.compile_s
-                else:
-                    detail = f"{type(exc).__name__}: see below"
-                    seconds = float(getattr(exc, "seconds", 0.0))
-                    failures.append(f"{job.request.label()}:\n    " + str(exc).replace("\n", "\n    "))
-                rows.append((job.request.label(), got, seconds, "yes" if as_expected else "NO", detail))
+            all_as_expected, failures = _run_jobs(pool, jobs, timeout_s, say)
             stats = pool.stats
     finally:
         shutil.rmtree(cache, ignore_errors=True)
-    _table(rows, echo)
     for failure in failures:
-        echo("\n" + failure)
-    echo(
+        say("\n" + failure)
+    say(
         f"\n{stats.compiled} compiled, {stats.failed} failed, {stats.worker_deaths} workers replaced, "
         f"wall {time.perf_counter() - started:.1f} s"
     )
-    echo("demo " + ("PASSED: good kernels compiled, bad ones reported" if all_as_expected else "FAILED"))
+    say("demo " + ("PASSED: good kernels compiled, bad ones reported" if all_as_expected else "FAILED"))
     return all_as_expected
 
 
-def _table(rows: list[tuple[str, str, float, str, str]], echo: Callable[[str], Any]) -> None:
-    headers = ("job", "outcome", "seconds", "expected", "detail")
-    width = [
-        max(len(h), *(len(str(r[i]) if i != 2 else f"{r[i]:.2f}") for r in rows))
-        for i, h in enumerate(headers[:4])
-    ]
-    line = "  ".join(h.ljust(w) for h, w in zip(headers[:4], width, strict=True)) + "  detail"
-    echo(line)
-    echo("-" * min(len(line) + 40, 160))
-    for job, got, seconds, ok, detail in rows:
-        cells = (job, got, f"{seconds:.2f}", ok)
-        echo("  ".join(c.ljust(w) for c, w in zip(cells, width, strict=True)) + "  " + detail[:110])
+def _run_jobs(
+    pool: CompilePool, jobs: list[DemoJob], timeout_s: float, say: Callable[[str], Any]
+) -> tuple[bool, list[str]]:
+    """Submit every job; print a table row as each finishes. Returns (all as expected, the
+    explanations of the failed jobs)."""
+    table = _Table([job.request.label() for job in jobs])
+    say(table.header())
+    futures = {pool.submit(job.request): job for job in jobs}
+    pending = dict(futures)
+    failures: list[str] = []
+    all_as_expected = True
+    waiting_said = False
+    for future in as_completed(futures):
+        job = pending.pop(future)
+        exc = future.exception()
+        got = outcome_of(exc)
+        as_expected = got == job.expect
+        all_as_expected &= as_expected
+        if exc is None:
+            artifact = future.result()
+            detail = f"cubin {_size(len(artifact.binary))}, smem {_size(artifact.shared)}"
+            seconds = artifact.compile_s
+        else:
+            detail = "on purpose; see below" if as_expected else f"{type(exc).__name__}; see below"
+            seconds = float(getattr(exc, "seconds", 0.0))
+            failures.append(_explain(job, exc, as_expected))
+        if not as_expected:
+            detail = f"NOT AS EXPECTED ({job.expect}); " + detail
+        say(table.row(job.request.label(), got, seconds, detail))
+        hanging = [j for j in pending.values() if j.expect == "timeout"]
+        if pending and len(hanging) == len(pending) and not waiting_said:
+            names = ", ".join(j.request.label() for j in hanging)
+            say(f"  ... {names} hangs on purpose; kiln kills it at the {timeout_s:g} s timeout")
+            waiting_said = True
+    return all_as_expected, failures
+
+
+def _explain(job: DemoJob, exc: BaseException, as_expected: bool) -> str:
+    """What a failed job's error says, wrapped to :data:`WIDTH`; the demo's own faults say that
+    they are the demo's (not a compiler bug to report)."""
+    text = str(exc)
+    if as_expected and isinstance(exc, JobFailure):
+        advice = CRASH_ADVICE if job.expect == "crash" else HANG_ADVICE
+        text = exc.message_with(advice)
+    lines = [f"{job.request.label()}:"]
+    for line in text.splitlines():
+        indent = "    " + " " * (len(line) - len(line.lstrip()))
+        lines += textwrap.wrap(
+            line.strip(),
+            WIDTH,
+            initial_indent=indent,
+            subsequent_indent=indent + "  ",
+            break_on_hyphens=False,
+        ) or [""]
+    return "\n".join(lines)
+
+
+class _Table:
+    """The demo's table: job, outcome, seconds, detail; at most :data:`WIDTH` columns."""
+
+    def __init__(self, labels: list[str]) -> None:
+        self.widths = (max(len("job"), *map(len, labels)), len("timeout"), len("sec"))
+
+    def _line(self, cells: tuple[str, str, str], detail: str) -> str:
+        text = "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)) + "  " + detail
+        return _fit(text.rstrip())
+
+    def header(self) -> str:
+        head = self._line(("job", "outcome", "sec"), "detail")
+        return head + "\n" + "-" * len(_fit(head.ljust(WIDTH)))
+
+    def row(self, label: str, outcome: str, seconds: float, detail: str) -> str:
+        return self._line((label, outcome, f"{seconds:.2f}"), detail)
+
+
+def _size(n: int) -> str:
+    """``512 B``, ``8 KiB``, ``45.8 KiB``."""
+    if n < 1024:
+        return f"{n} B"
+    kib = n / 1024
+    return f"{kib:.0f} KiB" if kib == int(kib) else f"{kib:.1f} KiB"
+
+
+def _fit(line: str) -> str:
+    return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
+
+
+def _fitting(echo: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``echo`` with every line wrapped (prose) to :data:`WIDTH` columns."""
+
+    def say(text: str) -> Any:
+        out: list[str] = []
+        for line in text.split("\n"):
+            out += textwrap.wrap(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False) or [""]
+        return echo("\n".join(out))
+
+    return say

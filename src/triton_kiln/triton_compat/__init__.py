@@ -44,6 +44,9 @@ from triton_kiln.triton_compat.autotuning import (
     pack_args as pack_args,
 )
 from triton_kiln.triton_compat.autotuning import (
+    print_autotuning as print_autotuning,
+)
+from triton_kiln.triton_compat.autotuning import (
     torch_stream_functions as torch_stream_functions,
 )
 from triton_kiln.triton_compat.autotuning import (

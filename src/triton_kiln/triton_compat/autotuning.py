@@ -161,6 +161,15 @@ def triton_launch_hooks_set() -> bool:
     return any(bool(getattr(hook, "calls", hook)) for hook in hooks if hook is not None)
 
 
+def print_autotuning() -> bool:
+    """Triton's ``knobs.autotuning.print`` (``TRITON_PRINT_AUTOTUNING=1``, or set in code):
+    whether ``triton.autotune`` prints its per-config and end-of-tuning lines. Read on each tuning,
+    as Triton reads it; the knob has the same name and lines from 3.5.1 to 3.7.1."""
+    from triton import knobs
+
+    return bool(knobs.autotuning.print)
+
+
 def torch_stream_functions() -> tuple[Any, Any]:
     """torch's ``(get_raw_stream(device), get_device())`` (C functions; no Triton imported)."""
     import torch
