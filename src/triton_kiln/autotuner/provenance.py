@@ -1,4 +1,5 @@
-"""Where a tuning key's config came from, said once per key.
+"""Where a tuning key's config came from, said once per key; and a warning when the output check
+decided the winner (:func:`log_choice`).
 
 Every key an autotuner resolves gets one INFO line on the ``kiln.autotune`` logger naming its
 source (:class:`Source`): tuned on this call (with the time and the number of configs), the
@@ -21,7 +22,10 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triton_kiln.tuning.results import TuningRun
 
 log = logging.getLogger("kiln.autotune")
 
@@ -83,3 +87,31 @@ def triton_done_lines(name: str, key: Any, bench_time: float, best: Any) -> str:
         f"Triton autotuning for function {name},\nwith key as {key},\n"
         f"finished after {bench_time:.2f}s,\nbest config selected: {best};"
     )
+
+
+def log_choice(name: str, key: Any, run: TuningRun) -> None:
+    """Warn when the output check decided the winner: a faster flagged config was passed
+    over, or no config's outputs could be confirmed and the fastest flagged one won."""
+    best = run.best
+    if best is None:
+        return
+    for passed in run.passed_over:
+        log.warning(
+            "kiln: %s %s: passed over %s (%.4f ms), faster than the chosen %s (%.4f ms): its outputs are %s",
+            name,
+            key,
+            passed.label,
+            passed.runtime_ms,
+            best.label,
+            best.runtime_ms,
+            passed.reason,
+        )
+    if run.unconfirmed:
+        log.warning(
+            "kiln: %s %s: no config's outputs could be confirmed (every ok config is flagged); "
+            "chose the fastest, %s: %s. Pass reference= to check outputs against yours.",
+            name,
+            key,
+            best.label,
+            best.reason,
+        )

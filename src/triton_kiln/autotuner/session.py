@@ -213,35 +213,7 @@ class TuningSession:
             split=split,
         )
         tuner.tuned[key] = tuner.last_run
-        self.log_choice(key, tuner.last_run)
-
-    def log_choice(self, key: tuple[Any, ...], run: TuningRun) -> None:
-        """Warn when the output check decided the winner: a faster flagged config was passed
-        over, or no config's outputs could be confirmed and the fastest flagged one won."""
-        best = run.best
-        if best is None:
-            return
-        for passed in run.passed_over:
-            log.warning(
-                "kiln: %s %s: passed over %s (%.4f ms), faster than the chosen %s (%.4f ms): its "
-                "outputs are %s",
-                self.name,
-                key,
-                passed.label,
-                passed.runtime_ms,
-                best.label,
-                best.runtime_ms,
-                passed.reason,
-            )
-        if run.unconfirmed:
-            log.warning(
-                "kiln: %s %s: no config's outputs could be confirmed (every ok config is flagged); "
-                "chose the fastest, %s: %s. Pass reference= to check outputs against yours.",
-                self.name,
-                key,
-                best.label,
-                best.reason,
-            )
+        provenance.log_choice(self.name, key, tuner.last_run)
 
     def final_round(
         self,
