@@ -7,7 +7,8 @@
 # (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
-# split over several commands, joined with --merge), helion-faults, demo.
+# split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
+# record (bench/record_tuning.sh).
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -100,6 +101,11 @@ for phase in "$@"; do
         --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
     demo)
       run demo 120 python3 -m triton_kiln demo --workers 16 ;;
+    suite)  # every GPU-marked test, Helion's, the native sandbox's and the wheel's included
+      python3 -c "import setuptools, wheel; print('setuptools', setuptools.__version__)" 2>&1 | tee -a "$out/device.txt"
+      TAIL=25 run gpu-suite 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ ;;
+    record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
+      TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
