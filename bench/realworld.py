@@ -1,4 +1,4 @@
-"""Real library ops (Liger-Kernel 0.8.5, fla-core 0.6.0, FlagGems 5.0.2, torchao 0.18.0) on Triton and kiln.
+"""Real library ops (Liger-Kernel, FLA, FlagGems, torchao, GemLite) on ``triton.autotune`` and on kiln.
 
 Run from the repository root on a machine with a GPU (the libraries installed, or their wheels
 unpacked on ``PYTHONPATH``; kiln is taken from this checkout's ``src/``)::
@@ -61,6 +61,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "realworld_child.py"
 ARMS = ("triton", "kiln", "kiln_second", "kiln_forced")
+PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
 
 
@@ -266,7 +267,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     try:
         from importlib.metadata import version
 
-        for package in ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy"):
+        for package in PACKAGES:
             try:
                 data[package] = version(package)
             except Exception:  # not installed: only its ops fail

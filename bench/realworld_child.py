@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realworld_ops
 
-LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao")
+LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
 # FlagGems imports its arch's ops as top-level modules (``hopper.ops.mm``, from a directory it puts
 # on sys.path): a module counts as the libraries' if its file lies in one of their packages.
 LIBRARY_DIRS = tuple(f"/{name}/" for name in LIBRARY_PREFIXES)
@@ -253,6 +253,12 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if args.arm in KILN_ARMS:
         result["kiln_install"] = route_to_kiln(args.strict, fallbacks)
     result["stage"] = "import"
+    if args.dry_run and op.dry_run_setup is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            op.dry_run_setup()
+            result["dry_run_setup"] = op.dry_run_setup.__name__
     started = time.perf_counter()
     import importlib
 

@@ -41,6 +41,46 @@ class KernelCase:
     args: Callable[[], tuple[Any, ...]]
     kwargs: Callable[[], dict[str, Any]]
     scratch: bool = False  # device-side descriptors: global scratch expected
+    capture: Callable[[], Any] | None = None  # a Call (autotuner, args, kwargs): replaces the 3 above
+
+
+Call = tuple[Any, tuple[Any, ...], dict[str, Any]]  # an autotuner, and a launch's arguments
+
+
+def _captured_call(run_op: Callable[[], Any], kernel_name: str) -> Call:
+    """Run the library's host code on CPU tensors and keep the arguments its launch of
+    ``kernel_name`` passes (kiln's autotuner records the call instead of launching)."""
+    import triton_kiln as kiln
+
+    captured: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
+    original = kiln.Autotuner.__getitem__
+
+    def record(self: Any, grid: Any) -> Callable[..., None]:
+        return lambda *args, **kwargs: captured.append((self, args, kwargs))
+
+    kiln.Autotuner.__getitem__ = record  # type: ignore[method-assign]
+    try:
+        run_op()
+    finally:
+        kiln.Autotuner.__getitem__ = original  # type: ignore[method-assign]
+    for tuner, args, kwargs in captured:
+        if tuner.base_fn.__name__ == kernel_name:
+            return tuner, args, kwargs
+    launched = [t.base_fn.__name__ for t, _, _ in captured]
+    raise RuntimeError(f"{kernel_name} was not launched; launched: {launched}")
+
+
+def _gemlite_call() -> Call:
+    import gemlite
+    import torch
+
+    def run_op() -> Any:
+        gemlite.reset_config()
+        weight = torch.randn(4096, 4096, dtype=torch.bfloat16) * 0.02
+        layer = gemlite.helper.A16W8(device="cpu").from_weights(weight)
+        return layer(torch.randn(4096, 4096, dtype=torch.bfloat16))
+
+    return _captured_call(run_op, "gemm_INT_kernel")
 
 
 def _module(name: str) -> Any:
@@ -92,7 +132,8 @@ def _dplr_kwargs() -> dict[str, Any]:
 
 
 DPLR_WY = "fla.ops.generalized_delta_rule.dplr.wy_fast_fwd"
-BOUND_DEFAULTS = ("GATHER_SUPPORTED", "EVEN_K")  # constexprs left to defaults or heuristics: reported
+# constexprs bound from defaults or heuristics, reported per config
+BOUND_DEFAULTS = ("GATHER_SUPPORTED", "EVEN_K", "EVEN_M", "EVEN_N")
 
 CASES = [
     KernelCase(
@@ -117,6 +158,14 @@ CASES = [
         tuple,
         _dplr_kwargs,
     ),
+    KernelCase(
+        "gemlite.triton_kernels.gemm_kernels.gemm_INT_kernel",
+        "gemlite_a16w8_gemm",
+        lambda: None,
+        tuple,
+        dict,
+        capture=_gemlite_call,
+    ),
 ]
 
 
@@ -125,7 +174,10 @@ def check(case: KernelCase, pool: Any, configs: int, triton_cache: Path) -> dict
     from triton_kiln import GPUTarget, triton_compat
 
     sm90 = GPUTarget("cuda", 90, 32)
-    tuner = case.find()
+    if case.capture is not None:
+        tuner, call_args, call_kwargs = case.capture()
+    else:
+        tuner, call_args, call_kwargs = case.find(), case.args(), case.kwargs()
     out: dict[str, Any] = {"kernel": case.name, "op": case.op, "class": type(tuner).__qualname__}
     out["kiln_class"] = isinstance(tuner, kiln.Autotuner)
     if not out["kiln_class"]:
@@ -136,20 +188,18 @@ def check(case: KernelCase, pool: Any, configs: int, triton_cache: Path) -> dict
     out["tuned_by_kiln"] = run is kiln.Autotuner.run or (code is not None and "super" in code.co_names)
     out["configs_total"] = len(tuner.configs)
     tuner._target, tuner._pool = sm90, pool  # compile for sm_90 in this pool (no GPU here)
-    saved = tuner.configs
-    tuner.configs = saved[:configs]
     try:
-        args = triton_compat.wrap_dtypes(case.args())
-        raw = case.kwargs()
-        kwargs = dict(zip(raw, triton_compat.wrap_dtypes(tuple(raw.values())), strict=True))
+        args = triton_compat.wrap_dtypes(tuple(call_args))
+        kwargs = dict(zip(call_kwargs, triton_compat.wrap_dtypes(tuple(call_kwargs.values())), strict=True))
         tuner.nargs = dict(zip(tuner.arg_names, args, strict=False))
-        candidates = [tuner._candidate(c, args, kwargs) for c in tuner.configs]
+        pruned = tuner.prune_configs(kwargs) if len(tuner.configs) > 1 else tuner.configs
+        out["configs_pruned"] = len(pruned)
+        candidates = [tuner._candidate(c, args, kwargs) for c in pruned[:configs]]
         started = time.perf_counter()
         futures = [pool.submit(c.request) for c in candidates]
         artifacts = [f.result(timeout=600) for f in futures]
         out["pool_s"] = round(time.perf_counter() - started, 2)
     finally:
-        tuner.configs = saved
         tuner.nargs = None
     results = []
     os.environ["TRITON_CACHE_DIR"] = str(triton_cache)
@@ -181,8 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     wanted = {o for o in args.kernels.split(",") if o}
     cases = [c for c in CASES if not wanted or c.op in wanted]
     for case in cases:  # each op's environment (FlagGems on a machine without a GPU), before imports
-        os.environ.update(realworld_ops.OPS[case.op].env)
-        os.environ.update(realworld_ops.OPS[case.op].dry_run_env)
+        spec = realworld_ops.OPS[case.op]
+        os.environ.update(spec.env)
+        os.environ.update(spec.dry_run_env)
+        if spec.dry_run_setup is not None:
+            import torch
+
+            if not torch.cuda.is_available():
+                spec.dry_run_setup()
     import triton_kiln as kiln
     from triton_kiln import CompilePool
 

@@ -41,13 +41,21 @@ docs/notes/realworld-study.md and docs/notes/realworld-new-libraries.md):
   makes it derive from kiln's class, but its own ``run`` does the tuning, one config at a time
   through Triton's ``_bench`` (the child reports it as not tuned by kiln). At 4096x4096 bf16 the
   host-TMA kernel ``mm_kernel_general_host_tma`` runs instead (no allocator; ~200 configs);
+* ``gemlite_a16w8_gemm`` (not in the default set): GemLite 0.6.0.post2's INT8-weight linear
+  (``gemlite.helper.A16W8``, bf16 activations, M = N = K = 4096): ``gemm_INT_kernel``,
+  ``triton.autotune`` over ``triton.heuristics`` (``EVEN_M/N/K``), 23 "fast" configs rewritten by
+  an ``early_config_prune`` (block sizes adapted to M, stages cut to fit shared memory,
+  duplicates dropped), called through a ``torch.library`` custom op. The op first calls
+  ``gemlite.reset_config()``: GemLite's bundled H100 table would otherwise hand the pruner one
+  config and nothing would be tuned;
 * ``torchao_scaled_int8_mm`` (not in the default set): torchao's INT8 training matmul
   ``torchao.prototype.quantized_training.int8_mm.scaled_int8_mm`` (4096^3, B a transposed
   weight): ``_scaled_int8_mm_kernel``, ``triton.autotune`` over ``triton.heuristics``
   (``EVEN_K`` from the config's ``BLOCK_K``), 27 configs, key with strides.
 
 Libraries the bench can import (versions it was written against): liger-kernel 0.8.5, fla-core
-0.6.0, flag-gems 5.0.2 (needs sqlalchemy 2.0.48, pyyaml, packaging), torchao 0.18.0. Of the
+0.6.0, flag-gems 5.0.2 (needs sqlalchemy 2.0.48, pyyaml, packaging), torchao 0.18.0, gemlite
+0.6.0.post2 (sdist only on PyPI; needs numpy, tqdm). Of the
 other candidate libraries, lightning-attn 0.0.5, native-sparse-attention-pytorch 0.2.3,
 sageattention 1.0.6 and bitsandbytes 0.50.2 (its ``@triton.autotune`` lines are commented out)
 have no autotuned Triton kernel.
@@ -75,6 +83,7 @@ class Op:
     default: bool = True
     env: tuple[tuple[str, str], ...] = ()  # set in every arm's process, before any import
     dry_run_env: tuple[tuple[str, str], ...] = ()  # also set with --dry-run (lets it import without a GPU)
+    dry_run_setup: Callable[[], None] | None = None  # with --dry-run and no GPU: before the imports
 
 
 def _randn(*shape: int, dtype: Any = None) -> Any:
@@ -247,6 +256,75 @@ def _torchao_int8_mm() -> Case:
     return Case(run)
 
 
+def _gemlite_a16w8() -> Case:
+    import gemlite
+    import torch
+
+    # GemLite ships tuned tables (configs/h100.json) that its pruner serves before any tuning;
+    # dropped here, so the call tunes as it does for a shape or device the table lacks.
+    gemlite.reset_config()
+    m, k, n = 4096, 4096, 4096
+    weight = _randn(n, k) * 0.02
+    layer = gemlite.helper.A16W8(device="cuda").from_weights(weight)  # INT8 weights, channel scales
+    x = _randn(m, k)
+
+    def run() -> Outputs:
+        with torch.no_grad():
+            return {"out": layer(x)}
+
+    return Case(run)
+
+
+def fake_h100() -> None:
+    """What GemLite asks of the device at import (``torch.cuda`` properties, Triton's active
+    driver), answered as an H100 would, for ``--dry-run`` and the compile check on a machine with
+    no GPU. Nothing here can launch: ``torch.cuda.is_available()`` stays ``False``."""
+    from types import SimpleNamespace
+
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    props = SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        total_memory=80 << 30,
+        shared_memory_per_block_optin=232448,
+        L2_cache_size=50 << 20,
+    )
+    device_info = {
+        "max_shared_mem": 232448,
+        "multiprocessor_count": 132,
+        "max_num_regs": 65536,
+        "warpSize": 32,
+        "sm_clock_rate": 1980000,
+        "mem_clock_rate": 2619000,
+        "mem_bus_width": 5120,
+    }
+
+    class _Driver:
+        utils = SimpleNamespace(get_device_properties=lambda device: dict(device_info))
+
+        def get_current_target(self) -> Any:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: Any = None) -> int:
+            return 0
+
+        def is_active(self) -> bool:
+            return True
+
+    torch.cuda.get_device_properties = lambda *a, **k: props
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    torch.cuda.get_device_name = lambda *a, **k: props.name
+    triton.runtime.driver.set_active(_Driver())
+
+
 # FlagGems picks its vendor by running nvidia-smi and its arch from the device; its tuning database
 # is named after the device. With no GPU (--dry-run), these settings let it import as on an H100.
 _FLAGGEMS_DRY_RUN = (("GEMS_VENDOR", "nvidia"), ("ARCH", "sm_90"), ("FLAGGEMS_DB_URL", "sqlite://"))
@@ -268,6 +346,13 @@ OPS: dict[str, Op] = {
             ("torchao.prototype.quantized_training.int8_mm",),
             _torchao_int8_mm,
             default=False,
+        ),
+        Op(
+            "gemlite_a16w8_gemm",
+            ("gemlite", "gemlite.triton_kernels.gemm_kernels"),
+            _gemlite_a16w8,
+            default=False,
+            dry_run_setup=fake_h100,
         ),
     )
 }
