@@ -35,42 +35,59 @@ import realworld_ops
 
 @dataclass(frozen=True)
 class KernelCase:
-    name: str
+    """One op's launches: ``calls()`` gives the autotuned kernels' calls and the plain JIT
+    kernels' names; ``scratch``: kernels whose global scratch (device-side descriptors) is
+    expected."""
+
     op: str
-    find: Callable[[], Any]  # the library's autotuner object (after install and import)
-    args: Callable[[], tuple[Any, ...]]
-    kwargs: Callable[[], dict[str, Any]]
-    scratch: bool = False  # device-side descriptors: global scratch expected
-    capture: Callable[[], Any] | None = None  # a Call (autotuner, args, kwargs): replaces the 3 above
+    calls: Callable[[], tuple[list[Any], list[str]]]
+    scratch: tuple[str, ...] = ()
 
 
 Call = tuple[Any, tuple[Any, ...], dict[str, Any]]  # an autotuner, and a launch's arguments
 
 
-def _captured_call(run_op: Callable[[], Any], kernel_name: str) -> Call:
-    """Run the library's host code on CPU tensors and keep the arguments its launch of
-    ``kernel_name`` passes (kiln's autotuner records the call instead of launching)."""
+def _captured_calls(run_op: Callable[[], Any]) -> tuple[list[Call], list[str]]:
+    """Run the library's host code on CPU tensors; every launch of an autotuned kernel (kiln's
+    or Triton's class, by ``kernel[grid](...)`` or by a ``Heuristics`` calling ``run``) is
+    recorded instead of run, and so is every plain ``@triton.jit`` launch (by name only)."""
+    from triton.runtime.autotuner import Autotuner as TritonAutotuner
+    from triton.runtime.jit import JITFunction
+
     import triton_kiln as kiln
 
-    captured: list[tuple[Any, tuple[Any, ...], dict[str, Any]]] = []
-    original = kiln.Autotuner.__getitem__
+    calls: list[Call] = []
+    plain: list[str] = []
 
-    def record(self: Any, grid: Any) -> Callable[..., None]:
-        return lambda *args, **kwargs: captured.append((self, args, kwargs))
+    def run(self: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("warmup", None)
+        kwargs.pop("grid", None)
+        calls.append((self, args, kwargs))
 
-    kiln.Autotuner.__getitem__ = record  # type: ignore[method-assign]
+    def getitem(self: Any, grid: Any) -> Callable[..., None]:
+        return lambda *args, **kwargs: run(self, *args, **kwargs)
+
+    def jit_run(self: Any, *args: Any, **kwargs: Any) -> None:
+        plain.append(self.fn.__name__)
+
+    patched = [(kiln.Autotuner, "run", run), (kiln.Autotuner, "__getitem__", getitem)]
+    patched += [(TritonAutotuner, "run", run), (TritonAutotuner, "__getitem__", getitem)]
+    patched += [(JITFunction, "run", jit_run), (JITFunction, "__getitem__", lambda self, grid: self.run)]
+    saved = [(cls, name, vars(cls).get(name)) for cls, name, _ in patched]
+    for cls, name, value in patched:
+        setattr(cls, name, value)
     try:
         run_op()
     finally:
-        kiln.Autotuner.__getitem__ = original  # type: ignore[method-assign]
-    for tuner, args, kwargs in captured:
-        if tuner.base_fn.__name__ == kernel_name:
-            return tuner, args, kwargs
-    launched = [t.base_fn.__name__ for t, _, _ in captured]
-    raise RuntimeError(f"{kernel_name} was not launched; launched: {launched}")
+        for cls, name, value in saved:
+            if value is None:
+                delattr(cls, name)  # it was inherited
+            else:
+                setattr(cls, name, value)
+    return calls, plain
 
 
-def _gemlite_call() -> Call:
+def _gemlite_calls() -> tuple[list[Call], list[str]]:
     import gemlite
     import torch
 
@@ -80,7 +97,26 @@ def _gemlite_call() -> Call:
         layer = gemlite.helper.A16W8(device="cpu").from_weights(weight)
         return layer(torch.randn(4096, 4096, dtype=torch.bfloat16))
 
-    return _captured_call(run_op, "gemm_INT_kernel")
+    return _captured_calls(run_op)
+
+
+def _dplr_calls() -> tuple[list[Call], list[str]]:
+    import torch
+    import torch.nn.functional as F
+    from fla.ops.generalized_delta_rule import chunk_dplr_delta_rule
+
+    batch, seq, heads, dk = 4, 2048, 16, 64
+    bf16 = torch.bfloat16
+    q, k, v = (torch.randn(batch, seq, heads, dk, dtype=bf16) for _ in range(3))
+    kk = F.normalize(k.float(), p=2, dim=-1)
+    a, b = (-kk).to(bf16), (kk * 0.5).to(bf16)
+    gk = (F.logsigmoid(torch.randn(batch, seq, heads, dk)) / 16).to(bf16)
+
+    def run_op() -> Any:
+        with torch.no_grad():
+            return chunk_dplr_delta_rule(q, k, v, a, b, gk, chunk_size=64)
+
+    return _captured_calls(run_op)
 
 
 def _module(name: str) -> Any:
@@ -114,71 +150,36 @@ def _torchao_args() -> tuple[Any, ...]:
     return (i8, i8, _bf16(), _bf16(), _bf16(), m, n, k, k, 1, 1, k, n, 1)
 
 
-def _dplr_kwargs() -> dict[str, Any]:
-    import torch
-
-    f32 = torch.float32
-    return {
-        "A_ab": f32,
-        "A_ab_inv": f32,
-        "cu_seqlens": None,
-        "chunk_indices": None,
-        "T": 2048,
-        "H": 16,
-        "BT": 64,
-        "BC": 32,
-        "IS_VARLEN": False,  # heuristics outside the autotuner compute it in a real call
-    }
-
-
-DPLR_WY = "fla.ops.generalized_delta_rule.dplr.wy_fast_fwd"
+TORCHAO_INT8 = "torchao.prototype.quantized_training.int8_mm"
 # constexprs bound from defaults or heuristics, reported per config
 BOUND_DEFAULTS = ("GATHER_SUPPORTED", "EVEN_K", "EVEN_M", "EVEN_N")
 
 CASES = [
     KernelCase(
-        "hopper.ops.mm.mm_kernel_general",
         "flaggems_mm_lmhead",
-        _flaggems_mm,
-        _flaggems_args,
-        lambda: {"GROUP_M": 8},
-        scratch=True,
+        lambda: ([(_flaggems_mm(), _flaggems_args(), {"GROUP_M": 8})], []),
+        scratch=("mm_kernel_general",),
     ),
     KernelCase(
-        "torchao...int8_mm._scaled_int8_mm_kernel",
         "torchao_scaled_int8_mm",
-        lambda: _module("torchao.prototype.quantized_training.int8_mm")._scaled_int8_mm_kernel,
-        _torchao_args,
-        lambda: {"COL_SCALE_SCALAR": False},
+        lambda: (
+            [(_module(TORCHAO_INT8)._scaled_int8_mm_kernel, _torchao_args(), {"COL_SCALE_SCALAR": False})],
+            [],
+        ),
     ),
-    KernelCase(
-        "fla...dplr.wy_fast_fwd.prepare_wy_repr_fwd_kernel_chunk64",
-        "fla_chunk_dplr_fwd",
-        lambda: _module(DPLR_WY).prepare_wy_repr_fwd_kernel_chunk64.fn,
-        tuple,
-        _dplr_kwargs,
-    ),
-    KernelCase(
-        "gemlite.triton_kernels.gemm_kernels.gemm_INT_kernel",
-        "gemlite_a16w8_gemm",
-        lambda: None,
-        tuple,
-        dict,
-        capture=_gemlite_call,
-    ),
+    KernelCase("fla_chunk_dplr_fwd", _dplr_calls),
+    KernelCase("gemlite_a16w8_gemm", _gemlite_calls),
 ]
 
 
-def check(case: KernelCase, pool: Any, configs: int, triton_cache: Path) -> dict[str, Any]:
+def check(op: str, call: Any, pool: Any, configs: int, scratch: bool, triton_cache: Path) -> dict[str, Any]:
     import triton_kiln as kiln
     from triton_kiln import GPUTarget, triton_compat
 
     sm90 = GPUTarget("cuda", 90, 32)
-    if case.capture is not None:
-        tuner, call_args, call_kwargs = case.capture()
-    else:
-        tuner, call_args, call_kwargs = case.find(), case.args(), case.kwargs()
-    out: dict[str, Any] = {"kernel": case.name, "op": case.op, "class": type(tuner).__qualname__}
+    tuner, call_args, call_kwargs = call
+    name = f"{tuner.base_fn.__module__}.{tuner.base_fn.__qualname__}"
+    out: dict[str, Any] = {"op": op, "kernel": name, "class": type(tuner).__qualname__}
     out["kiln_class"] = isinstance(tuner, kiln.Autotuner)
     if not out["kiln_class"]:
         out["ok"] = False
@@ -207,20 +208,23 @@ def check(case: KernelCase, pool: Any, configs: int, triton_cache: Path) -> dict
         direct = triton_compat.compile_kernel(
             cand.request.ast_source(tuner._shape.jit_fn), sm90, dict(cand.request.options)
         )
-        scratch = getattr(direct.metadata, "global_scratch_size", None)
         results.append(
             {
                 "config": cand.label,
                 "same_binary_as_triton": artifact.binary == direct.asm["cubin"],
-                "global_scratch_size": scratch,
+                "global_scratch_size": getattr(direct.metadata, "global_scratch_size", None),
                 "defaults_bound": {k: v for k, v in cand.request.constexprs.items() if k in BOUND_DEFAULTS},
             }
         )
     out["configs"] = results
     out["ok"] = all(r["same_binary_as_triton"] for r in results) and (
-        not case.scratch or all((r["global_scratch_size"] or 0) > 0 for r in results)
+        not scratch or all((r["global_scratch_size"] or 0) > 0 for r in results)
     )
     return out
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:1500]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -250,11 +254,29 @@ def main(argv: list[str] | None = None) -> int:
     ):
         for case in cases:
             try:
-                result = check(case, pool, args.configs, Path(tmp) / f"triton-{case.op}")
+                calls, plain = case.calls()
             except Exception as exc:
-                result = {"kernel": case.name, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:1500]}
-            failed = failed or not result["ok"]
-            print(json.dumps(result), flush=True)
+                print(
+                    json.dumps({"op": case.op, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:1500]})
+                )
+                failed = True
+                continue
+            print(json.dumps({"op": case.op, "autotuned_launches": len(calls), "plain_jit_launches": plain}))
+            for call in calls:
+                scratch = call[0].base_fn.__name__ in case.scratch
+                cache = Path(tmp) / f"triton-{case.op}"
+                try:
+                    result = check(case.op, call, pool, args.configs, scratch, cache)
+                except Exception as exc:
+                    name = call[0].base_fn.__name__
+                    result = {
+                        "op": case.op,
+                        "kernel": name,
+                        "ok": False,
+                        "error": f"{type(exc).__name__}: {exc}"[:1500],
+                    }
+                failed = failed or not result["ok"]
+                print(json.dumps(result), flush=True)
     return 1 if failed else 0
 
 
