@@ -34,7 +34,11 @@ autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a failed 
 measured): Triton's first calls alone are ~100 s for the MoE and ~95 s for ``chunk_gla``, and
 until kiln routes FLA's ``CachedAutotuner`` every kiln arm of ``chunk_gla`` pays most of that too;
 where a command may take at most 10 minutes, run the Liger ops, ``fla_chunk_gla_fwd`` and the other
-FLA op(s) as three commands (``--ops``), then ``--merge``.
+FLA op(s) as three commands (``--ops``), then ``--merge``. The newer ops (not in the default set;
+estimated, not measured): ``fla_chunk_dplr_fwd`` (138 configs over 6 kernels) ~5-6 min for its
+four arms, Triton's first call ~2.5 min (give it ``--arm-timeout 500``); ``flaggems_mm_lmhead``
+(22), ``torchao_scaled_int8_mm`` (27) and ``gemlite_a16w8_gemm`` (17 after pruning) ~2-3 min
+each. FlagGems keeps its own tuning database under ``FLAGGEMS_CACHE_DIR``, fresh per arm here.
 """
 
 from __future__ import annotations

@@ -1,18 +1,21 @@
-"""No GPU needed: the autotuned kernels of ``bench/realworld.py``'s newer ops, under
-``kiln.install()``, are kiln's and compile through kiln's pool to Triton's own binary for sm_90.
+"""No GPU needed: the autotuned kernels that ``bench/realworld.py``'s newer ops launch are, under
+``kiln.install()``, kiln's, and compile through kiln's pool to Triton's own binary for sm_90.
 
 ::
 
-    PYTHONPATH=src python bench/realworld_compile_check.py [--configs 2] [--kernels a,b]
+    PYTHONPATH=src python bench/realworld_compile_check.py [--configs 2] [--kernels op1,op2]
 
-For each kernel (the library's own autotuner object, made after ``kiln.install()``), the first
-``--configs`` configs are compiled as ``kiln.precompile`` builds them for the op's call (the
-arguments the op passes, dtypes standing for tensors), through a ``CompilePool`` for
-``GPUTarget("cuda", 90, 32)``; each binary is compared with Triton's ``triton.compile`` of the same
-specialization in this process, and its global scratch (device-side descriptors) is reported.
-Prints one JSON line per kernel; exit status 1 if any kernel is not kiln's class, fails to compile,
-or differs from Triton's binary. (FlagGems' ``LibTuner`` is kiln's class but tunes by its own
-``run``: reported as ``tuned_by_kiln: false``; its kernels still go through the pool here.)
+For each op, its launches: the DPLR forward's and GemLite's are taken from the library's own host
+code run on CPU tensors (every autotuned launch is recorded instead of run, kiln's class or
+Triton's; plain ``@triton.jit`` launches are listed), FlagGems' and torchao's (one kernel each,
+whose host code needs CUDA) are written out as the library passes them. For each autotuned
+kernel, the first ``--configs`` of its pruned configs are built as ``kiln.precompile`` builds
+them, compiled through a ``CompilePool`` for ``GPUTarget("cuda", 90, 32)`` and compared with
+Triton's ``triton.compile`` of the same specialization in this process; the global scratch
+(device-side descriptors) and the constexprs bound from defaults are reported. One JSON line per
+op and per kernel; exit status 1 if a kernel is not kiln's class, fails to compile, or differs
+from Triton's binary. (FlagGems' ``LibTuner`` is kiln's class but tunes by its own ``run``:
+reported as ``tuned_by_kiln: false``; its kernel still goes through the pool here.)
 """
 
 from __future__ import annotations
@@ -230,7 +233,7 @@ def _error(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--configs", type=int, default=2, help="configs compiled per kernel")
-    parser.add_argument("--kernels", default="", help="comma-separated ops (default: every case)")
+    parser.add_argument("--kernels", default="", help="comma-separated ops (default: every op here)")
     args = parser.parse_args(argv)
     wanted = {o for o in args.kernels.split(",") if o}
     cases = [c for c in CASES if not wanted or c.op in wanted]
