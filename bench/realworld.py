@@ -1,4 +1,4 @@
-"""Real library ops (Liger-Kernel 0.8.5, fla-core 0.6.0) on ``triton.autotune`` and on kiln.
+"""Real library ops (Liger-Kernel, FLA, FlagGems, torchao, GemLite) on ``triton.autotune`` and on kiln.
 
 Run from the repository root on a machine with a GPU (the libraries installed, or their wheels
 unpacked on ``PYTHONPATH``; kiln is taken from this checkout's ``src/``)::
@@ -34,7 +34,11 @@ autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a failed 
 measured): Triton's first calls alone are ~100 s for the MoE and ~95 s for ``chunk_gla``, and
 until kiln routes FLA's ``CachedAutotuner`` every kiln arm of ``chunk_gla`` pays most of that too;
 where a command may take at most 10 minutes, run the Liger ops, ``fla_chunk_gla_fwd`` and the other
-FLA op(s) as three commands (``--ops``), then ``--merge``.
+FLA op(s) as three commands (``--ops``), then ``--merge``. The newer ops (not in the default set;
+estimated, not measured): ``fla_chunk_dplr_fwd`` (138 configs over 6 kernels) ~5-6 min for its
+four arms, Triton's first call ~2.5 min (give it ``--arm-timeout 500``); ``flaggems_mm_lmhead``
+(22), ``torchao_scaled_int8_mm`` (27) and ``gemlite_a16w8_gemm`` (17 after pruning) ~2-3 min
+each. FlagGems keeps its own tuning database under ``FLAGGEMS_CACHE_DIR``, fresh per arm here.
 """
 
 from __future__ import annotations
@@ -61,11 +65,20 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "realworld_child.py"
 ARMS = ("triton", "kiln", "kiln_second", "kiln_forced")
+PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
 
 
-def arm_env(arm: str, root: Path) -> dict[str, str]:
+def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False) -> dict[str, str]:
     env = dict(os.environ)
+    spec = realworld_ops.OPS.get(op)
+    if spec is not None:
+        env.update(spec.env)
+        if dry_run:
+            env.update(spec.dry_run_env)
+    # FlagGems keeps its own tuning database (best config per key, and every config's timings)
+    # under FLAGGEMS_CACHE_DIR (default ~/.flaggems): fresh per arm, like TRITON_CACHE_DIR.
+    env["FLAGGEMS_CACHE_DIR"] = str(root / f"flaggems-cache-{arm}")
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("KILN_PROGRESS", "0")
@@ -90,6 +103,8 @@ def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str
         cmd.append("--strict")
     if args.dry_run:
         cmd.append("--dry-run")
+        if args.inventory:
+            cmd.append("--inventory")
     print(f"[realworld] {op}: {arm}", file=sys.stderr, flush=True)
     started = time.perf_counter()
     log = arm_dir / "stderr.log"
@@ -98,7 +113,7 @@ def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str
             proc = subprocess.run(
                 cmd,
                 check=False,
-                env=arm_env(arm, root),
+                env=arm_env(arm, root, op, args.dry_run),
                 stdout=err,
                 stderr=subprocess.STDOUT,
                 timeout=args.arm_timeout,
@@ -172,7 +187,7 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
     }
     left = [
         {**k, "reason": "refused by kiln.autotune at import"} for k in kiln.get("refused_by_kiln", [])
-    ] + [{**k, "reason": "not built by triton.autotune"} for k in kiln.get("left_on_triton", [])]
+    ] + [{"reason": "not built by triton.autotune", **k} for k in kiln.get("left_on_triton", [])]
     return {
         "op": op,
         "configs": field("triton", "configs") or kiln.get("configs"),
@@ -256,8 +271,11 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     try:
         from importlib.metadata import version
 
-        for package in ("torch", "triton", "liger-kernel", "fla-core"):
-            data[package] = version(package)
+        for package in PACKAGES:
+            try:
+                data[package] = version(package)
+            except Exception:  # not installed: only its ops fail
+                data[package] = None
         import torch
 
         if torch.cuda.is_available():
@@ -294,6 +312,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--md", type=Path, default=None, help="write a markdown table here")
     parser.add_argument("--strict", action="store_true", help="no Triton fallback for kernels kiln refuses")
     parser.add_argument("--dry-run", action="store_true", help="no GPU: route, import, inventory only")
+    parser.add_argument("--inventory", action="store_true", help="with --dry-run: list each autotuner found")
     parser.add_argument("--keep", action="store_true", help="keep each op's temporary directory")
     parser.add_argument("--merge", nargs="+", type=Path, default=None, help="join the ops of JSON files")
     args = parser.parse_args(argv)

@@ -43,7 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import realworld_ops
 
-LIBRARY_PREFIXES = ("liger_kernel", "fla")
+LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
+# FlagGems imports its arch's ops as top-level modules (``hopper.ops.mm``, from a directory it puts
+# on sys.path): a module counts as the libraries' if its file lies in one of their packages.
+LIBRARY_DIRS = tuple(f"/{name}/" for name in LIBRARY_PREFIXES)
 KILN_ARMS = ("kiln", "kiln_second", "kiln_forced")
 
 
@@ -112,7 +115,7 @@ def _autotuners() -> Iterator[Any]:
 
     seen: set[int] = set()
     for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith(LIBRARY_PREFIXES):
+        if module is None or not _library_module(name, module):
             continue
         for value in list(vars(module).values()):
             obj = value
@@ -123,15 +126,48 @@ def _autotuners() -> Iterator[Any]:
                 obj = getattr(obj, "fn", None)
 
 
+def _library_module(name: str, module: Any) -> bool:
+    if name.split(".", maxsplit=1)[0] in LIBRARY_PREFIXES:
+        return True
+    path = str(getattr(module, "__file__", None) or "")
+    return any(part in path for part in LIBRARY_DIRS)
+
+
 def _name(tuner: Any) -> str:
     return f"{tuner.base_fn.__module__}.{tuner.base_fn.__qualname__}"
 
 
-def _is_kiln(tuner: Any) -> bool:
-    """Built by kiln's autotuner (a library's subclass routed through kiln counts)."""
+def _kiln_class(tuner: Any) -> bool:
+    """An instance of kiln's autotuner class (a library's subclass routed through kiln counts)."""
     import triton_kiln as kiln
 
     return isinstance(tuner, kiln.Autotuner)
+
+
+def _bypass(tuner: Any) -> str | None:
+    """Why a kiln-derived autotuner does not tune through kiln, or None when it does.
+
+    A library subclass whose ``run`` never calls ``super().run`` (FlagGems' ``LibTuner``: its own
+    key, database and policy, benchmarking one config at a time through Triton's ``_bench``)
+    derives from kiln's class after ``kiln.install()`` while kiln's tuning never runs. (FLA's
+    ``CachedAutotuner.run`` loads its cache, then calls ``super().run``: kiln's.)
+    """
+    import triton_kiln as kiln
+
+    for cls in type(tuner).__mro__:
+        if cls is kiln.Autotuner:
+            return None
+        run = vars(cls).get("run")
+        code = getattr(run, "__code__", None)
+        if run is not None and (code is None or "super" not in code.co_names):
+            name = f"{cls.__module__}.{cls.__qualname__}"
+            return f"{name}.run overrides kiln's without calling super().run: its own tuning runs, not kiln's"
+    return None
+
+
+def _is_kiln(tuner: Any) -> bool:
+    """Tuned by kiln: kiln's class, and kiln's ``run`` is the one called."""
+    return _kiln_class(tuner) and _bypass(tuner) is None
 
 
 def _kernel_record(tuner: Any) -> dict[str, Any]:
@@ -141,6 +177,8 @@ def _kernel_record(tuner: Any) -> dict[str, Any]:
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "configs": len(tuner.configs),
         "kiln": _is_kiln(tuner),
+        "kiln_class": _kiln_class(tuner),
+        "bypass": _bypass(tuner) if _kiln_class(tuner) else None,
     }
 
 
@@ -190,6 +228,15 @@ def _kiln_reports(tuners: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
     return dict(statuses), runs
 
 
+def _chosen(tuner: Any) -> list[list[Any]]:
+    """Each tuning key's chosen config; a store with no ``items`` (FlagGems' SQL ``ConfigCache``)
+    gives the last launched one (``best_config``) under the key ``"best_config"``."""
+    items = getattr(tuner.cache, "items", None)
+    if callable(items):
+        return [[repr(k), config_json(c)] for k, c in items()]
+    return [["best_config", config_json(tuner.best_config)]]
+
+
 def _bench_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
     import triton.testing
 
@@ -206,6 +253,12 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if args.arm in KILN_ARMS:
         result["kiln_install"] = route_to_kiln(args.strict, fallbacks)
     result["stage"] = "import"
+    if args.dry_run and op.dry_run_setup is not None:
+        import torch
+
+        if not torch.cuda.is_available():
+            op.dry_run_setup()
+            result["dry_run_setup"] = op.dry_run_setup.__name__
     started = time.perf_counter()
     import importlib
 
@@ -218,8 +271,11 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     tuners = list(_autotuners())
     result["kernels_found"] = len(tuners)
     result["kernels_found_on_kiln"] = sum(_is_kiln(t) for t in tuners)
+    bypassed = {_bypass(t) for t in tuners if _kiln_class(t)}
+    result["kernels_found_kiln_class_bypassed"] = sorted(b for b in bypassed if b is not None)
     if args.dry_run:
         result["dry_run"] = True
+        result["kernels_inventory"] = [_kernel_record(t) for t in tuners if args.inventory]
         return
 
     import torch
@@ -241,10 +297,12 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["kernels"] = [_kernel_record(t) for t in invoked]
     result["configs"] = sum(len(t.configs) for t in invoked)
     result["left_on_triton"] = [
-        {"kernel": _name(t), "class": _kernel_record(t)["class"]} for t in invoked if not _is_kiln(t)
+        {"kernel": _name(t), "class": _kernel_record(t)["class"], "reason": _bypass(t) or "not kiln's class"}
+        for t in invoked
+        if not _is_kiln(t)
     ]
     if args.arm == "triton":
-        choices = {_name(t): [[repr(k), config_json(c)] for k, c in t.cache.items()] for t in invoked}
+        choices = {_name(t): _chosen(t) for t in invoked}
         (args.dir / "choices.json").write_text(json.dumps(choices, indent=1))
     if args.arm in KILN_ARMS:
         result["kiln_statuses"], result["kiln_runs"] = _kiln_reports(invoked)
@@ -265,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strict", action="store_true")
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--inventory", action="store_true", help="with --dry-run: list every autotuner found")
     args = parser.parse_args(argv)
     args.dir.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {

@@ -7,7 +7,8 @@ in the kiln arms), and ``build()``, which makes seeded CUDA inputs and returns a
 across processes. Shapes are real-world but modest, so that the slowest arm (Triton's
 sequential first call over ~100 configs) stays within about two minutes per op on an H100.
 
-Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0; see docs/notes/realworld-study.md):
+Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, torchao 0.18.0; see
+docs/notes/realworld-study.md and docs/notes/realworld-new-libraries.md):
 
 * ``liger_dyt_fwdbwd``: ``_dyt_fwd_kernel`` and ``_dyt_bwd_kernel`` (18 configs each, positional
   calls, grid function; the backward has ``reset_to_zero=["DA"]`` and per-program partial sums);
@@ -25,6 +26,39 @@ Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0; see docs/notes/rea
 * ``fla_chunk_gdr_fwd`` (not in the default set): the gated delta rule forward, every kernel a
   ``CachedAutotuner``. Its backward is refused by FLA on Hopper with Triton < 3.7.1; the
   forward runs.
+* ``fla_chunk_dplr_fwd`` (not in the default set): the DPLR delta rule forward with
+  ``chunk_size=64``, which launches ``prepare_wy_repr_fwd_kernel_chunk64`` (heuristics over
+  ``triton.autotune``, 9 configs), whose constexpr default ``GATHER_SUPPORTED =
+  IS_GATHER_SUPPORTED`` names a constant imported from ``fla.utils`` (another module), besides the
+  DPLR ``chunk_dplr_fwd_*``/``chunk_dplr_bwd`` kernels it shares with RWKV-7;
+* ``flaggems_mm_lmhead`` (not in the default set): ``flag_gems.mm`` on an H100 is FlagGems'
+  Hopper ``mm`` (``hopper/ops/mm.py``); with N = 50257 (a GPT-2 LM head, not a multiple of 8)
+  ``general_mm`` takes its non-host-TMA branch: it calls **``triton.set_allocator(alloc_fn)``**
+  and launches ``mm_kernel_general`` (22 configs from ``hopper/tune_configs.yaml``), whose body
+  builds ``tl.make_tensor_descriptor``\\ s (global scratch on every launch; the pointer branch
+  runs at this shape). Its autotuner is FlagGems' ``LibTuner`` (a subclass of
+  ``triton.runtime.Autotuner`` that overrides ``run``) under ``LibEntry``: ``kiln.install()``
+  makes it derive from kiln's class, but its own ``run`` does the tuning, one config at a time
+  through Triton's ``_bench`` (the child reports it as not tuned by kiln). At 4096x4096 bf16 the
+  host-TMA kernel ``mm_kernel_general_host_tma`` runs instead (no allocator; ~200 configs);
+* ``gemlite_a16w8_gemm`` (not in the default set): GemLite 0.6.0.post2's INT8-weight linear
+  (``gemlite.helper.A16W8``, bf16 activations, M = N = K = 4096): ``gemm_INT_kernel``,
+  ``triton.autotune`` over ``triton.heuristics`` (``EVEN_M/N/K``), 23 "fast" configs rewritten by
+  an ``early_config_prune`` (block sizes adapted to M, stages cut to fit shared memory,
+  duplicates dropped), called through a ``torch.library`` custom op. The op first calls
+  ``gemlite.reset_config()``: GemLite's bundled H100 table would otherwise hand the pruner one
+  config and nothing would be tuned;
+* ``torchao_scaled_int8_mm`` (not in the default set): torchao's INT8 training matmul
+  ``torchao.prototype.quantized_training.int8_mm.scaled_int8_mm`` (4096^3, B a transposed
+  weight): ``_scaled_int8_mm_kernel``, ``triton.autotune`` over ``triton.heuristics``
+  (``EVEN_K`` from the config's ``BLOCK_K``), 27 configs, key with strides.
+
+Libraries the bench can import (versions it was written against): liger-kernel 0.8.5, fla-core
+0.6.0, flag-gems 5.0.2 (needs sqlalchemy 2.0.48, pyyaml, packaging), torchao 0.18.0, gemlite
+0.6.0.post2 (sdist only on PyPI; needs numpy, tqdm). Of the
+other candidate libraries, lightning-attn 0.0.5, native-sparse-attention-pytorch 0.2.3,
+sageattention 1.0.6 and bitsandbytes 0.50.2 (its ``@triton.autotune`` lines are commented out)
+have no autotuned Triton kernel.
 """
 
 from __future__ import annotations
@@ -47,6 +81,9 @@ class Op:
     modules: tuple[str, ...]  # imported after the swap; their autotuned kernels are inventoried
     build: Callable[[], Case]
     default: bool = True
+    env: tuple[tuple[str, str], ...] = ()  # set in every arm's process, before any import
+    dry_run_env: tuple[tuple[str, str], ...] = ()  # also set with --dry-run (lets it import without a GPU)
+    dry_run_setup: Callable[[], None] | None = None  # with --dry-run and no GPU: before the imports
 
 
 def _randn(*shape: int, dtype: Any = None) -> Any:
@@ -170,6 +207,129 @@ def _chunk_gdr() -> Case:
     return Case(run)
 
 
+def _chunk_dplr() -> Case:
+    import torch
+    import torch.nn.functional as F
+    from fla.ops.generalized_delta_rule import chunk_dplr_delta_rule
+
+    batch, seq, heads, dk, dv = 4, 2048, 16, 64, 64  # RWKV-7's head size
+    q, k, v, _ = _gla_inputs(batch, seq, heads, dk, dv)
+    kk = F.normalize(k.float(), p=2, dim=-1)
+    a = (-kk).to(torch.bfloat16)
+    b = (kk * torch.rand(batch, seq, heads, 1, device="cuda")).to(torch.bfloat16)
+    gk = (F.logsigmoid(torch.randn(batch, seq, heads, dk, device="cuda")) / 16).to(torch.bfloat16)
+
+    def run() -> Outputs:
+        with torch.no_grad():
+            o, _state = chunk_dplr_delta_rule(q, k, v, a, b, gk, chunk_size=64)
+        return {"o": o}
+
+    return Case(run)
+
+
+def _flaggems_mm() -> Case:
+    import flag_gems
+
+    m, k, n = 4096, 768, 50257  # GPT-2's LM head: N is not a multiple of 8, so no host TMA
+    a = _randn(m, k)
+    b = _randn(k, n) * 0.05
+
+    def run() -> Outputs:
+        return {"c": flag_gems.mm(a, b)}
+
+    return Case(run)
+
+
+def _torchao_int8_mm() -> Case:
+    import torch
+    from torchao.prototype.quantized_training.int8_mm import scaled_int8_mm
+
+    m, k, n = 4096, 4096, 4096
+    x = torch.randint(-128, 128, (m, k), device="cuda", dtype=torch.int8)
+    weight = torch.randint(-128, 128, (n, k), device="cuda", dtype=torch.int8)
+    row_scale = torch.rand(m, device="cuda", dtype=torch.bfloat16) * 1e-4
+    col_scale = torch.rand(n, device="cuda", dtype=torch.bfloat16) * 1e-2
+
+    def run() -> Outputs:
+        return {"out": scaled_int8_mm(x, weight.T, row_scale, col_scale)}
+
+    return Case(run)
+
+
+def _gemlite_a16w8() -> Case:
+    import gemlite
+    import torch
+
+    # GemLite ships tuned tables (configs/h100.json) that its pruner serves before any tuning;
+    # dropped here, so the call tunes as it does for a shape or device the table lacks.
+    gemlite.reset_config()
+    m, k, n = 4096, 4096, 4096
+    weight = _randn(n, k) * 0.02
+    layer = gemlite.helper.A16W8(device="cuda").from_weights(weight)  # INT8 weights, channel scales
+    x = _randn(m, k)
+
+    def run() -> Outputs:
+        with torch.no_grad():
+            return {"out": layer(x)}
+
+    return Case(run)
+
+
+def fake_h100() -> None:
+    """What GemLite asks of the device at import (``torch.cuda`` properties, Triton's active
+    driver), answered as an H100 would, for ``--dry-run`` and the compile check on a machine with
+    no GPU. Nothing here can launch: ``torch.cuda.is_available()`` stays ``False``."""
+    from types import SimpleNamespace
+
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    props = SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        total_memory=80 << 30,
+        shared_memory_per_block_optin=232448,
+        L2_cache_size=50 << 20,
+    )
+    device_info = {
+        "max_shared_mem": 232448,
+        "multiprocessor_count": 132,
+        "max_num_regs": 65536,
+        "warpSize": 32,
+        "sm_clock_rate": 1980000,
+        "mem_clock_rate": 2619000,
+        "mem_bus_width": 5120,
+    }
+
+    class _Driver:
+        utils = SimpleNamespace(get_device_properties=lambda device: dict(device_info))
+
+        def get_current_target(self) -> Any:
+            return GPUTarget("cuda", 90, 32)
+
+        def get_current_device(self) -> int:
+            return 0
+
+        def get_current_stream(self, device: Any = None) -> int:
+            return 0
+
+        def is_active(self) -> bool:
+            return True
+
+    torch.cuda.get_device_properties = lambda *a, **k: props
+    torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
+    torch.cuda.get_device_name = lambda *a, **k: props.name
+    triton.runtime.driver.set_active(_Driver())
+
+
+# FlagGems picks its vendor by running nvidia-smi and its arch from the device; its tuning database
+# is named after the device. With no GPU (--dry-run), these settings let it import as on an H100.
+_FLAGGEMS_DRY_RUN = (("GEMS_VENDOR", "nvidia"), ("ARCH", "sm_90"), ("FLAGGEMS_DB_URL", "sqlite://"))
+
+
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
@@ -179,6 +339,21 @@ OPS: dict[str, Op] = {
         Op("fla_chunk_gla_fwd", ("fla.ops.gla",), _chunk_gla),
         Op("fla_parallel_simple_gla_fwd", ("fla.ops.simple_gla",), _parallel_simple_gla),
         Op("fla_chunk_gdr_fwd", ("fla.ops.gated_delta_rule",), _chunk_gdr, default=False),
+        Op("fla_chunk_dplr_fwd", ("fla.ops.generalized_delta_rule",), _chunk_dplr, default=False),
+        Op("flaggems_mm_lmhead", ("flag_gems",), _flaggems_mm, default=False, dry_run_env=_FLAGGEMS_DRY_RUN),
+        Op(
+            "torchao_scaled_int8_mm",
+            ("torchao.prototype.quantized_training.int8_mm",),
+            _torchao_int8_mm,
+            default=False,
+        ),
+        Op(
+            "gemlite_a16w8_gemm",
+            ("gemlite", "gemlite.triton_kernels.gemm_kernels"),
+            _gemlite_a16w8,
+            default=False,
+            dry_run_setup=fake_h100,
+        ),
     )
 }
 DEFAULT_OPS = [name for name, op in OPS.items() if op.default]
