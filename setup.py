@@ -4,7 +4,7 @@ The launcher (``src/triton_kiln/launch/_kiln_launch.c``) needs Python's headers 
 to build, and neither CUDA headers nor CUDA libraries (it opens libcuda.so.1 at run time). The
 extension is optional: where it cannot be built (no compiler, no Python headers) the install goes
 on without it, and kiln builds it at first use or, failing that, launches through Triton's
-launcher (see ``triton_kiln/launch/native.py``). ``KILN_SOURCE_SHA256`` records which source the
+launcher (see ``triton_kiln/launch/native.py``). ``LAUNCHER_SOURCE_SHA256`` records which source the
 module was built from, so kiln never uses one built from a different ``_kiln_launch.c`` (an
 editable install whose C source was edited since).
 """
@@ -24,7 +24,7 @@ setup(
         Extension(
             "triton_kiln.launch._kiln_launch",
             sources=[SOURCE],
-            define_macros=[("KILN_SOURCE_SHA256", f'"{SOURCE_SHA256}"')],
+            define_macros=[("LAUNCHER_SOURCE_SHA256", f'"{SOURCE_SHA256}"')],
             extra_compile_args=["-std=c11"],
             libraries=["dl"],
             optional=True,

@@ -61,13 +61,13 @@ def install_from_environment() -> None:
     when a kernel is decorated (its :class:`kiln.Autotuner` is made) or a pool is made (logged
     here at DEBUG only, so a ``kiln`` command says it once, as its ``Error:`` line).
     """
-    from triton_kiln import settings
+    from triton_kiln import notices, settings
     from triton_kiln.errors import SettingsError
 
     try:
         wanted = settings.parse_variable("autotune")
     except SettingsError as exc:
-        log.warning("kiln: %s triton.autotune is not routed through kiln.", exc)
+        notices.warn(log, f"kiln: {exc} triton.autotune is not routed through kiln.")
         return
     if not wanted:
         return

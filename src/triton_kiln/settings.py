@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triton_kiln import notices
 from triton_kiln.errors import SettingsError
 
 log = logging.getLogger("kiln.settings")
@@ -386,7 +387,7 @@ def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
             if var in _warned_unknown:
                 continue
             _warned_unknown.add(var)
-        log.warning("kiln: %s", unknown_message(var, closest))
+        notices.warn(log, f"kiln: {unknown_message(var, closest)}")
 
 
 # --- where each value came from (`kiln settings`) -----------------------------------------------

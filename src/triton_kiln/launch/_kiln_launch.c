@@ -4,7 +4,7 @@
  * Built with the package (setup.py: the module triton_kiln.launch._kiln_launch in the wheel) or,
  * where an install has no usable prebuilt module, on first use by triton_kiln/launch/native.py
  * with the system C compiler (as Triton builds its own launcher), cached by the hash of this file.
- * Both builds define KILN_SOURCE_SHA256 (the sha256 of this file), exported as SOURCE_SHA256, so
+ * Both builds define LAUNCHER_SOURCE_SHA256 (the sha256 of this file), exported as SOURCE_SHA256, so
  * kiln never uses a module built from another version of this source. It needs no CUDA headers or
  * libraries at build time: the few driver types are declared below and libcuda.so.1 is opened
  * with dlopen on first use, so the module imports (and call_key works) on machines without a GPU.
@@ -48,8 +48,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
-#ifndef KILN_SOURCE_SHA256
-#define KILN_SOURCE_SHA256 "" /* built without it: kiln cannot tell which source, and does not use it */
+#ifndef LAUNCHER_SOURCE_SHA256
+#define LAUNCHER_SOURCE_SHA256 "" /* built without it: kiln cannot tell which source, and does not use it */
 #endif
 #include <dlfcn.h>
 #include <stddef.h>
@@ -1227,7 +1227,7 @@ PyMODINIT_FUNC PyInit__kiln_launch(void) {
   if (PyModule_AddObject(m, "Dispatcher", (PyObject *)&DispatcherType) < 0) return NULL;
   Py_INCREF(&BoundCallType);
   if (PyModule_AddObject(m, "BoundCall", (PyObject *)&BoundCallType) < 0) return NULL;
-  if (PyModule_AddStringConstant(m, "SOURCE_SHA256", KILN_SOURCE_SHA256) < 0) return NULL;
+  if (PyModule_AddStringConstant(m, "SOURCE_SHA256", LAUNCHER_SOURCE_SHA256) < 0) return NULL;
   return m;
 }
 

@@ -191,7 +191,7 @@ def _compile_into(dir_fd: int, target: Path) -> None:
         "-fPIC",
         "-std=c11",
         f"-I{include}",
-        f'-DKILN_SOURCE_SHA256="{_source_sha256()}"',
+        f'-DLAUNCHER_SOURCE_SHA256="{_source_sha256()}"',
         str(_SOURCE),
         "-o",
         tmp,
