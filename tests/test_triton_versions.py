@@ -1,7 +1,7 @@
 """The Triton versions kiln supports: the declared range, and what differs between versions.
 
-CI runs this file under each tested Triton (the main run's 3.6.0 and a venv with 3.7.1; see
-``.ci/run`` and docs/TRITON_VERSIONS.md). The stage-hook tests compile real kernels for sm_90
+CI runs this file under each tested Triton (the main run's 3.7.1, and venvs with 3.6.0 and 3.5.1;
+see ``.ci/run`` and docs/TRITON_VERSIONS.md). The stage-hook tests compile real kernels for sm_90
 through Triton's own pipeline; the install test resolves kiln with torch 2.13 against the
 public index (skipped when PyPI cannot be reached).
 """
