@@ -72,7 +72,12 @@ def test_report_on_other_databases_is_one_error_line(tmp_path: Path, kind: str) 
     elif kind == "header-only":
         path.write_bytes(b"SQLite format 3\x00" + b"\0" * 84)  # a header and nothing else
     else:
-        path.write_bytes(b"SQLite format 3\x00" + os.urandom(4096))
+        damaged = bytearray(b"SQLite format 3\x00" + os.urandom(4096))
+        # Header bytes 18-19 (write/read version) say "rollback journal": random ones are 2 (WAL)
+        # one run in 256, and SQLite then puts -wal and -shm files beside the file even when it
+        # opens it read-only (SQLite's doing, not a write of kiln's).
+        damaged[18:20] = b"\x01\x01"
+        path.write_bytes(bytes(damaged))
     before = path.read_bytes()
     line = _one_error_line(_kiln("report", "--db", str(path)))
     assert "not a readable kiln tuning database" in line

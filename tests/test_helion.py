@@ -15,10 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
-pytest.importorskip("helion")
+pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
 
 import helion.runtime
 
+import helion_faults
 import test_helion_kernels as hk
 import triton_kiln as kiln
 import triton_kiln.helion
@@ -34,7 +35,7 @@ def helion_pool(
 ) -> Iterator[CompilePool]:
     """A kiln pool whose workers carry the Helion fault hook, configured for sm_90; a fake SM count."""
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
-    pool = make_pool(preload=["test_helion_faults"])
+    pool = make_pool(preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool, target=SM90)
     yield pool
     kiln.helion.configure(pool=previous.pool, target=previous.target)
@@ -129,7 +130,7 @@ def test_artifact_lands_in_helions_triton_cache(helion_pool: CompilePool, tmp_pa
 
 
 def test_aborting_config_is_skipped_by_helion(helion_pool: CompilePool) -> None:
-    from test_helion_faults import ABORT_NUM_WARPS
+    from helion_faults import ABORT_NUM_WARPS
 
     before = _descendants()
     bound, args = _bound("crashy_add")
@@ -148,7 +149,7 @@ def test_aborting_config_is_skipped_by_helion(helion_pool: CompilePool) -> None:
 
 
 def test_crash_reaches_helions_result_record(helion_pool: CompilePool) -> None:
-    from test_helion_faults import ABORT_NUM_WARPS
+    from helion_faults import ABORT_NUM_WARPS
 
     bound, args = _bound("crashy_add")
     search = adapter.prepare_search(bound, args)
@@ -271,6 +272,7 @@ _CTRL_C_SCRIPT = """
 import sys
 import helion.runtime
 helion.runtime.get_num_sm = lambda device, reserved_sms=0: 132
+import helion_faults
 import test_helion_kernels as hk
 import triton_kiln.helion
 import triton_kiln as kiln

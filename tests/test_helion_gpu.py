@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 import pytest
 
-pytest.importorskip("helion")
+pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
 
-import test_helion_faults
+import helion_faults
 import test_helion_kernels as hk
 import triton_kiln as kiln
 import triton_kiln.helion
@@ -25,7 +25,7 @@ def _cuda_args(name: str) -> tuple[object, ...]:
 
 
 def test_autotune_through_kiln_skips_an_aborting_config(make_pool: Callable[..., CompilePool]) -> None:
-    pool = make_pool(workers=8, preload=["test_helion_faults"])
+    pool = make_pool(workers=8, preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool)
     try:
         args = _cuda_args("crashy_add")
@@ -37,10 +37,10 @@ def test_autotune_through_kiln_skips_an_aborting_config(make_pool: Callable[...,
             "autotune_progress_bar": False,
         }
         crash = hk.make("crashy_add", **settings).bind(args).config_spec.default_config()
-        crash.config["num_warps"] = test_helion_faults.ABORT_NUM_WARPS
+        crash.config["num_warps"] = helion_faults.ABORT_NUM_WARPS
         bound = hk.make("crashy_add", autotune_seed_configs=[crash], **settings).bind(args)
         config = bound.autotune(args, force=True)
-        assert config.config["num_warps"] != test_helion_faults.ABORT_NUM_WARPS
+        assert config.config["num_warps"] != helion_faults.ABORT_NUM_WARPS
         assert pool.stats.worker_deaths >= 1  # the seeded config really aborted, in a worker
         out = bound(*args)
         assert float((out.float() - hk.eager("add")(*args).float()).abs().max()) < 1e-2
@@ -49,7 +49,7 @@ def test_autotune_through_kiln_skips_an_aborting_config(make_pool: Callable[...,
 
 
 def test_aborting_baseline_is_a_clean_error(make_pool: Callable[..., CompilePool]) -> None:
-    pool = make_pool(workers=4, preload=["test_helion_faults"])
+    pool = make_pool(workers=4, preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool)
     try:
         args = _cuda_args("crashall_add")

@@ -2,8 +2,8 @@
 
 ``add``, ``softmax``, ``matmul`` and ``many_configs`` (a 2-D kernel with a loop and a reduction,
 so its search space is large) are healthy; ``crashy_add`` aborts in Triton's compiler for
-configs with ``num_warps == test_helion_faults.ABORT_NUM_WARPS`` and ``crashall_add`` for every
-config (only where ``test_helion_faults`` is imported: see that module).
+configs with ``num_warps == helion_faults.ABORT_NUM_WARPS`` and ``crashall_add`` for every
+config (only where ``helion_faults.install()`` ran: see that module).
 
 Every kernel is built by :func:`make`, so tests and the benchmark choose the settings
 (``autotuner_fn``, effort, precompile mode) per use.
@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+
+import pytest
+
+pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
 
 import helion
 import helion.language as hl

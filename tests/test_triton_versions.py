@@ -1,7 +1,7 @@
 """The Triton versions kiln supports: the declared range, and what differs between versions.
 
-CI runs this file under each tested Triton (the main run's 3.6.0 and a venv with 3.7.1; see
-``.ci/run`` and docs/TRITON_VERSIONS.md). The stage-hook tests compile real kernels for sm_90
+CI runs this file under each tested Triton (the main run's 3.7.1, and venvs with 3.6.0 and 3.5.1;
+see ``.ci/run`` and docs/TRITON_VERSIONS.md). The stage-hook tests compile real kernels for sm_90
 through Triton's own pipeline; the install test resolves kiln with torch 2.13 against the
 public index (skipped when PyPI cannot be reached).
 """
@@ -124,6 +124,27 @@ def test_stage_hook_key_reaches_tritons_cache_key_only_where_triton_asks_for_it(
         remove()
     assert (plain.hash != hooked.hash) == triton_compat.stages_hook_is_keyed()
     assert plain.asm["cubin"] == hooked.asm["cubin"]  # the edit changed nothing in the binary
+
+
+def test_compile_hash_is_tritons_with_a_stage_hook_installed() -> None:
+    """kiln puts binaries where Triton's JIT looks (``compile_hash``): on Triton >= 3.7 that
+    slot's name includes the installed stage hook's key (tests and the demo install hooks)."""
+    src = triton_compat.ASTSource(
+        kernels.add_kernel,
+        {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 512},
+    )
+    backend = triton_compat.make_backend(SM90)
+
+    def edit(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
+        return None
+
+    remove = triton_compat.install_stages_hook(edit, "kiln-test-slot")
+    try:
+        assert triton_compat.compile_hash(src, backend, {"num_warps": 4}) == _compile_add(512).hash
+    finally:
+        remove()
+    assert triton_compat.compile_hash(src, backend, {"num_warps": 4}) == _compile_add(512).hash
 
 
 def _pypi_reachable() -> bool:

@@ -146,12 +146,16 @@ def by_argument(
 
 
 def compile_hash(src: Any, backend: Any, options: dict[str, Any]) -> str:
-    """The cache directory name ``triton.compile(src, target, options)`` uses, computed as it does."""
+    """The cache directory name ``triton.compile(src, target, options)`` uses, computed as it does
+    (in this process: from Triton 3.7 the installed stage hook's key is part of it)."""
     from triton.compiler.compiler import get_cache_invalidating_env_vars
     from triton.runtime.cache import get_cache_key
 
+    from triton_kiln.triton_compat.versions import stages_hook_cache_key
+
     parsed = backend.parse_options(dict(options, **src.parse_options()))
     key = get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+    key += stages_hook_cache_key()
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 

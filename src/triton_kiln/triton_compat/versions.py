@@ -39,6 +39,20 @@ def stages_hook_is_keyed() -> bool:
     return triton_version_tuple() >= (3, 7, 0)
 
 
+def stages_hook_cache_key() -> str:
+    """What Triton adds to a compile's cache key for the installed stage hook: its key on Triton
+    >= 3.7 (``triton.compile`` appends ``hook()[0]``), ``""`` without a hook or before 3.7."""
+    if not stages_hook_is_keyed():
+        return ""
+    import triton
+
+    hook = getattr(triton.knobs.runtime, "add_stages_inspection_hook", None)
+    if hook is None:
+        return ""
+    key, _hash = hook()
+    return str(key)
+
+
 def install_stages_hook(edit: StagesEditor, key: str) -> Callable[[], None]:
     """Chain ``edit`` onto Triton's ``knobs.runtime.add_stages_inspection_hook``.
 
