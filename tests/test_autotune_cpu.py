@@ -452,3 +452,34 @@ def test_definition_time_precompile_with_dtypes_matches_real_calls(make_pool: An
 def test_precompile_rejects_a_plain_jit_kernel() -> None:
     with pytest.raises(TypeError, match=r"kiln\.autotune"):
         kiln.precompile(scale_kernel, torch.randn(8), torch.randn(8), 8)
+
+
+def test_a_config_listed_twice_is_tuned_once_and_timed_for_both(make_pool: Any, tmp_path: Path) -> None:
+    """torchao's ``_scaled_int8_mm_kernel`` lists one config twice (its config list is built from
+    products that overlap); Triton tunes such a list, and so must kiln: the duplicate is compiled
+    and benchmarked once and has its timings in ``configs_timings``."""
+    FakeBench.instances.clear()
+    listed = [*configs(64, 128, 256), *configs(128)]
+    tuner, bench = make_tuner(make_pool, tmp_path, listed, by_block({64: 3.0, 128: 1.0, 256: 2.0}))
+    tune(tuner, bench)
+    assert tuner.best_config.kwargs == {"BLOCK": 128}
+    assert [label for label, _, _ in FakeBench.instances[-1].calls].count(
+        "BLOCK=128, num_warps=4, num_stages=3, num_ctas=1"
+    ) == 1
+    # (Triton's Config compares by value, so the two are one key of configs_timings, as in Triton)
+    assert tuner.configs_timings[listed[3]] == tuner.configs_timings[listed[1]] == [1.0, 0.9, 1.1]
+    assert len(tuner.last_run.results) == 3
+
+
+def test_same_label_with_another_pre_hook_is_a_config_of_its_own(make_pool: Any, tmp_path: Path) -> None:
+    """Two configs that print alike but set up the call differently (their ``pre_hook``) are
+    both tuned, under labels kept apart."""
+    FakeBench.instances.clear()
+    first = kiln.Config({"BLOCK": 128}, num_warps=4, pre_hook=lambda nargs: None)
+    second = kiln.Config({"BLOCK": 128}, num_warps=4, pre_hook=lambda nargs: None)
+    tuner, bench = make_tuner(
+        make_pool, tmp_path, [first, second], lambda config: 2.0 if config is first else 1.0
+    )
+    tune(tuner, bench)
+    assert tuner.best_config is second
+    assert len({label for label, _, _ in FakeBench.instances[-1].calls}) == 2

@@ -42,7 +42,7 @@ from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import contenders, eligible
 from triton_kiln.autotuner.run_identity import run_identity
-from triton_kiln.autotuner.specialize import Candidate, launch_grid
+from triton_kiln.autotuner.specialize import Candidate, distinct, launch_grid
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.compile.request import guess_compile_cost
 from triton_kiln.errors import KilnError
@@ -92,7 +92,7 @@ class TuningSession:
     ) -> None:
         tuner = self.tuner
         started = time.monotonic()
-        candidates = [tuner._candidate(c, args, kwargs) for c in configs]
+        candidates, duplicates = distinct([tuner._candidate(c, args, kwargs) for c in configs])
         identity = run_identity(self.name, candidates, key, tuner._local_target())
         database = tuner._get_database()
         lookup = {k: v for k, v in identity.items() if k != "kernel"}
@@ -119,6 +119,8 @@ class TuningSession:
             self.progress = progress
             self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
             progress.finish(time.monotonic() - started)
+        for config, same in duplicates:  # a config listed twice was timed once (as Triton, both)
+            tuner.configs_timings[config] = tuner.configs_timings[same]
 
     def _tune(
         self,

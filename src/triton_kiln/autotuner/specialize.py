@@ -12,6 +12,7 @@ which keyword arguments of ``run`` are the kernel's (all but ``grid`` and ``warm
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
@@ -189,3 +190,27 @@ def launch_grid(grid: Any, candidate: Candidate, kernel_name: str) -> tuple[int,
         grid = grid({**candidate.bound.args, **candidate.config.all_kwargs()})
     dims = tuple(int(g) for g in grid)
     return dims + (1,) * (3 - len(dims))
+
+
+def distinct(candidates: list[Candidate]) -> tuple[list[Candidate], list[tuple[Any, Any]]]:
+    """The candidates with one per config: a config listed twice (same label, same ``pre_hook``;
+    torchao's int8 matmul lists one so) is tuned once, and ``(duplicate, kept)`` config pairs
+    come back so both get its timings. Two configs that print alike but whose ``pre_hook``
+    differs are both kept, the later one labelled ``#2``, ``#3``... (labels key a run's results)."""
+    kept: list[Candidate] = []
+    duplicates: list[tuple[Any, Any]] = []
+    by_label: dict[str, list[Candidate]] = {}
+    for candidate in candidates:
+        alike = by_label.setdefault(candidate.label, [])
+        same = next((c for c in alike if c.config.pre_hook is candidate.config.pre_hook), None)
+        if same is not None:
+            duplicates.append((candidate.config, same.config))
+            continue
+        labelled = (
+            dataclasses.replace(candidate, label=f"{candidate.label} #{len(alike) + 1}")
+            if alike
+            else candidate
+        )
+        alike.append(labelled)
+        kept.append(labelled)
+    return kept, duplicates
