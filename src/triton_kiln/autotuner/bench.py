@@ -103,20 +103,24 @@ def runs_user_code(tuner: Autotuner) -> bool:
     )
 
 
-def make_bencher(tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Bencher:
-    """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``)."""
+def make_bencher(
+    tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, checks: bool = True
+) -> Bencher:
+    """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``);
+    ``checks=False``: no output will be checked (a library's own search), so no reference is
+    computed and no inputs are snapshotted for it."""
     if tuner._bencher_factory is not None:
         return tuner._bencher_factory(tuner, args, kwargs)
     user_code = runs_user_code(tuner)
     if tuner._sandbox_wanted and not user_code:
-        return SandboxBencher(tuner, args, kwargs)
+        return SandboxBencher(tuner, args, kwargs, checks=checks)
     if tuner._sandbox_wanted:
         log.info(
             "kiln: %s benchmarks in-process: it has user hooks or a custom do_bench, which run in "
             "the caller's process",
             tuner.base_fn.__name__,
         )
-    return InProcessBencher(tuner, args, kwargs, user_code)
+    return InProcessBencher(tuner, args, kwargs, user_code, checks=checks)
 
 
 def user_reference(
@@ -145,7 +149,9 @@ class SandboxBencher:
 
     owns_timing = True
 
-    def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, checks: bool = True
+    ) -> None:
         import torch
 
         self.tuner = tuner
@@ -155,11 +161,11 @@ class SandboxBencher:
         self.inputs_set = False
         self.kwargs = kwargs
         self.args = args
-        self.want_outputs = tuner._check_outputs
+        self.want_outputs = tuner._check_outputs and checks
 
     def user_reference(self) -> dict[str, Any] | None:
         tuner = self.tuner
-        if tuner._reference is None or not tuner._check_outputs:
+        if tuner._reference is None or not self.want_outputs:
             return None
         return user_reference(tuner._reference, self.args, tuner.arg_names)
 
@@ -199,7 +205,13 @@ class InProcessBencher:
     """
 
     def __init__(
-        self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], user_code: bool
+        self,
+        tuner: Autotuner,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        user_code: bool,
+        *,
+        checks: bool = True,
     ) -> None:
         import torch
 
@@ -209,7 +221,7 @@ class InProcessBencher:
         self.snapshot: dict[str, Any] | None = None
         self.user_code = user_code
         self.owns_timing = not user_code
-        if tuner._check_outputs and not user_code:
+        if tuner._check_outputs and checks and not user_code:
             named = dict(zip(tuner.arg_names, args, strict=False))
             self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
 
