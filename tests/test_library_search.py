@@ -56,6 +56,7 @@ class Timings:
         self.ms_of = ms_of
         self.pool = pool
         self.timed: list[tuple[str, int, int]] = []  # (label, configs compiled, configs submitted)
+        self.phases: list[Any] = []
         self.owns_timing = True
 
     def factory(self, tuner: Any, args: Any, kwargs: Any) -> Timings:
@@ -66,6 +67,7 @@ class Timings:
         assert phase is not None
         assert not (self.library and phase.check)
         stats = self.pool.stats
+        self.phases.append(phase)
         self.timed.append((candidate.label, stats.compiled, stats.submitted))
         ms = self.ms_of(candidate.config)
         if ms is None:
@@ -99,9 +101,11 @@ def faulty_configs() -> list[Any]:
     ]
 
 
-def make(make_pool: Any, configs: list[Any], ms_of: Any, cls: type = OwnSearch) -> tuple[Any, Timings, Any]:
+def make(
+    make_pool: Any, configs: list[Any], ms_of: Any, cls: type = OwnSearch, **kwargs: Any
+) -> tuple[Any, Timings, Any]:
     pool = make_pool(workers=2, preload=["faults"])  # the zygote installs the faults' compile hook
-    tuner = cls(faults.faulty_scale, faults.faulty_scale.arg_names, configs, ["n"], None, None)
+    tuner = cls(faults.faulty_scale, faults.faulty_scale.arg_names, configs, ["n"], None, None, **kwargs)
     tuner._pool, tuner._target = pool, SM90
     timings = Timings(ms_of, pool)
     tuner._bencher_factory = timings.factory
@@ -250,3 +254,17 @@ def test_the_search_state_ends_with_the_outermost_run(make_pool: Any, tmp_path: 
     assert tuner.after is not None  # the inner run's end did not end the outer one's search
     assert tuner._search is None
     assert tuner._search_depth == 0
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # Triton's warning for warmup/rep
+def test_warmup_and_rep_time_a_library_search_in_kilns_bencher(make_pool: Any) -> None:
+    """FlagGems passes Triton's deprecated warmup/rep (mm: 5 and 10 ms): numbers, not user code.
+    kiln's own tuning still times such a kernel in-process (as before); a library's search is
+    timed by kiln's bencher (the sandbox on a GPU) with exactly those lengths."""
+    from triton_kiln.autotuner.bench import runs_user_code
+
+    tuner, timings, _ = make(make_pool, faulty_configs()[:2], by_block({64: 1.0, 128: 2.0}), warmup=5, rep=10)
+    assert runs_user_code(tuner)
+    assert not runs_user_code(tuner, lengths_in_caller=False)
+    call(tuner)
+    assert {(p.warmup_ms, p.rep_ms, p.check) for p in timings.phases} == {(5.0, 10.0, False)}

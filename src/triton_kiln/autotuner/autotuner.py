@@ -145,7 +145,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             do_bench=do_bench,
             cache_results=cache_results,
         )
-        self._user_do_bench = do_bench is not None or use_cuda_graph or warmup is not None or rep is not None
+        self._user_do_bench = do_bench is not None or use_cuda_graph
+        # Triton's deprecated warmup/rep make its do_bench triton.testing.do_bench(warmup, rep):
+        # in-process for kiln's own tuning (its screening would not honour them); a library's
+        # own search (_bench) times with exactly these lengths in the sandbox
+        self._bench_lengths_given = warmup is not None or rep is not None
         self._warmup_ms = 25.0 if warmup is None else float(warmup)
         self._rep_ms = 100.0 if rep is None else float(rep)
         self._screen_ms = (5.0, 20.0)  # warm-up and timing of the first, rough pass

@@ -93,10 +93,13 @@ def reason(exc: BaseException) -> str:
     return text[:500]
 
 
-def runs_user_code(tuner: Autotuner) -> bool:
-    """Whether the user's callables run in the benchmark loop (they need the caller's process)."""
+def runs_user_code(tuner: Autotuner, *, lengths_in_caller: bool = True) -> bool:
+    """Whether the user's callables run in the benchmark loop (they need the caller's process);
+    Triton's deprecated ``warmup``/``rep`` count as its ``do_bench`` unless ``lengths_in_caller``
+    is off (a library's own search: kiln's bencher times with exactly those lengths)."""
     return bool(
         tuner._user_do_bench
+        or (lengths_in_caller and tuner._bench_lengths_given)
         or tuner.user_defined_pre_hook
         or tuner.user_defined_post_hook
         or any(c.pre_hook for c in tuner.configs)
@@ -104,14 +107,16 @@ def runs_user_code(tuner: Autotuner) -> bool:
 
 
 def make_bencher(
-    tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, checks: bool = True
+    tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, library_search: bool = False
 ) -> Bencher:
     """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``);
-    ``checks=False``: no output will be checked (a library's own search), so no reference is
-    computed and no inputs are snapshotted for it."""
+    ``library_search``: a library's own search (``Autotuner._bench``), where no output is checked
+    (no reference is computed, no inputs are snapshotted for it) and every timing takes the
+    tuner's ``warmup``/``rep``, so those alone do not keep it in the caller's process."""
     if tuner._bencher_factory is not None:
         return tuner._bencher_factory(tuner, args, kwargs)
-    user_code = runs_user_code(tuner)
+    user_code = runs_user_code(tuner, lengths_in_caller=not library_search)
+    checks = not library_search
     if tuner._sandbox_wanted and not user_code:
         return SandboxBencher(tuner, args, kwargs, checks=checks)
     if tuner._sandbox_wanted:

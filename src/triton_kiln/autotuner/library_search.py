@@ -134,7 +134,7 @@ class LibrarySearch:
             type(tuner).__qualname__,
             len(self.candidates),
         )
-        self.bencher: Bencher = make_bencher(tuner, self.args, kwargs, checks=False)
+        self.bencher: Bencher = make_bencher(tuner, self.args, kwargs, library_search=True)
 
     def _configs(self, kwargs: dict[str, Any]) -> list[Any]:
         """The configs the library will ask for: pruned as Triton's ``run`` prunes (the library
