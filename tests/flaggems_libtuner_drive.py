@@ -3,6 +3,7 @@
 ::
 
     PYTHONPATH=src python tests/flaggems_libtuner_drive.py [--configs 3] [--m 64]
+    PYTHONPATH=src python tests/flaggems_libtuner_drive.py --gpu      (on an H100/H200)
 
 Run as its own process (FlagGems reads its environment at import, and ``kiln.install()`` must
 come first). ``mm_kernel_general`` (FlagGems' Hopper ``mm`` for an N = 50257 LM head: the
@@ -11,6 +12,11 @@ search policy and SQL cache included, on CPU tensors. Only the GPU is stood in f
 benchmark (each config's time from its block sizes, each call recorded with the pool's
 counters) and the final launch (``self.fn.run``, recorded). The compiles are real, for sm_90,
 in a kiln ``CompilePool``. ``--configs`` keeps the first configs of FlagGems' list (compile time).
+
+``--gpu``: nothing stood in for. ``flag_gems.mm`` on GPT-2's LM head, ``[4096, 768] @ [768,
+50257]`` bf16 (``set_allocator`` + device-side descriptors), with kiln installed and FlagGems'
+config cache in memory (so the search runs): its output against ``torch.mm``, each config's
+status in kiln's search, the pool's counters.
 """
 
 from __future__ import annotations
@@ -63,17 +69,66 @@ class LaunchRecorder:
         self.launches.append({k: v for k, v in kwargs.items() if k != "grid"})
 
 
+def on_gpu() -> dict[str, Any]:
+    """``flag_gems.mm`` on the LM head with kiln installed, on the GPU (see the docstring)."""
+    import time
+
+    import triton_kiln as kiln
+
+    kiln.install()
+    import flag_gems
+    import torch
+
+    from triton_kiln.pool import get_pool
+
+    tuner = sys.modules["hopper.ops.mm"].mm_kernel_general.fn
+    torch.manual_seed(0)
+    m, k, n = 4096, 768, 50257
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16) * 0.05
+    started = time.perf_counter()
+    c = flag_gems.mm(a, b)
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - started
+    expected = torch.mm(a.float(), b.float())
+    again = flag_gems.mm(a, b)  # the launch FlagGems' LibEntry caches
+    torch.cuda.synchronize()
+    return {
+        "device": torch.cuda.get_device_name(),
+        "kiln_class": isinstance(tuner, kiln.Autotuner),
+        "first_call_s": round(first_s, 2),
+        "max_abs_diff_vs_fp32": float((c.float() - expected).abs().max()),
+        "max_abs_expected": float(expected.abs().max()),
+        "close_to_torch": bool(torch.allclose(c.float(), expected, rtol=2e-2, atol=2e-2)),
+        "second_call_equal": bool(torch.equal(c, again)),
+        "searched": {
+            label: [r.status, r.runtime_ms, r.reason]
+            for results in tuner.searched.values()
+            for label, r in results.items()
+        },
+        "best_config": tuner.best_config.kwargs,
+        "pool_submitted": get_pool().stats.submitted,
+        "pool_compiled": get_pool().stats.compiled,
+        "pool_disk_hits": get_pool().stats.disk_hits,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--configs", type=int, default=3)
     parser.add_argument("--m", type=int, default=64)
+    parser.add_argument("--gpu", action="store_true")
     opts = parser.parse_args(argv)
     import realworld_ops
 
     spec = realworld_ops.OPS["flaggems_mm_lmhead"]
     os.environ.update(spec.env)
-    os.environ.update(spec.dry_run_env)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    if opts.gpu:
+        os.environ["FLAGGEMS_DB_URL"] = "sqlite://"  # FlagGems' config cache in memory: it searches
+        print(json.dumps(on_gpu()))
+        return 0
+    os.environ.update(spec.dry_run_env)
 
     import triton_kiln as kiln
 

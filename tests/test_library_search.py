@@ -152,6 +152,18 @@ def test_a_library_search_compiles_every_config_in_the_pool_at_once(make_pool: A
     assert tuner._search is None
 
 
+def test_kernel_grid_reaches_the_librarys_run(make_pool: Any) -> None:
+    """``kernel[grid](...)`` calls the library's ``run`` (not kiln's C dispatcher, whose misses
+    would run kiln's own tuning and skip the library's key, cache and policy)."""
+    tuner, timings, recorder = make(make_pool, faulty_configs()[:2], by_block({64: 2.0, 128: 1.0}))
+    n = 4096
+    x = torch.randn(n)
+    tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, torch.empty_like(x), n)
+    assert len(timings.timed) == 2
+    assert tuner.tuned == {}  # kiln's own tuning did not run
+    assert recorder.launches[-1]["BLOCK"] == 128
+
+
 def test_a_config_that_crashes_in_the_benchmark_gets_inf(make_pool: Any) -> None:
     configs = faulty_configs()[:2]
     tuner, _timings, _ = make(make_pool, configs, by_block({64: None, 128: 2.0}))

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from triton_kiln import settings as settings_mod
 from triton_kiln import triton_compat
@@ -64,6 +64,10 @@ kiln would silently skip (or clash with) what it changes."""
 class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
 
+    _library_run: ClassVar[bool] = False
+    """Its ``run`` is a library's own search (:func:`.library_search.role`): ``kernel[grid]``
+    must reach that ``run``, so it takes Triton's proxy, never kiln's C dispatcher."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
         Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on,
@@ -82,6 +86,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             cls.__bases__ = tuple(_TritonAutotuner if b is Autotuner else b for b in cls.__bases__)
             log.info("kiln: %s stays on Triton's autotuner: %s", name, why)
             return
+        cls._library_run = found.driver == "library"
         if "run" in cls.__dict__:  # its search state ends when its run returns
             cls.run = ending_the_search(cls.__dict__["run"])  # type: ignore[method-assign]
         if why:  # below a class that is kiln's: nothing to put back, but kiln is not used
@@ -196,6 +201,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._variants.clear()
 
     def __getitem__(self, grid: Any) -> Any:
+        if self._library_run:  # the library's run, through Triton's proxy
+            return super().__getitem__(grid)
         bound = self._variants.tables.bind(grid)  # a _kiln_launch.BoundCall: the whole fast path in C
         return bound if bound is not None else super().__getitem__(grid)  # no C helper: Triton's proxy
 
