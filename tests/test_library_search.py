@@ -280,3 +280,15 @@ def test_warmup_and_rep_time_a_library_search_in_kilns_bencher(make_pool: Any) -
     assert not runs_user_code(tuner, lengths_in_caller=False)
     call(tuner)
     assert {(p.warmup_ms, p.rep_ms, p.check) for p in timings.phases} == {(5.0, 10.0, False)}
+
+
+def test_triton_print_autotuning_prints_tritons_lines(
+    make_pool: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TRITON_PRINT_AUTOTUNING", "1")
+    configs = faulty_configs()[1:3]  # BLOCK=128, and the compiler abort
+    tuner, _timings, _ = make(make_pool, configs, by_block({128: 1.0, 256: 1.0}))
+    call(tuner)
+    out = capsys.readouterr().out
+    assert out.count("Autotuning kernel faulty_scale with config") == 2
+    assert "Autotuning failed with crashed" in out

@@ -64,9 +64,10 @@ kiln would silently skip (or clash with) what it changes."""
 class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
 
-    _library_run: ClassVar[bool] = False
-    """Its ``run`` is a library's own search (:func:`.library_search.role`): ``kernel[grid]``
-    must reach that ``run``, so it takes Triton's proxy, never kiln's C dispatcher."""
+    _own_run: ClassVar[bool] = False
+    """Its ``run`` is a library's own (:func:`.library_search.role`: not kiln's, nor calling
+    ``super().run``): ``kernel[grid]`` must reach that ``run``, so it takes Triton's proxy,
+    never kiln's C dispatcher (whose misses run kiln's own tuning)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
@@ -86,7 +87,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             cls.__bases__ = tuple(_TritonAutotuner if b is Autotuner else b for b in cls.__bases__)
             log.info("kiln: %s stays on Triton's autotuner: %s", name, why)
             return
-        cls._library_run = found.driver == "library"
+        cls._own_run = found.driver != "kiln"
         if "run" in cls.__dict__:  # its search state ends when its run returns
             cls.run = ending_the_search(cls.__dict__["run"])  # type: ignore[method-assign]
         if why:  # below a class that is kiln's: nothing to put back, but kiln is not used
@@ -201,7 +202,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._variants.clear()
 
     def __getitem__(self, grid: Any) -> Any:
-        if self._library_run:  # the library's run, through Triton's proxy
+        if self._own_run:  # the library's run, through Triton's proxy
             return super().__getitem__(grid)
         bound = self._variants.tables.bind(grid)  # a _kiln_launch.BoundCall: the whole fast path in C
         return bound if bound is not None else super().__getitem__(grid)  # no C helper: Triton's proxy

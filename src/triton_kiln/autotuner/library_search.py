@@ -31,6 +31,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from triton_kiln import triton_compat
+from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, make_bencher
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, call_meta, tuning_key
@@ -176,11 +178,16 @@ class LibrarySearch:
         if candidate is None:
             raise self.unbuildable[config]
         assert candidate.future is not None
+        verbose = triton_compat.print_autotuning()
+        if verbose:  # as Triton's _bench prints it
+            print(provenance.triton_config_line(self.name, config))
         result, times = self.session.evaluate(
             candidate, candidate.future, self.bencher, kwargs.get("grid"), None, self.phase
         )
         self.results[candidate.label] = result
         if result.status != "ok":
+            if verbose:
+                print(provenance.triton_failed_line(result.status, result.reason))
             log.warning(
                 "kiln: %s: config %s: %s: %s; its timing is inf, as Triton's _bench gives a config "
                 "that cannot run",
