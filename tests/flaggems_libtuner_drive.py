@@ -93,7 +93,16 @@ def on_gpu() -> dict[str, Any]:
     expected = torch.mm(a.float(), b.float())
     again = flag_gems.mm(a, b)  # the launch FlagGems' LibEntry caches
     torch.cuda.synchronize()
+    # the JIT's in-memory kernels of mm_kernel_general: loaded from the binary kiln put in
+    # Triton's cache (its files: the cubin only), or compiled by the JIT (its IRs too)
+    jit = tuner._shape.jit_fn
+    try:
+        kernels = list(jit.device_caches[torch.cuda.current_device()][0].values())
+        jit_loaded = [sorted(k.asm) for k in kernels]
+    except (AttributeError, IndexError, KeyError, TypeError) as exc:
+        jit_loaded = [f"unreadable: {exc}"]
     return {
+        "jit_kernels_asm": jit_loaded,
         "device": torch.cuda.get_device_name(),
         "kiln_class": isinstance(tuner, kiln.Autotuner),
         "first_call_s": round(first_s, 2),

@@ -292,3 +292,32 @@ def test_triton_print_autotuning_prints_tritons_lines(
     out = capsys.readouterr().out
     assert out.count("Autotuning kernel faulty_scale with config") == 2
     assert "Autotuning failed with crashed" in out
+
+
+def test_the_winner_is_in_tritons_cache_for_the_librarys_launch(make_pool: Any) -> None:
+    """After the search, Triton's compile of the winner (what the library's ``self.fn.run``
+    does on its first launch, keyed as the JIT keys it) loads kiln's binary from Triton's cache
+    instead of compiling: only the files kiln wrote (binary and metadata) come back, no IR."""
+    from triton_kiln import triton_compat
+    from triton_kiln.helion.requests import launch_compile
+
+    tuner, _timings, recorder = make(make_pool, faulty_configs()[:2], by_block({64: 2.0, 128: 1.0}))
+    n = 4096
+    x = torch.randn(n)
+    out = torch.empty_like(x)
+    tuner.run(x, out, n, grid=(n // 64,), warmup=False)
+    launch = recorder.launches[-1]
+    # the JIT's own key for the library's launch (Triton's binder, debug and instrumentation
+    # knobs included, as JITFunction.run binds it): the slot kiln wrote
+    meta = {k: v for k, v in launch.items() if k not in ("grid", "warmup")}
+    jit = launch_compile(faults.faulty_scale, (x, out, n), meta, SM90)
+    group = triton_compat.triton_cache_group(jit.triton_hash, f"{jit.file_name}.json")
+    assert group is not None
+    assert sorted(Path(p).suffix for p in group.values()) == [".cubin", ".json"]
+    search_winner = next(c for c in tuner.configs if c.kwargs["BLOCK"] == 128)
+    candidate = tuner._candidate(search_winner, (x, out, n), {})
+    compiled = triton_compat.compile_kernel(
+        candidate.request.ast_source(faults.faulty_scale), SM90, dict(candidate.request.options)
+    )
+    assert list(compiled.asm) == ["cubin"]  # loaded from the cache: a compile would add the IRs
+    assert compiled.asm["cubin"] == tuner._get_pool().submit(candidate.request).result().binary

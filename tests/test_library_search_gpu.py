@@ -91,3 +91,5 @@ def test_flaggems_mm_lm_head_is_searched_through_kiln() -> None:
     assert run["pool_submitted"] >= 22  # kiln's pool compiled the search's configs
     assert run["pool_compiled"] + run["pool_disk_hits"] >= 22
     assert "LibTuner drives its own search" in proc.stderr
+    # FlagGems' launch (Triton's JIT) loaded the winner kiln wrote into Triton's cache
+    assert run["jit_kernels_asm"] == [["cubin"]], run["jit_kernels_asm"]

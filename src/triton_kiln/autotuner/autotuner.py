@@ -293,7 +293,9 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         all of a search's configs, and here the library, not kiln, picks the winner from the
         timings. The search is recorded in :attr:`searched` (each config's status), not in the
         tuning database or report: the library keeps its own. The winner's launch is the
-        library's (``self.fn.run``: Triton's JIT compiles it once more in the caller).
+        library's (``self.fn.run``, Triton's JIT): each config that ran is written to Triton's
+        on-disk cache under the key ``triton.compile`` gives it, so the JIT loads the winner
+        rather than compiling it again when its key is the same.
         kiln's own ``run`` never calls this.
         """
         with self._lock:

@@ -15,16 +15,24 @@ derives from kiln's :class:`~kiln.autotuner.Autotuner`, whose ``_bench`` is serv
             TuningSession.evaluate -> its timings; a failed config -> [inf, inf, inf], logged
       the library picks the winner from the timings and launches it with self.fn.run(...)
 
+Each config that ran is also written to Triton's on-disk cache (``TRITON_CACHE_DIR``) under the
+hash ``triton.compile`` computes for the very source and options the pool compiled
+(:func:`seed_triton_cache`), as Triton's own ``_bench`` leaves every config it compiled there:
+when the library's ``self.fn.run`` (Triton's JIT) launches the winner, its compile finds the
+binary when the JIT's key is the same (the usual case), and compiles as before when it is not
+(a different debug or instrumentation setting): nothing is written under a key it was not
+compiled for.
+
 What kiln cannot do here: check outputs config by config (the rule needs every config's outputs
-at once, and the library, not kiln, picks the winner), record the search in the tuning database
-or report (the library keeps its own), or launch the winner from the pool's binary (the
-library's ``self.fn.run`` is Triton's JIT: the winner compiles once more in the caller, one
-compile rather than N). :func:`role` says, from a class's code, who drives its search.
+at once, and the library, not kiln, picks the winner), or record the search in the tuning
+database or report (the library keeps its own). :func:`role` says, from a class's code, who
+drives its search.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import types
 from collections.abc import Callable, Sequence
@@ -112,6 +120,29 @@ def ending_the_search(run: Callable[..., Any]) -> Callable[..., Any]:
     return run_then_end_search
 
 
+def seed_triton_cache(jit_fn: Any, candidate: Candidate) -> bool:
+    """Write ``candidate``'s compiled binary into Triton's cache (``TRITON_CACHE_DIR``, in
+    Triton's layout) under the hash ``triton.compile`` gives its request's source and options;
+    ``False`` when that slot is already filled."""
+    assert candidate.future is not None
+    artifact = candidate.future.result()
+    request = candidate.request
+    src = request.ast_source(jit_fn)
+    slot = triton_compat.compile_hash(src, triton_compat.make_backend(request.target), dict(request.options))
+    base = src.name[:150]  # as triton.compile names its files
+    metadata_name = f"{base}.json"
+    if triton_compat.triton_cache_group(slot, metadata_name) is not None:
+        return False
+    metadata = dict(artifact.metadata)
+    metadata["hash"] = slot  # as triton.compile records it
+    files: dict[str, bytes | str] = {
+        f"{base}.{artifact.binary_ext}": artifact.binary,
+        metadata_name: json.dumps(metadata),
+    }
+    triton_compat.put_in_triton_cache(slot, files, metadata_name)
+    return True
+
+
 class LibrarySearch:
     """One search a library drives through ``_bench``: one call's arguments, every config it may
     ask for compiled at once; ``bench(config, kwargs)`` is Triton's ``_bench`` for one of them."""
@@ -197,6 +228,10 @@ class LibrarySearch:
                 result.reason,
             )
             return [_INF, _INF, _INF]
+        try:
+            seed_triton_cache(self.tuner._shape.jit_fn, candidate)
+        except OSError as exc:  # an unwritable cache costs the caller one compile, nothing more
+            log.info("kiln: %s: could not write %s to Triton's cache: %s", self.name, candidate.label, exc)
         if isinstance(times, (list, tuple)):
             return [float(t) for t in times]
         return [float(times)] * 3

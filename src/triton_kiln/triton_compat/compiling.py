@@ -150,8 +150,16 @@ def compile_hash(src: Any, backend: Any, options: dict[str, Any]) -> str:
     from triton.compiler.compiler import get_cache_invalidating_env_vars
     from triton.runtime.cache import get_cache_key
 
+    from triton_kiln.triton_compat.versions import stages_hook_is_keyed
+
     parsed = backend.parse_options(dict(options, **src.parse_options()))
     key = get_cache_key(src, backend, parsed, env_vars=get_cache_invalidating_env_vars())
+    if stages_hook_is_keyed():  # Triton >= 3.7 adds an installed stages hook's key
+        from triton import knobs
+
+        hook = knobs.runtime.add_stages_inspection_hook
+        if hook is not None:
+            key += hook()[0]
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
