@@ -145,24 +145,36 @@ def _kiln_class(tuner: Any) -> bool:
 
 
 def _bypass(tuner: Any) -> str | None:
-    """Why a kiln-derived autotuner does not tune through kiln, or None when it does.
+    """Why an autotuner's own ``run`` reaches nothing of kiln's, or None when kiln tunes it.
 
-    A library subclass whose ``run`` never calls ``super().run`` (FlagGems' ``LibTuner``: its own
-    key, database and policy, benchmarking one config at a time through Triton's ``_bench``)
-    derives from kiln's class after ``kiln.install()`` while kiln's tuning never runs. (FLA's
-    ``CachedAutotuner.run`` loads its cache, then calls ``super().run``: kiln's.)
+    kiln decides from the class's code (:func:`triton_kiln.autotuner.library_search.role`): a
+    ``run`` calling ``super().run`` is kiln's tuning (FLA's ``CachedAutotuner``); a ``run`` that
+    drives its own search through ``self._bench`` (FlagGems' ``LibTuner``: its own key, database
+    and policy) is served by kiln's ``_bench`` (kiln compiles every config in its pool and times
+    each one the library asks for); a ``run`` that calls neither is put back on Triton's class
+    at definition (or, below a class that is kiln's, left as kiln's class that kiln never tunes).
     """
-    import triton_kiln as kiln
+    from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-    for cls in type(tuner).__mro__:
-        if cls is kiln.Autotuner:
-            return None
-        run = vars(cls).get("run")
-        code = getattr(run, "__code__", None)
-        if run is not None and (code is None or "super" not in code.co_names):
-            name = f"{cls.__module__}.{cls.__qualname__}"
-            return f"{name}.run overrides kiln's without calling super().run: its own tuning runs, not kiln's"
+    import triton_kiln as kiln
+    from triton_kiln.autotuner.library_search import role
+
+    base = kiln.Autotuner if isinstance(tuner, kiln.Autotuner) else TritonAutotuner
+    found = role(type(tuner), base)
+    if found.driver == "none":
+        return (
+            f"{found.owner}.run overrides the autotuner's without calling super().run or "
+            "self._bench: its own tuning runs, not kiln's"
+        )
     return None
+
+
+def _search(tuner: Any) -> str | None:
+    """``library`` when the library's own ``run`` drives the search (kiln serves its ``_bench``)."""
+    import triton_kiln as kiln
+    from triton_kiln.autotuner.library_search import role
+
+    return role(type(tuner), kiln.Autotuner).driver if _kiln_class(tuner) else None
 
 
 def _is_kiln(tuner: Any) -> bool:
@@ -179,6 +191,7 @@ def _kernel_record(tuner: Any) -> dict[str, Any]:
         "kiln": _is_kiln(tuner),
         "kiln_class": _kiln_class(tuner),
         "bypass": _bypass(tuner) if _kiln_class(tuner) else None,
+        "search": _search(tuner),
     }
 
 
@@ -214,6 +227,8 @@ def _kiln_reports(tuners: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
     for tuner in tuners:
         if not _is_kiln(tuner):
             continue
+        for results in getattr(tuner, "searched", {}).values():  # a library's own search (_bench)
+            statuses.update(r.status for r in results.values())
         tuned = dict(getattr(tuner, "tuned", {}) or {})
         if not tuned and getattr(tuner, "last_run", None) is not None:
             tuned = {"last": tuner.last_run}

@@ -14,8 +14,8 @@ them, compiled through a ``CompilePool`` for ``GPUTarget("cuda", 90, 32)`` and c
 Triton's ``triton.compile`` of the same specialization in this process; the global scratch
 (device-side descriptors) and the constexprs bound from defaults are reported. One JSON line per
 op and per kernel; exit status 1 if a kernel is not kiln's class, fails to compile, or differs
-from Triton's binary. (FlagGems' ``LibTuner`` is kiln's class but tunes by its own ``run``:
-reported as ``tuned_by_kiln: false``; its kernel still goes through the pool here.)
+from Triton's binary. (FlagGems' ``LibTuner`` drives its own search from its own ``run``; kiln
+serves the ``_bench`` calls of that search: reported as ``search: library``, ``tuned_by_kiln``.)
 """
 
 from __future__ import annotations
@@ -187,9 +187,10 @@ def check(op: str, call: Any, pool: Any, configs: int, scratch: bool, triton_cac
     if not out["kiln_class"]:
         out["ok"] = False
         return out
-    run = next((vars(c)["run"] for c in type(tuner).__mro__ if "run" in vars(c)), None)
-    code = getattr(run, "__code__", None)
-    out["tuned_by_kiln"] = run is kiln.Autotuner.run or (code is not None and "super" in code.co_names)
+    from triton_kiln.autotuner.library_search import role
+
+    out["search"] = role(type(tuner), kiln.Autotuner).driver  # kiln's, or the library's via _bench
+    out["tuned_by_kiln"] = out["search"] in ("kiln", "library")
     out["configs_total"] = len(tuner.configs)
     tuner._target, tuner._pool = sm90, pool  # compile for sm_90 in this pool (no GPU here)
     try:

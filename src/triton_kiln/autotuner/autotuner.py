@@ -17,6 +17,9 @@ the contract and hands the work to one module each::
 User callables that must run in the caller's process (a custom ``do_bench``,
 ``pre_hook``/``post_hook``, a config's ``pre_hook``) switch that kernel to in-process
 benchmarking, as does ``sandbox=False``.
+
+A library's subclass whose ``run`` drives its own search and times configs with ``self._bench``
+(FlagGems' ``LibTuner``) is served by :meth:`Autotuner._bench` (:mod:`.library_search`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from triton_kiln import settings as settings_mod
 from triton_kiln import triton_compat
@@ -35,6 +38,7 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import BencherFactory
 from triton_kiln.autotuner.calls import CallShape, unwrap
+from triton_kiln.autotuner.library_search import LibrarySearch, ending_the_search, role
 from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
@@ -44,35 +48,59 @@ from triton_kiln.compile.request import guess_compile_cost
 from triton_kiln.errors import TargetError
 from triton_kiln.pool import CompilePool, get_pool
 from triton_kiln.tuning.configs import config_label
+from triton_kiln.tuning.results import ConfigResult
 
 log = logging.getLogger("kiln.autotune")
 
 _TritonAutotuner: Any = triton_compat.triton_autotuner_class()
 
 TRITON_ONLY_METHODS = ("_bench", "check_disk_cache", "_run", "_full_path", "_lookup", "_candidate")
-"""Methods of Triton's ``Autotuner`` that kiln's never calls (``_bench``, ``check_disk_cache``)
-or kiln's own internals: a subclass that overrides one is put back on Triton's class, since kiln
-would silently skip (or clash with) what it changes."""
+"""Methods of Triton's ``Autotuner`` that kiln's own search never calls (``check_disk_cache``;
+``_bench``, which kiln serves to a library's own search and a subclass replacing it times its own
+way) or kiln's own internals: a subclass that overrides one is put back on Triton's class, since
+kiln would silently skip (or clash with) what it changes."""
 
 
 class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     """Drop-in for ``triton.runtime.autotuner.Autotuner`` (see the module docstring)."""
 
+    _own_run: ClassVar[bool] = False
+    """Its ``run`` is a library's own (:func:`.library_search.role`: not kiln's, nor calling
+    ``super().run``): ``kernel[grid]`` must reach that ``run``, so it takes Triton's proxy,
+    never kiln's C dispatcher (whose misses run kiln's own tuning)."""
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
-        Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on."""
+        Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on,
+        or its ``run`` reaches nothing of kiln's; the log says which part of kiln it uses."""
         super().__init_subclass__(**kwargs)
+        name = f"{cls.__module__}.{cls.__qualname__}"
         overridden = [m for m in TRITON_ONLY_METHODS if m in cls.__dict__]
-        if overridden and Autotuner in cls.__bases__:
+        found = role(cls, Autotuner)
+        if overridden:
+            why = f"it overrides {', '.join(overridden)}, which kiln's does not call"
+        elif found.driver == "none":
+            why = f"{found.owner}.run drives its own search without super().run or self._bench"
+        else:
+            why = ""
+        if why and Autotuner in cls.__bases__:
             cls.__bases__ = tuple(_TritonAutotuner if b is Autotuner else b for b in cls.__bases__)
+            log.info("kiln: %s stays on Triton's autotuner: %s", name, why)
+            return
+        cls._own_run = found.driver != "kiln"
+        if "run" in cls.__dict__:  # its search state ends when its run returns
+            cls.run = ending_the_search(cls.__dict__["run"])  # type: ignore[method-assign]
+        if why:  # below a class that is kiln's: nothing to put back, but kiln is not used
+            log.warning("kiln: %s derives from kiln's autotuner, but kiln does not tune it: %s", name, why)
+        elif found.driver == "library":
             log.info(
-                "kiln: %s.%s stays on Triton's autotuner: it overrides %s, which kiln's does not call",
-                cls.__module__,
-                cls.__qualname__,
-                ", ".join(overridden),
+                "kiln: %s drives its own search (%s.run overrides run); kiln compiles and benchmarks "
+                "the configs it asks for (_bench)",
+                name,
+                found.owner,
             )
         else:
-            log.info("kiln: %s.%s is routed through kiln's autotuner", cls.__module__, cls.__qualname__)
+            log.info("kiln: %s is routed through kiln's autotuner", name)
 
     def __init__(
         self,
@@ -123,7 +151,11 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             do_bench=do_bench,
             cache_results=cache_results,
         )
-        self._user_do_bench = do_bench is not None or use_cuda_graph or warmup is not None or rep is not None
+        self._user_do_bench = do_bench is not None or use_cuda_graph
+        # Triton's deprecated warmup/rep make its do_bench triton.testing.do_bench(warmup, rep):
+        # in-process for kiln's own tuning (its screening would not honour them); a library's
+        # own search (_bench) times with exactly these lengths in the sandbox
+        self._bench_lengths_given = warmup is not None or rep is not None
         self._warmup_ms = 25.0 if warmup is None else float(warmup)
         self._rep_ms = 100.0 if rep is None else float(rep)
         self._screen_ms = (5.0, 20.0)  # warm-up and timing of the first, rough pass
@@ -146,6 +178,12 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
         self._told: set[tuple[Any, ...]] = set()  # keys whose source was logged (provenance.py)
+        self.nargs: Any = None  # dict of the call in progress; None between calls, as in Triton
+        # a library's own search through _bench (library_search.py): the one in progress, how
+        # deep its run is nested, and each searched key's results (compile and bench statuses)
+        self._search: LibrarySearch | None = None
+        self._search_depth = 0
+        self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
         if self._target is None:
             # Warm by the first call: the sandbox, Triton's key and the pool start now, in the
             # background (GPU present only; no CUDA context is made here).
@@ -164,6 +202,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._variants.clear()
 
     def __getitem__(self, grid: Any) -> Any:
+        if self._own_run:  # the library's run, through Triton's proxy
+            return super().__getitem__(grid)
         bound = self._variants.tables.bind(grid)  # a _kiln_launch.BoundCall: the whole fast path in C
         return bound if bound is not None else super().__getitem__(grid)  # no C helper: Triton's proxy
 
@@ -208,7 +248,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 adopted = self._variants.from_bundle(key, args, kwargs, grid)
                 if adopted is not None:
                     self._told.add(key)  # from_bundle said where it came from
-                    self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+                    self.nargs = None  # as triton.autotune leaves it
                     return adopted
             if key in self.cache and key not in self._told:
                 provenance.from_memory(self.base_fn.__name__, key, config_label(self.cache[key]))
@@ -236,8 +276,48 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             forms = None if warmup else self._variants.forms(args, kwargs)  # before the hook
             config.pre_hook({**self.nargs, **kwargs, **config.all_kwargs()})
         result = None if warmup else self._variants.launch(config, args, kwargs, grid, key, forms)
-        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        self.nargs = None  # as triton.autotune leaves it
         return result
+
+    def _bench(self, *args: Any, config: Any, **kwargs: Any) -> list[float]:
+        """Triton's ``Autotuner._bench``, for a subclass whose ``run`` drives its own search:
+        ``[median, p20, p80]`` in ms for ``config`` on this call, or ``[inf, inf, inf]`` when the
+        config cannot run (a compile error, out of resources, a crashed or timed-out compile, a
+        crash or error in the benchmark), the reason logged; it does not raise for those.
+
+        On its first call for a call's arguments, every config the search may ask for (pruned by
+        ``prune_configs``) is submitted to kiln's pool at once: parallel compiles, each in a
+        crash-isolated worker. Each call waits for its config's binary and times it in kiln's
+        GPU sandbox (or in-process where user hooks or a custom ``do_bench`` must run in the
+        caller, as kiln's own tuning does). Outputs are not checked: the check decides across
+        all of a search's configs, and here the library, not kiln, picks the winner from the
+        timings. The search is recorded in :attr:`searched` (each config's status), not in the
+        tuning database or report: the library keeps its own. The winner's launch is the
+        library's (``self.fn.run``, Triton's JIT): each config that ran is written to Triton's
+        on-disk cache under the key ``triton.compile`` gives it, so the JIT loads the winner
+        rather than compiling it again when its key is the same.
+        kiln's own ``run`` never calls this.
+        """
+        with self._lock:
+            restore = self.nargs
+            if self.nargs is None:
+                self.nargs = dict(zip(self.arg_names, args, strict=False))
+            try:
+                search = self._search
+                if search is None or not search.matches(args, kwargs):
+                    self._end_search()
+                    search = LibrarySearch(self, args, kwargs)
+                    self._search = search
+                    self.searched[search.key] = search.results
+                return search.bench(config, kwargs)
+            finally:
+                self.nargs = restore
+
+    def _end_search(self) -> None:
+        """End the library's search in progress (its bencher finishes, its arguments are let go)."""
+        search, self._search = self._search, None
+        if search is not None:
+            search.end()
 
     def precompile(self, *args: Any, **kwargs: Any) -> list[Future[CompiledArtifact]]:
         """Start compiling every (pruned) config for calls like this one; return at once.
@@ -253,7 +333,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 configs = self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs
                 candidates = [self._candidate(c, args, kwargs) for c in configs]
             finally:
-                self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+                self.nargs = None  # as triton.autotune leaves it
             pool = self._get_pool()
             return [pool.submit(c.request, priority=guess_compile_cost(c.request)) for c in candidates]
 
@@ -264,7 +344,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         candidates = [self._candidate(c, args, kwargs) for c in self.prune_configs(kwargs)]
         pool = self._get_pool()
         futures = [pool.submit(c.request) for c in candidates]
-        self.nargs = None  # type: ignore[assignment]  # as triton.autotune leaves it
+        self.nargs = None  # as triton.autotune leaves it
         return [f.result() for f in futures]
 
     def bundle_record(self) -> tuple[KernelRecord, dict[str, CompiledArtifact]]:

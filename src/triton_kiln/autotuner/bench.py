@@ -93,30 +93,39 @@ def reason(exc: BaseException) -> str:
     return text[:500]
 
 
-def runs_user_code(tuner: Autotuner) -> bool:
-    """Whether the user's callables run in the benchmark loop (they need the caller's process)."""
+def runs_user_code(tuner: Autotuner, *, lengths_in_caller: bool = True) -> bool:
+    """Whether the user's callables run in the benchmark loop (they need the caller's process);
+    Triton's deprecated ``warmup``/``rep`` count as its ``do_bench`` unless ``lengths_in_caller``
+    is off (a library's own search: kiln's bencher times with exactly those lengths)."""
     return bool(
         tuner._user_do_bench
+        or (lengths_in_caller and tuner._bench_lengths_given)
         or tuner.user_defined_pre_hook
         or tuner.user_defined_post_hook
         or any(c.pre_hook for c in tuner.configs)
     )
 
 
-def make_bencher(tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Bencher:
-    """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``)."""
+def make_bencher(
+    tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, library_search: bool = False
+) -> Bencher:
+    """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``);
+    ``library_search``: a library's own search (``Autotuner._bench``), where no output is checked
+    (no reference is computed, no inputs are snapshotted for it) and every timing takes the
+    tuner's ``warmup``/``rep``, so those alone do not keep it in the caller's process."""
     if tuner._bencher_factory is not None:
         return tuner._bencher_factory(tuner, args, kwargs)
-    user_code = runs_user_code(tuner)
+    user_code = runs_user_code(tuner, lengths_in_caller=not library_search)
+    checks = not library_search
     if tuner._sandbox_wanted and not user_code:
-        return SandboxBencher(tuner, args, kwargs)
+        return SandboxBencher(tuner, args, kwargs, checks=checks)
     if tuner._sandbox_wanted:
         log.info(
             "kiln: %s benchmarks in-process: it has user hooks or a custom do_bench, which run in "
             "the caller's process",
             tuner.base_fn.__name__,
         )
-    return InProcessBencher(tuner, args, kwargs, user_code)
+    return InProcessBencher(tuner, args, kwargs, user_code, checks=checks)
 
 
 def user_reference(
@@ -145,7 +154,9 @@ class SandboxBencher:
 
     owns_timing = True
 
-    def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+    def __init__(
+        self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, checks: bool = True
+    ) -> None:
         import torch
 
         self.tuner = tuner
@@ -155,11 +166,11 @@ class SandboxBencher:
         self.inputs_set = False
         self.kwargs = kwargs
         self.args = args
-        self.want_outputs = tuner._check_outputs
+        self.want_outputs = tuner._check_outputs and checks
 
     def user_reference(self) -> dict[str, Any] | None:
         tuner = self.tuner
-        if tuner._reference is None or not tuner._check_outputs:
+        if tuner._reference is None or not self.want_outputs:
             return None
         return user_reference(tuner._reference, self.args, tuner.arg_names)
 
@@ -199,7 +210,13 @@ class InProcessBencher:
     """
 
     def __init__(
-        self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], user_code: bool
+        self,
+        tuner: Autotuner,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        user_code: bool,
+        *,
+        checks: bool = True,
     ) -> None:
         import torch
 
@@ -209,7 +226,7 @@ class InProcessBencher:
         self.snapshot: dict[str, Any] | None = None
         self.user_code = user_code
         self.owns_timing = not user_code
-        if tuner._check_outputs and not user_code:
+        if tuner._check_outputs and checks and not user_code:
             named = dict(zip(tuner.arg_names, args, strict=False))
             self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
 
