@@ -38,7 +38,7 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import BencherFactory
 from triton_kiln.autotuner.calls import CallShape, unwrap
-from triton_kiln.autotuner.library_search import LibrarySearch, ending_the_search, role
+from triton_kiln.autotuner.library_search import LibrarySearch, place_subclass
 from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
@@ -72,35 +72,10 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
         Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on,
-        or its ``run`` reaches nothing of kiln's; the log says which part of kiln it uses."""
+        or its ``run`` reaches nothing of kiln's; the log says which part of kiln it uses
+        (:func:`.library_search.place_subclass`)."""
         super().__init_subclass__(**kwargs)
-        name = f"{cls.__module__}.{cls.__qualname__}"
-        overridden = [m for m in TRITON_ONLY_METHODS if m in cls.__dict__]
-        found = role(cls, Autotuner)
-        if overridden:
-            why = f"it overrides {', '.join(overridden)}, which kiln's does not call"
-        elif found.driver == "none":
-            why = f"{found.owner}.run drives its own search without super().run or self._bench"
-        else:
-            why = ""
-        if why and Autotuner in cls.__bases__:
-            cls.__bases__ = tuple(_TritonAutotuner if b is Autotuner else b for b in cls.__bases__)
-            log.info("kiln: %s stays on Triton's autotuner: %s", name, why)
-            return
-        cls._own_run = found.driver != "kiln"
-        if "run" in cls.__dict__:  # its search state ends when its run returns
-            cls.run = ending_the_search(cls.__dict__["run"])  # type: ignore[method-assign]
-        if why:  # below a class that is kiln's: nothing to put back, but kiln is not used
-            log.warning("kiln: %s derives from kiln's autotuner, but kiln does not tune it: %s", name, why)
-        elif found.driver == "library":
-            log.info(
-                "kiln: %s drives its own search (%s.run overrides run); kiln compiles and benchmarks "
-                "the configs it asks for (_bench)",
-                name,
-                found.owner,
-            )
-        else:
-            log.info("kiln: %s is routed through kiln's autotuner", name)
+        place_subclass(cls, Autotuner, _TritonAutotuner, TRITON_ONLY_METHODS)
 
     def __init__(
         self,

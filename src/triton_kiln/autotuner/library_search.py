@@ -143,6 +143,40 @@ def seed_triton_cache(jit_fn: Any, candidate: Candidate) -> bool:
     return True
 
 
+def place_subclass(cls: Any, kiln_class: type, triton_class: type, only_methods: Sequence[str]) -> None:
+    """Where a library's autotuner class derived from kiln's goes, said in the log: back on
+    Triton's class when it overrides one of ``only_methods`` or its ``run`` reaches nothing of
+    kiln's; else kiln's, its ``kernel[grid]`` reaching its own ``run`` when that ``run`` is the
+    library's (``_own_run``), its search state ending when that ``run`` returns."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    overridden = [m for m in only_methods if m in cls.__dict__]
+    found = role(cls, kiln_class)
+    if overridden:
+        why = f"it overrides {', '.join(overridden)}, which kiln's does not call"
+    elif found.driver == "none":
+        why = f"{found.owner}.run drives its own search without super().run or self._bench"
+    else:
+        why = ""
+    if why and kiln_class in cls.__bases__:
+        cls.__bases__ = tuple(triton_class if b is kiln_class else b for b in cls.__bases__)
+        log.info("kiln: %s stays on Triton's autotuner: %s", name, why)
+        return
+    cls._own_run = found.driver != "kiln"
+    if "run" in cls.__dict__:  # its search state ends when its run returns
+        cls.run = ending_the_search(cls.__dict__["run"])
+    if why:  # below a class that is kiln's: nothing to put back, but kiln is not used
+        log.warning("kiln: %s derives from kiln's autotuner, but kiln does not tune it: %s", name, why)
+    elif found.driver == "library":
+        log.info(
+            "kiln: %s drives its own search (%s.run overrides run); kiln compiles and benchmarks "
+            "the configs it asks for (_bench)",
+            name,
+            found.owner,
+        )
+    else:
+        log.info("kiln: %s is routed through kiln's autotuner", name)
+
+
 class LibrarySearch:
     """One search a library drives through ``_bench``: one call's arguments, every config it may
     ask for compiled at once; ``bench(config, kwargs)`` is Triton's ``_bench`` for one of them."""
