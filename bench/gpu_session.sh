@@ -20,6 +20,10 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
 fi
+# the newer real-library ops' wheels (FlagGems, torchao, GemLite; bench/realworld_ops.py), if carried
+if ls .whl_libs/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_libs/*.whl
+fi
 export PYTHONPATH=$PWD/src:/tmp/site
 {
   date -u +%Y-%m-%dT%H:%M:%SZ
