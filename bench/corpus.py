@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import argparse
 import ast
-import concurrent.futures as cf
 import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import importlib.util
 import json
-import multiprocessing
 import os
 import re
 import signal
@@ -146,7 +144,9 @@ def _language(jit: Any) -> str:
         return "unknown"
 
 
-def discover(libs: Iterable[Library]) -> tuple[list[Found], dict[str, dict[str, str]]]:
+def discover(
+    libs: Iterable[Library], only: set[str] | None = None
+) -> tuple[list[Found], dict[str, dict[str, str]]]:
     """Import every kernel module of ``libs`` after ``kiln.install()``; the kernels they hold.
 
     Returns the kernels and, per library, the modules that failed to import (with the error).
@@ -159,6 +159,8 @@ def discover(libs: Iterable[Library]) -> tuple[list[Found], dict[str, dict[str, 
     for lib in libs:
         errors = import_errors.setdefault(lib.name, {})
         for name in kernel_modules(lib):
+            if only is not None and name not in only:
+                continue
             try:
                 module = importlib.import_module(name)
             except BaseException as exc:
@@ -570,42 +572,87 @@ def _worker_init(src: str) -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="corpus-triton-"))
 
 
+def _triton_worker(src: str, conn: Any) -> None:
+    """A worker of :func:`run_triton`: compiles the jobs it is sent, one at a time."""
+    _worker_init(src)
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        conn.send(triton_compile_job(*job))
+
+
 def run_triton(
     jobs: list[tuple[str, str, dict[str, str], dict[str, Any], dict[str, Any]]],
     workers: int,
     timeout_s: int = DEFAULT_TIMEOUT_S,
 ) -> list[dict[str, Any]]:
-    """Triton's compile of every job, in ``workers`` spawned processes (a crash fails one job)."""
-    results: list[dict[str, Any] | None] = [None] * len(jobs)
-    pending = list(range(len(jobs)))
+    """Triton's compile of every job, in ``workers`` spawned processes, one job each at a time:
+    a compile that crashes its process or runs past ``timeout_s`` fails that job alone (the
+    worker is replaced)."""
+    import multiprocessing.connection
+
     ctx = multiprocessing.get_context("spawn")
-    src = str(HERE)
-    for attempt in range(3):
-        if not pending:
-            break
-        size = workers if attempt < 2 else 1
-        broken: list[int] = []
-        chunks = [pending] if size > 1 or attempt < 2 else [[i] for i in pending]
-        for chunk in chunks:
-            with cf.ProcessPoolExecutor(
-                size, mp_context=ctx, initializer=_worker_init, initargs=(src,)
-            ) as ex:
-                futures = {ex.submit(triton_compile_job, *jobs[i], timeout_s): i for i in chunk}
-                for done, fut in enumerate(cf.as_completed(futures), 1):
-                    i = futures[fut]
-                    if done % 25 == 0 or done == len(futures):
-                        print(f"triton: {done}/{len(futures)} compiled", file=sys.stderr, flush=True)
+    results: list[dict[str, Any] | None] = [None] * len(jobs)
+    queue = list(reversed(range(len(jobs))))
+
+    def start() -> dict[str, Any]:
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_triton_worker, args=(str(HERE), child), daemon=True)
+        proc.start()
+        child.close()
+        return {"proc": proc, "conn": parent, "job": None, "started": 0.0}
+
+    def stop(slot: dict[str, Any]) -> None:
+        slot["proc"].kill()
+        slot["proc"].join(10)
+        slot["conn"].close()
+
+    slots = [start() for _ in range(min(workers, len(jobs)))]
+    finished = 0
+    try:
+        while queue or any(slot["job"] is not None for slot in slots):
+            for slot in slots:
+                if slot["job"] is None and queue:
+                    slot["job"] = queue.pop()
+                    slot["started"] = time.monotonic()
+                    slot["conn"].send((*jobs[slot["job"]], timeout_s))
+            busy = [slot["conn"] for slot in slots if slot["job"] is not None]
+            ready = multiprocessing.connection.wait(busy, timeout=1.0)
+            for n, slot in enumerate(slots):
+                i = slot["job"]
+                if i is None:
+                    continue
+                result: dict[str, Any] | None = None
+                if slot["conn"] in ready:
                     try:
-                        results[i] = fut.result()
-                    except cf.process.BrokenProcessPool as exc:
-                        broken.append(i)
-                        if attempt == 2:
-                            results[i] = {
-                                "ok": False,
-                                "error": f"Triton's compiler process died (crashed, or ran past "
-                                f"{timeout_s} s): {exc}",
-                            }
-        pending = broken if attempt < 2 else []
+                        result = slot["conn"].recv()
+                    except (EOFError, OSError):
+                        result = None
+                elif time.monotonic() - slot["started"] < timeout_s + 120 and slot["proc"].is_alive():
+                    continue  # still compiling (the import of its module is not timed by the alarm)
+                if result is None:
+                    code = slot["proc"].exitcode
+                    result = {
+                        "ok": False,
+                        "error": f"Triton's compiler process died (exit {code}: crashed, or ran past "
+                        f"{timeout_s} s)",
+                    }
+                    stop(slot)
+                    slots[n] = start()
+                else:
+                    slot["job"] = None
+                results[i] = result
+                finished += 1
+                if finished % 25 == 0 or finished == len(jobs):
+                    print(f"triton: {finished}/{len(jobs)} compiled", file=sys.stderr, flush=True)
+    finally:
+        for slot in slots:
+            with contextlib.suppress(OSError, BrokenPipeError):
+                slot["conn"].send(None)
+            slot["proc"].join(5)
+            if slot["proc"].is_alive():
+                stop(slot)
     return [r if r is not None else {"ok": False, "error": "not run"} for r in results]
 
 
@@ -664,6 +711,20 @@ def error_text(exc: BaseException) -> str:
     return "\n".join(lines)
 
 
+def import_without_kiln(module: str) -> str:
+    """Whether ``module`` imports on Triton alone (a fresh interpreter): '' or its error."""
+    import subprocess
+
+    code = f"import importlib; importlib.import_module({module!r})"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=False
+    )
+    if out.returncode == 0:
+        return ""
+    lines = [x for x in out.stderr.strip().splitlines() if x.strip()]
+    return lines[-1][:500] if lines else f"exit {out.returncode}"
+
+
 def _first_line(text: str) -> str:
     lines = [x.strip() for x in text.strip().splitlines() if x.strip() and set(x.strip()) != {"^"}]
     where = next((x for x in lines if re.match(r"^at \d+:\d+:", x)), "")
@@ -677,6 +738,19 @@ def classify(triton_result: dict[str, Any], kiln_result: dict[str, Any]) -> str:
     if kiln_result.get("ok") and kiln_result.get("sha256") == triton_result.get("sha256"):
         return "identical"
     return "kiln_fails"
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = previous
 
 
 def run_corpus(
@@ -697,7 +771,9 @@ def run_corpus(
     wrong = [x for x in libraries if x["installed"] is not None and x["installed"] != x["version"]]
     if wrong:
         raise SystemExit(f"installed versions differ from the pinned ones: {wrong}")
-    found, import_errors = discover(present)
+    # The sample imports only the modules that define its kernels.
+    only = {k.rsplit(".", 1)[0] for names in sample.values() for k in names} if sample is not None else None
+    found, import_errors = discover(present, only)
     by_name = {lib.name: lib for lib in present}
     rows: list[dict[str, Any]] = []
     helpers: list[dict[str, Any]] = []
@@ -726,6 +802,9 @@ def run_corpus(
     t0 = time.monotonic()
     with contextlib.ExitStack() as stack:
         cache = cache_dir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="corpus-kiln-")))
+        # kiln's workers compile on a Triton cache of their own too (nothing answered from before)
+        triton_cache = stack.enter_context(tempfile.TemporaryDirectory(prefix="corpus-kiln-triton-"))
+        stack.enter_context(_env("TRITON_CACHE_DIR", triton_cache))
         kiln_results = run_kiln([f for f, _ in todo], [c for _, c in todo], jobs, cache, timeout_s, died)
     kiln_s = time.monotonic() - t0
     for (f, call), tr, kr in zip(todo, triton_results, kiln_results, strict=True):
@@ -768,7 +847,10 @@ def run_corpus(
                 "triton_fails": sum(r["status"] == "triton_fails" for r in mine),
                 "kiln_fails": sum(r["status"] == "kiln_fails" for r in mine),
                 "helpers": sum(h["library"] == lib.name for h in helpers),
-                "modules_failing_to_import": import_errors.get(lib.name, {}),
+                "modules_failing_to_import": {
+                    name: {"with_kiln": error, "without_kiln": import_without_kiln(name) or "imports"}
+                    for name, error in import_errors.get(lib.name, {}).items()
+                },
             }
         )
     import triton
