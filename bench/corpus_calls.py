@@ -141,7 +141,28 @@ LIBRARIES: tuple[Library, ...] = (
 )
 
 # The fixed sample that CI compiles: a few kernels of every library (bare function names).
-SAMPLE: dict[str, tuple[str, ...]] = {}
+SAMPLE: dict[str, tuple[str, ...]] = {
+    "liger-kernel": (),
+    "fla-core": (),
+    "torchao": (),
+    "bitsandbytes": (
+        "bitsandbytes.backends.triton.kernels_4bit.dequant_nf4_kernel",
+        "bitsandbytes.backends.triton.kernels_optim._optimizer_update_2state_8bit_blockwise_triton_kernel",
+    ),
+    "lightning-attn": (
+        "lightning_attn.ops.triton.srmsnorm.srms_norm_fw",
+        "lightning_attn.ops.triton.lightning_attn2_no_decay._fwd_kernel",
+    ),
+    "native-sparse-attention-pytorch": (
+        "native_sparse_attention_pytorch.triton_native_sparse_attention.backward_preprocess_do_o_dot",
+        "native_sparse_attention_pytorch.triton_native_sparse_attention.forward_kernel",  # heuristics
+    ),
+    "sageattention": (
+        "sageattention.attn_qk_int8_per_block_h96._attn_fwd",
+        "sageattention.quant_per_block.quant_per_block_int8_kernel",
+    ),
+    "triton-kernels": ("triton_kernels.rotary_embedding.rotary_embedding_kernel",),
+}
 
 
 def library(name: str) -> Library:

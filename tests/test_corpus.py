@@ -10,33 +10,25 @@ library that is not installed is skipped with the command that installs it. The 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+import triton
+import triton.language as tl
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 RESULT = BENCH / "results" / "corpus-2026-11-24.json"
 INSTALL = "pip install --no-deps -r tests/corpus-requirements.txt"
 
 
-def _load(name: str) -> ModuleType:
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
 
-
-corpus = _load("corpus")
-calls = _load("corpus_calls")
+import corpus  # noqa: E402 - bench/corpus.py
+import corpus_calls as calls  # noqa: E402 - bench/corpus_calls.py
 
 
 @pytest.fixture(scope="module")
@@ -74,23 +66,35 @@ def test_a_different_binary_or_a_kiln_failure_is_kilns_failure() -> None:
     assert corpus.classify({"ok": False, "error": "x"}, {"ok": True, "sha256": "a"}) == "triton_fails"
 
 
+@triton.jit
+def _stores_to(p, n):
+    tl.store(p + tl.arange(0, 16), n)
+
+
+@triton.jit
+def _uses_pointers(x_ptr, y, z, n_elements, stride, scale, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * stride + tl.arange(0, BLOCK)
+    base = y + offs
+    v = tl.load(x_ptr + offs, mask=offs < n_elements) * scale
+    tl.store(base, v)
+    _stores_to(z, n_elements)
+
+
 def test_pointers_are_found_from_how_the_body_uses_them() -> None:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def helper(p, n):
-        tl.store(p + tl.arange(0, 16), n)
-
-    @triton.jit
-    def kernel(x_ptr, y, z, n_elements, stride, scale, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * stride + tl.arange(0, BLOCK)
-        base = y + offs
-        v = tl.load(x_ptr + offs, mask=offs < n_elements) * scale
-        tl.store(base, v)
-        helper(z, n_elements)
-
-    assert corpus.pointer_params(kernel) == {"x_ptr", "y", "z"}
+    """Loads, stores through an assigned pointer, and a pointer passed on to a JIT helper."""
+    assert corpus.pointer_params(_uses_pointers) == {"x_ptr", "y", "z"}
+    call = corpus.derive_call(
+        corpus.Found("x", "m", "a", "m._uses_pointers", _uses_pointers), calls.Library("x", "0", ("m",))
+    )
+    assert call.signature == {
+        "x_ptr": "*fp32",
+        "y": "*fp32",
+        "z": "*fp32",
+        "n_elements": "i32",
+        "stride": "i32",
+        "scale": "fp32",
+    }
+    assert call.constexprs == {"BLOCK": 64}
 
 
 def test_committed_table_has_every_library_and_no_kiln_failure() -> None:
