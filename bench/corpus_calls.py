@@ -142,9 +142,18 @@ LIBRARIES: tuple[Library, ...] = (
 
 # The fixed sample that CI compiles: a few kernels of every library (bare function names).
 SAMPLE: dict[str, tuple[str, ...]] = {
-    "liger-kernel": (),
-    "fla-core": (),
-    "torchao": (),
+    "liger-kernel": (
+        "liger_kernel.ops.fused_moe_kernels._token_gather_weighted_sum_kernel",  # autotuned
+        "liger_kernel.ops.fused_neighborhood_attention._neighborhood_mask_kernel",
+    ),
+    "fla-core": (
+        "fla.modules.norm.l2norm.l2norm_bwd_kernel_row",  # autotuned
+        "fla.modules.fused_linear_cross_entropy.ops.elementwise_mul_kernel",
+    ),
+    "torchao": (
+        "torchao.prototype.float8nocompile.kernels.fp8_dynamic_tensorwise._to_fp8_row_major",  # autotuned
+        "torchao.prototype.attention.quantization.triton_qkv_quantization.single_reduce_kernel",
+    ),
     "bitsandbytes": (
         "bitsandbytes.backends.triton.kernels_4bit.dequant_nf4_kernel",
         "bitsandbytes.backends.triton.kernels_optim._optimizer_update_2state_8bit_blockwise_triton_kernel",
