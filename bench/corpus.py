@@ -561,6 +561,7 @@ def triton_compile_job(
     return {
         "ok": True,
         "sha256": hashlib.sha256(binary).hexdigest(),
+        "ptx_sha256": hashlib.sha256(compiled.asm["ptx"].encode()).hexdigest(),
         "name": compiled.name,
         "seconds": round(time.monotonic() - started, 2),
     }
@@ -682,7 +683,10 @@ def run_kiln(
             where.append(i)
         except Exception as exc:
             out[i] = {"ok": False, "error": f"request: {type(exc).__name__}: {exc}"[:2000]}
-    with CompilePool(workers=workers, cache_dir=cache_dir, job_timeout_s=timeout_s) as pool:
+    from triton_kiln import settings
+
+    keep_ir = settings.current().replace(keep_ir=True)  # the PTX, to tell a ptxas difference
+    with CompilePool(workers=workers, cache_dir=cache_dir, job_timeout_s=timeout_s, settings=keep_ir) as pool:
         artifacts = pool.compile_many(requests, progress=False)
     for i, artifact in zip(where, artifacts, strict=True):
         if isinstance(artifact, BaseException):
@@ -691,6 +695,9 @@ def run_kiln(
             out[i] = {
                 "ok": True,
                 "sha256": hashlib.sha256(artifact.binary).hexdigest(),
+                "ptx_sha256": hashlib.sha256(artifact.asm["ptx"].encode()).hexdigest()
+                if "ptx" in artifact.asm
+                else None,
                 "name": artifact.name,
             }
     return out
@@ -732,12 +739,38 @@ def _first_line(text: str) -> str:
     return (f"{where} {last}" if where and where != last else last)[:400]
 
 
-def classify(triton_result: dict[str, Any], kiln_result: dict[str, Any]) -> str:
+def classify(
+    triton_result: dict[str, Any], kiln_result: dict[str, Any], triton_again: dict[str, Any] | None = None
+) -> str:
+    """``identical``, ``triton_fails`` or ``kiln_fails``. A cubin that differs from Triton's is
+    still kiln's own compile of the same thing when the PTX is byte-identical *and* Triton's own
+    second compile (``triton_again``, fresh cache) gave a cubin different from its first: ptxas
+    is not deterministic for that kernel, so no compile, Triton's included, reproduces a cubin."""
     if not triton_result.get("ok"):
         return "triton_fails"
-    if kiln_result.get("ok") and kiln_result.get("sha256") == triton_result.get("sha256"):
+    if not kiln_result.get("ok"):
+        return "kiln_fails"
+    if kiln_result.get("sha256") == triton_result.get("sha256"):
+        return "identical"
+    if (
+        triton_again is not None
+        and triton_again.get("ok")
+        and kiln_result.get("ptx_sha256") is not None
+        and kiln_result.get("ptx_sha256") == triton_result.get("ptx_sha256") == triton_again.get("ptx_sha256")
+        and triton_again.get("sha256") != triton_result.get("sha256")
+    ):
         return "identical"
     return "kiln_fails"
+
+
+def unstable_cubin(triton_result: dict[str, Any], kiln_result: dict[str, Any]) -> bool:
+    """Whether a row needs Triton's second compile: both compiled, cubins differ, PTX is the same."""
+    return bool(
+        triton_result.get("ok")
+        and kiln_result.get("ok")
+        and kiln_result.get("sha256") != triton_result.get("sha256")
+        and kiln_result.get("ptx_sha256") == triton_result.get("ptx_sha256")
+    )
 
 
 @contextlib.contextmanager
@@ -807,8 +840,15 @@ def run_corpus(
         stack.enter_context(_env("TRITON_CACHE_DIR", triton_cache))
         kiln_results = run_kiln([f for f, _ in todo], [c for _, c in todo], jobs, cache, timeout_s, died)
     kiln_s = time.monotonic() - t0
-    for (f, call), tr, kr in zip(todo, triton_results, kiln_results, strict=True):
-        status = classify(tr, kr)
+    # Cubins that differ over the same PTX: compile those once more with Triton alone.
+    again_at = [
+        i
+        for i, (tr, kr) in enumerate(zip(triton_results, kiln_results, strict=True))
+        if unstable_cubin(tr, kr)
+    ]
+    again = dict(zip(again_at, run_triton([triton_jobs[i] for i in again_at], jobs, timeout_s), strict=True))
+    for i, ((f, call), tr, kr) in enumerate(zip(todo, triton_results, kiln_results, strict=True)):
+        status = classify(tr, kr, again.get(i))
         row: dict[str, Any] = {
             "library": f.library,
             "kernel": f.qualname,
@@ -822,6 +862,14 @@ def run_corpus(
         }
         if status == "identical":
             row["sha256"] = tr["sha256"]
+            if kr.get("sha256") != tr["sha256"]:
+                row["sha256_kiln"] = kr["sha256"]
+                row["sha256_triton_again"] = again[i]["sha256"]
+                row["notes"] = [
+                    *call.notes,
+                    "cubin not reproducible: Triton's own two compiles gave two cubins; kiln's PTX "
+                    "is byte-identical to Triton's (ptxas is not deterministic for this kernel)",
+                ]
         if status == "triton_fails":
             row["triton_error"] = _first_line(tr.get("error", ""))
             row["kiln_outcome"] = "same failure" if not kr.get("ok") else "compiled"
