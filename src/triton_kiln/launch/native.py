@@ -48,6 +48,7 @@ from triton_kiln.launch.native_build import (
     _target_path,
     build,
     helper_path,
+    load_extension,
 )
 
 __all__ = [
@@ -192,11 +193,5 @@ def load_path(path: str) -> ModuleType:
             if origin is not None and os.path.exists(origin) and os.path.samefile(origin, path):
                 _module = importlib.import_module(PREBUILT_MODULE)
                 return _module
-            loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
-            spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
-            if spec is None:
-                raise NativeBuildError(f"could not import kiln's launcher from {path}")
-            module = importlib.util.module_from_spec(spec)
-            loader.exec_module(module)
-            _module = module
+            _module = load_extension(path, shown=path)
         return _module

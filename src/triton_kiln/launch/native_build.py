@@ -256,18 +256,24 @@ def _build_lock(dir_fd: int) -> Iterator[None]:
         os.close(fd)
 
 
+def load_extension(path: str, shown: Path | str) -> ModuleType:
+    """Import the launcher module from the file at ``path`` (``shown`` names it in the error)."""
+    loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
+    spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
+    if spec is None:
+        raise NativeBuildError(f"could not import kiln's launcher from {shown}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
 def _load_built(target: Path) -> ModuleType:
     """Build (unless a verified build is there) and import the helper at ``target``."""
     fd = _open_verified(target)
     try:
         # Load through the fd that was hashed: what runs is what was checked.
         path = f"/proc/self/fd/{fd}"
-        loader = importlib.machinery.ExtensionFileLoader(_MODULE_NAME, path)
-        spec = importlib.util.spec_from_file_location(_MODULE_NAME, path, loader=loader)
-        if spec is None:
-            raise NativeBuildError(f"could not import kiln's launcher from {target}")
-        module = importlib.util.module_from_spec(spec)
-        loader.exec_module(module)
+        module = load_extension(path, shown=target)
         module.__file__ = str(target)
     finally:
         os.close(fd)
