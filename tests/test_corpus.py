@@ -66,6 +66,27 @@ def test_a_different_binary_or_a_kiln_failure_is_kilns_failure() -> None:
     assert corpus.classify({"ok": False, "error": "x"}, {"ok": True, "sha256": "a"}) == "triton_fails"
 
 
+def test_another_cubin_over_the_same_ptx_counts_only_when_triton_itself_varies() -> None:
+    """ptxas is not deterministic for some kernels: then no compile reproduces a cubin, and kiln's
+    is its own compile of the same thing only if its PTX is Triton's and Triton's second compile
+    gave another cubin too. Anything else stays kiln's failure."""
+    triton_ok = {"ok": True, "sha256": "a", "ptx_sha256": "p"}
+    kiln_other = {"ok": True, "sha256": "b", "ptx_sha256": "p"}
+    assert corpus.unstable_cubin(triton_ok, kiln_other)
+    assert (
+        corpus.classify(triton_ok, kiln_other, {"ok": True, "sha256": "c", "ptx_sha256": "p"}) == "identical"
+    )
+    assert (
+        corpus.classify(triton_ok, kiln_other, {"ok": True, "sha256": "a", "ptx_sha256": "p"}) == "kiln_fails"
+    )
+    assert corpus.classify(triton_ok, kiln_other, None) == "kiln_fails"
+    other_ptx = {"ok": True, "sha256": "b", "ptx_sha256": "q"}
+    assert not corpus.unstable_cubin(triton_ok, other_ptx)
+    assert (
+        corpus.classify(triton_ok, other_ptx, {"ok": True, "sha256": "c", "ptx_sha256": "p"}) == "kiln_fails"
+    )
+
+
 @triton.jit
 def _stores_to(p, n):
     tl.store(p + tl.arange(0, 16), n)
