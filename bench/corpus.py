@@ -877,6 +877,11 @@ def run_corpus(
                 row["kiln_error"] = _first_line(kr.get("error", ""))
         if status == "kiln_fails":
             row["kiln_error"] = _first_line(kr.get("error", "")) if not kr.get("ok") else "a different binary"
+            if kr.get("ok"):  # what differed: the cubin alone (ptxas), or the PTX too
+                row["hashes"] = {
+                    side: {"cubin": r.get("sha256"), "ptx": r.get("ptx_sha256")}
+                    for side, r in (("triton", tr), ("kiln", kr), ("triton_again", again.get(i, {})))
+                }
         rows.append(row)
     counts = {
         s: sum(r["status"] == s for r in rows)
@@ -984,6 +989,47 @@ def table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def recheck(report: dict[str, Any], jobs: int, timeout_s: int) -> dict[str, Any]:
+    """Compile the rows where kiln gave another binary again, both ways, each kernel alone; a row
+    whose second look is identical becomes ``identical`` and keeps its first result in
+    ``recheck`` (listed in the table's ``rechecked``); one that differs again stays kiln's failure.
+    For differences that come and go (a cubin kiln's pool and Triton agree on in a quiet run)."""
+    wanted: dict[str, tuple[str, ...]] = {}
+    for row in report["rows"]:
+        if row["status"] == "kiln_fails" and row.get("kiln_error") == "a different binary":
+            wanted[row["library"]] = (*wanted.get(row["library"], ()), row["kernel"])
+    if not wanted:
+        return report
+    again = run_corpus(
+        [corpus_calls.library(n) for n in wanted], sample=wanted, jobs=jobs, timeout_s=timeout_s
+    )
+    second = {r["kernel"]: r for r in again["rows"]}
+    rechecked = list(report.get("rechecked", []))
+    rows = []
+    for row in report["rows"]:
+        new = second.get(row["kernel"]) if row["kernel"] in wanted.get(row["library"], ()) else None
+        if new is not None and new["status"] == "identical":
+            first = {k: row[k] for k in ("status", "kiln_error", "hashes") if k in row}
+            rechecked.append(row["kernel"])
+            rows.append({**new, "recheck": {"first_run": first, "second_run": "identical (compiled alone)"}})
+        else:
+            rows.append(row)
+    out = dict(report, rows=rows, rechecked=rechecked)
+    for key in ("identical", "triton_fails", "kiln_fails", "underivable"):
+        out[key] = sum(r["status"] == key for r in rows)
+    out["per_library"] = [
+        dict(
+            entry,
+            **{
+                k: sum(r["status"] == k and r["library"] == entry["library"] for r in rows)
+                for k in ("identical", "triton_fails", "kiln_fails")
+            },
+        )
+        for entry in report["per_library"]
+    ]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--library", action="append", help="only this library (repeatable)")
@@ -996,7 +1042,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--merge", type=Path, nargs="+", help="merge these runs' JSON (one library each) into --out"
     )
+    parser.add_argument(
+        "--recheck",
+        type=Path,
+        help="compile this table's 'a different binary' rows again, each alone, and rewrite it",
+    )
     args = parser.parse_args(argv)
+    if args.recheck:
+        report = recheck(json.loads(args.recheck.read_text()), args.jobs, args.timeout)
+        args.recheck.write_text(json.dumps(report, indent=1, default=repr) + "\n")
+        print(f"wrote {args.recheck}\n{table(report)}")
+        return 1 if report["kiln_fails"] else 0
     if args.merge:
         report = merge_reports([json.loads(p.read_text()) for p in args.merge])
         out = args.out or DEFAULT_OUT
