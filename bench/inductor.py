@@ -1,0 +1,268 @@
+"""torch.compile on stock Inductor and with ``triton_kiln.inductor`` installed: first call, warm
+process, runtime, outputs, and where the compile time goes (issue 20).
+
+Run from the repository root on a GPU machine (torch and torchvision installed; kiln is taken from
+this checkout's ``src/``)::
+
+    python bench/inductor.py --out bench/results/inductor-h100-DATE.json       # everything, 3 runs
+    python bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs --runs 1 \
+        --first-run 0 --work-dir W --out a.json                                # one run of one row
+    python bench/inductor.py --merge a.json b.json c.json --out all.json       # medians over all runs
+    python bench/inductor.py --split-only --model resnet50 --mode max-autotune-no-cudagraphs
+    python bench/inductor.py --smoke --arms stock --out smoke.json             # any device, seconds
+
+Each run of each arm is two fresh processes (``bench/inductor_child.py``) with fresh cache
+directories of its own (``TORCHINDUCTOR_CACHE_DIR`` holds the FX graph, AOTAutograd and autotune
+caches; ``TRITON_CACHE_DIR``; ``KILN_CACHE_DIR`` and ``KILN_TUNING_DB``; ``CUDA_CACHE_PATH``; remote
+caches off): ``cold`` (compile from nothing), then ``warm`` (the same caches, a new process). Arms
+alternate which goes first from run to run. Arms: ``stock`` and ``kiln``
+(``triton_kiln.inductor.install()``; ``--kiln-sandbox`` passes ``sandbox_benchmarks=True``).
+
+Rows (one per model and mode): ``model``, ``mode``, ``stock_first_s``, ``kiln_first_s`` (cold
+process: ``torch.compile``, the first call and a CUDA sync, kiln's ``install()`` included; imports,
+model building and one eager call before it excluded), ``stock_warm_s``, ``kiln_warm_s`` (the same
+in the warm process), ``stock_runtime_ms``, ``kiln_runtime_ms`` (the compiled model's wall time
+per call, synchronized after each, median of ``--iters``), ``outputs_match`` (every run's kiln
+output against the same run's stock output by ``torch._dynamo.utils.same`` with the float64 eager
+output as reference, Inductor's own accuracy rule; ``None`` when an arm is missing), medians over
+runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medians over runs:
+``dynamo_timed`` phases, ``calculate_time_spent``, counters, ``torch._inductor.metrics``);
+``<field>_runs`` (the per-run lists), ``ratios``, ``compare`` (per run), ``errors`` and ``runs``
+(everything each process reported).
+
+Budget (H100, issue 20's figures, not measured here): ResNet-50 max-autotune-no-cudagraphs
+~280 s cold + ~11 s warm per stock run; default mode ~19 s + ~4 s. A device command may take
+10 minutes: run one model and mode with ``--runs 1`` per command (``--first-run`` numbers the run,
+``--work-dir`` keeps the outputs so ``--merge`` can compare arms run in different commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import inductor_report as report
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+CHILD = HERE / "inductor_child.py"
+ARMS = ("stock", "kiln")
+MODELS = ("resnet50", "block")
+MODES = ("max-autotune-no-cudagraphs", "default")
+
+
+def kiln_inductor_missing(src: Path = SRC) -> str | None:
+    """Why the kiln arm cannot run from ``src`` (no ``triton_kiln/inductor``), or None."""
+    package = src / "triton_kiln"
+    if (package / "inductor" / "__init__.py").exists() or (package / "inductor.py").exists():
+        return None
+    return (
+        f"the kiln arm needs triton_kiln.inductor (issue 20), and {package} has none: run from a "
+        "checkout that has it, or pass --arms stock"
+    )
+
+
+def arm_env(caches: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("KILN_PROGRESS", "0")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(caches / "inductor")
+    env["TRITON_CACHE_DIR"] = str(caches / "triton")
+    env["KILN_CACHE_DIR"] = str(caches / "kiln")
+    env["KILN_TUNING_DB"] = str(caches / "kiln" / "tuning.sqlite3")
+    env["CUDA_CACHE_PATH"] = str(caches / "cuda")
+    for remote in ("FX_GRAPH", "AUTOTUNE", "BUNDLED_AUTOTUNE"):
+        env[f"TORCHINDUCTOR_{remote}_REMOTE_CACHE"] = "0"
+    return env
+
+
+def run_child(
+    arm: str, phase: str, model: str, mode: str, arm_dir: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    out_dir = arm_dir / phase
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode, "--phase", phase]
+    cmd += ["--dir", str(out_dir), "--device", args.device, "--attention", args.attention]
+    cmd += ["--iters", str(args.iters if phase == "cold" else 0), "--warmup", str(args.warmup)]
+    if args.batch is not None:
+        cmd += ["--batch", str(args.batch)]
+    if arm == "kiln" and args.kiln_sandbox:
+        cmd.append("--kiln-sandbox")
+    if phase == "cold" and arm == "stock":
+        cmd.append("--reference")
+    print(f"[inductor] {model} {mode}: {arm} {phase}", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    log = out_dir / "stderr.log"
+    with log.open("w") as err:
+        try:
+            proc = subprocess.run(
+                cmd,
+                check=False,
+                env=arm_env(arm_dir / "caches"),
+                stdout=err,
+                stderr=subprocess.STDOUT,
+                timeout=args.arm_timeout,
+            )
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    result_file = out_dir / "result.json"
+    result: dict[str, Any] = json.loads(result_file.read_text()) if result_file.exists() else {"arm": arm}
+    result["process_wall_s"] = time.perf_counter() - started
+    result["exit_code"] = code
+    result["dir"] = str(out_dir)
+    if code is None:
+        result.setdefault("error", f"timed out after {args.arm_timeout} s (stage {result.get('stage')})")
+    elif code < 0:
+        result.setdefault("error", f"killed by {signal.Signals(-code).name} (stage {result.get('stage')})")
+    elif code != 0:
+        result.setdefault("error", f"exit code {code} without a result")
+    if "error" in result:
+        result["stderr_tail"] = log.read_text(errors="replace").splitlines()[-25:]
+    return result
+
+
+def run_once(model: str, mode: str, index: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """One run: each arm's cold then warm process; arms alternate which goes first."""
+    order = list(args.arms) if index % 2 == 0 else list(reversed(args.arms))
+    record: dict[str, Any] = {"run": index, "order": order}
+    run_dir = root / f"{model}-{mode}" / f"run{index}"
+    for arm in order:
+        arm_dir = run_dir / arm
+        if arm_dir.exists():
+            shutil.rmtree(arm_dir)  # fresh caches, whatever a kept work dir held
+        cold = run_child(arm, "cold", model, mode, arm_dir, args)
+        phases = {"cold": cold}
+        if not args.no_warm and "error" not in cold:
+            phases["warm"] = run_child(arm, "warm", model, mode, arm_dir, args)
+        record[arm] = phases
+    record["compare"] = report.compare_run(record)
+    return record
+
+
+def meta(args: argparse.Namespace) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "cores": os.cpu_count(),
+        "iters": args.iters,
+        "smoke": args.smoke,
+        "kiln_sandbox": args.kiln_sandbox,
+    }
+    try:
+        from importlib.metadata import version
+
+        for package in ("torch", "torchvision", "triton"):
+            try:
+                data[package] = version(package)
+            except Exception:  # not installed: only its models fail
+                data[package] = None
+        import torch
+
+        data["device"] = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+    except Exception as exc:  # a missing package is reported, not fatal
+        data["meta_error"] = f"{type(exc).__name__}: {exc}"
+    return data
+
+
+def write(result: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2, default=repr) + "\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="all", choices=[*MODELS, "tiny", "all"])
+    parser.add_argument("--mode", default="all", choices=[*MODES, "all"])
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of stock,kiln")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--first-run", type=int, default=0, help="index of the first run (for --merge)")
+    parser.add_argument("--iters", type=int, default=100, help="timed calls per runtime measurement")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batch", type=int, default=None, help="default: resnet50 32, block 8")
+    parser.add_argument("--attention", choices=("flex", "manual"), default="flex", help="the block's")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")
+    parser.add_argument("--no-warm", action="store_true", help="cold processes only")
+    parser.add_argument("--arm-timeout", type=float, default=900.0, help="seconds before a process is killed")
+    parser.add_argument("--work-dir", type=Path, default=None, help="kept: caches, outputs, logs")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    parser.add_argument("--split-only", action="store_true", help="stock cold processes; print the split")
+    parser.add_argument(
+        "--smoke", action="store_true", help="the tiny model, default mode, 1 run, any device"
+    )
+    parser.add_argument("--merge", nargs="+", type=Path, default=None, help="join runs of JSON files")
+    args = parser.parse_args(argv)
+    arms = [a for a in args.arms.split(",") if a]
+    if not arms or any(a not in ARMS for a in arms):
+        parser.error(f"unknown arms in {arms}; known: {', '.join(ARMS)}")
+    args.arms = [a for a in ARMS if a in arms]
+    if args.split_only:
+        args.arms, args.no_warm = ["stock"], True
+    if args.smoke:
+        args.models, args.modes = ["tiny"], ["default"]
+        args.runs, args.iters, args.warmup = 1, min(args.iters, 5), min(args.warmup, 2)
+    else:
+        args.models = list(MODELS) if args.model == "all" else [args.model]
+        args.modes = list(MODES) if args.mode == "all" else [args.mode]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        result = report.merge(parts)
+        write(result, args)
+        print(report.table(result["rows"]), file=sys.stderr)
+        return 0
+    if "kiln" in args.arms and (missing := kiln_inductor_missing()) is not None:
+        print(f"bench/inductor.py: {missing}", file=sys.stderr)
+        return 2
+    root = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-inductor-bench-"))
+    result: dict[str, Any] = {"meta": meta(args), "rows": []}
+    try:
+        for model in args.models:
+            for mode in args.modes:
+                runs: list[dict[str, Any]] = []
+                result["rows"].append(report.summarize(model, mode, runs))
+                for index in range(args.first_run, args.first_run + args.runs):
+                    runs.append(run_once(model, mode, index, root, args))
+                    result["rows"][-1] = report.summarize(model, mode, runs)
+                    write(result, args)  # after every run: a later failure keeps what was measured
+    finally:
+        if args.work_dir is None:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            print(f"[inductor] kept {root}", file=sys.stderr)
+    write(result, args)
+    brief = [
+        {k: v for k, v in row.items() if k not in ("runs", "stock_split", "kiln_split")}
+        for row in result["rows"]
+    ]
+    print(json.dumps({"meta": result["meta"], "rows": brief}, indent=1, default=repr))
+    if args.split_only:
+        for row in result["rows"]:
+            print(report.split_table(row, "stock"), file=sys.stderr)
+    print("\n" + report.table(result["rows"]), file=sys.stderr)
+    failed = any(row.get("errors") for row in result["rows"])
+    return 1 if failed and args.smoke else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

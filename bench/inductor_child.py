@@ -1,0 +1,159 @@
+"""One arm of ``bench/inductor.py`` for one model and mode, in a process of its own (started by it).
+
+::
+
+    inductor.py (parent)                              this process (one arm, one phase)
+      per run and arm: fresh TORCHINDUCTOR_CACHE_DIR,   build the model and inputs (seeded), run it
+      TRITON_CACHE_DIR, KILN_CACHE_DIR (shared by the    eagerly once (CUDA, cuBLAS, cuDNN ready)
+      arm's cold and warm phases only)           -->     kiln arm: triton_kiln.inductor.install()
+      argv: --arm --model --mode --phase --dir           timed: torch.compile, first call, sync
+                                                         Inductor's split; runtime (ms, median)
+      reads DIR/result.json, DIR/outputs.pt      <--     outputs (and, with --reference, the
+                                                         model's float64 eager output)
+
+Arms: ``stock`` (torch.compile as installed) and ``kiln`` (``triton_kiln.inductor.install()``,
+``sandbox_benchmarks`` with ``--kiln-sandbox``, inside the timed region: the pool's start is kiln's
+cost). A kiln arm without ``triton_kiln.inductor`` fails at once with :class:`KilnInductorMissing`.
+Phases: ``cold`` (fresh caches) and ``warm`` (a second process on the cold phase's caches: what
+the next process pays). ``result.json`` is written whatever happens: a failure is data.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import inductor_models
+
+ARMS = ("stock", "kiln")
+MODES = ("max-autotune-no-cudagraphs", "default")
+KILN_MODULE = "triton_kiln.inductor"
+
+
+class KilnInductorMissing(RuntimeError):
+    """The kiln arm was asked for, and this checkout has no ``triton_kiln.inductor``."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            f"the kiln arm needs {KILN_MODULE} (issue 20: install(*, sandbox_benchmarks=False), "
+            f"uninstall(), installed()), and it cannot be imported here: {detail}. Run from a "
+            "checkout that has it (src/ is put on PYTHONPATH), or pass --arms stock."
+        )
+
+
+def install_kiln(sandbox: bool) -> dict[str, Any]:
+    """``triton_kiln.inductor.install(sandbox_benchmarks=sandbox)``; what was installed, from where."""
+    import importlib
+
+    try:
+        module = importlib.import_module(KILN_MODULE)
+    except ModuleNotFoundError as exc:
+        raise KilnInductorMissing(f"{type(exc).__name__}: {exc}") from exc
+    module.install(sandbox_benchmarks=sandbox)
+    if not module.installed():
+        raise RuntimeError(f"{KILN_MODULE}.install() returned but installed() is False")
+    return {"module": getattr(module, "__file__", None), "sandbox_benchmarks": sandbox}
+
+
+def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    result["stage"] = "import"
+    started = time.perf_counter()
+    import torch
+
+    result["import_torch_s"] = time.perf_counter() - started
+    result["torch"] = torch.__version__
+    device = args.device if args.device != "auto" else inductor_models.device_name()
+    result["device"] = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or "cpu"
+    result["stage"] = "model"
+    model, inputs = inductor_models.build(args.model, device, args.batch, args.attention)
+    with torch.no_grad():
+        model(*inputs)  # eager once: CUDA context, cuBLAS/cuDNN handles ready in every arm alike
+    inductor_models.sync(device)
+    result["settings"] = inductor_models.inductor_settings()
+
+    result["stage"] = "compile"
+    started = time.perf_counter()
+    if args.arm == "kiln":
+        result["stage"] = "kiln install"
+        result["kiln"] = install_kiln(args.kiln_sandbox)
+        result["kiln_install_s"] = time.perf_counter() - started
+        result["stage"] = "compile"
+    compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
+    with torch.no_grad():
+        out = compiled(*inputs)
+    inductor_models.sync(device)
+    result["first_s"] = time.perf_counter() - started
+    result["split"] = inductor_models.inductor_split(result["first_s"])
+
+    if args.iters > 0:
+        result["stage"] = "runtime"
+
+        def call() -> Any:
+            with torch.no_grad():
+                return compiled(*inputs)
+
+        result["runtime_ms"], times = inductor_models.runtime_ms(call, device, args.iters, args.warmup)
+        result["runtime_iters"] = len(times)
+        result["split_after_runtime"] = {
+            "counters": inductor_models.inductor_split().get("counters", {})  # recompiles show here
+        }
+    result["stage"] = "outputs"
+    torch.save({"out": out.detach().cpu()}, args.dir / "outputs.pt")
+    if args.reference:
+        result["stage"] = "reference"
+        ref = inductor_models.fp64_reference(model, inputs)
+        torch.save({"fp64": ref.detach().cpu()}, args.dir / "reference.pt")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arm", required=True, choices=ARMS)
+    parser.add_argument("--model", required=True, choices=inductor_models.MODELS)
+    parser.add_argument("--mode", required=True, choices=MODES)
+    parser.add_argument("--phase", required=True, choices=("cold", "warm"))
+    parser.add_argument("--dir", required=True, type=Path)
+    parser.add_argument("--batch", type=int, default=None)
+    parser.add_argument("--attention", choices=("flex", "manual"), default="flex")
+    parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
+    parser.add_argument("--iters", type=int, default=100, help="timed calls for the runtime (0: none)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")
+    parser.add_argument("--reference", action="store_true", help="also save the float64 eager output")
+    args = parser.parse_args(argv)
+    if args.batch is None:
+        args.batch = inductor_models.default_batch(args.model)
+    args.dir.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "arm": args.arm,
+        "model": args.model,
+        "mode": args.mode,
+        "phase": args.phase,
+        "batch": args.batch,
+        "python": platform.python_version(),
+        "pid": os.getpid(),
+    }
+    code = 0
+    try:
+        run(args, result)
+        result["stage"] = "done"
+    except BaseException as exc:
+        result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        result["traceback_tail"] = traceback.format_exc()[-3000:]
+        code = 3 if isinstance(exc, KilnInductorMissing) else 1
+        print(f"[inductor_child] {args.arm} {args.phase}: {result['error']}", file=sys.stderr, flush=True)
+    (args.dir / "result.json").write_text(json.dumps(result, indent=1, default=repr))
+    sys.stdout.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,226 @@
+"""Models, inputs and Inductor's own measurements, shared by ``bench/inductor_child.py`` and
+``bench/inductor_faults_child.py`` (imported in the child processes only; imports torch).
+
+Models (weights from ``torch.manual_seed(0)``, inputs from a seeded generator, so every process
+builds the same ones):
+
+* ``resnet50``: torchvision's ResNet-50 (``weights=None``), eval, bf16, ``[batch, 3, 224, 224]``;
+* ``block``: one pre-norm transformer block (LayerNorm, QKV projection, causal ``flex_attention``
+  (an Inductor Triton template, not cuDNN or FlashAttention), output projection, LayerNorm, MLP
+  with tanh GELU), bf16, ``[batch, seq, dim]``: its attention, norms, GELU and residuals are
+  Triton kernels Inductor generates; the four linears are cuBLAS in default mode and Triton
+  templates (or cuBLAS, whichever wins) under max-autotune;
+* ``tiny``: Linear, LayerNorm, GELU, Linear; for ``--smoke`` on any device (fp32 on CPU).
+
+:func:`inductor_split` snapshots what the installed torch records about a compile:
+``torch._dynamo.utils.compilation_time_metrics`` (every ``dynamo_timed`` key: how often, seconds
+in all; keys nest, e.g. ``_compile.compile_inner`` holds ``compile_fx_inner``),
+``calculate_time_spent()`` (the phases, by phase name), ``counters`` (e.g. ``inductor``:
+``select_algorithm_autotune``, ``select_algorithm_num_precompiles``, ``benchmarking.*``), and
+the numbers in ``torch._inductor.metrics``; each part present only where this torch has it.
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+MODELS = ("resnet50", "block", "tiny")
+BLOCK_SHAPE = {"batch": 8, "seq": 1024, "dim": 1024, "heads": 16, "hidden": 4096}
+
+
+def device_name() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _resnet50(device: str, batch: int) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+    import torchvision
+
+    model = torchvision.models.resnet50(weights=None).eval().to(device=device, dtype=torch.bfloat16)
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(batch, 3, 224, 224, generator=gen).to(device=device, dtype=torch.bfloat16)
+    return model, (x,)
+
+
+def _block(device: str, batch: int, attention: str) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    shape = dict(BLOCK_SHAPE, batch=batch)
+    heads, dim = shape["heads"], shape["dim"]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1 = nn.LayerNorm(dim)
+            self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+            self.proj = nn.Linear(dim, dim)
+            self.ln2 = nn.LayerNorm(dim)
+            self.fc1 = nn.Linear(dim, shape["hidden"])
+            self.fc2 = nn.Linear(shape["hidden"], dim)
+
+        def forward(self, x: Any, mask: Any) -> Any:
+            b, s, d = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
+            if attention == "flex":
+                from torch.nn.attention.flex_attention import flex_attention
+
+                a = flex_attention(q, k, v, block_mask=mask)
+            else:  # written out: Inductor may still pattern-match it to SDPA
+                scores = (q @ k.transpose(-2, -1)) * (d // heads) ** -0.5
+                a = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ v
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+    model = Block().eval().to(device=device, dtype=torch.bfloat16)
+    seq = shape["seq"]
+    if attention == "flex":
+        from torch.nn.attention.flex_attention import create_block_mask
+
+        def causal(b: Any, h: Any, q_idx: Any, kv_idx: Any) -> Any:
+            return q_idx >= kv_idx
+
+        mask = create_block_mask(causal, B=None, H=None, Q_LEN=seq, KV_LEN=seq, device=device)
+    else:
+        mask = torch.ones(seq, seq, dtype=torch.bool, device=device).triu(1)
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(batch, seq, dim, generator=gen).to(device=device, dtype=torch.bfloat16)
+    return model, (x, mask)
+
+
+def _tiny(device: str, batch: int) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+    from torch import nn
+
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    model = nn.Sequential(nn.Linear(64, 256), nn.LayerNorm(256), nn.GELU(), nn.Linear(256, 64))
+    model = model.eval().to(device=device, dtype=dtype)
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    return model, (torch.randn(batch, 64, generator=gen).to(device=device, dtype=dtype),)
+
+
+def build(name: str, device: str, batch: int, attention: str = "flex") -> tuple[Any, tuple[Any, ...]]:
+    """The model (eval, on ``device``) and its inputs; the same in every process."""
+    import torch
+
+    torch.manual_seed(0)
+    if name == "resnet50":
+        return _resnet50(device, batch)
+    if name == "block":
+        return _block(device, batch, attention)
+    if name == "tiny":
+        return _tiny(device, batch)
+    raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
+
+
+def default_batch(name: str) -> int:
+    return {"resnet50": 32, "block": BLOCK_SHAPE["batch"], "tiny": 32}[name]
+
+
+def fp64_reference(model: Any, inputs: tuple[Any, ...]) -> Any:
+    """The model run eagerly in float64 (what Inductor's accuracy check measures errors against)."""
+    import torch
+
+    ref_model = copy.deepcopy(model).double()
+    ref_inputs = tuple(x.double() if torch.is_tensor(x) and x.is_floating_point() else x for x in inputs)
+    with torch.no_grad():
+        out = ref_model(*ref_inputs)
+    del ref_model
+    return out
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def runtime_ms(fn: Callable[[], Any], device: str, iters: int, warmup: int) -> tuple[float, list[float]]:
+    """Median wall milliseconds of one call, synchronized after each (launch overhead included)."""
+    for _ in range(warmup):
+        fn()
+    sync(device)
+    times = []
+    for _ in range(iters):
+        started = time.perf_counter()
+        fn()
+        sync(device)
+        times.append((time.perf_counter() - started) * 1e3)
+    return statistics.median(times), times
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (int, float, str, bool)) or value is None:
+        return value
+    return repr(value)
+
+
+def inductor_split(first_call_s: float | None = None) -> dict[str, Any]:
+    """What this process's torch recorded about its compiles so far (see the module docstring)."""
+    split: dict[str, Any] = {}
+    try:
+        from torch._dynamo import utils as dynamo_utils
+    except ImportError as exc:  # a torch without dynamo: nothing to record
+        return {"error": f"ImportError: {exc}"}
+    metrics = getattr(dynamo_utils, "compilation_time_metrics", None)
+    if isinstance(metrics, dict):
+        split["phases"] = {
+            str(k): {"count": len(v), "total_s": float(sum(v)), "max_s": float(max(v, default=0.0))}
+            for k, v in metrics.items()
+            if v
+        }
+    spent = getattr(dynamo_utils, "calculate_time_spent", None)
+    if callable(spent):
+        split["time_spent"] = {str(k): float(v) for k, v in spent().items()}
+    counters = getattr(dynamo_utils, "counters", None)
+    if counters is not None:
+        split["counters"] = {
+            str(group): {str(k): _plain(v) for k, v in values.items()}
+            for group, values in counters.items()
+            if values
+        }
+    try:
+        from torch._inductor import metrics as inductor_metrics
+
+        split["inductor_metrics"] = {
+            k: v
+            for k, v in vars(inductor_metrics).items()
+            if not k.startswith("_") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+    except ImportError:
+        pass
+    if first_call_s is not None:
+        split["first_call_s"] = first_call_s
+        frame = split.get("time_spent", {}).get("entire_frame_compile")
+        if isinstance(frame, float):
+            # what the first call spent outside Dynamo's compile: running the compiled graph and
+            # the codegen kernels' runtime autotuning (benchmarks, coordinate descent) on first use
+            split["outside_frame_compile_s"] = first_call_s - frame
+    return split
+
+
+def inductor_settings() -> dict[str, Any]:
+    """The Inductor settings that shape a compile's cost, as this process sees them."""
+    from torch._inductor import config
+
+    names = (
+        "compile_threads",
+        "max_autotune",
+        "max_autotune_pointwise",
+        "max_autotune_gemm",
+        "coordinate_descent_tuning",
+        "autotune_in_subproc",
+        "fx_graph_cache",
+        "autotune_local_cache",
+        "worker_start_method",
+        "max_autotune_gemm_backends",
+    )
+    return {n: _plain(getattr(config, n)) for n in names if hasattr(config, n)}

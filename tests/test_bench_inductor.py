@@ -1,0 +1,114 @@
+"""bench/inductor.py on the CPU: its smoke run (stock arm, real torch.compile with Inductor's C++
+backend) writes the JSON rows the issue names, the kiln arm fails loudly without
+``triton_kiln.inductor``, and ``--merge`` joins arms measured in different commands."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+sys.path.insert(0, str(BENCH))
+
+import inductor  # noqa: E402  (bench/ is not a package)
+import inductor_child  # noqa: E402
+import inductor_report  # noqa: E402
+
+
+def _cannot_compile_on_cpu() -> str | None:
+    if importlib.util.find_spec("torch") is None:
+        return "torch is not installed"
+    if not any(shutil.which(cc) for cc in ("g++", "c++", "clang++")):
+        return "no C++ compiler: Inductor's CPU backend compiles C++"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").exists():
+        return "no Python.h: Inductor's CPU backend builds Python extensions"
+    return None
+
+
+@pytest.mark.slow
+def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
+    reason = _cannot_compile_on_cpu()
+    if reason is not None:
+        pytest.skip(f"torch.compile cannot run here: {reason}")
+    out = tmp_path / "smoke.json"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # the CPU path, whatever this machine has
+    proc = subprocess.run(
+        [sys.executable, str(BENCH / "inductor.py"), "--smoke", "--arms", "stock", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["meta"]["smoke"] is True
+    (row,) = data["rows"]
+    assert list(row)[: len(inductor_report.ROW_KEYS)] == list(inductor_report.ROW_KEYS)
+    assert (row["model"], row["mode"]) == ("tiny", "default")
+    assert row["errors"] == {}
+    assert row["stock_first_s"] > 0
+    assert row["stock_warm_s"] > 0
+    assert row["stock_runtime_ms"] > 0
+    assert row["kiln_first_s"] is None  # no kiln arm ran
+    assert row["outputs_match"] is None
+    assert len(row["stock_first_s_runs"]) == 1
+    assert row["stock_warm_matches_cold_runs"] == [True]
+    split = row["stock_split"]
+    assert split["phases"]["_compile.compile_inner"]["count"] == 1
+    assert split["time_spent"]["entire_frame_compile"] > 0
+    assert split["counters"]["inductor"]["fxgraph_cache_miss"] == 1
+    (run,) = row["runs"]
+    warm_split = run["stock"]["warm"]["split"]
+    assert warm_split["counters"]["inductor"].get("fxgraph_cache_hit") == 1  # the warm process reused it
+    assert run["stock"]["cold"]["exit_code"] == 0
+    assert "tiny default: stock" in proc.stderr
+
+
+def test_kiln_arm_refused_without_the_module(tmp_path: Path) -> None:
+    message = inductor.kiln_inductor_missing(tmp_path)
+    assert message is not None
+    assert "triton_kiln.inductor" in message
+    assert "--arms stock" in message
+    package = tmp_path / "triton_kiln" / "inductor"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    assert inductor.kiln_inductor_missing(tmp_path) is None
+
+
+def test_kiln_child_fails_loudly_without_the_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "triton_kiln.inductor", None)  # import of it fails
+    with pytest.raises(inductor_child.KilnInductorMissing, match=r"triton_kiln\.inductor.*--arms stock"):
+        inductor_child.install_kiln(sandbox=False)
+
+
+def _run_record(index: int, arm: str, first_s: float) -> dict[str, object]:
+    cold = {"first_s": first_s, "runtime_ms": 2.0, "split": {"phases": {"x": {"count": 1, "total_s": 1.0}}}}
+    return {"run": index, "order": [arm], arm: {"cold": cold, "warm": {"first_s": first_s / 10}}}
+
+
+def test_merge_joins_arms_from_different_commands() -> None:
+    stock = {"meta": {"command": "a"}, "rows": [inductor_report.summarize("m", "default", [])]}
+    stock["rows"][0]["runs"] = [_run_record(0, "stock", 10.0), _run_record(1, "stock", 12.0)]
+    kiln = {"meta": {"command": "b"}, "rows": [{"model": "m", "mode": "default", "runs": []}]}
+    kiln["rows"][0]["runs"] = [_run_record(0, "kiln", 5.0), _run_record(1, "kiln", 7.0)]
+    merged = inductor_report.merge([stock, kiln])
+    (row,) = merged["rows"]
+    assert len(merged["meta"]) == 2
+    assert row["stock_first_s_runs"] == [10.0, 12.0]
+    assert row["kiln_first_s_runs"] == [5.0, 7.0]
+    assert row["stock_first_s"] == 11.0
+    assert row["kiln_first_s"] == 6.0
+    assert row["ratios"]["kiln/stock first_s"] == pytest.approx(6.0 / 11.0)
+    assert row["outputs_match"] is None  # no output files: not compared, never claimed
+    assert row["stock_split"]["phases"]["x"]["total_s"] == 1.0
