@@ -109,9 +109,10 @@ def _sass(cubin: Path) -> list[str]:
     if not cuobjdump.exists():
         pytest.skip(f"no cuobjdump at {cuobjdump} to read the SASS")
     sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True, text=True, check=True)
-    return [
+    lines = [
         line.split("*/", 1)[1].split("/*")[0].strip() for line in sass.stdout.splitlines() if "*/" in line
     ]
+    return [line for line in lines if line]
 
 
 def _stores(cubin: Path) -> list[str]:
