@@ -190,7 +190,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="all", choices=[*MODELS, "tiny", "all"])
     parser.add_argument("--mode", default="all", choices=[*MODES, "all"])
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of stock,kiln")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=None, help="default 3 (--split-only: 1)")
     parser.add_argument("--first-run", type=int, default=0, help="index of the first run (for --merge)")
     parser.add_argument("--iters", type=int, default=100, help="timed calls per runtime measurement")
     parser.add_argument("--warmup", type=int, default=10)
@@ -214,6 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.arms = [a for a in ARMS if a in arms]
     if args.split_only:
         args.arms, args.no_warm = ["stock"], True
+    if args.runs is None:
+        args.runs = 1 if args.split_only else 3
     if args.smoke:
         args.models, args.modes = ["tiny"], ["default"]
         args.runs, args.iters, args.warmup = 1, min(args.iters, 5), min(args.warmup, 2)
