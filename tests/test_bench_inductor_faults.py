@@ -12,11 +12,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 import triton
+import triton.language as tl
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import SM90, is_cubin
+from triton_kiln import CompileRequest, WorkerCrashedError
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
 BENCH = ROOT / "bench"
 HOOK_DIR = BENCH / "inductor_fault_hook"
 sys.path.insert(0, str(BENCH))
@@ -177,3 +183,45 @@ def test_case_env_and_fault_log(tmp_path: Path) -> None:
         "kernels": ["triton_red_fused_sum_0 w16 s1"],
     }
     assert inductor_faults.fault_summary(tmp_path / "absent.log", None)["fault_fired"] == 0
+
+
+@triton.jit
+def triton_mm(x_ptr, BLOCK: tl.constexpr):  # named as Inductor names its mm template choices
+    tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+
+@triton.jit
+def triton_poi_probe(x_ptr, BLOCK: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, BLOCK), 2.0)
+
+
+@pytest.mark.timeout(180)
+def test_kiln_pool_workers_get_the_hook_from_the_environment(
+    make_pool: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The kiln arm's compiles run in kiln's zygote and workers: spawned interpreters that get the
+    hook from ``sitecustomize`` through the environment alone, as the fault runs set it."""
+    log = tmp_path / "fault.log"
+    paths = [str(HOOK_DIR), str(ROOT / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in paths if p))
+    monkeypatch.setenv("BENCH_FAULT", "abort")
+    monkeypatch.setenv("BENCH_FAULT_NAMES", "triton_mm")
+    monkeypatch.setenv("BENCH_FAULT_WARPS", "2")
+    monkeypatch.setenv("BENCH_FAULT_LOG", str(log))
+    pool = make_pool(workers=2)
+
+    def request(kernel: Any, num_warps: int) -> CompileRequest:
+        return CompileRequest(kernel, {"x_ptr": "*fp32"}, {"BLOCK": 128}, {"num_warps": num_warps}, SM90)
+
+    marked = pool.submit(request(triton_mm, 2))
+    same_name = pool.submit(request(triton_mm, 4))
+    same_warps = pool.submit(request(triton_poi_probe, 2))
+    exc = marked.exception(timeout=120)
+    assert isinstance(exc, WorkerCrashedError), repr(exc)
+    assert exc.signal_name == "SIGABRT"
+    assert bench_fault.ASSERTION in str(exc)
+    assert is_cubin(same_name.result(timeout=120).binary)
+    assert is_cubin(same_warps.result(timeout=120).binary)
+    (line,) = [json.loads(x) for x in log.read_text().splitlines()]
+    assert line["kernel"] == "triton_mm"
+    assert line["pid"] != os.getpid()  # in a worker: nothing compiled here
