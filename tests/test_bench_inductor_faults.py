@@ -225,3 +225,45 @@ def test_kiln_pool_workers_get_the_hook_from_the_environment(
     (line,) = [json.loads(x) for x in log.read_text().splitlines()]
     assert line["kernel"] == "triton_mm"
     assert line["pid"] != os.getpid()  # in a worker: nothing compiled here
+
+
+# In a fresh interpreter on the fault run's environment: start Inductor's own compile pool (the
+# stock arm's) and ask one of its workers which faults it installed.
+_INDUCTOR_POOL_PROBE = textwrap.dedent(
+    """
+    import json
+    import bench_fault
+    from torch._inductor.compile_worker.subproc_pool import SubprocPool
+
+    pool = SubprocPool(1)
+    try:
+        worker = pool.submit(bench_fault.installed).result(timeout=120)
+    finally:
+        pool.shutdown()
+    print(json.dumps({"parent": bench_fault.installed(), "worker": worker}))
+    """
+)
+
+
+@pytest.mark.timeout(240)
+def test_inductor_compile_workers_get_the_hook(tmp_path: Path) -> None:
+    """The stock arm's compiles run in Inductor's ``SubprocPool``: its sidecar and workers get the
+    hook too (their ``PYTHONPATH`` is the parent's ``sys.path``, the hook directory first)."""
+    pytest.importorskip("torch._inductor.compile_worker.subproc_pool")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENCH_FAULT")}
+    env.update(
+        PYTHONPATH=os.pathsep.join([str(HOOK_DIR), str(ROOT / "src")]),
+        BENCH_FAULT="ima",
+        BENCH_FAULT_NAMES="triton_mm",
+        TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _INDUCTOR_POOL_PROBE],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"parent": ["ima"], "worker": ["ima"]}

@@ -120,6 +120,9 @@ def make_editor(spec: FaultSpec) -> Any:
     return edit
 
 
+_installed: list[str] = []
+
+
 def install_from_env(env: dict[str, str] | None = None) -> bool:
     """Install the hook when ``BENCH_FAULT`` is set; True if it was."""
     env = dict(os.environ) if env is None else env
@@ -129,4 +132,10 @@ def install_from_env(env: dict[str, str] | None = None) -> bool:
 
     spec = FaultSpec(env)
     install_stages_hook(make_editor(spec), f"bench-fault-{spec.fault}")
+    _installed.append(spec.fault)
     return True
+
+
+def installed() -> list[str]:
+    """The faults this process installed (for tests: a compile worker reports its own)."""
+    return list(_installed)
