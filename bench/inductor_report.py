@@ -233,13 +233,34 @@ def table(rows: list[dict[str, Any]]) -> str:
     return _grid(head, lines)
 
 
+FAMILIES = ("_template_autotuning", "_template_precompiling")
+
+
+def phase_families(phases: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Keys that differ by op (``mm_template_autotuning``, ``convolution_template_autotuning``...)
+    summed into one ``(all *<suffix>)`` entry each (a sum: where they overlap in time, as
+    precompiles in threads may, it exceeds the wall time they took)."""
+    out: dict[str, dict[str, Any]] = {}
+    for suffix in FAMILIES:
+        members = [p for name, p in phases.items() if name.endswith(suffix)]
+        if len(members) > 1:
+            out[f"(all *{suffix})"] = {
+                "count": sum(p.get("count") or 0 for p in members),
+                "total_s": sum(p.get("total_s") or 0.0 for p in members),
+            }
+    return out
+
+
 def split_table(row: dict[str, Any], arm: str, min_share: float = 0.002) -> str:
     """One arm's split: phases by seconds (share of the first call), then the counters."""
     split = row.get(f"{arm}_split") or {}
     first = split.get("first_call_s")
     title = f"{row['model']} {row['mode']}, {arm}: first call {_num(first, '.1f')} s "
     title += f"(median of {split.get('runs', 0)} runs); phases nest (see inductor_models.py)"
-    phases = sorted(split.get("phases", {}).items(), key=lambda kv: -(kv[1].get("total_s") or 0.0))
+    phases = sorted(
+        [*split.get("phases", {}).items(), *phase_families(split.get("phases", {})).items()],
+        key=lambda kv: -(kv[1].get("total_s") or 0.0),
+    )
     lines = []
     for name, p in phases:
         share = (p.get("total_s") or 0.0) / first if first else None

@@ -112,3 +112,20 @@ def test_merge_joins_arms_from_different_commands() -> None:
     assert row["ratios"]["kiln/stock first_s"] == pytest.approx(6.0 / 11.0)
     assert row["outputs_match"] is None  # no output files: not compared, never claimed
     assert row["stock_split"]["phases"]["x"]["total_s"] == 1.0
+
+
+def test_split_table_sums_per_op_template_phases() -> None:
+    phases = {
+        "mm_template_autotuning": {"count": 2, "total_s": 3.0},
+        "convolution_template_autotuning": {"count": 5, "total_s": 4.0},
+        "convolution_template_precompiling": {"count": 5, "total_s": 1.0},
+        "async_compile.wait": {"count": 1, "total_s": 0.5},
+    }
+    families = inductor_report.phase_families(phases)
+    assert families == {"(all *_template_autotuning)": {"count": 7, "total_s": 7.0}}  # one op: no sum
+    split = {"first_call_s": 10.0, "runs": 1, "phases": phases, "counters": {"inductor": {"x": 3}}}
+    text = inductor_report.split_table({"model": "m", "mode": "d", "stock_split": split}, "stock")
+    lines = text.splitlines()
+    assert lines[3].split()[:4] == ["(all", "*_template_autotuning)", "7", "7.00"]  # largest first
+    assert "70.0%" in lines[3]
+    assert any(line.startswith("inductor.x") for line in lines)
