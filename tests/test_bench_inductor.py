@@ -70,7 +70,11 @@ def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
     assert split["counters"]["inductor"]["fxgraph_cache_miss"] == 1
     (run,) = row["runs"]
     warm_split = run["stock"]["warm"]["split"]
-    assert warm_split["counters"]["inductor"].get("fxgraph_cache_hit") == 1  # the warm process reused it
+    hits = [
+        warm_split["counters"].get(g, {}).get(k)
+        for g, k in (("inductor", "fxgraph_cache_hit"), ("aot_autograd", "autograd_cache_hit"))
+    ]
+    assert 1 in hits, warm_split["counters"]  # the warm process reused the cold one's caches
     assert run["stock"]["cold"]["exit_code"] == 0
     assert "tiny default: stock" in proc.stderr
 
