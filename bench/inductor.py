@@ -75,6 +75,12 @@ def kiln_inductor_missing(src: Path = SRC) -> str | None:
     )
 
 
+def _has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
 def arm_env(caches: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
@@ -233,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
         write(result, args)
         print(report.table(result["rows"]), file=sys.stderr)
         return 0
+    if not args.smoke and args.device == "auto" and not _has_cuda():
+        print("bench/inductor.py needs a GPU (or --smoke, or --device cpu)", file=sys.stderr)
+        return 2
     if "kiln" in args.arms and (missing := kiln_inductor_missing()) is not None:
         print(f"bench/inductor.py: {missing}", file=sys.stderr)
         return 2

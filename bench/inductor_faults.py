@@ -207,6 +207,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if not inductor._has_cuda():
+        print("bench/inductor_faults.py needs a GPU", file=sys.stderr)
+        return 2
     wanted = {arm for c in args.cases for arm in CASES[c].arms if args.arms is None or arm in args.arms}
     if (
         any(a.startswith("kiln") for a in wanted)
