@@ -274,7 +274,8 @@ class TuningDatabase:
             return None if row is None else self._run_from_row(conn, row)
 
     def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]:
-        """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one kernel."""
+        """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one
+        kernel; at most ``limit`` of them (a negative ``limit``: every one)."""
         with self._connection("list the runs in") as conn, transaction(conn):
             if kernel is None:
                 rows = conn.execute(
