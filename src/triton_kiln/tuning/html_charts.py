@@ -31,6 +31,10 @@ COLOURS = {
     "grid": "#e5e7eb",
 }
 
+AXIS_CAP = 4.0
+"""The runtimes' axis ends at this many times the fastest config's (or the slowest's, if less):
+the race near the winner stays readable; slower bars end at the axis, marked »."""
+
 COMPILE_FAILURES = ("compile_error", "crashed", "timeout", "out_of_resources")
 
 
@@ -38,6 +42,14 @@ def short(text: str, limit: int) -> str:
     """``text`` on one line, cut to ``limit`` characters (with "...")."""
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def common_parts(run: TuningRun) -> list[str]:
+    """The ``name=value`` parts of a label that every config of the run shares (left off the plot)."""
+    labels = [result.label.split(", ") for result in run.results]
+    if len(labels) < 2:
+        return []
+    return [part for part in labels[0] if all(part in other for other in labels[1:])]
 
 
 def kind(run: TuningRun, result: ConfigResult) -> str:
@@ -60,13 +72,15 @@ def times_chart(run: TuningRun) -> str:
     )
     shown = {r.label for r in timed}
     rest = [r for r in run.results if r.label not in shown]
-    left, right, top = 470.0, WIDTH - 190.0, 26.0
+    left, right, top = 470.0, WIDTH - 190.0, 38.0
     svg = Svg(
         WIDTH, top + ROW * max(1, len(timed) + len(rest)) + 8, f"runtimes of {run.kernel}", "chart times"
     )
     high = max((r.runtime_ms_p80 or r.runtime_ms or 0.0 for r in timed), default=0.0)
-    ticks = nice_ticks(high)
+    fastest = timed[0].runtime_ms or 0.0 if timed else 0.0
+    ticks = nice_ticks(min(high, AXIS_CAP * fastest) if fastest > 0 else high)
     scale = (right - left) / ticks[-1]
+    end = ticks[-1]  # a runtime past the axis is drawn to its end, marked, its value written out
     for tick in ticks:
         x = left + tick * scale
         svg.line(x, top - 4, x, svg.height - 4, stroke=COLOURS["grid"])
@@ -75,19 +89,35 @@ def times_chart(run: TuningRun) -> str:
         left - 8, top - 8, "runtime, ms (median; whisker: 20th-80th percentile)", anchor="end", class_="axis"
     )
     best = run.best
+    common = common_parts(run)
+    if common:
+        svg.text(
+            left - 8, top - 20, "every config: " + short(", ".join(common), 70), anchor="end", class_="axis"
+        )
+
+    def name(result: ConfigResult) -> str:
+        own = ", ".join(part for part in result.label.split(", ") if part not in common)
+        return short(own or result.label, LABEL_CHARS)
+
     for row, result in enumerate(timed):
         y = top + row * ROW
         drawn = kind(run, result)
-        svg.text(left - 8, y + 12, short(result.label, LABEL_CHARS), anchor="end", title=result.label,
+        svg.text(left - 8, y + 12, name(result), anchor="end", title=result.label,
                  class_=f"label {drawn}")  # fmt: skip
         runtime = result.runtime_ms or 0.0
         tip = f"{result.label}\n{_ms(runtime)} ({drawn})" + (f"\n{result.reason}" if result.reason else "")
-        svg.rect(left, y + 3, runtime * scale, ROW - 6, fill=COLOURS[drawn], title=tip,
+        svg.rect(left, y + 3, min(runtime, end) * scale, ROW - 6, fill=COLOURS[drawn], title=tip,
                  class_=f"bar {drawn}", data_label=result.label, data_kind=drawn)  # fmt: skip
-        if result.runtime_ms_p20 is not None and result.runtime_ms_p80 is not None:
+        if runtime > end:
+            svg.text(right - 2, y + 12, "\u00bb", anchor="end", class_="past")
+        if (
+            result.runtime_ms_p20 is not None
+            and result.runtime_ms_p80 is not None
+            and result.runtime_ms_p20 < end
+        ):
             y_mid = y + ROW / 2
-            svg.line(left + result.runtime_ms_p20 * scale, y_mid, left + result.runtime_ms_p80 * scale, y_mid,
-                     stroke="#111827", stroke_width=1)  # fmt: skip
+            low, upper = result.runtime_ms_p20 * scale, min(result.runtime_ms_p80, end) * scale
+            svg.line(left + low, y_mid, left + upper, y_mid, stroke="#111827", stroke_width=1)
         note = _ms(runtime)
         if drawn == "chosen":
             note += "  \u2605 chosen"
@@ -101,12 +131,12 @@ def times_chart(run: TuningRun) -> str:
     for row, result in enumerate(rest, start=len(timed)):
         y = top + row * ROW
         drawn = kind(run, result)
-        svg.text(left - 8, y + 12, short(result.label, LABEL_CHARS), anchor="end", title=result.label,
+        svg.text(left - 8, y + 12, name(result), anchor="end", title=result.label,
                  class_=f"label {drawn}")  # fmt: skip
         cause = f"{result.status}: {result.reason}" if result.reason else result.status
         if result.ok:  # ok but never timed (a newer kiln's record?)
             cause = "ok, no runtime recorded"
-        svg.text(left + 4, y + 12, "\u2715 " + short(cause, 110), title=cause, class_=f"fail {drawn}",
+        svg.text(left + 4, y + 12, "\u2715 " + short(cause, 96), title=cause, class_=f"fail {drawn}",
                  data_label=result.label, data_kind=drawn, data_status=result.status)  # fmt: skip
     return svg.render()
 

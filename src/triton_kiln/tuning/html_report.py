@@ -38,7 +38,9 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: 
 main { max-width: 1140px; margin: 0 auto; padding: 16px 20px 60px; }
 h1 { font-size: 22px; margin: 8px 0 2px; } h2 { font-size: 18px; margin: 0 0 4px; }
 h3 { font-size: 14px; margin: 18px 0 6px; color: #374151; }
-.nowrap { white-space: nowrap; } table.runs td.mono { font-size: 11px; }
+.nowrap, table.runs th { white-space: nowrap; } .wide { overflow-x: auto; }
+svg text.past { fill: #fff; font-weight: 700; }
+table.runs { font-size: 11.5px; } table.runs td.mono { font-size: 10.5px; }
 .meta { color: #6b7280; font-size: 12.5px; }
 section.run { background: #fff; border: 1px solid #e5e7eb; border-radius: 8px; padding: 14px 18px;
               margin: 18px 0; }
@@ -102,18 +104,20 @@ def runs_table(all_runs: Sequence[TuningRun], shown: set[str]) -> str:
         flagged = sum(1 for r in run.results if r.flagged)
         best = run.best
         state = "finished" if run.finished else "unfinished"
+        chosen = esc(short(best.label, 44)) if best else "-"
         rows.append(
             f'<tr class="{state}" data-run="{esc(run.run_id)}"><td>{esc(run.run_id)}</td><td>{kernel}</td>'
-            f'<td class="mono" title="{esc(run.key_repr)}">{esc(short(run.key_repr, 36))}</td>'
-            f"<td>{esc(run.device_name)}</td><td>{esc(run.triton_version)}</td>"
+            f'<td class="mono" title="{esc(run.key_repr)}">{esc(short(run.key_repr, 24))}</td>'
+            f'<td class="nowrap">{esc(run.device_name)}</td><td>{esc(run.triton_version)}</td>'
             f'<td class="nowrap" title="{esc(_when(run.started_at))}">{esc(_short_when(run.started_at))}</td>'
             f'<td class="num">{_num(run.wall_s, ".1f")}</td>'
             f'<td class="num">{len(run.results)}</td><td class="num">{len(run.ok_results)}</td>'
             f'<td class="num">{failed}</td><td class="num">{flagged}</td>'
-            f'<td class="mono">{esc(best.label) if best else "-"}</td>'
+            f'<td class="mono" title="{esc(best.label if best else "")}">{chosen}</td>'
             f'<td class="num">{_num(best.runtime_ms if best else None, ".4f")}</td><td>{state}</td></tr>'
         )
-    return f'<table class="runs"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    table = f'<table class="runs"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+    return f'<div class="wide">{table}</div>'
 
 
 def _passed_over(run: TuningRun) -> list[tuple[ConfigResult, str]]:
