@@ -312,3 +312,27 @@ def test_the_page_renders_in_headless_chromium_without_console_errors(
     )
     assert got["scripts"] == 0
     assert got["bars"] == sum(1 for run in database["runs"] for r in run.results if r.ok)
+
+
+def test_the_final_round_is_shown_with_each_finalists_screening_time(
+    database: dict[str, Any], page: Path
+) -> None:
+    tree = parse(page.read_text())
+    [a, b, _] = by_kernel(database)["scale_kernel"]
+    screened = {r.label.split(",")[0]: r.screen_ms for r in b.results}
+    assert screened == {"BLOCK=32": None, "BLOCK=64": None, "BLOCK=128": 0.7, "BLOCK=256": 0.75}
+    assert b.best_label.startswith("BLOCK=256")  # the final round overturned the screening
+    node = section(tree, b)
+    assert "2 timed again in the final round" in node.content()
+    marks = {
+        m.attrs["data-label"].split(",")[0]: float(m.attrs["data-ms"])
+        for m in node.all("rect", class_="screen")
+    }
+    assert marks == {"BLOCK=128": 0.7, "BLOCK=256": 0.75}
+    [table] = node.all("table", class_="passed-over")
+    rows = {
+        r.attrs["data-label"].split(",")[0]: r.content() for r in table.all("tr") if "data-label" in r.attrs
+    }
+    assert "slower in the final round (screening: 0.7000 ms)" in rows["BLOCK=128"]
+    assert "slower at screening (outside the final round's margin)" in rows["BLOCK=64"]
+    assert not section(tree, a).all("rect", class_="screen")  # one pass: no final round

@@ -1,8 +1,9 @@
 """The HTML report's three pictures of one tuning run, as inline SVG (:mod:`.svg`).
 
 * :func:`times_chart`: every config's runtime as a sorted bar (median, with a 20th-80th
-  percentile whisker), the chosen config and flagged ones coloured, and below them every config
-  that failed, marked with its status and cause.
+  percentile whisker; for a config timed again in the final round, a mark at its screening
+  time), the chosen config and flagged ones coloured, and below them every config that failed,
+  marked with its status and cause.
 * :func:`split_chart`: where the run's wall time went (:attr:`TuningRun.split`, see
   :mod:`kiln.autotuner.timesplit`) as stacked bars: the tuning thread's parts (sandbox wait,
   screening, final round, other), compiling on the same scale (it overlaps them), and, when the
@@ -90,6 +91,9 @@ def times_chart(run: TuningRun) -> str:
     )
     best = run.best
     common = common_parts(run)
+    if any(r.screen_ms is not None for r in timed):
+        svg.text(right, top - 20, "\u258e its screening time (timed again in the final round)", anchor="end",
+                 class_="axis screen-key")  # fmt: skip
     if common:
         svg.text(
             left - 8, top - 20, "every config: " + short(", ".join(common), 70), anchor="end", class_="axis"
@@ -108,6 +112,10 @@ def times_chart(run: TuningRun) -> str:
         tip = f"{result.label}\n{_ms(runtime)} ({drawn})" + (f"\n{result.reason}" if result.reason else "")
         svg.rect(left, y + 3, min(runtime, end) * scale, ROW - 6, fill=COLOURS[drawn], title=tip,
                  class_=f"bar {drawn}", data_label=result.label, data_kind=drawn)  # fmt: skip
+        if result.screen_ms is not None and result.screen_ms < end:  # timed again in the final round
+            x = left + result.screen_ms * scale
+            svg.rect(x - 1.5, y + 1, 3, ROW - 2, fill="#7c2d12", title=f"screening: {_ms(result.screen_ms)}",
+                     class_="screen", data_label=result.label, data_ms=f"{result.screen_ms:.6g}")  # fmt: skip
         if runtime > end:
             svg.text(right - 2, y + 12, "\u00bb", anchor="end", class_="past")
         if (

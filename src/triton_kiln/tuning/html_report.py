@@ -7,7 +7,7 @@
 
 The page holds a table of every run in the database (``all_runs``), then a section per run of
 ``runs``: the chosen config and the ones passed over with why (faster but flagged by the output
-check, rejected by it, or slower by how much), the configs' runtimes as sorted bars with every
+check, rejected by it, or slower by how much: in the final round or at screening), the configs' runtimes as sorted bars with every
 failure marked with its cause, the time split as stacked bars, each config's compile time, and a
 table of every config. Pictures are inline SVG drawn here (:mod:`.html_charts`); the CSS is
 inline; there is no JavaScript and nothing is fetched when the page is viewed. Its
@@ -140,13 +140,24 @@ def _passed_over(run: TuningRun) -> list[tuple[ConfigResult, str]]:
         elif slower < 3:
             slower += 1
             extra = f"; {result.reason}" if result.reason else ""
-            found.append((result, f"{(runtime / best.runtime_ms - 1) * 100:.1f}% slower{extra}"))
+            found.append(
+                (result, f"{(runtime / best.runtime_ms - 1) * 100:.1f}% slower{_race(run, result)}{extra}")
+            )
     found += [
         (r, f"rejected by the output check: {r.reason or 'wrong output'}")
         for r in run.results
         if r.status == "wrong_output"
     ]
     return found
+
+
+def _race(run: TuningRun, result: ConfigResult) -> str:
+    """Where a slower config lost: in the final round, or at screening (when the run had one)."""
+    if result.screen_ms is not None:
+        return f" in the final round (screening: {result.screen_ms:.4f} ms)"
+    if any(r.screen_ms is not None for r in run.results):
+        return " at screening (outside the final round's margin)"
+    return ""
 
 
 def choice_block(run: TuningRun) -> str:
@@ -202,13 +213,15 @@ def configs_table(run: TuningRun) -> str:
             f'<td class="num">{index}</td><td class="mono">{esc(result.label)}</td>'
             f'<td>{_tag(drawn, status)}</td><td class="num">{_num(result.compile_s, ".2f")}</td>'
             f'<td class="num">{_num(result.runtime_ms, ".4f")}</td>'
+            f'<td class="num">{_num(result.screen_ms, ".4f")}</td>'
             f'<td class="num">{"-" if ratio is None else f"{ratio:.2f}x"}</td>'
             f'<td class="num">{_num(result.max_abs_diff, ".3g")}</td>'
             f'<td class="reason">{esc(result.reason or "")}</td></tr>'
         )
     head = (
         '<tr><th class="num">#</th><th>config</th><th>status</th><th class="num">compile s</th>'
-        '<th class="num">runtime ms</th><th class="num">speed-up</th><th class="num">max |diff|</th>'
+        '<th class="num">runtime ms</th><th class="num">screening ms</th><th class="num">speed-up</th>'
+        '<th class="num">max |diff|</th>'
         "<th>reason</th></tr>"
     )
     return f'<table class="configs"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
@@ -217,13 +230,15 @@ def configs_table(run: TuningRun) -> str:
 def run_section(run: TuningRun) -> str:
     """One run: header, choice, runtimes, time split, compile times, every config."""
     failed = sum(1 for r in run.results if not r.ok and r.status != "pruned")
+    finalists = sum(1 for r in run.results if r.screen_ms is not None)
+    final = f", {finalists} timed again in the final round" if finalists else ""
     state = "" if run.finished else " &middot; <strong>unfinished</strong> (still going, or its process died)"
     header = (
         f'<h2>{esc(run.kernel)} <span class="meta">run {esc(run.run_id)}</span></h2>'
         f'<div class="meta">key <code>{esc(run.key_repr)}</code> &middot; {esc(run.device_name)} '
         f"(capability {esc(run.capability)}) &middot; Triton {esc(run.triton_version)} &middot; started "
         f"{esc(_when(run.started_at))} &middot; wall {_num(run.wall_s, '.2f', ' s')} &middot; "
-        f"{len(run.results)} configs, {len(run.ok_results)} ok, {failed} failed{state}</div>"
+        f"{len(run.results)} configs, {len(run.ok_results)} ok, {failed} failed{final}{state}</div>"
     )
     split = split_chart(run)
     split_text = format_split(run)
