@@ -7,8 +7,8 @@
 
 The page holds a table of every run in the database (``all_runs``), then a section per run of
 ``runs``: the chosen config and the ones passed over with why (faster but flagged by the output
-check, rejected by it, or slower by how much: in the final round or at screening), the configs' runtimes as sorted bars with every
-failure marked with its cause, the time split as stacked bars, each config's compile time, and a
+check, rejected by it, or slower by how much: in the final round or at screening), the
+configs' runtimes as sorted bars with every failure marked with its cause, the time split as stacked bars, each config's compile time, and a
 table of every config. Pictures are inline SVG drawn here (:mod:`.html_charts`); the CSS is
 inline; there is no JavaScript and nothing is fetched when the page is viewed. Its
 Content-Security-Policy forbids scripts and every network load, so the page stays inert even
@@ -104,10 +104,10 @@ def runs_table(all_runs: Sequence[TuningRun], shown: set[str]) -> str:
         flagged = sum(1 for r in run.results if r.flagged)
         best = run.best
         state = "finished" if run.finished else "unfinished"
-        chosen = esc(short(best.label, 44)) if best else "-"
+        chosen = esc(short(best.label, 36)) if best else "-"
         rows.append(
             f'<tr class="{state}" data-run="{esc(run.run_id)}"><td>{esc(run.run_id)}</td><td>{kernel}</td>'
-            f'<td class="mono" title="{esc(run.key_repr)}">{esc(short(run.key_repr, 24))}</td>'
+            f'<td class="mono" title="{esc(run.key_repr)}">{esc(short(run.key_repr, 20))}</td>'
             f'<td class="nowrap">{esc(run.device_name)}</td><td>{esc(run.triton_version)}</td>'
             f'<td class="nowrap" title="{esc(_when(run.started_at))}">{esc(_short_when(run.started_at))}</td>'
             f'<td class="num">{_num(run.wall_s, ".1f")}</td>'
