@@ -7,13 +7,13 @@
 
 The page holds a table of every run in the database (``all_runs``), then a section per run of
 ``runs``: the chosen config and the ones passed over with why (faster but flagged by the output
-check, rejected by it, or slower by how much: in the final round or at screening), the
-configs' runtimes as sorted bars with every failure marked with its cause, the time split as
-stacked bars, each config's compile time, and a table of every config. Pictures are inline SVG drawn here (:mod:`.html_charts`); the CSS is
-inline; there is no JavaScript and nothing is fetched when the page is viewed. Its
-Content-Security-Policy forbids scripts and every network load, so the page stays inert even
-if a string from the database got through; and none does: every string from the database
-(kernel names, keys, labels, error messages) is escaped.
+check, rejected by it, or slower by how much: in the final round or at screening), the configs'
+runtimes as sorted bars with every failure marked with its cause, the time split as stacked
+bars, each config's compile time, and a table of every config. Pictures are inline SVG drawn
+here (:mod:`.html_charts`); the CSS is inline; there is no JavaScript and nothing is fetched
+when the page is viewed. Its Content-Security-Policy forbids scripts and every network load, so
+the page stays inert even if a string from the database got through; and none does: every string
+from the database (kernel names, keys, labels, error messages) is escaped.
 """
 
 from __future__ import annotations
