@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -54,34 +55,22 @@ class PageLoad:
 
 class _Pipe:
     def __init__(self, browser: str, profile: str) -> None:
-        import fcntl
-
         to_child_r, self._to_child = os.pipe()
         self._from_child, from_child_w = os.pipe()
-        # the child's ends above 9, so dup2 onto 3 and 4 never overwrites one with the other
-        ends = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_child_r, from_child_w)]
-        os.close(to_child_r)
-        os.close(from_child_w)
-        to_child_r, from_child_w = ends
         args = [
             browser, "--headless=new", "--disable-gpu", "--no-sandbox", "--no-first-run",
             "--no-default-browser-check", "--remote-debugging-pipe", f"--user-data-dir={profile}",
             "about:blank",
         ]  # fmt: skip
-
-        def child_fds() -> None:  # in the child, before exec: its pipe ends as fds 3 and 4
-            os.dup2(to_child_r, 3)
-            os.dup2(from_child_w, 4)
-            os.close(to_child_r)
-            os.close(from_child_w)
-
+        # The pipe's ends arrive as the shell's stdin and stdout, which moves them to fds 3 and 4
+        # (where --remote-debugging-pipe looks) before it becomes chromium: no preexec_fn, so this
+        # is safe with threads running. Its own session, so close() can end every process it made.
         self.process = subprocess.Popen(
-            args,
-            close_fds=False,  # (pass_fds would close 3 and 4 after child_fds ran) kiln's fds are
-            # non-inheritable anyway, as Python makes them
-            preexec_fn=child_fds,  # noqa: PLW1509 - a test helper; no threads are running
-            stdout=subprocess.DEVNULL,
+            ["sh", "-c", 'exec 3<&0 4>&1 </dev/null >/dev/null; exec "$@"', "sh", *args],
+            stdin=to_child_r,
+            stdout=from_child_w,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,
         )
         os.close(to_child_r)
         os.close(from_child_w)
@@ -138,6 +127,8 @@ class _Pipe:
                     return
 
     def close(self) -> None:
+        """Close the browser; :class:`BrowserError` if any of its processes outlived it (they are
+        killed first)."""
         try:
             self.send("Browser.close")
             self.process.wait(timeout=10)
@@ -147,6 +138,25 @@ class _Pipe:
         finally:
             os.close(self._to_child)
             os.close(self._from_child)
+        deadline = time.monotonic() + 5.0
+        while _group_alive(self.process.pid):
+            if time.monotonic() > deadline:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                raise BrowserError("chromium left processes behind after Browser.close (killed)")
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies left for init to reap count as gone)."""
+    import psutil
+
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
 
 
 def _console(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
