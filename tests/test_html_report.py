@@ -336,3 +336,28 @@ def test_the_final_round_is_shown_with_each_finalists_screening_time(
     assert "slower in the final round (screening: 0.7000 ms)" in rows["BLOCK=128"]
     assert "slower at screening (outside the final round's margin)" in rows["BLOCK=64"]
     assert not section(tree, a).all("rect", class_="screen")  # one pass: no final round
+
+
+def test_html_with_json_and_of_an_empty_database(tmp_path: Path) -> None:
+    from triton_kiln.tuning import ConfigResult, TuningDatabase, read_json
+
+    path = tmp_path / "tuning.sqlite3"
+    TuningDatabase(path).close()  # an empty database: a page that says so
+    empty = tmp_path / "empty.html"
+    result = CliRunner().invoke(main, ["report", "--db", str(path), "--html", str(empty)])
+    assert result.exit_code == 0, result.output
+    assert "(0 runs shown, 0 in the database)" in result.output
+    assert "No runs to show" in parse(empty.read_text()).content()
+    with TuningDatabase(path) as db:
+        run_id = db.begin_run(
+            "matmul", "k" * 64, '["4096"]', "NVIDIA H200", "9.0", "3.6.0", default_label="A"
+        )
+        db.record(run_id, ConfigResult("A", {"kwargs": {}}, "ok", compile_s=1.0, runtime_ms=1.0))
+        db.finish_run(run_id, "A", 2.0, 1.0)
+    page, out = tmp_path / "sub" / "report.html", tmp_path / "json"
+    result = CliRunner().invoke(main, ["report", "--db", str(path), "--html", str(page), "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "kernel matmul" not in result.output  # the page instead of the tables
+    [written] = out.glob("*.json")
+    assert read_json(written).best_label == "A"
+    assert parse(page.read_text()).all("div", class_="choice", data_chosen="A")
