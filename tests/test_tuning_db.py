@@ -366,7 +366,7 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
         assert (old.best_label, old.default_label, old.wall_s, old.first_result_s) == ("B", "A", 12.5, 0.75)
         assert [(r.label, r.runtime_ms) for r in old.results] == [("A", 2.0), ("B", 1.0)]
         assert old.split is None
-        assert schema_version_of(db_path) == SCHEMA_VERSION == 2
+        assert schema_version_of(db_path) == SCHEMA_VERSION == 3
         run_id = begin(db, kernel="new")  # and new runs store their split in the migrated file
         db.record(run_id, ok("A"))
         db.finish_run(run_id, "A", 2.0, 0.5, split={"bench_s": 1.0})
@@ -377,9 +377,9 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
 
     conn = sqlite3.connect(db_path)  # a newer version than this kiln's is still refused
     with conn:
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match=r"schema version 3.*newer kiln"):
+    with pytest.raises(TuningDatabaseError, match=r"schema version 4.*newer kiln"):
         TuningDatabase(db_path)
 
 
@@ -413,7 +413,7 @@ def test_a_version_without_migration_is_refused(db_path: Path) -> None:
     with conn:
         conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 2, and no migration"):
+    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 3, and no migration"):
         TuningDatabase(db_path)
     assert schema_version_of(db_path) == 0  # left as it was
 
@@ -622,3 +622,30 @@ def test_forked_child_opens_its_own_connection(db: TuningDatabase) -> None:
     assert child.exitcode == 0
     assert result.value == 1  # the child did not use the parent's SQLite connection
     assert [r.label for r in db.runs()[0].results] == ["A", "from-child"]
+
+
+def test_screen_ms_round_trips_and_a_version_2_file_gains_it(db_path: Path) -> None:
+    """Schema 3 keeps a finalist's screening time; a version-2 file (kiln before it) is migrated
+    and its results read back with ``screen_ms=None``."""
+    write_v1_database(db_path)
+    with TuningDatabase(db_path) as db:  # 1 -> 3; now make it look as a version-2 kiln left it
+        pass
+    conn = sqlite3.connect(db_path)
+    with conn:
+        conn.execute("ALTER TABLE configs DROP COLUMN screen_ms")
+        conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+    conn.close()
+    with TuningDatabase(db_path) as db:
+        assert schema_version_of(db_path) == SCHEMA_VERSION == 3
+        old = db.lookup(**IDENTITY)
+        assert old is not None
+        assert [r.screen_ms for r in old.results] == [None, None]
+        run_id = begin(db, kernel="raced")
+        db.record(run_id, ok("A", 1.2))
+        db.record(run_id, dataclasses.replace(ok("A", 1.1), screen_ms=0.9))  # re-recorded after the race
+        db.finish_run(run_id, "A", 2.0, 0.5)
+    with TuningDatabase(db_path) as db:
+        [result] = db.runs("raced")[0].results
+        assert (result.runtime_ms, result.screen_ms) == (1.1, 0.9)
+        assert ConfigResult.from_json(json.loads(json.dumps(result.to_json()))) == result
+    assert integrity(db_path) == "ok"

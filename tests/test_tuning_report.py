@@ -328,3 +328,16 @@ def test_write_json_keeps_the_old_file_when_writing_fails(
         write_json(other, path)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
+
+
+def test_table_names_the_final_rounds_contenders_with_both_timings(run: TuningRun) -> None:
+    assert "final round" not in format_table(run)  # no config was timed again
+    raced = dataclasses.replace(
+        run,
+        results=tuple(
+            dataclasses.replace(r, screen_ms=0.9) if r.label in (BEST, DEFAULT) else r for r in run.results
+        ),
+    )
+    line = next(line for line in format_table(raced).splitlines() if line.startswith("final round"))
+    raced_text = f"{DEFAULT} 0.9000 -> 2.0000 ms, {BEST} 0.9000 -> 1.0000 ms"
+    assert line == f"final round (screening -> full timing): {raced_text}"

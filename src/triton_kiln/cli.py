@@ -116,8 +116,18 @@ def _check_tuning_database(path: Path) -> None:
     default=None,
     help="Also write each run as JSON into this directory.",
 )
-def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | None) -> None:
-    """Print the latest tuning runs from the tuning database as tables."""
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write a self-contained HTML page instead of the tables: these runs with plots, and a "
+    "table of every run in the database.",
+)
+def report(
+    db_path: str | None, kernel: str | None, limit: int, json_dir: str | None, html_path: str | None
+) -> None:
+    """Print the latest tuning runs from the tuning database as tables (or write them as a page)."""
     from triton_kiln.tuning import TuningDatabase, default_database_path, format_table, write_json
 
     path = Path(db_path) if db_path else default_database_path()
@@ -126,11 +136,18 @@ def report(db_path: str | None, kernel: str | None, limit: int, json_dir: str | 
     _check_tuning_database(path)
     with TuningDatabase(path) as database:
         runs = database.runs(kernel=kernel, limit=limit)
-    if not runs:
+        every_run = database.runs(limit=-1) if html_path else []
+    if html_path:
+        from triton_kiln.tuning.html_report import write_html
+
+        written = write_html(html_path, runs, every_run, source=str(path))
+        click.echo(f"written: {written} ({len(runs)} runs shown, {len(every_run)} in the database)")
+    elif not runs:
         click.echo(f"no tuning runs{f' of {kernel!r}' if kernel else ''} in {path}")
         return
     for index, run in enumerate(runs):
-        click.echo(format_table(run) + "\n")
+        if not html_path:
+            click.echo(format_table(run) + "\n")
         if json_dir:
             target = Path(json_dir) / f"{run.kernel}-{index}.json"
             write_json(run, target)

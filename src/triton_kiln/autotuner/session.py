@@ -261,9 +261,8 @@ class TuningSession:
             if failure is None:
                 runs = passes[candidate.label]
                 median = [statistics.median(run[i] for run in runs) for i in range(3)]
-                result = replace(
-                    previous, runtime_ms=median[0], runtime_ms_p20=median[1], runtime_ms_p80=median[2]
-                )
+                result = replace(previous, runtime_ms=median[0], runtime_ms_p20=median[1])
+                result = replace(result, runtime_ms_p80=median[2], screen_ms=previous.runtime_ms)
                 timings[candidate.config] = median
             else:
                 result = failure

@@ -38,8 +38,9 @@ Concurrency
 Schema
     Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by an older
     kiln is migrated when opened (version 1 -> 2 adds ``runs.split_json``, the time split; its
-    runs read back with ``split=None``); one written by a newer kiln raises
-    :class:`TuningDatabaseError` instead of being misread.
+    runs read back with ``split=None``; 2 -> 3 adds ``configs.screen_ms``, a finalist's
+    screening time; older results read back with ``screen_ms=None``); one written by a newer kiln
+    raises :class:`TuningDatabaseError` instead of being misread.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ _RUN_COLUMNS = (
 )
 _CONFIG_COLUMNS = (
     "label, config_json, status, reason, compile_s, runtime_ms, runtime_ms_p20, runtime_ms_p80, "
-    "max_abs_diff, artifact_key"
+    "max_abs_diff, artifact_key, screen_ms"
 )
 _IDENTITY = "kernel_key = ? AND key_repr = ? AND device_name = ? AND capability = ? AND triton_version = ?"
 
@@ -190,12 +191,13 @@ class TuningDatabase:
             self._check_open_run(conn, run_id, f"record config {result.label!r}")
             conn.execute(
                 f"INSERT INTO configs (run_id, {_CONFIG_COLUMNS}, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id, label) DO UPDATE SET config_json = excluded.config_json, "
                 "status = excluded.status, reason = excluded.reason, compile_s = excluded.compile_s, "
                 "runtime_ms = excluded.runtime_ms, runtime_ms_p20 = excluded.runtime_ms_p20, "
                 "runtime_ms_p80 = excluded.runtime_ms_p80, max_abs_diff = excluded.max_abs_diff, "
-                "artifact_key = excluded.artifact_key, recorded_at = excluded.recorded_at",
+                "artifact_key = excluded.artifact_key, screen_ms = excluded.screen_ms, "
+                "recorded_at = excluded.recorded_at",
                 (
                     run_id,
                     result.label,
@@ -208,6 +210,7 @@ class TuningDatabase:
                     result.runtime_ms_p80,
                     result.max_abs_diff,
                     result.artifact_key,
+                    result.screen_ms,
                     time.time(),
                 ),
             )
@@ -274,7 +277,8 @@ class TuningDatabase:
             return None if row is None else self._run_from_row(conn, row)
 
     def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]:
-        """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one kernel."""
+        """Runs, newest first (finished or not; see :attr:`TuningRun.finished`), optionally of one
+        kernel; at most ``limit`` of them (a negative ``limit``: every one)."""
         with self._connection("list the runs in") as conn, transaction(conn):
             if kernel is None:
                 rows = conn.execute(
@@ -306,6 +310,7 @@ class TuningDatabase:
                 runtime_ms_p80=row[7],
                 max_abs_diff=row[8],
                 artifact_key=row[9],
+                screen_ms=row[10],
             )
         except ValueError as exc:  # bad JSON, an unknown status (a newer kiln's?)
             raise TuningDatabaseError(

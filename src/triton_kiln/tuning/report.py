@@ -11,6 +11,8 @@ The table, one row per config in the order they were measured::
     * best: BLOCK_M=128, ... (1.0000 ms, 2.00x); speed-up vs the default config BLOCK_M=64, ...
     time: 12.3 s = sandbox wait 0.4 s, compiling 6.1 s (overlaps benchmarking), benchmarking 3.2 s, ...
 
+When the run had a final round, a line names its contenders, each with its screening median and
+its final one (``final round (screening -> full timing): BLOCK=128, ... 0.7000 -> 0.8000 ms, ...``).
 The last line, where the wall time went (:attr:`TuningRun.split`, see
 :mod:`kiln.autotuner.timesplit`), is left out for runs recorded without it. Compiling overlaps
 the other parts; sandbox wait, benchmarking, final round and other add up to the wall time.
@@ -187,6 +189,10 @@ def format_table(run: TuningRun) -> str:
         summary += f"; speed-up vs the default config {run.default_label}"
     lines.append(summary)
     lines += choice_lines(run)
+    finalists = [r for r in run.results if r.screen_ms is not None]
+    if finalists:
+        raced = ", ".join(f"{r.label} {r.screen_ms:.4f} -> {_num(r.runtime_ms, '.4f')} ms" for r in finalists)
+        lines.append(f"final round (screening -> full timing): {raced}")
     split = format_split(run)
     if split is not None:
         lines.append(split)

@@ -33,7 +33,7 @@ STATUSES: tuple[str, ...] = (
 )
 """Every status a config can end with. Only ``"ok"`` configs have a trusted runtime."""
 
-_TIMINGS = ("compile_s", "runtime_ms", "runtime_ms_p20", "runtime_ms_p80")
+_TIMINGS = ("compile_s", "runtime_ms", "runtime_ms_p20", "runtime_ms_p80", "screen_ms")
 
 
 def _float_to_json(value: float | None) -> float | str | None:
@@ -127,6 +127,11 @@ class ConfigResult:
     artifact_key: str | None = None
     """Compile key of the artifact in the :class:`~kiln.artifacts.store.ArtifactStore`, if it compiled."""
 
+    screen_ms: float | None = None
+    """For a config timed again in the final round (a contender): its median runtime in the
+    screening pass, while others still compiled (``runtime_ms`` is then the final round's);
+    ``None`` for a config timed once (and for results recorded before kiln kept it)."""
+
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(
@@ -178,6 +183,7 @@ class ConfigResult:
             "runtime_ms_p80": _float_to_json(self.runtime_ms_p80),
             "max_abs_diff": _float_to_json(self.max_abs_diff),
             "artifact_key": self.artifact_key,
+            "screen_ms": _float_to_json(self.screen_ms),
         }
 
     @classmethod

@@ -20,11 +20,12 @@ from pathlib import Path
 
 from triton_kiln.errors import KilnError
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the tables below; bump it (with a migration in :data:`MIGRATIONS`) whenever they change."""
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE runs ADD COLUMN split_json TEXT",),  # 1 -> 2: a run's time split
+    2: ("ALTER TABLE configs ADD COLUMN screen_ms REAL",),  # 2 -> 3: a finalist's screening time
 }
 """The statements that bring a file of version ``v`` to ``v + 1``, keyed by ``v``. Opening an
 older file runs them, in order, in one write transaction with the version update."""
@@ -68,6 +69,7 @@ CREATE TABLE configs (
     max_abs_diff   REAL,
     artifact_key   TEXT,
     recorded_at    REAL NOT NULL,
+    screen_ms      REAL,
     UNIQUE (run_id, label)
 );
 """
