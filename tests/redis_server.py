@@ -8,12 +8,14 @@ or restarts it on the same port. Tests count leftover ``redis-server`` processes
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -32,9 +34,9 @@ def server_processes(directory: Path) -> list[psutil.Process]:
     found = []
     for proc in psutil.process_iter(["name"]):
         try:
-            if proc.info["name"] == "redis-server" and Path(proc.cwd()) == directory:
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+            ours = proc.info["name"] == "redis-server" and Path(proc.cwd()) == directory
+            if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
         except (psutil.Error, OSError):
             continue
     return found
@@ -102,3 +104,19 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait(timeout=10)
         self.proc = None
+
+
+@contextlib.contextmanager
+def running_server(directory: Path) -> Iterator[RedisServer]:
+    """A started server; afterwards stopped, with no ``redis-server`` process left in ``directory``
+    (and kiln's once-per-process warning about a failing remote re-armed for the next test)."""
+    from triton_kiln.remote.health import forget_warnings
+
+    forget_warnings()
+    server = RedisServer(directory).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        left = server_processes(directory)
+        assert not left, f"redis-server processes left: {[p.pid for p in left]}"
