@@ -123,6 +123,17 @@ def test_an_entry_over_the_size_limit_stays_local(
     assert store.get(artifact.key) == artifact  # kept locally
 
 
+def test_a_remote_entry_over_the_size_limit_is_not_loaded(
+    redis_server: RedisServer, artifact: CompiledArtifact, tmp_path: Path
+) -> None:
+    remote_store(tmp_path / "a", redis_server.url).put(artifact)  # written by a kiln with a larger limit
+    reader = remote_store(tmp_path / "b", redis_server.url)
+    reader.remote.max_entry_bytes = 1000  # type: ignore[union-attr]
+    with pytest.warns(CacheWarning, match="KILN_REMOTE_MAX_ENTRY_MB"):
+        assert reader.get(artifact.key) is None
+    assert not reader.path_for(artifact.key).parent.exists()  # nothing staged on disk
+
+
 # ---------------------------------------------------------------------------- tampered entries
 
 

@@ -19,8 +19,10 @@ the local reader has checked it.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Mapping
 
+from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.names import artifact_name
 
@@ -47,6 +49,15 @@ class RemoteArtifacts:
         if raw is None:
             return None
         self.fetched += 1
+        size = sum(len(data) for data in raw.values())
+        if size > self.max_entry_bytes:  # kiln never writes one: not staged on disk at all
+            warnings.warn(
+                f"kiln remote cache entry {key[:16]}... from {self.where} holds {size} bytes, more than "
+                f"KILN_REMOTE_MAX_ENTRY_MB allows; it was not loaded and will be compiled here",
+                CacheWarning,
+                stacklevel=3,
+            )
+            return None
         # a name that is not UTF-8 (kiln never writes one) becomes one the manifest does not
         # list, so the entry fails verification in ArtifactStore.adopt
         return {name.decode("utf-8", "replace"): data for name, data in raw.items()}
