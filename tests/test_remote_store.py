@@ -309,10 +309,13 @@ def test_remote_settings_are_typed_and_checked() -> None:
 
 
 def test_a_password_never_reaches_a_message(artifact: CompiledArtifact, tmp_path: Path) -> None:
-    from triton_kiln.remote.client import redacted
-
-    assert redacted("redis://:hunter2@host:6379/0") == "redis://:***@host:6379/0"
-    assert redacted("redis://kiln:hunter2@host:6379/0") == "redis://kiln:***@host:6379/0"
+    assert settings.redacted_url("redis://:hunter2@host:6379/0") == "redis://:***@host:6379/0"
+    assert settings.redacted_url("redis://kiln:hunter2@host:6379/0") == "redis://kiln:***@host:6379/0"
+    assert settings.redacted_url("redis://host:6379/0") == "redis://host:6379/0"
+    with pytest.raises(SettingsError) as error:
+        settings.from_env({"KILN_REMOTE_CACHE": "redis://:hunter2@host:port/0"})
+    assert "hunter2" not in str(error.value)
+    assert "redis://:***@host:port/0" in str(error.value)
     store = remote_store(tmp_path, f"redis://:hunter2@127.0.0.1:{free_port()}/0", remote_timeout_s=0.1)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -195,6 +195,18 @@ def _remote_url(value: str) -> str:
     return value.strip()
 
 
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: how kiln shows ``KILN_REMOTE_CACHE``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
 def _db_number(path: str) -> bool:
     """``/0``, ``/12`` or nothing: the database part of a Redis URL."""
     db = path.strip("/")
@@ -367,6 +379,8 @@ def _range_error(name: str, value: Any, *, from_env: bool) -> SettingsError | No
     if not problem:
         return None
     shown = str(value) if isinstance(value, Path) else repr(value)
+    if name == "remote_cache" and isinstance(value, str):
+        shown = repr(redacted_url(value))
     if from_env:
         return SettingsError(f"{_variable(name)}={shown} is not valid: {problem}.")
     return SettingsError(f"the setting {name}={shown} ({_variable(name)}) is not valid: {problem}.")
@@ -389,7 +403,8 @@ def parse_variable(name: str, environ: Mapping[str, str] | None = None) -> Any:
     try:
         value = parse(raw)
     except ValueError:
-        raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
+        shown = redacted_url(raw) if name == "remote_cache" else raw  # never a password in a message
+        raise SettingsError(f"{var}={shown!r} is not valid: expected {expected}.") from None
     error = _range_error(name, value, from_env=True)
     if error is not None:
         raise error

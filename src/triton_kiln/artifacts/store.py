@@ -20,6 +20,13 @@ skipped with a :class:`CacheWarning` and treated as a miss: the caller recompile
 write replaces the entry. Entries of format 1 (``artifacts-v1``, no per-file hashes) are never
 read.
 
+A remote cache (``remote``, :class:`RemoteEntries`; :mod:`kiln.remote` when ``KILN_REMOTE_CACHE``
+is set) sits behind the store: a local miss asks it, and what it returns is staged in a
+temporary directory and read by the same reader (:func:`kiln.artifacts.entry.read_entry`) before
+it is renamed into place (:meth:`ArtifactStore.adopt`); one that fails is a miss with a
+:class:`CacheWarning`. Each entry :meth:`ArtifactStore.put` writes is read back verified and then
+published to it.
+
 What the manifest guards against: damage and tampering with the files it lists. It is not a
 signature: whoever can rewrite ``artifact.json`` consistently can serve what they like, which is
 why the cache directory itself must be private (:func:`check_cache_dir`).

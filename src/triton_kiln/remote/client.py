@@ -21,21 +21,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from triton_kiln.remote.health import CircuitBreaker
+from triton_kiln.settings import redacted_url
 
 T = TypeVar("T")
-
-
-def redacted(url: str) -> str:
-    """``url`` without its password (for messages)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + netloc))
 
 
 class RedisClient:
@@ -47,7 +37,7 @@ class RedisClient:
         from redis.retry import Retry
 
         self.url = url
-        self.where = redacted(url)
+        self.where = redacted_url(url)
         self.breaker = CircuitBreaker(self.where, retry_s)
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
         self._redis: Any = redis.Redis.from_url(
