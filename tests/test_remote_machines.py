@@ -107,6 +107,7 @@ def test_a_second_machine_gets_every_artifact_with_zero_compiles(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=180, check=False
     )
     assert out.returncode == 0, out.stderr[-3000:]
+    assert not _processes_with_cache(tmp_path / "b"), "machine B's pool left processes behind"
     machine_b = json.loads(out.stdout.strip().splitlines()[-1])
     assert machine_b["dispatched"] == 0  # nothing reached a worker...
     assert machine_b["compiled"] == 0  # ...nothing compiled
@@ -154,6 +155,25 @@ def test_a_second_machine_adopts_a_tuned_kernel_without_compiling_or_benchmarkin
     assert pool_b.stats.compiled == 0
     assert pool_b.stats.disk_hits == 1
     assert best_b.binary == best_a.binary
+
+
+def _processes_with_cache(cache_dir: Path, timeout: float = 10.0) -> list[Any]:
+    """Live processes whose KILN_CACHE_DIR is ``cache_dir`` (a child's pool: zygote, workers)."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while True:
+        found = []
+        for proc in psutil.process_iter():
+            try:
+                ours = proc.environ().get("KILN_CACHE_DIR") == str(cache_dir)
+                if ours and proc.status() != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.Error, OSError):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)
 
 
 def _call(torch: Any, n: int) -> tuple[list[Any], dict[str, Any]]:
