@@ -93,6 +93,19 @@ def test_a_put_is_written_through_and_a_fresh_store_reads_it_back_verified(
     assert machine_b.remote.fetched == fetched  # type: ignore[attr-defined]
 
 
+def test_an_entry_stored_before_the_remote_was_configured_is_uploaded_on_request(
+    redis_server: RedisServer, artifact: CompiledArtifact, tmp_path: Path
+) -> None:
+    ArtifactStore(tmp_path / "a").put(artifact)  # no remote yet: nothing in Redis
+    assert remote_hash(redis_server, artifact.key) == {}
+    machine_a = remote_store(tmp_path / "a", redis_server.url)
+    assert machine_a.get(artifact.key) == artifact  # a local hit does not write to the remote
+    assert remote_hash(redis_server, artifact.key) == {}
+    assert machine_a.upload(artifact.key) is True
+    assert machine_a.upload("ab" * 32) is False  # no such local entry
+    assert remote_store(tmp_path / "b", redis_server.url).get(artifact.key) == artifact
+
+
 def test_keys_are_namespaced_versioned_and_expire(
     redis_server: RedisServer, artifact: CompiledArtifact, tmp_path: Path
 ) -> None:

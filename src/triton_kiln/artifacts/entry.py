@@ -1,4 +1,8 @@
-"""One entry of the artifact store, read and verified: the record, its manifest, every served file.
+"""One entry of the artifact store: what it holds, and its one reader, which verifies it.
+
+:func:`entry_files` is the entry as ``{file name: bytes}`` (the binary, Triton's metadata, the
+text IRs, and ``artifact.json``: kiln's record with every file's sha256 and size), what the
+store writes into a directory and what a remote cache holds.
 
 :func:`read_entry` is the one reader of an entry, whether the entry is in the store
 (:meth:`ArtifactStore.get <kiln.artifacts.store.ArtifactStore.get>`) or was just fetched from a
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 from typing import Any
 
 from triton_kiln.artifacts import confined
@@ -26,6 +31,38 @@ TRITON_DIR = "triton"
 MAX_RECORD_BYTES = 1 << 20
 READ_ERRORS = (OSError, ValueError, KeyError, TypeError, ArtifactError)
 """What reading a damaged or tampered entry raises."""
+
+
+def entry_files(artifact: CompiledArtifact) -> dict[str, bytes]:
+    """What the entry of ``artifact`` holds, ``{file name: bytes}``: the binary, Triton's metadata,
+    the text IRs and, last, the record (``artifact.json``) with every file's sha256 and size."""
+    files: dict[str, bytes] = {
+        artifact.binary_file_name: artifact.binary,
+        artifact.metadata_file_name: artifact.metadata_json(),
+    }
+    asm_files = {ext: artifact.asm_file_name(ext) for ext in artifact.asm}
+    for ext, name in asm_files.items():
+        files[name] = artifact.asm[ext].encode()
+    if RECORD in files or len(files) != 2 + len(asm_files):
+        raise ArtifactError(f"artifact {artifact.key[:12]} ({artifact.name}) has clashing file names")
+    record = {
+        "format": ARTIFACT_FORMAT,
+        "key": artifact.key,
+        "name": artifact.name,
+        "binary_ext": artifact.binary_ext,
+        "binary_file": artifact.binary_file_name,
+        "binary_sha256": artifact.binary_sha256,
+        "metadata_file": artifact.metadata_file_name,
+        "asm": asm_files,
+        "files": {
+            name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
+            for name, data in files.items()
+        },
+        "compile_s": artifact.compile_s,
+        "stored_at": time.time(),
+    }
+    files[RECORD] = json.dumps(record, indent=1).encode()
+    return files
 
 
 def read_entry(entry_fd: int, key: str) -> CompiledArtifact:

@@ -47,7 +47,6 @@ cleared by another process) is a plain miss, without a warning.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -267,32 +266,7 @@ class ArtifactStore:
     def _write_entry(directory: Path, artifact: CompiledArtifact) -> dict[str, bytes]:
         """Write the entry's files (binary first) and then its record into a fresh ``directory``;
         returns them (``{file name: bytes}``)."""
-        files: dict[str, bytes] = {
-            artifact.binary_file_name: artifact.binary,
-            artifact.metadata_file_name: artifact.metadata_json(),
-        }
-        asm_files = {ext: artifact.asm_file_name(ext) for ext in artifact.asm}
-        for ext, name in asm_files.items():
-            files[name] = artifact.asm[ext].encode()
-        if _RECORD in files or len(files) != 2 + len(asm_files):
-            raise ArtifactError(f"artifact {artifact.key[:12]} ({artifact.name}) has clashing file names")
-        record = {
-            "format": ARTIFACT_FORMAT,
-            "key": artifact.key,
-            "name": artifact.name,
-            "binary_ext": artifact.binary_ext,
-            "binary_file": artifact.binary_file_name,
-            "binary_sha256": artifact.binary_sha256,
-            "metadata_file": artifact.metadata_file_name,
-            "asm": asm_files,
-            "files": {
-                name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-                for name, data in files.items()
-            },
-            "compile_s": artifact.compile_s,
-            "stored_at": time.time(),
-        }
-        files[_RECORD] = json.dumps(record, indent=1).encode()
+        files = entry_mod.entry_files(artifact)
         fd = confined.open_dir(directory)
         try:
             for name, data in files.items():
@@ -300,6 +274,19 @@ class ArtifactStore:
         finally:
             os.close(fd)
         return files
+
+    def upload(self, key: str) -> bool:
+        """Publish the local entry of ``key`` to the remote (one compiled before the remote was
+        configured, or while it was away); ``False`` without a remote or a valid local entry."""
+        entry = self.path_for(key)
+        if self.remote is None or not os.path.lexists(entry / _RECORD):
+            return False
+        try:
+            artifact = self._read(entry, key)
+        except _READ_ERRORS:
+            return False
+        self.remote.publish(key, entry_mod.entry_files(artifact))
+        return True
 
     def _valid(self, entry: Path, key: str) -> bool:
         try:
