@@ -116,7 +116,8 @@ class ArtifactStore:
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, key: str) -> CompiledArtifact | None:
-        """The stored artifact for ``key``, or ``None`` (missing or corrupt, with a warning)."""
+        """The stored artifact for ``key`` (else the remote's, verified and stored here), or ``None``
+        (missing, or corrupt with a warning)."""
         entry = self.path_for(key)
         if not os.path.lexists(entry / _RECORD):
             return self._fetch(key)
