@@ -160,6 +160,7 @@ _UNSET = {
     "cache_max_mb": "unlimited",
     "remote_cache": "unset (no remote cache)",
     "remote_ttl_days": "none (no expiry)",
+    "remote_key_file": "unset (remote entries not signed)",
 }
 
 

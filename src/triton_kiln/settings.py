@@ -140,6 +140,11 @@ class Settings:
     """``KILN_REMOTE_RETRY_S``: after the remote cache fails (unreachable, slow, an error), seconds
     kiln works locally before trying it again."""
 
+    remote_key_file: Path | None = None
+    """``KILN_REMOTE_KEY_FILE``: a file holding a secret the machines share (at least 32 bytes,
+    private to its owner); when set, kiln signs what it writes to the remote cache (HMAC-SHA256)
+    and loads only what carries a valid signature. Unset: entries are checksummed, not signed."""
+
     def __post_init__(self) -> None:
         _check_ranges(self)
 
@@ -256,6 +261,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "remote_ttl_days": ("KILN_REMOTE_TTL_DAYS", _optional_days, "a positive number of days, or 0 / none"),
     "remote_timeout_s": ("KILN_REMOTE_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "remote_retry_s": ("KILN_REMOTE_RETRY_S", _positive_float, "a positive, finite number of seconds"),
+    "remote_key_file": ("KILN_REMOTE_KEY_FILE", lambda v: Path(v).expanduser(), "a file path"),
 }
 
 
@@ -352,6 +358,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "remote_ttl_days": lambda v: None if v is None else _days_range(v),
     "remote_timeout_s": _seconds_range(0.001, 600.0),
     "remote_retry_s": _seconds_range(0.001),
+    "remote_key_file": lambda v: None if v is None else _key_file_problem(Path(v)),
 }
 
 
@@ -360,6 +367,23 @@ def _remote_problem(value: Any) -> str | None:
         _remote_url(value)
     except (ValueError, AttributeError):
         return "expected a Redis URL: redis://host:port/db, rediss://... or unix:///path.sock"
+    return None
+
+
+MIN_KEY_BYTES = 32
+
+
+def _key_file_problem(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"expected a readable key file ({exc.strerror})"
+    if not path.is_file():
+        return "expected a key file, and this is not a regular file"
+    if st.st_mode & 0o077:
+        return f"expected a key file only its owner can read (mode {st.st_mode & 0o777:o}; run chmod 600)"
+    if st.st_size < MIN_KEY_BYTES:
+        return f"expected a key of at least {MIN_KEY_BYTES} bytes (e.g. head -c 32 /dev/urandom > FILE)"
     return None
 
 

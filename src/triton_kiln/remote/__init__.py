@@ -17,6 +17,7 @@ by :mod:`kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
 
     RedisClient (client.py): one per URL and process, short timeouts, no retries, and a
     CircuitBreaker (health.py): a failure opens it for KILN_REMOTE_RETRY_S, one warning.
+    Signer (signing.py): with KILN_REMOTE_KEY_FILE, HMAC-SHA256 on what is written and read.
 
 Names in Redis: :mod:`kiln.remote.names`. Set-up, what is verified, failure behaviour and
 sizes: docs/REMOTE_CACHE.md.
@@ -29,6 +30,7 @@ import threading
 from triton_kiln.remote.artifacts import RemoteArtifacts
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.health import RemoteCacheWarning
+from triton_kiln.remote.signing import Signer
 from triton_kiln.remote.tuning import RemoteTuningDatabase
 from triton_kiln.settings import Settings
 from triton_kiln.tuning.db import TuningDatabase
@@ -66,13 +68,21 @@ def _ttl_s(settings: Settings) -> int | None:
     return None if days is None else max(1, round(days * 86400))
 
 
+def _signer(settings: Settings) -> Signer | None:
+    key_file = settings.remote_key_file
+    return None if key_file is None else Signer.from_file(key_file)
+
+
 def remote_artifacts(settings: Settings) -> RemoteArtifacts:
     """The artifact entries of ``settings.remote_cache`` (an ``ArtifactStore``'s ``remote``)."""
     return RemoteArtifacts(
-        client_for(settings), max_entry_bytes=settings.remote_max_entry_mb << 20, ttl_s=_ttl_s(settings)
+        client_for(settings),
+        max_entry_bytes=settings.remote_max_entry_mb << 20,
+        ttl_s=_ttl_s(settings),
+        signer=_signer(settings),
     )
 
 
 def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningDatabase:
     """``local`` with ``settings.remote_cache`` behind it."""
-    return RemoteTuningDatabase(local, client_for(settings), ttl_s=_ttl_s(settings))
+    return RemoteTuningDatabase(local, client_for(settings), ttl_s=_ttl_s(settings), signer=_signer(settings))

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.names import artifact_name
+from triton_kiln.remote.signing import FIELD, Signer
 
 log = logging.getLogger("kiln.remote")
 
@@ -32,8 +33,12 @@ log = logging.getLogger("kiln.remote")
 class RemoteArtifacts:
     """The artifact entries of one remote cache (implements the store's ``RemoteEntries``)."""
 
-    def __init__(self, client: RedisClient, *, max_entry_bytes: int, ttl_s: int | None) -> None:
+    def __init__(
+        self, client: RedisClient, *, max_entry_bytes: int, ttl_s: int | None, signer: Signer | None = None
+    ) -> None:
         self.client = client
+        self.signer = signer
+        """Signs what is written and checks what is read (``KILN_REMOTE_KEY_FILE``; kiln.remote.signing)."""
         self.where = client.where
         self.max_entry_bytes = max_entry_bytes
         self.ttl_s = ttl_s
@@ -58,6 +63,18 @@ class RemoteArtifacts:
                 stacklevel=3,
             )
             return None
+        signature = raw.pop(FIELD.encode(), None)
+        if self.signer is not None and not self.signer.verify(
+            artifact_name(key), raw.get(b"artifact.json", b""), signature
+        ):
+            why = "not signed" if signature is None else "signed with another key, or altered"
+            warnings.warn(
+                f"kiln remote cache entry {key[:16]}... from {self.where} is {why} "
+                f"(KILN_REMOTE_KEY_FILE); it was not loaded and will be compiled here",
+                CacheWarning,
+                stacklevel=3,
+            )
+            return None
         # a name that is not UTF-8 (kiln never writes one) becomes one the manifest does not
         # list, so the entry fails verification in ArtifactStore.adopt
         return {name.decode("utf-8", "replace"): data for name, data in raw.items()}
@@ -73,5 +90,7 @@ class RemoteArtifacts:
                 self.max_entry_bytes >> 20,
             )
             return
+        if self.signer is not None:
+            files = {**files, FIELD: self.signer.sign(artifact_name(key), files["artifact.json"]).encode()}
         if self.client.write_hash(artifact_name(key), files, self.ttl_s):
             self.published += 1

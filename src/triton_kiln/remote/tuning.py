@@ -26,6 +26,7 @@ from types import TracebackType
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.names import tuning_name
+from triton_kiln.remote.signing import PREFIX, Signer, split_signed
 from triton_kiln.tuning.db import TuningDatabase
 from triton_kiln.tuning.results import ConfigResult, TuningRun
 
@@ -35,8 +36,11 @@ _IDENTITY = ("kernel_key", "key_repr", "device_name", "capability", "triton_vers
 class RemoteTuningDatabase:
     """A :class:`~kiln.tuning.TuningDatabase` (``local``) with a remote behind it (see above)."""
 
-    def __init__(self, local: TuningDatabase, client: RedisClient, *, ttl_s: int | None) -> None:
+    def __init__(
+        self, local: TuningDatabase, client: RedisClient, *, ttl_s: int | None, signer: Signer | None = None
+    ) -> None:
         self.local = local
+        self.signer = signer
         self.path: Path = local.path
         self.client = client
         self.where = client.where
@@ -55,11 +59,15 @@ class RemoteTuningDatabase:
             return found
         values = (kernel_key, key_repr, device_name, capability, triton_version)
         identity = dict(zip(_IDENTITY, values, strict=True))
-        raw = self.client.read_value(tuning_name(identity), self.ttl_s)
+        name = tuning_name(identity)
+        raw = self.client.read_value(name, self.ttl_s)
         if raw is None:
             return None
+        signature, payload = split_signed(raw)
         try:
-            run = _checked_run(raw, identity)
+            if self.signer is not None and not self.signer.verify(name, payload, signature):
+                raise ValueError("not signed with KILN_REMOTE_KEY_FILE's key")
+            run = _checked_run(payload, identity)
         except (ValueError, TypeError, KeyError) as exc:
             warnings.warn(
                 f"kiln: the remote cache {self.where} holds an invalid tuning run for "
@@ -123,8 +131,11 @@ class RemoteTuningDatabase:
         run = self.local.lookup(**identity) if identity is not None else None
         if run is None or run.run_id != run_id:
             return  # begun through another handle, or a newer run finished meanwhile
+        name = tuning_name(identity or {})
         data = json.dumps(run.to_json(), allow_nan=False).encode()
-        if self.client.write_value(tuning_name(identity or {}), data, self.ttl_s):
+        if self.signer is not None:
+            data = PREFIX + self.signer.sign(name, data).encode() + b"\n" + data
+        if self.client.write_value(name, data, self.ttl_s):
             self.published += 1
 
     # -- the rest is the local database's ---------------------------------------------------
