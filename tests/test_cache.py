@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from conftest import add_request
 from triton_kiln import ArtifactStore, CompiledArtifact, CompilePool
-from triton_kiln.artifacts import store as store_module
+from triton_kiln.artifacts import entry as entry_module
 from triton_kiln.artifacts import usage
 from triton_kiln.cache import CacheSizeError, parse_size
 from triton_kiln.cli import main
@@ -108,13 +108,13 @@ def test_an_entry_evicted_while_it_is_read_is_a_quiet_miss(
 ) -> None:
     store = ArtifactStore(tmp_path / "c")
     entry = store.put(artifact)
-    real = store_module._read_entry
+    real = entry_module.read_entry
 
     def evicted_meanwhile(entry_fd: int, key: str) -> CompiledArtifact:
         usage.remove(entry)  # another process's eviction, between open and read
         return real(entry_fd, key)
 
-    monkeypatch.setattr(store_module, "_read_entry", evicted_meanwhile)
+    monkeypatch.setattr(entry_module, "read_entry", evicted_meanwhile)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert store.get(artifact.key) is None

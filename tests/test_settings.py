@@ -73,7 +73,15 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_FAST_LAUNCH": "0",
         "KILN_AUTOTUNE": "1",
         "KILN_CACHE_MAX_MB": "500",
+        "KILN_REMOTE_CACHE": "redis://127.0.0.1:6379/2",
+        "KILN_REMOTE_MAX_ENTRY_MB": "4",
+        "KILN_REMOTE_TTL_DAYS": "7",
+        "KILN_REMOTE_TIMEOUT_S": "0.1",
+        "KILN_REMOTE_RETRY_S": "5",
+        "KILN_REMOTE_KEY_FILE": "~/kiln.key",
     }
+    (tmp_path / "kiln.key").write_bytes(b"k" * 32)
+    (tmp_path / "kiln.key").chmod(0o600)
     for var, value in env.items():
         monkeypatch.setenv(var, value)
     current = settings.current()
@@ -98,6 +106,10 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.fast_launch is False
     assert current.autotune is True
     assert current.cache_max_mb == 500
+    assert current.remote_cache == "redis://127.0.0.1:6379/2"
+    assert (current.remote_max_entry_mb, current.remote_ttl_days) == (4, 7.0)
+    assert (current.remote_timeout_s, current.remote_retry_s) == (0.1, 5.0)
+    assert current.remote_key_file == tmp_path / "kiln.key"
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

@@ -175,17 +175,25 @@ _UNSET = {
     "progress": "unset (bars on a terminal only)",
     "tuning_db": "unset (<cache dir>/tuning.sqlite3)",
     "cache_max_mb": "unlimited",
+    "remote_cache": "unset (no remote cache)",
+    "remote_ttl_days": "none (no expiry)",
+    "remote_key_file": "unset (remote entries not signed)",
 }
 
 
 def _setting_line(row: SettingSource) -> str:
     """One setting: variable, value, source; 85 columns, more only for a long path."""
+    from triton_kiln import settings
+
     if row.error:
-        return f"{row.variable:<28} {row.raw!r:<44} not valid ({row.source})"
+        raw = settings.redacted_url(row.raw or "") if row.name == "remote_cache" else row.raw
+        return f"{row.variable:<28} {raw!r:<44} not valid ({row.source})"
     if isinstance(row.value, bool):
         shown = "1" if row.value else "0"
     elif row.value is None:
         shown = _UNSET.get(row.name, "unset")
+    elif row.name == "remote_cache":
+        shown = settings.redacted_url(str(row.value))  # never print a password
     else:
         shown = str(row.value)
     return f"{row.variable:<28} {shown:<44} {row.source}"

@@ -119,6 +119,32 @@ class Settings:
     """``KILN_CACHE_MAX_MB``: MiB the artifact store may hold on disk before the least recently used
     entries are evicted (``0`` or ``unlimited``: no cap). The tuning database does not count."""
 
+    remote_cache: str | None = None
+    """``KILN_REMOTE_CACHE``: a Redis server shared by several machines, as a URL
+    (``redis://[:password@]host:port/db``, ``rediss://`` for TLS, ``unix:///path.sock?db=0``);
+    artifacts and finished tuning runs are read through it and written to it (docs/REMOTE_CACHE.md).
+    Unset: none (and kiln never imports ``redis``)."""
+
+    remote_max_entry_mb: int = 16
+    """``KILN_REMOTE_MAX_ENTRY_MB``: MiB one artifact (all its files) may take in the remote cache;
+    larger ones stay local only."""
+
+    remote_ttl_days: float | None = 30.0
+    """``KILN_REMOTE_TTL_DAYS``: days a remote entry lives after its last write or read (each hit
+    renews it); ``0`` or ``none``: no expiry (then cap the server with ``maxmemory``)."""
+
+    remote_timeout_s: float = 0.5
+    """``KILN_REMOTE_TIMEOUT_S``: connect and read timeout of each request to the remote cache."""
+
+    remote_retry_s: float = 60.0
+    """``KILN_REMOTE_RETRY_S``: after the remote cache fails (unreachable, slow, an error), seconds
+    kiln works locally before trying it again."""
+
+    remote_key_file: Path | None = None
+    """``KILN_REMOTE_KEY_FILE``: a file holding a secret the machines share (at least 32 bytes,
+    private to its owner); when set, kiln signs what it writes to the remote cache (HMAC-SHA256)
+    and loads only what carries a valid signature. Unset: entries are checksummed, not signed."""
+
     def __post_init__(self) -> None:
         _check_ranges(self)
 
@@ -149,6 +175,47 @@ def _cap_mb(value: str) -> int | None:
     if value.strip().lower() in ("0", "unlimited", "none"):
         return None
     return _positive_int(value)
+
+
+def _optional_days(value: str) -> float | None:
+    if value.strip().lower() in ("0", "none", "never"):
+        return None
+    return _positive_float(value)
+
+
+REMOTE_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _remote_url(value: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value.strip())
+    if parts.scheme not in REMOTE_SCHEMES:
+        raise ValueError(value)
+    if parts.scheme == "unix" and not parts.path:
+        raise ValueError(value)
+    if parts.scheme != "unix" and (not parts.hostname or not _db_number(parts.path)):
+        raise ValueError(value)
+    _ = parts.port  # a malformed port raises ValueError
+    return value.strip()
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password (if any) replaced by ``***``: how kiln shows ``KILN_REMOTE_CACHE``."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))
+
+
+def _db_number(path: str) -> bool:
+    """``/0``, ``/12`` or nothing: the database part of a Redis URL."""
+    db = path.strip("/")
+    return not db or (db.isascii() and db.isdigit())
 
 
 def _bool(value: str) -> bool:
@@ -185,6 +252,16 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
+    "remote_cache": (
+        "KILN_REMOTE_CACHE",
+        _remote_url,
+        "a Redis URL: redis://host:port/db, rediss://... or unix:///path.sock",
+    ),
+    "remote_max_entry_mb": ("KILN_REMOTE_MAX_ENTRY_MB", _positive_int, "a positive integer (MiB)"),
+    "remote_ttl_days": ("KILN_REMOTE_TTL_DAYS", _optional_days, "a positive number of days, or 0 / none"),
+    "remote_timeout_s": ("KILN_REMOTE_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
+    "remote_retry_s": ("KILN_REMOTE_RETRY_S", _positive_float, "a positive, finite number of seconds"),
+    "remote_key_file": ("KILN_REMOTE_KEY_FILE", lambda v: Path(v).expanduser(), "a file path"),
 }
 
 
@@ -276,7 +353,45 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "tuning_db": _file_usable,
     "bench_timeout_s": _seconds_range(0.001),
     "cache_max_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
+    "remote_cache": lambda v: None if v is None else _remote_problem(v),
+    "remote_max_entry_mb": _int_range(1, 512, "MiB (Redis holds at most 512 MiB in one value)"),
+    "remote_ttl_days": lambda v: None if v is None else _days_range(v),
+    "remote_timeout_s": _seconds_range(0.001, 600.0),
+    "remote_retry_s": _seconds_range(0.001),
+    "remote_key_file": lambda v: None if v is None else _key_file_problem(Path(v)),
 }
+
+
+def _remote_problem(value: Any) -> str | None:
+    try:
+        _remote_url(value)
+    except (ValueError, AttributeError):
+        return "expected a Redis URL: redis://host:port/db, rediss://... or unix:///path.sock"
+    return None
+
+
+MIN_KEY_BYTES = 32
+
+
+def _key_file_problem(path: Path) -> str | None:
+    try:
+        st = path.stat()
+    except OSError as exc:
+        return f"expected a readable key file ({exc.strerror})"
+    if not path.is_file():
+        return "expected a key file, and this is not a regular file"
+    if st.st_mode & 0o077:
+        return f"expected a key file only its owner can read (mode {st.st_mode & 0o777:o}; run chmod 600)"
+    if st.st_size < MIN_KEY_BYTES:
+        return f"expected a key of at least {MIN_KEY_BYTES} bytes (e.g. head -c 32 /dev/urandom > FILE)"
+    return None
+
+
+def _days_range(value: Any) -> str | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not 0 < value <= 3650:
+        return "expected a number of days above 0, at most 3650 (or None: no expiry)"
+    return None
 
 
 def _variable(name: str) -> str:
@@ -288,6 +403,8 @@ def _range_error(name: str, value: Any, *, from_env: bool) -> SettingsError | No
     if not problem:
         return None
     shown = str(value) if isinstance(value, Path) else repr(value)
+    if name == "remote_cache" and isinstance(value, str):
+        shown = repr(redacted_url(value))
     if from_env:
         return SettingsError(f"{_variable(name)}={shown} is not valid: {problem}.")
     return SettingsError(f"the setting {name}={shown} ({_variable(name)}) is not valid: {problem}.")
@@ -310,7 +427,8 @@ def parse_variable(name: str, environ: Mapping[str, str] | None = None) -> Any:
     try:
         value = parse(raw)
     except ValueError:
-        raise SettingsError(f"{var}={raw!r} is not valid: expected {expected}.") from None
+        shown = redacted_url(raw) if name == "remote_cache" else raw  # never a password in a message
+        raise SettingsError(f"{var}={shown!r} is not valid: expected {expected}.") from None
     error = _range_error(name, value, from_env=True)
     if error is not None:
         raise error

@@ -20,6 +20,13 @@ skipped with a :class:`CacheWarning` and treated as a miss: the caller recompile
 write replaces the entry. Entries of format 1 (``artifacts-v1``, no per-file hashes) are never
 read.
 
+A remote cache (``remote``, :class:`RemoteEntries`; :mod:`kiln.remote` when ``KILN_REMOTE_CACHE``
+is set) sits behind the store: a local miss asks it, and what it returns is staged in a
+temporary directory and read by the same reader (:func:`kiln.artifacts.entry.read_entry`) before
+it is renamed into place (:meth:`ArtifactStore.adopt`); one that fails is a miss with a
+:class:`CacheWarning`. Each entry :meth:`ArtifactStore.put` writes is read back verified and then
+published to it.
+
 What the manifest guards against: damage and tampering with the files it lists. It is not a
 signature: whoever can rewrite ``artifact.json`` consistently can serve what they like, which is
 why the cache directory itself must be private (:func:`check_cache_dir`).
@@ -40,7 +47,6 @@ cleared by another process) is a plain miss, without a warning.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -50,10 +56,12 @@ import tempfile
 import threading
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Protocol
 
 from triton_kiln.artifacts import confined, usage
+from triton_kiln.artifacts import entry as entry_mod
 from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
 from triton_kiln.errors import ArtifactError, CacheDirError
 
@@ -64,18 +72,29 @@ class CacheWarning(UserWarning):
     """A cache entry was unreadable and has been ignored."""
 
 
-_RECORD = "artifact.json"
-_TRITON_DIR = "triton"
-_MAX_RECORD_BYTES = 1 << 20
+class RemoteEntries(Protocol):
+    """A cache of entries shared by machines (:class:`kiln.remote.RemoteArtifacts`), each entry as
+    ``{file name: bytes}``: the files of its directory here. Neither method raises when the remote
+    is unreachable or slow (it says so once and answers a miss)."""
+
+    where: str
+    """The remote, for messages (a URL without its password)."""
+
+    def fetch(self, key: str) -> Mapping[str, bytes] | None: ...
+
+    def publish(self, key: str, files: Mapping[str, bytes]) -> None: ...
+
+
+_RECORD = entry_mod.RECORD
 _STALE_TMP_S = usage.STALE_TMP_S
-_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, ArtifactError)
+_READ_ERRORS = entry_mod.READ_ERRORS
 _RESCAN_S = 300.0
 
 
 class ArtifactStore:
     """A directory of compiled artifacts keyed by compile key."""
 
-    def __init__(self, root: Path, max_bytes: int | None = None) -> None:
+    def __init__(self, root: Path, max_bytes: int | None = None, remote: RemoteEntries | None = None) -> None:
         check_cache_dir(Path(root))
         self.root = Path(root) / f"artifacts-v{ARTIFACT_FORMAT}"
         self.max_bytes = max_bytes
@@ -83,6 +102,8 @@ class ArtifactStore:
         self._size_lock = threading.Lock()
         self._size: int | None = None  # bytes the store holds, as last measured plus writes since
         self._measured_at = 0.0
+        self.remote = remote
+        """Read through on a miss, written after each put (``None``: none); see :meth:`adopt`."""
 
     def path_for(self, key: str) -> Path:
         if len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
@@ -95,10 +116,11 @@ class ArtifactStore:
     # -- reading ----------------------------------------------------------------------------
 
     def get(self, key: str) -> CompiledArtifact | None:
-        """The stored artifact for ``key``, or ``None`` (missing or corrupt, with a warning)."""
+        """The stored artifact for ``key`` (else the remote's, verified and stored here), or ``None``
+        (missing, or corrupt with a warning)."""
         entry = self.path_for(key)
         if not os.path.lexists(entry / _RECORD):
-            return None
+            return self._fetch(key)
         try:
             return self._read(entry, key)
         except _READ_ERRORS as exc:
@@ -110,7 +132,55 @@ class ArtifactStore:
                 CacheWarning,
                 stacklevel=2,
             )
+            return self._fetch(key)
+
+    def _fetch(self, key: str) -> CompiledArtifact | None:
+        """``key``'s entry from the remote cache, verified and made a local entry; ``None`` if none."""
+        files = self.remote.fetch(key) if self.remote is not None else None
+        if files is None:
             return None
+        try:
+            return self.adopt(key, files)
+        except _READ_ERRORS as exc:
+            where = self.remote.where if self.remote is not None else "?"
+            warnings.warn(
+                f"kiln remote cache entry {key[:16]}... from {where} failed verification "
+                f"({type(exc).__name__}: {exc}); it was not loaded and will be compiled here",
+                CacheWarning,
+                stacklevel=3,
+            )
+            return None
+
+    def adopt(self, key: str, files: Mapping[str, bytes]) -> CompiledArtifact:
+        """Make ``files`` (an entry's directory, fetched from a remote cache) the entry of ``key``.
+
+        The files are written into a temporary directory beside the entry's place and read
+        back by :func:`~kiln.artifacts.entry.read_entry`, the reader of every local entry; only
+        an entry that passes is renamed into place. A file its manifest does not list, a bad
+        name, a checksum or size mismatch raise (:data:`~kiln.artifacts.entry.READ_ERRORS`)
+        and leave nothing behind.
+        """
+        final = self.path_for(key)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{key[:16]}-"))
+        try:
+            record = json.loads(files[_RECORD][: entry_mod.MAX_RECORD_BYTES + 1])
+            unlisted = set(files) - set(entry_mod.manifest(record)) - {_RECORD}
+            if unlisted:
+                raise ArtifactError(f"the entry holds files its manifest does not list: {sorted(unlisted)}")
+            fd = confined.open_dir(tmp)
+            try:
+                for name, data in files.items():
+                    confined.write_new_file(fd, name, data)
+                artifact = entry_mod.read_entry(fd, key)
+            finally:
+                os.close(fd)
+            self._install(tmp, final, key)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._grew(final)
+        return artifact
 
     def _read(self, entry: Path, key: str) -> CompiledArtifact:
         root_fd = confined.open_dir(self.root)
@@ -123,7 +193,7 @@ class ArtifactStore:
         finally:
             os.close(shard_fd)
         try:
-            artifact = _read_entry(entry_fd, key)
+            artifact = entry_mod.read_entry(entry_fd, key)
             with contextlib.suppress(OSError):
                 os.utime(entry_fd)  # its last use, for the size cap's LRU order
             return artifact
@@ -143,21 +213,29 @@ class ArtifactStore:
         self._clean_stale(final.parent)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{artifact.key[:16]}-"))
         try:
-            self._write_entry(tmp, artifact)
-            try:
-                os.rename(tmp, final)
-            except OSError:
-                if self._valid(final, artifact.key):
-                    shutil.rmtree(tmp, ignore_errors=True)  # another writer won the race: keep theirs
-                    return final
-                self._discard(final)  # a broken entry: replace it
-                os.rename(tmp, final)
-            _fsync_dir(final.parent)
+            files = self._write_entry(tmp, artifact)
+            if not self._install(tmp, final, artifact.key):
+                return final  # another writer won the race: theirs is kept (and was published)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         self._grew(final)
+        if self.remote is not None and self._valid(final, artifact.key):
+            self.remote.publish(artifact.key, files)  # what was written, once it reads back verified
         return final
+
+    def _install(self, tmp: Path, final: Path, key: str) -> bool:
+        """Rename entry ``tmp`` into place; ``False`` (``tmp`` removed) if a valid one is there."""
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if self._valid(final, key):
+                shutil.rmtree(tmp, ignore_errors=True)
+                return False
+            self._discard(final)  # a broken entry: replace it
+            os.rename(tmp, final)
+        _fsync_dir(final.parent)
+        return True
 
     def _grew(self, written: Path) -> None:
         """Apply the size cap after ``written`` was added (see the module docstring)."""
@@ -186,40 +264,30 @@ class ArtifactStore:
             )
 
     @staticmethod
-    def _write_entry(directory: Path, artifact: CompiledArtifact) -> None:
-        """Write the entry's files (binary first) and then its record into a fresh ``directory``."""
-        files: dict[str, bytes] = {
-            artifact.binary_file_name: artifact.binary,
-            artifact.metadata_file_name: artifact.metadata_json(),
-        }
-        asm_files = {ext: artifact.asm_file_name(ext) for ext in artifact.asm}
-        for ext, name in asm_files.items():
-            files[name] = artifact.asm[ext].encode()
-        if _RECORD in files or len(files) != 2 + len(asm_files):
-            raise ArtifactError(f"artifact {artifact.key[:12]} ({artifact.name}) has clashing file names")
-        record = {
-            "format": ARTIFACT_FORMAT,
-            "key": artifact.key,
-            "name": artifact.name,
-            "binary_ext": artifact.binary_ext,
-            "binary_file": artifact.binary_file_name,
-            "binary_sha256": artifact.binary_sha256,
-            "metadata_file": artifact.metadata_file_name,
-            "asm": asm_files,
-            "files": {
-                name: {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
-                for name, data in files.items()
-            },
-            "compile_s": artifact.compile_s,
-            "stored_at": time.time(),
-        }
-        files[_RECORD] = json.dumps(record, indent=1).encode()
+    def _write_entry(directory: Path, artifact: CompiledArtifact) -> dict[str, bytes]:
+        """Write the entry's files (binary first) and then its record into a fresh ``directory``;
+        returns them (``{file name: bytes}``)."""
+        files = entry_mod.entry_files(artifact)
         fd = confined.open_dir(directory)
         try:
             for name, data in files.items():
                 confined.write_new_file(fd, name, data)
         finally:
             os.close(fd)
+        return files
+
+    def upload(self, key: str) -> bool:
+        """Publish the local entry of ``key`` to the remote (one compiled before the remote was
+        configured, or while it was away); ``False`` without a remote or a valid local entry."""
+        entry = self.path_for(key)
+        if self.remote is None or not os.path.lexists(entry / _RECORD):
+            return False
+        try:
+            artifact = self._read(entry, key)
+        except _READ_ERRORS:
+            return False
+        self.remote.publish(key, entry_mod.entry_files(artifact))
+        return True
 
     def _valid(self, entry: Path, key: str) -> bool:
         try:
@@ -245,93 +313,6 @@ class ArtifactStore:
                         shutil.rmtree(child, ignore_errors=True)
             except OSError:
                 pass
-
-
-def _read_entry(entry_fd: int, key: str) -> CompiledArtifact:
-    """The artifact in the entry open as ``entry_fd``, every served file verified (see the docstring)."""
-    record = json.loads(confined.read_file(entry_fd, _RECORD, max_size=_MAX_RECORD_BYTES))
-    if not isinstance(record, dict):
-        raise ArtifactError(f"{_RECORD} holds {type(record).__name__}, not a record")
-    if record.get("format") != ARTIFACT_FORMAT:
-        raise ArtifactError(f"format {record.get('format')!r}, expected {ARTIFACT_FORMAT}")
-    if record["key"] != key:
-        raise ArtifactError(f"entry holds key {str(record['key'])[:12]}..., not {key[:12]}...")
-    manifest = _manifest(record)
-    binary = _served(entry_fd, manifest, record["binary_file"])
-    metadata_bytes = _served(entry_fd, manifest, record["metadata_file"])
-    asm_names = record.get("asm", {})
-    if not isinstance(asm_names, dict):
-        raise ArtifactError("the record's 'asm' is not a mapping")
-    metadata = json.loads(metadata_bytes)
-    if not isinstance(metadata, dict):
-        raise ArtifactError(f"{record['metadata_file']} holds {type(metadata).__name__}, not metadata")
-    artifact = CompiledArtifact(
-        key=key,
-        name=record["name"],
-        binary=binary,
-        binary_ext=record["binary_ext"],
-        metadata=metadata,
-        asm={str(ext): _served(entry_fd, manifest, name).decode() for ext, name in asm_names.items()},
-        compile_s=float(record["compile_s"]),
-    )
-    if artifact.binary_sha256 != record["binary_sha256"]:
-        raise ArtifactError("binary checksum mismatch")
-    _check_triton_copy(entry_fd, {record["binary_file"]: binary, record["metadata_file"]: metadata_bytes})
-    return artifact
-
-
-def _manifest(record: dict[str, Any]) -> dict[str, tuple[str, int]]:
-    """``{file name: (sha256, size)}`` from the record, every name checked to stay in the entry."""
-    files = record.get("files")
-    if not isinstance(files, dict):
-        raise ArtifactError(f"{_RECORD} lists no per-file checksums (an older or damaged entry)")
-    manifest: dict[str, tuple[str, int]] = {}
-    for name, item in files.items():
-        confined.check_name(name)
-        if not isinstance(item, dict):
-            raise ArtifactError(f"the manifest's record of {name!r} is not a mapping")
-        digest, size = item["sha256"], item["size"]
-        if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ArtifactError(f"the manifest's record of {name!r} has a malformed sha256 or size")
-        manifest[name] = (digest, size)
-    return manifest
-
-
-def _served(entry_fd: int, manifest: dict[str, tuple[str, int]], name: object) -> bytes:
-    """The verified bytes of ``name``: listed in the manifest, a regular file, matching its sha256."""
-    name = confined.check_name(name)
-    if name == _RECORD or name not in manifest:
-        raise ArtifactError(f"{name} is not listed in the entry's manifest")
-    digest, size = manifest[name]
-    try:
-        data = confined.read_file(entry_fd, name, max_size=size)  # never more than kiln wrote
-    except confined.FileTooLargeError as exc:
-        found = exc.size
-    else:
-        found = len(data)
-        if found == size and hashlib.sha256(data).hexdigest() == digest:
-            return data
-    raise ArtifactError(
-        f"{name}: checksum mismatch ({found} bytes, kiln wrote {size}; the file changed after kiln wrote it)"
-    )
-
-
-def _check_triton_copy(entry_fd: int, expected: dict[str, bytes]) -> None:
-    """``triton/`` (if made) is a real directory whose files (if present) equal the verified bytes."""
-    kind = confined.file_kind(entry_fd, _TRITON_DIR)
-    if kind is None:
-        return
-    if kind != "dir":
-        raise ArtifactError(f"{_TRITON_DIR}/ is a {kind}, not the directory kiln made")
-    triton_fd = confined.open_dir(_TRITON_DIR, entry_fd)
-    try:
-        for name, data in expected.items():
-            if confined.file_kind(triton_fd, name) is None:
-                continue  # laid out lazily (triton_files.py) or removed: rebuilt when asked for
-            if confined.read_file(triton_fd, name, size=len(data)) != data:
-                raise ArtifactError(f"{_TRITON_DIR}/{name} differs from the verified entry")
-    finally:
-        os.close(triton_fd)
 
 
 def check_cache_dir(root: Path) -> None:

@@ -368,20 +368,30 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             return None
         from triton_kiln.tuning import default_database_path
 
-        return _shared_database(default_database_path(self._settings))
+        remote = self._settings if self._settings.remote_cache is not None else None
+        return _shared_database(default_database_path(self._settings), remote)
 
 
-_DATABASES: dict[Path, Any] = {}
+_DATABASES: dict[tuple[Path, str | None], Any] = {}
 _DATABASES_LOCK = threading.Lock()
 
 
-def _shared_database(path: Path) -> Any:
-    """The process's :class:`~kiln.tuning.TuningDatabase` at ``path`` (one per file)."""
+def _shared_database(path: Path, remote: settings_mod.Settings | None = None) -> Any:
+    """The process's :class:`~kiln.tuning.TuningDatabase` at ``path`` (one per file), with
+    ``remote``'s remote cache behind it (:mod:`kiln.remote`) when one is given."""
     from triton_kiln.tuning import TuningDatabase
 
+    url = remote.remote_cache if remote is not None else None
     with _DATABASES_LOCK:
-        database = _DATABASES.get(path)
+        database = _DATABASES.get((path, url))
         if database is None:
-            database = TuningDatabase(path)
-            _DATABASES[path] = database
+            local = _DATABASES.get((path, None)) or TuningDatabase(path)
+            _DATABASES[(path, None)] = local
+            if remote is not None and url is not None:
+                from triton_kiln.remote import remote_tuning
+
+                database = remote_tuning(local, remote)
+            else:
+                database = local
+            _DATABASES[(path, url)] = database
         return database

@@ -99,12 +99,7 @@ class CompilePool:
         self.settings = base.replace(**{k: v for k, v in overrides.items() if v is not None})
         if self.settings.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.settings.workers}")
-        cap = self.settings.cache_max_mb
-        self.store = (
-            ArtifactStore(self.settings.cache_dir, max_bytes=None if cap is None else cap << 20)
-            if self.settings.use_disk_cache
-            else None
-        )
+        self.store = open_store(self.settings)
         self.pool_id = uuid.uuid4().hex
         memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
         self._table = JobTable(self.store, memory)
@@ -304,6 +299,21 @@ class CompilePool:
 
     def worker_pids(self) -> list[int]:
         return self._manager.workers.pids()
+
+
+def open_store(settings: Settings) -> ArtifactStore | None:
+    """The artifact store ``settings`` describe (``None``: no disk cache): ``KILN_CACHE_DIR``
+    capped at ``KILN_CACHE_MAX_MB``, with ``KILN_REMOTE_CACHE`` behind it when set (only then
+    is :mod:`kiln.remote` imported)."""
+    if not settings.use_disk_cache:
+        return None
+    remote = None
+    if settings.remote_cache is not None:
+        from triton_kiln.remote import remote_artifacts
+
+        remote = remote_artifacts(settings)
+    cap = settings.cache_max_mb
+    return ArtifactStore(settings.cache_dir, max_bytes=None if cap is None else cap << 20, remote=remote)
 
 
 def _done(artifact: CompiledArtifact) -> Future[CompiledArtifact]:

@@ -1,0 +1,88 @@
+"""kiln's remote cache on Redis: artifacts and finished tuning runs shared by machines.
+
+Imported only when ``KILN_REMOTE_CACHE`` is set (by the pool, where it opens its artifact
+store, and by the autotuner, where it opens the tuning database); ``redis`` is imported only
+by :mod:`kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
+
+::
+
+    CompilePool.submit -> memory -> local store (ArtifactStore) -> in flight -> worker
+                                        | miss                        | compiled
+                                        v                             v
+                             RemoteArtifacts.fetch          ArtifactStore.put (local, verified)
+                             (artifacts.py) -> adopt:        -> RemoteArtifacts.publish
+                             staged, verified as a local
+                             entry, then installed
+    Autotuner -> RemoteTuningDatabase (tuning.py) -> local SQLite -> on a miss, Redis
+
+    RedisClient (client.py): one per URL and process, short timeouts, no retries, and a
+    CircuitBreaker (health.py): a failure opens it for KILN_REMOTE_RETRY_S, one warning.
+    Signer (signing.py): with KILN_REMOTE_KEY_FILE, HMAC-SHA256 on what is written and read.
+
+Names in Redis: :mod:`kiln.remote.names`. Set-up, what is verified, failure behaviour and
+sizes: docs/REMOTE_CACHE.md.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from triton_kiln.remote.artifacts import RemoteArtifacts
+from triton_kiln.remote.client import RedisClient
+from triton_kiln.remote.health import RemoteCacheWarning
+from triton_kiln.remote.signing import Signer
+from triton_kiln.remote.tuning import RemoteTuningDatabase
+from triton_kiln.settings import Settings
+from triton_kiln.tuning.db import TuningDatabase
+
+__all__ = [
+    "RemoteArtifacts",
+    "RemoteCacheWarning",
+    "RemoteTuningDatabase",
+    "client_for",
+    "remote_artifacts",
+    "remote_tuning",
+]
+
+_clients: dict[tuple[str, float, float], RedisClient] = {}
+_clients_lock = threading.Lock()
+
+
+def client_for(settings: Settings) -> RedisClient:
+    """The process's client of ``settings.remote_cache`` (one per URL and timeouts: one breaker)."""
+    if settings.remote_cache is None:
+        raise ValueError("no remote cache is configured (KILN_REMOTE_CACHE is unset)")
+    ident = (settings.remote_cache, settings.remote_timeout_s, settings.remote_retry_s)
+    with _clients_lock:
+        client = _clients.get(ident)
+        if client is None:
+            client = RedisClient(
+                settings.remote_cache, timeout_s=settings.remote_timeout_s, retry_s=settings.remote_retry_s
+            )
+            _clients[ident] = client
+        return client
+
+
+def _ttl_s(settings: Settings) -> int | None:
+    days = settings.remote_ttl_days
+    return None if days is None else max(1, round(days * 86400))
+
+
+def _signer(settings: Settings) -> Signer | None:
+    key_file = settings.remote_key_file
+    return None if key_file is None else Signer.from_file(key_file)
+
+
+def remote_artifacts(settings: Settings) -> RemoteArtifacts:
+    """The artifact entries of ``settings.remote_cache`` (an ``ArtifactStore``'s ``remote``)."""
+    return RemoteArtifacts(
+        client_for(settings),
+        max_entry_bytes=settings.remote_max_entry_mb << 20,
+        ttl_s=_ttl_s(settings),
+        signer=_signer(settings),
+    )
+
+
+def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningDatabase:
+    """``local`` with ``settings.remote_cache`` behind it."""
+    return RemoteTuningDatabase(local, client_for(settings), ttl_s=_ttl_s(settings), signer=_signer(settings))

@@ -1,0 +1,169 @@
+"""Finished tuning runs in Redis, so a second machine tunes nothing: a tuning database that reads
+through to the remote on a miss and writes each finished run to it.
+
+::
+
+    lookup(identity)    local database? -> its run
+        miss -> GET kiln:r1:tuning:s<schema>:<sha256(identity)>
+             -> TuningRun.from_json (every field validated, as a run read from SQLite), its
+                identity equal to the one asked for, finished -> recorded in the local database
+                (so the next lookup is local) and returned; else a CacheWarning and a miss
+    finish_run(run)     finished locally -> the run as the local database holds it -> SET (JSON)
+
+A run is data (which config was fastest, its timings), not code: the binary of its best config
+is fetched and verified like any other artifact when the autotuner launches it. A run that fails
+validation is never adopted: the kernel is tuned here as if the remote had none.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+
+from triton_kiln.artifacts.store import CacheWarning
+from triton_kiln.remote.client import RedisClient
+from triton_kiln.remote.names import tuning_name
+from triton_kiln.remote.signing import PREFIX, Signer, split_signed
+from triton_kiln.tuning.db import TuningDatabase
+from triton_kiln.tuning.results import ConfigResult, TuningRun
+
+_IDENTITY = ("kernel_key", "key_repr", "device_name", "capability", "triton_version")
+
+
+class RemoteTuningDatabase:
+    """A :class:`~kiln.tuning.TuningDatabase` (``local``) with a remote behind it (see above)."""
+
+    def __init__(
+        self, local: TuningDatabase, client: RedisClient, *, ttl_s: int | None, signer: Signer | None = None
+    ) -> None:
+        self.local = local
+        self.signer = signer
+        self.path: Path = local.path
+        self.client = client
+        self.where = client.where
+        self.ttl_s = ttl_s
+        self._identities: dict[int, dict[str, str]] = {}  # run id -> its lookup identity
+        self.imported = 0
+        """Runs taken from the remote into the local database."""
+        self.published = 0
+        """Finished runs the server took."""
+
+    def lookup(
+        self, kernel_key: str, key_repr: str, device_name: str, capability: str, triton_version: str
+    ) -> TuningRun | None:
+        found = self.local.lookup(kernel_key, key_repr, device_name, capability, triton_version)
+        if found is not None:
+            return found
+        values = (kernel_key, key_repr, device_name, capability, triton_version)
+        identity = dict(zip(_IDENTITY, values, strict=True))
+        name = tuning_name(identity)
+        raw = self.client.read_value(name, self.ttl_s)
+        if raw is None:
+            return None
+        signature, payload = split_signed(raw)
+        try:
+            if self.signer is not None and not self.signer.verify(name, payload, signature):
+                raise ValueError("not signed with KILN_REMOTE_KEY_FILE's key")
+            run = _checked_run(payload, identity)
+        except (ValueError, TypeError, KeyError) as exc:
+            warnings.warn(
+                f"kiln: the remote cache {self.where} holds an invalid tuning run for "
+                f"{identity['key_repr']} ({type(exc).__name__}: {exc}); it is ignored and the kernel "
+                f"is tuned here",
+                CacheWarning,
+                stacklevel=2,
+            )
+            return None
+        self._import(run)
+        self.imported += 1
+        return self.local.lookup(kernel_key, key_repr, device_name, capability, triton_version)
+
+    def _import(self, run: TuningRun) -> None:
+        run_id = self.local.begin_run(
+            run.kernel,
+            run.kernel_key,
+            run.key_repr,
+            run.device_name,
+            run.capability,
+            run.triton_version,
+            run.default_label,
+        )
+        for result in run.results:
+            self.local.record(run_id, result)
+        self.local.finish_run(run_id, run.best_label, run.wall_s, run.first_result_s, split=run.split)
+
+    # -- writing: the local database, then the finished run to the remote -------------------
+
+    def begin_run(
+        self,
+        kernel: str,
+        kernel_key: str,
+        key_repr: str,
+        device_name: str,
+        capability: str,
+        triton_version: str,
+        default_label: str | None,
+    ) -> int:
+        run_id = self.local.begin_run(
+            kernel, kernel_key, key_repr, device_name, capability, triton_version, default_label
+        )
+        values = (kernel_key, key_repr, device_name, capability, triton_version)
+        self._identities[run_id] = dict(zip(_IDENTITY, values, strict=True))
+        return run_id
+
+    def record(self, run_id: int, result: ConfigResult) -> None:
+        self.local.record(run_id, result)
+
+    def finish_run(
+        self,
+        run_id: int,
+        best_label: str | None,
+        wall_s: float | None,
+        first_result_s: float | None,
+        *,
+        split: Mapping[str, float] | None = None,
+    ) -> None:
+        self.local.finish_run(run_id, best_label, wall_s, first_result_s, split=split)
+        identity = self._identities.pop(run_id, None)
+        run = self.local.lookup(**identity) if identity is not None else None
+        if run is None or run.run_id != run_id:
+            return  # begun through another handle, or a newer run finished meanwhile
+        name = tuning_name(identity or {})
+        data = json.dumps(run.to_json(), allow_nan=False).encode()
+        if self.signer is not None:
+            data = PREFIX + self.signer.sign(name, data).encode() + b"\n" + data
+        if self.client.write_value(name, data, self.ttl_s):
+            self.published += 1
+
+    # -- the rest is the local database's ---------------------------------------------------
+
+    def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]:
+        return self.local.runs(kernel, limit)
+
+    def close(self) -> None:
+        self.local.close()
+
+    def __enter__(self) -> RemoteTuningDatabase:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RemoteTuningDatabase({self.local!r}, {self.where!r})"
+
+
+def _checked_run(raw: bytes, identity: Mapping[str, str]) -> TuningRun:
+    """The run in ``raw``, validated, for exactly ``identity`` and finished (else ``ValueError``)."""
+    run = TuningRun.from_json(json.loads(raw))
+    for name, wanted in identity.items():
+        if getattr(run, name) != wanted:
+            raise ValueError(f"the run's {name} is {getattr(run, name)!r}, not {wanted!r}")
+    if not run.finished:
+        raise ValueError("the run is not finished")
+    return run
