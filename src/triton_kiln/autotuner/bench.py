@@ -47,6 +47,7 @@ class Phase:
     warmup_ms: float
     rep_ms: float
     check: bool
+    samples: bool = False  # send back every timed run (the final round pools its passes' runs)
 
 
 class Bencher(Protocol):
@@ -195,6 +196,7 @@ class SandboxBencher:
             warmup=phase.warmup_ms,
             rep=phase.rep_ms,
             want_outputs=self.want_outputs and phase.check,
+            want_samples=phase.samples,
         )
         return self.sandbox.bench(spec, self.timeout_s)
 

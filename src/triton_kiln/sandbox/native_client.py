@@ -164,9 +164,11 @@ class NativeSandbox:
                 )
             seconds = time.monotonic() - started
             if reply[0] == "ok":
-                timing.update(reply[3], via="native", ready_s=self.ready_s)
+                info = dict(reply[3])
+                samples = info.pop("times", None)
+                timing.update(info, via="native", ready_s=self.ready_s)
                 return NativeBenchOutcome(
-                    "ok", timings=reply[1], check=reply[2], seconds=seconds, sandbox=timing
+                    "ok", timings=reply[1], check=reply[2], seconds=seconds, sandbox=timing, samples=samples
                 )
             if reply[0] == "unsupported":
                 log.info("kiln: %s runs in the torch sandbox: %s", spec.key[:12], reply[1])

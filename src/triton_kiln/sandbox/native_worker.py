@@ -52,6 +52,7 @@ from triton_kiln.framing import encode, recv_frame
 from triton_kiln.sandbox.compare import Representatives
 from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory
 from triton_kiln.sandbox.ipc import TensorDesc
+from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = "KILN_NATIVE_SANDBOX_FD"
 ENV_PARENT = "KILN_NATIVE_SANDBOX_PARENT"
@@ -88,19 +89,6 @@ def classify(exc: BaseException) -> tuple[str, bool]:
         if code == OUT_OF_RESOURCES_CODE:
             return "out_of_resources", False
     return "error", False
-
-
-def quantiles(times: list[float], qs: tuple[float, ...]) -> list[float]:
-    """triton.testing's ``_quantile``: linear interpolation between sorted samples."""
-    ordered = sorted(times)
-    n = len(ordered)
-    out = []
-    for q in qs:
-        point = q * (n - 1)
-        lower, upper = int(point // 1), -int(-point // 1)
-        t = point - lower
-        out.append((1 - t) * ordered[lower] + t * ordered[upper])
-    return out
 
 
 class NativeState:
@@ -265,6 +253,8 @@ class NativeState:
             "estimate_ms": estimate,
             "n_repeat": len(times),
         }
+        if spec.get("want_samples"):
+            info["times"] = [float(t) for t in times]
         return ("ok", quantiles(times, (0.5, 0.2, 0.8)), check, info)
 
     def check_outputs(self) -> Any:
