@@ -365,7 +365,9 @@ class SampledBench(TwoPhaseBench):
             return super().bench(candidate, artifact, grid, phase)
         assert phase.samples, "the final round must ask for every run"
         self.phases.append((candidate.label.split(",")[0], phase.rep_ms))
-        runs = self.final_of(candidate.config)[len([p for p in self.phases if p[0] == candidate.label.split(",")[0]]) - 2]
+        runs = self.final_of(candidate.config)[
+            len([p for p in self.phases if p[0] == candidate.label.split(",")[0]]) - 2
+        ]
         median = statistics.median(runs)
         return BenchOutcome("ok", timings=[median, min(runs), max(runs)], samples=list(runs))
 

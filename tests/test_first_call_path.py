@@ -23,10 +23,10 @@ from typing import Any
 
 import pytest
 import triton
-from conftest import wait_no_processes
 
 import triton_kiln as kiln
 import triton_kiln.pool.pool as pool_mod
+from conftest import wait_no_processes
 from kernels import add_kernel
 from triton_kiln import settings, triton_compat
 from triton_kiln.autotuner import prewarm as prewarm_mod
@@ -152,7 +152,9 @@ def test_a_second_process_reads_the_stored_key_without_hashing_libtriton(tmp_pat
     assert stored["key"] == first["key"]
 
 
-def test_the_stored_key_is_tied_to_libtriton_identity(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_stored_key_is_tied_to_libtriton_identity(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """The fingerprint changes with libtriton.so's inode (a reinstalled Triton): another file
     there means the stored key is not used."""
     root = tmp_path / "triton"
