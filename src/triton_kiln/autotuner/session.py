@@ -144,6 +144,7 @@ class TuningSession:
                 database.record(run_id, result)
 
         pool = tuner._get_pool()
+        bencher = make_bencher(tuner, args, kwargs)  # first: its output-check kernel compiles first
         by_future: dict[Future[CompiledArtifact], Candidate] = {}
         for candidate in candidates:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
@@ -151,7 +152,6 @@ class TuningSession:
         self.split.watch(by_future)
         for future in by_future:
             progress.watch(future, configs=sum(1 for c in candidates if c.future is future))
-        bencher = make_bencher(tuner, args, kwargs)
         results: dict[str, ConfigResult] = {}
         timings: dict[Any, Any] = {}
         # Outputs are checked against the user's reference, else decided across every config at

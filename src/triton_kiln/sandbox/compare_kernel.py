@@ -133,4 +133,4 @@ def output_summary_kernel(out_ptr, ref_ptr, before_ptr, part_ptr, n, KIND: tl.co
 
 def programs(n: int) -> int:
     """The grid for ``n`` elements: one program per block, at most :data:`MAX_PROGRAMS`."""
-    return max(1, min(MAX_PROGRAMS, triton.cdiv(n, BLOCK)))
+    return max(1, min(MAX_PROGRAMS, -(-n // BLOCK)))
