@@ -301,7 +301,7 @@ class TuningSession:
         began = time.monotonic()
         outcome = bencher.bench(candidate, artifact, launch_grid(grid, candidate, self.name), phase)
         self.split.saw(outcome, time.monotonic() - began)
-        self.last_samples = getattr(outcome, "samples", None) if outcome.status == "ok" else None
+        self.last_samples = outcome.samples if outcome.status == "ok" else None
         if outcome.status != "ok" or outcome.timings is None:
             return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), failed
         times = [float(t) for t in outcome.timings][:3]
