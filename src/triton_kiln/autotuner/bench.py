@@ -175,8 +175,10 @@ class SandboxBencher:
     def _compile_compare_kernels(self, torch: Any) -> dict[str, Any]:
         """The output check's kernel for the inputs' dtypes, queued ahead of every config
         (the native sandbox compares outputs on the GPU with it: autotuner/compare_kernels.py)."""
-        if not self.want_outputs or not hasattr(self.sandbox, "set_compare_kernels"):
-            return {}
+        if not self.want_outputs or self.tuner._reference is not None:
+            return {}  # no check, or against the user's reference: on the host
+        if not hasattr(self.sandbox, "set_compare_kernels"):
+            return {}  # the torch sandbox compares with torch, on the GPU already
         dtypes = {str(v.dtype) for v in [*self.args, *self.kwargs.values()] if isinstance(v, torch.Tensor)}
         try:
             return compare_kernels.submit(self.tuner._get_pool(), self.tuner._local_target(), dtypes)
