@@ -19,9 +19,13 @@ Arms, each from a fresh Triton cache, a fresh kiln cache and a fresh tuning data
   its first call to the tuned kernel (it should tune nothing and compile nothing).
 
 Reported: wall seconds to the first tuned result (the first call returns, synchronized), the
-chosen config, and both chosen configs timed again under one harness
-(``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters, five interleaved
-rounds, medians), so the ratio ``kiln_choice / triton_choice`` compares choices, not
+chosen config, and both chosen configs timed again under one harness, in this process after
+both arms finished (``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters,
+as ``triton.autotune`` times a config: warm-up 25 ms, rep 100 ms, median; five interleaved
+rounds, medians: ``kiln_choice_ms_triton_harness``, ``triton_choice_ms_triton_harness``), the
+set's ``shape``, and ``limit_s`` (the longest compile or the sum of compiles over the cores,
+whichever is larger, plus kiln's final round: ``bench/choice_harness.py``) with
+``kiln_first_over_limit``, so the ratio ``kiln_choice / triton_choice`` compares choices, not
 harnesses; when both tuners chose the same config the ratio is 1 by definition (the runs of
 the same config measured twice are kept in the JSON, as a measure of the harness's noise).
 """
@@ -50,6 +54,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import choice_harness
 import kernels_bench
 import triton_kiln as kiln
 
@@ -128,6 +133,7 @@ SETS = {
     "matmul": (kernels_bench.matmul_kernel, matmul_configs, lambda: matmul_case(4096)),
     "softmax": (kernels_bench.softmax_kernel, softmax_configs, softmax_case),
 }
+SHAPES = {"matmul": "M=N=K=4096 fp16", "softmax": "32768x128 fp16"}
 
 
 @contextlib.contextmanager
@@ -156,10 +162,14 @@ def timed_first_call(call: Callable[[Any], None], tuned: Any) -> float:
 
 
 def harness_ms(call: Callable[..., None], kernel: Any, config: triton.Config) -> float:
-    """The chosen config timed on Triton's JIT (same harness for both tuners' choices)."""
+    """The chosen config timed on Triton's JIT with ``triton.testing.do_bench`` as
+    ``triton.autotune`` times a config (warm-up 25 ms, rep 100 ms, median): the same harness
+    for both tuners' choices."""
     meta = config.all_kwargs()
     call(kernel, **meta)  # compile (cached) and warm
-    return float(triton.testing.do_bench(lambda: call(kernel, **meta), warmup=50, rep=300, quantiles=None))
+    return float(
+        triton.testing.do_bench(lambda: call(kernel, **meta), warmup=25, rep=100, return_mode="median")
+    )
 
 
 SECOND_PROCESS = textwrap.dedent(
@@ -252,8 +262,14 @@ def run_set(set_name: str) -> dict[str, Any]:
                 runs.append(harness_ms(call, kernel, choice))
         t_ms = statistics.median(t_runs)
         k_ms = t_ms if same_choice else statistics.median(k_runs)
+    limit = choice_harness.limit_s([to_json(run)], os.cpu_count() or 1)
     result.update(
         {
+            "shape": SHAPES[set_name],
+            "kiln_choice_ms_triton_harness": k_ms,
+            "triton_choice_ms_triton_harness": t_ms,
+            "limit_s": limit,
+            "kiln_first_over_limit": wall_k / limit if limit else None,
             "triton": {
                 "first_result_s": wall_t,
                 "choice": str(triton_choice),
@@ -286,14 +302,18 @@ def run_set(set_name: str) -> dict[str, Any]:
 
 
 def summary(result: dict[str, Any]) -> str:
-    lines = ["set       triton s   kiln s  speed-up  kiln/triton runtime  2nd proc first call s  compiles"]
+    lines = [
+        "set       triton s   kiln s  speed-up  kiln/triton runtime  2nd proc first call s  compiles"
+        "  limit s  kiln/limit"
+    ]
     for name, r in result["sets"].items():
         second = r["kiln_second_process"]
         lines.append(
             f"{name:8} {r['triton']['first_result_s']:9.1f} {r['kiln']['first_result_s']:8.1f} "
             f"{r['speedup_first_result']:8.2f}x {r['harness_ms']['kiln_over_triton']:19.3f} "
             f"{second.get('first_tuned_call_s', float('nan')):22.3f} "
-            f"{second.get('compile_jobs_dispatched', '-'):>9}"
+            f"{second.get('compile_jobs_dispatched', '-'):>9} "
+            f"{r.get('limit_s') or float('nan'):8.2f} {r.get('kiln_first_over_limit') or float('nan'):10.2f}"
         )
     return "\n".join(lines)
 

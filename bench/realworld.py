@@ -19,13 +19,21 @@ For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
   database (fresh ``TRITON_CACHE_DIR``): what a user's next process pays;
 * ``kiln_forced``: as ``kiln_second``, with every autotuned kernel's configs cut down to the ones
   Triton chose (the ``triton`` arm's ``choices.json``), so ``kiln_op_ms_triton_configs`` compares
-  launch paths apart from config choice.
+  launch paths apart from config choice;
+* ``harness``: after the others, one process with stock ``triton.autotune`` that times the
+  ``kiln`` and ``triton`` arms' chosen configs alternately with ``triton.testing.do_bench``
+  (``bench/choice_harness.py``): whether kiln chose as well as Triton, in one harness.
 
 Per op, the JSON has ``op``, ``configs`` (sum over the autotuned kernels the op launched),
 ``triton_first_s``, ``kiln_first_s``, ``kiln_second_first_s`` (wall seconds of the first call,
 synchronized, tuning included; process start and imports excluded), ``triton_op_ms``,
 ``kiln_op_ms``, ``kiln_op_ms_triton_configs`` (``triton.testing.do_bench`` medians after tuning,
-same inputs, median over ``--repeats``), ``outputs_match`` (kiln's outputs against Triton's, with
+same inputs, median over ``--repeats``), ``kiln_choice_ms_triton_harness`` and
+``triton_choice_ms_triton_harness`` (the ``harness`` arm: both chosen configs under do_bench in
+one process) and their ratio, ``shape`` (the op's sizes), ``limit_s`` (the least a tuning could
+take here: per kiln tuning run the longest compile or the sum of compiles over the cores,
+whichever is larger, plus the final round; summed) and ``kiln_first_over_limit``,
+``outputs_match`` (kiln's outputs against Triton's, with
 tolerances by dtype), ``kiln_statuses`` (config status -> count over kiln's tuning runs),
 ``kiln_time_split`` (each kiln tuning run's summary from its report, where a time split appears
 once kiln records one), ``kiln_left_on_triton`` (kernels the op launched through Triton's
@@ -59,12 +67,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import choice_harness
 import realworld_ops
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "realworld_child.py"
-ARMS = ("triton", "kiln", "kiln_second", "kiln_forced")
+ARMS = ("triton", "kiln", "kiln_second", "kiln_forced", "harness")
 PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
 
@@ -94,11 +103,16 @@ def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str
     arm_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(CHILD), "--arm", arm, "--op", op, "--dir", str(arm_dir)]
     cmd += ["--repeats", str(args.repeats)]
-    if arm == "kiln_forced" and not args.dry_run:
+    if arm in ("kiln_forced", "harness") and not args.dry_run:
         choices = root / "triton" / "choices.json"
         if not choices.exists():
             return {"arm": arm, "error": "no choices from the triton arm (it failed or did not run)"}
         cmd += ["--choices", str(choices)]
+    if arm == "harness" and not args.dry_run:
+        kiln_choices = root / "kiln" / "choices.json"
+        if not kiln_choices.exists():
+            return {"arm": arm, "error": "no choices from the kiln arm (it failed or did not run)"}
+        cmd += ["--kiln-choices", str(kiln_choices)]
     if args.strict:
         cmd.append("--strict")
     if args.dry_run:
@@ -188,8 +202,17 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
     left = [
         {**k, "reason": "refused by kiln.autotune at import"} for k in kiln.get("refused_by_kiln", [])
     ] + [{"reason": "not built by triton.autotune", **k} for k in kiln.get("left_on_triton", [])]
+    runs = [summary for summaries in (kiln.get("kiln_runs") or {}).values() for summary in summaries]
+    limit = choice_harness.limit_s(runs, os.cpu_count() or 1)
+    kiln_first = field("kiln", "first_s")
+    kiln_choice, triton_choice = (
+        field("harness", "kiln_choice_ms_triton_harness"),
+        field("harness", "triton_choice_ms_triton_harness"),
+    )
+    spec = realworld_ops.OPS.get(op)
     return {
         "op": op,
+        "shape": spec.shape if spec is not None else None,
         "configs": field("triton", "configs") or kiln.get("configs"),
         "triton_first_s": field("triton", "first_s"),
         "kiln_first_s": field("kiln", "first_s"),
@@ -197,6 +220,13 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "triton_op_ms": field("triton", "op_ms"),
         "kiln_op_ms": field("kiln", "op_ms"),
         "kiln_op_ms_triton_configs": field("kiln_forced", "op_ms"),
+        "kiln_choice_ms_triton_harness": kiln_choice,
+        "triton_choice_ms_triton_harness": triton_choice,
+        "choice_ratio_triton_harness": (
+            kiln_choice / triton_choice if isinstance(kiln_choice, float) and triton_choice else None
+        ),
+        "limit_s": limit,
+        "kiln_first_over_limit": kiln_first / limit if isinstance(kiln_first, float) and limit else None,
         "outputs_match": outputs.get("kiln", {}).get("match"),
         "kiln_statuses": kiln.get("kiln_statuses"),
         "kiln_time_split": kiln.get("kiln_runs"),
@@ -225,6 +255,9 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         "kiln",
         "kiln@triton cfgs",
         "ratio",
+        "choice ms kiln/triton (1 process)",
+        "limit s",
+        "kiln/limit",
         "outputs",
         "kiln statuses",
         "errors",
@@ -236,7 +269,7 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         statuses = r.get("kiln_statuses") or {}
         rows.append(
             [
-                r["op"],
+                f"{r['op']} ({r['shape']})" if r.get("shape") else r["op"],
                 _num(r.get("configs"), "d"),
                 _num(r.get("triton_first_s"), ".1f"),
                 _num(r.get("kiln_first_s"), ".1f"),
@@ -245,6 +278,10 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
                 _num(r.get("kiln_op_ms"), ".3f"),
                 _num(f_ms, ".3f"),
                 _num(ratio, ".2f"),
+                f"{_num(r.get('kiln_choice_ms_triton_harness'), '.3f')}/"
+                f"{_num(r.get('triton_choice_ms_triton_harness'), '.3f')}",
+                _num(r.get("limit_s"), ".2f"),
+                _num(r.get("kiln_first_over_limit"), ".2f"),
                 {True: "match", False: "DIFFER", None: "-"}[r.get("outputs_match")],
                 " ".join(f"{k}:{v}" for k, v in sorted(statuses.items())) or "-",
                 "; ".join(f"{a}: {e[:80]}" for a, e in r.get("errors", {}).items()) or "-",

@@ -9,13 +9,16 @@
                                                      time the op (do_bench medians)
       reads DIR/result.json, DIR/outputs.pt   <--    write outputs, choices, kiln's reports
 
-Arms: ``triton`` (stock ``triton.autotune``; also writes ``choices.json``, each autotuned
-kernel's chosen config per tuning key), ``kiln`` and ``kiln_second`` (``triton.autotune``
+Arms: ``triton`` (stock ``triton.autotune``; it and ``kiln`` write ``choices.json``, each
+autotuned kernel's chosen config per tuning key), ``kiln`` and ``kiln_second`` (``triton.autotune``
 routed to kiln before the library is imported: ``kiln.install()`` when kiln has it, else by
 assigning ``kiln.autotune`` to ``triton.autotune``, ``triton.runtime.autotune`` and
 ``triton.runtime.autotuner.autotune``), and ``kiln_forced`` (as ``kiln``, with every autotuned
 kernel's configs cut down to Triton's choices from ``--choices``, so only the launch path
-differs from Triton's). In the assignment mode a kernel that ``kiln.autotune`` refuses at
+differs from Triton's), and ``harness`` (stock ``triton.autotune``, no tuning: the ``kiln`` and
+``triton`` arms' choices, ``--kiln-choices`` and ``--choices``, timed alternately in this one
+process with ``triton.testing.do_bench``; see ``bench/choice_harness.py``). In the assignment
+mode a kernel that ``kiln.autotune`` refuses at
 import (``@triton.autotune`` over ``@triton.heuristics`` today) is left on Triton's autotuner
 and listed with the reason, unless ``--strict``.
 
@@ -41,6 +44,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import choice_harness
 import realworld_ops
 
 LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
@@ -48,6 +52,7 @@ LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
 # on sys.path): a module counts as the libraries' if its file lies in one of their packages.
 LIBRARY_DIRS = tuple(f"/{name}/" for name in LIBRARY_PREFIXES)
 KILN_ARMS = ("kiln", "kiln_second", "kiln_forced")
+HARNESS = "harness"  # both arms' choices timed in one process, stock triton.autotune
 
 
 def config_json(config: Any) -> dict[str, Any]:
@@ -261,6 +266,37 @@ def _bench_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
     return statistics.median(runs), runs
 
 
+def run_harness(args: argparse.Namespace, tuners: list[Any], op: Any, result: dict[str, Any]) -> None:
+    """Both arms' chosen configs, timed alternately with ``do_bench`` in this process."""
+    import torch
+
+    chosen = {
+        "kiln": json.loads(Path(args.kiln_choices).read_text()),
+        "triton": json.loads(Path(args.choices).read_text()),
+    }
+    originals: dict[int, list[Any]] = {}
+    torch.manual_seed(0)
+    case = op.build()
+    result["stage"] = "harness"
+    applied: dict[str, Any] = {}
+
+    def setup(arm: str) -> Any:
+        def apply() -> None:
+            applied[arm] = choice_harness.apply_choices(tuners, chosen[arm], _name, config_json, originals)
+            case.run()  # compiles the arm's configs (once: Triton's JIT keeps them)
+            torch.cuda.synchronize()
+
+        return apply
+
+    timed = choice_harness.time_alternately(
+        {arm: setup(arm) for arm in chosen}, case.run, lambda fn: _bench_ms(fn, 1)[0], args.repeats
+    )
+    result["applied"] = applied
+    result["kiln_choice_ms_triton_harness"] = timed["kiln"]["ms"]
+    result["triton_choice_ms_triton_harness"] = timed["triton"]["ms"]
+    result["harness_runs"] = timed
+
+
 def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     op = realworld_ops.OPS[args.op]
     fallbacks: list[dict[str, str]] = []
@@ -299,6 +335,9 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if args.arm == "kiln_forced":
         choices = json.loads(Path(args.choices).read_text())
         result["restricted"] = _restrict(tuners, choices)
+    if args.arm == HARNESS:
+        run_harness(args, tuners, op, result)
+        return
     result["stage"] = "inputs"
     torch.manual_seed(0)
     case = op.build()
@@ -316,7 +355,7 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
         for t in invoked
         if not _is_kiln(t)
     ]
-    if args.arm == "triton":
+    if args.arm in ("triton", "kiln"):
         choices = {_name(t): _chosen(t) for t in invoked}
         (args.dir / "choices.json").write_text(json.dumps(choices, indent=1))
     if args.arm in KILN_ARMS:
@@ -331,10 +370,11 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arm", required=True, choices=["triton", *KILN_ARMS])
+    parser.add_argument("--arm", required=True, choices=["triton", *KILN_ARMS, HARNESS])
     parser.add_argument("--op", required=True, choices=sorted(realworld_ops.OPS))
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--choices", default=None)
+    parser.add_argument("--kiln-choices", default=None, help="harness arm: the kiln arm's choices.json")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--strict", action="store_true")
     parser.add_argument("--dry-run", action="store_true")

@@ -10,8 +10,10 @@ sequential first call over ~100 configs) stays within about two minutes per op o
 Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, torchao 0.18.0; see
 docs/notes/realworld-study.md and docs/notes/realworld-new-libraries.md):
 
-* ``liger_dyt_fwdbwd``: ``_dyt_fwd_kernel`` and ``_dyt_bwd_kernel`` (18 configs each, positional
-  calls, grid function; the backward has ``reset_to_zero=["DA"]`` and per-program partial sums);
+* ``liger_dyt_fwdbwd_16384x4096`` (issue 21's size: 128 MB per bf16 tensor) and
+  ``liger_dyt_fwdbwd`` (4096x4096, not in the default set): ``_dyt_fwd_kernel`` and
+  ``_dyt_bwd_kernel`` (18 configs each, positional calls, grid function; the backward has
+  ``reset_to_zero=["DA"]`` and per-program partial sums);
 * ``liger_swiglu_fwd``: ``_swiglu_kernel_forward`` of ``liger_kernel.ops.mlp`` (32 configs, host
   TMA descriptors whose block shapes each config's ``pre_hook`` sets, keyword constexpr);
 * ``liger_moe_fwd``: routing kernels (plain JIT), ``_fused_up_proj_swiglu_kernel`` and
@@ -80,6 +82,7 @@ class Op:
     name: str
     modules: tuple[str, ...]  # imported after the swap; their autotuned kernels are inventoried
     build: Callable[[], Case]
+    shape: str  # the sizes, for the results' rows
     default: bool = True
     env: tuple[tuple[str, str], ...] = ()  # set in every arm's process, before any import
     dry_run_env: tuple[tuple[str, str], ...] = ()  # also set with --dry-run (lets it import without a GPU)
@@ -92,11 +95,10 @@ def _randn(*shape: int, dtype: Any = None) -> Any:
     return torch.randn(*shape, device="cuda", dtype=dtype or torch.bfloat16)
 
 
-def _dyt() -> Case:
+def _dyt(m: int = 4096, n: int = 4096) -> Case:
     import torch
     from liger_kernel.ops.dyt import liger_dyt_bwd, liger_dyt_fwd
 
-    m, n = 4096, 4096
     x = _randn(m, n)
     dy = _randn(m, n)
     alpha = torch.full((1,), 0.5, device="cuda", dtype=torch.float32)
@@ -333,24 +335,61 @@ _FLAGGEMS_DRY_RUN = (("GEMS_VENDOR", "nvidia"), ("ARCH", "sm_90"), ("FLAGGEMS_DB
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        Op("liger_dyt_fwdbwd", ("liger_kernel.ops.dyt",), _dyt),
-        Op("liger_swiglu_fwd", ("liger_kernel.ops.mlp",), _swiglu),
-        Op("liger_moe_fwd", ("liger_kernel.ops.fused_moe",), _moe),
-        Op("fla_chunk_gla_fwd", ("fla.ops.gla",), _chunk_gla),
-        Op("fla_parallel_simple_gla_fwd", ("fla.ops.simple_gla",), _parallel_simple_gla),
-        Op("fla_chunk_gdr_fwd", ("fla.ops.gated_delta_rule",), _chunk_gdr, default=False),
-        Op("fla_chunk_dplr_fwd", ("fla.ops.generalized_delta_rule",), _chunk_dplr, default=False),
-        Op("flaggems_mm_lmhead", ("flag_gems",), _flaggems_mm, default=False, dry_run_env=_FLAGGEMS_DRY_RUN),
+        Op(
+            "liger_dyt_fwdbwd_16384x4096",
+            ("liger_kernel.ops.dyt",),
+            lambda: _dyt(16384, 4096),
+            "16384x4096 bf16 fwd+bwd",
+        ),
+        Op("liger_dyt_fwdbwd", ("liger_kernel.ops.dyt",), _dyt, "4096x4096 bf16 fwd+bwd", default=False),
+        Op("liger_swiglu_fwd", ("liger_kernel.ops.mlp",), _swiglu, "x 2x2048x2048, W 5632x2048 bf16"),
+        Op(
+            "liger_moe_fwd",
+            ("liger_kernel.ops.fused_moe",),
+            _moe,
+            "4096 tokens, 2048->1024, 16 experts, top 2",
+        ),
+        Op("fla_chunk_gla_fwd", ("fla.ops.gla",), _chunk_gla, "B4 T2048 H8 K128 V128 bf16"),
+        Op(
+            "fla_parallel_simple_gla_fwd",
+            ("fla.ops.simple_gla",),
+            _parallel_simple_gla,
+            "B4 T2048 H8 K128 V128 bf16",
+        ),
+        Op(
+            "fla_chunk_gdr_fwd",
+            ("fla.ops.gated_delta_rule",),
+            _chunk_gdr,
+            "B4 T2048 H8 K128 V128 bf16",
+            default=False,
+        ),
+        Op(
+            "fla_chunk_dplr_fwd",
+            ("fla.ops.generalized_delta_rule",),
+            _chunk_dplr,
+            "B4 T2048 H16 K64 V64 bf16, chunk 64",
+            default=False,
+        ),
+        Op(
+            "flaggems_mm_lmhead",
+            ("flag_gems",),
+            _flaggems_mm,
+            "4096x768 @ 768x50257 bf16",
+            default=False,
+            dry_run_env=_FLAGGEMS_DRY_RUN,
+        ),
         Op(
             "torchao_scaled_int8_mm",
             ("torchao.prototype.quantized_training.int8_mm",),
             _torchao_int8_mm,
+            "4096^3 int8",
             default=False,
         ),
         Op(
             "gemlite_a16w8_gemm",
             ("gemlite", "gemlite.triton_kernels.gemm_kernels"),
             _gemlite_a16w8,
+            "4096^3 bf16 x int8",
             default=False,
             dry_run_setup=fake_h100,
         ),

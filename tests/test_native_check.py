@@ -15,6 +15,7 @@ import pytest
 
 from host_memory import HostMemoryDriver
 from triton_kiln.sandbox.compare import Representatives
+from triton_kiln.sandbox.device_check import DeviceCheck
 from triton_kiln.sandbox.device_inputs import DeviceInputs
 from triton_kiln.sandbox.ipc import TensorDesc
 from triton_kiln.sandbox.native_worker import NativeState
@@ -30,6 +31,7 @@ def make_state(values: dict[str, Any]) -> NativeState:
     state.representatives = Representatives(state._compare_one)
     state.reference_raw = None
     state._read_buffers, state._nonfinite = {}, {}
+    state.device_check = DeviceCheck(state.cuda, state.inputs, state.kernel)  # no kernels: host check
     descs = {}
     for name, array in values.items():
         dtype = "torch.bfloat16" if array.dtype == np.uint16 else f"torch.{array.dtype}"

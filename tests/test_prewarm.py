@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -29,8 +30,9 @@ def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     import triton_kiln as kiln
     import triton_kiln.pool
 
-    def pool() -> None:
+    def pool() -> Any:
         events.append(f"pool after key file: {any(tmp_path.glob('triton-key-*.json'))}")
+        return SimpleNamespace(start=lambda: events.append("zygote started"))
 
     monkeypatch.setattr(kiln.pool, "get_pool", pool)
     monkeypatch.setattr(registry, "prestart", lambda: events.append("sandbox"))
@@ -58,7 +60,7 @@ def test_a_gpu_machine_computes_the_key_then_makes_the_pool_once(
     assert prewarm_mod.prewarm(sandbox=True, pool=True) is True
     assert prewarm_mod.prewarm(sandbox=False, pool=True) is True  # the pool starts once
     _join_prewarm()
-    assert fresh == ["sandbox", "pool after key file: True"]
+    assert fresh == ["sandbox", "pool after key file: True", "zygote started"]
 
 
 def test_defining_a_tuned_kernel_prewarms_unless_it_brings_its_own_pool(
@@ -82,6 +84,6 @@ def test_install_prewarms_before_any_kernel_is_defined(
     kiln.install()
     try:
         _join_prewarm()
-        assert fresh == ["sandbox", "pool after key file: True"]
+        assert fresh == ["sandbox", "pool after key file: True", "zygote started"]
     finally:
         kiln.uninstall()

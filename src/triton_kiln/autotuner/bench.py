@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner import compare_kernels
 from triton_kiln.autotuner.binaries import triton_files, triton_kernel
 from triton_kiln.errors import (
     CompileTimeoutError,
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from triton_kiln.autotuner.specialize import Candidate
 
 log = logging.getLogger("kiln.autotune")
+COMPARE_KERNEL_WAIT_S = 30.0  # past this the output check runs on the host (its kernel not compiled)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Phase:
     warmup_ms: float
     rep_ms: float
     check: bool
+    samples: bool = False  # send back every timed run (the final round pools its passes' runs)
 
 
 class Bencher(Protocol):
@@ -167,6 +170,23 @@ class SandboxBencher:
         self.kwargs = kwargs
         self.args = args
         self.want_outputs = tuner._check_outputs and checks
+        self.compare_kernels = self._compile_compare_kernels(torch)
+
+    def _compile_compare_kernels(self, torch: Any) -> dict[str, Any]:
+        """The output check's kernel for the inputs' dtypes, queued ahead of every config
+        (the native sandbox compares outputs on the GPU with it: autotuner/compare_kernels.py)."""
+        if not self.want_outputs or self.tuner._reference is not None:
+            return {}  # no check, or against the user's reference: on the host
+        if not hasattr(self.sandbox, "set_compare_kernels"):
+            return {}  # the torch sandbox compares with torch, on the GPU already
+        dtypes = {str(v.dtype) for v in [*self.args, *self.kwargs.values()] if isinstance(v, torch.Tensor)}
+        try:
+            return compare_kernels.submit(self.tuner._get_pool(), self.tuner._local_target(), dtypes)
+        except Exception as exc:  # the host check stands in
+            log.info(
+                "kiln: the output check's kernel could not be queued (%s): outputs checked on the host", exc
+            )
+            return {}
 
     def user_reference(self) -> dict[str, Any] | None:
         tuner = self.tuner
@@ -179,6 +199,9 @@ class SandboxBencher:
     ) -> Any:
         tuner = self.tuner
         if not self.inputs_set:
+            if self.compare_kernels:  # compiled first of all: at most one compile's wait, once per machine
+                specs = compare_kernels.specs(tuner._get_pool(), self.compare_kernels, COMPARE_KERNEL_WAIT_S)
+                self.sandbox.set_compare_kernels(specs)  # type: ignore[attr-defined]
             self.sandbox.set_inputs(dict(candidate.bound.args), tuner.reset_to_zero, tuner.restore_value)
             expected = self.user_reference()
             if expected is not None:
@@ -195,6 +218,7 @@ class SandboxBencher:
             warmup=phase.warmup_ms,
             rep=phase.rep_ms,
             want_outputs=self.want_outputs and phase.check,
+            want_samples=phase.samples,
         )
         return self.sandbox.bench(spec, self.timeout_s)
 

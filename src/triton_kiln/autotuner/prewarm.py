@@ -7,13 +7,15 @@ CPU-only machines start nothing); the key is computed once per process::
     kernel defined -> prewarm()
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
         └─ thread "kiln-prewarm":
-              Triton's key (hashes libtriton.so, ~2 s of CPU in a fresh cache; kept on disk)
-              -> the process's compile pool is made        (its zygote starts with the first job:
-                                                            a process served from caches spawns none)
+              Triton's key (hashes libtriton.so, ~2 s of CPU once per machine; kept on disk,
+                            later processes read it: triton_compat.triton_key)
+              -> the process's compile pool is made and started: its zygote spawns now, reads
+                 the key from kiln's file, imports Triton and compiles its warm-up kernel
 
-Without it the first call pays Triton's key in the caller; with it, the zygote reads the key
-from kiln's file. The zygote's own start (~1 s to the first compile on an H100 host) is still
-on the first call's path. Nothing here initializes CUDA in the caller. A kernel given its own
+Without it the first call pays Triton's key and the zygote's start (~1 s to the first compile on
+an H100 host); with it, the first call finds the zygote ready and only compiles and times. On a
+machine that serves every call from caches the zygote idles (one process, no CUDA; its workers
+fork on demand). Nothing here initializes CUDA in the caller. A kernel given its own
 ``pool=`` or ``target=`` prewarms nothing: its pool and device are the caller's business.
 """
 
@@ -54,6 +56,6 @@ def _warm_pool() -> None:
 
     try:
         triton_compat.triton_key(settings_mod.current().triton_key_dir)
-        get_pool()
+        get_pool().start()  # the zygote spawns in the background; nothing waits for it here
     except Exception as exc:  # the first tuning will meet (and report) the same problem
         log.debug("kiln: prewarming the compile pool failed: %s", exc)

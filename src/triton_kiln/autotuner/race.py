@@ -4,15 +4,19 @@ round (the race's contenders).
 A config the output check flagged never wins over one it trusts, so only trusted configs race
 (all ``ok`` ones when none is trusted). A tuning run screens every config with short runs while
 others still compile; the final round then times, on a quiet machine, only the configs that
-could still win. How many depends on the spread: a clear winner ends the race (no final round),
-close or noisy screenings widen it.
+could still win. How many depends on the spread (close or noisy screenings widen it), at least
+two whenever two configs are ok: the screening, taken while the CPU compiles and the GPU idles
+between configs, never decides alone. :func:`pooled_estimate` is a finalist's time: do_bench's
+median of every run of its passes.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 
 from triton_kiln.autotuner.specialize import Candidate
+from triton_kiln.sandbox.timing import quantiles
 from triton_kiln.tuning.results import ConfigResult
 
 _INF = float("inf")
@@ -35,7 +39,7 @@ def contenders(
 
     A config contends when the fast end of its screening (``runtime_ms_p20``) is within
     ``margin`` of the slow end of the fastest one's (``runtime_ms_p80``): noisy screenings widen
-    the race, a clear winner ends it. At least ``bounds[0]`` and at most ``bounds[1]`` configs.
+    the race. At least ``bounds[0]`` and at most ``bounds[1]`` configs.
     """
 
     def median(c: Candidate) -> float:
@@ -57,3 +61,11 @@ def contenders(
 
 def _first_of(*values: float | None) -> float:
     return next((v for v in values if v is not None), _INF)
+
+
+def pooled_estimate(passes: list[list[float]], runs: list[float] | None) -> list[float]:
+    """A finalist's ``[median, p20, p80]``: do_bench's quantiles of every run of every pass
+    (``runs``), or, without them, the median over the passes of each pass's own."""
+    if runs:
+        return quantiles(runs, (0.5, 0.2, 0.8))
+    return [statistics.median(run[i] for run in passes) for i in range(3)]

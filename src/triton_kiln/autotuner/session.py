@@ -10,7 +10,7 @@
           record its ConfigResult in the database (committed at once)
       output rule (outputs.py): reject or flag configs by all configs' outputs at once
       final round (when kiln owns the timing): the best few trusted ones (race.py), full
-          length, 3 alternating passes
+          length, 3 alternating passes of do_bench's loop, their runs pooled into its median
       best = the fastest trusted config (a flagged one only when all are) -> tuner.cache[key],
           configs_timings, last_run; finish the run; log any faster flagged config passed over
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import statistics
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, as_completed
@@ -40,7 +39,7 @@ from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
 from triton_kiln.autotuner.progress import TuningProgress
-from triton_kiln.autotuner.race import contenders, eligible
+from triton_kiln.autotuner.race import contenders, eligible, pooled_estimate
 from triton_kiln.autotuner.run_identity import run_identity
 from triton_kiln.autotuner.specialize import Candidate, distinct, launch_grid
 from triton_kiln.autotuner.timesplit import TimeSplit
@@ -81,6 +80,7 @@ class TuningSession:
         self.split = TimeSplit()  # where the run's wall time goes (compile overlaps benchmarking)
         self.progress = TuningProgress(self.name, 0, enabled=False)  # tune() makes the run's own
         self.verbose = False  # TRITON_PRINT_AUTOTUNING: Triton's per-config lines (read by tune())
+        self.last_samples: list[float] | None = None  # every run of the latest benchmark, if sent
 
     def tune(
         self,
@@ -144,6 +144,7 @@ class TuningSession:
                 database.record(run_id, result)
 
         pool = tuner._get_pool()
+        bencher = make_bencher(tuner, args, kwargs)  # first: its output-check kernel compiles first
         by_future: dict[Future[CompiledArtifact], Candidate] = {}
         for candidate in candidates:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
@@ -151,7 +152,6 @@ class TuningSession:
         self.split.watch(by_future)
         for future in by_future:
             progress.watch(future, configs=sum(1 for c in candidates if c.future is future))
-        bencher = make_bencher(tuner, args, kwargs)
         results: dict[str, ConfigResult] = {}
         timings: dict[Any, Any] = {}
         # Outputs are checked against the user's reference, else decided across every config at
@@ -226,23 +226,28 @@ class TuningSession:
         grid: Any,
         record: Any,
     ) -> None:
-        """Time the screened configs that could still win again, on a quiet machine.
+        """Time the screened configs that could still win again, on a quiet machine, the way
+        ``triton.testing.do_bench`` times them.
 
-        The budget follows the spread: only *contenders* (see :func:`contenders`) are timed, in
-        ``_final_passes`` alternating passes that share Triton's single ``rep`` between them, so
-        a clear winner costs no final round and a close race costs about what Triton spends on
-        as many configs."""
+        Only *contenders* (see :func:`contenders`: at least two when two configs are ok, so the
+        screening taken while the CPU compiled never decides alone) are timed, in
+        ``_final_passes`` alternating passes that share Triton's single ``rep`` between them
+        (clock and thermal drift during the round hits every finalist alike). Each pass is
+        do_bench's loop (an L2 flush of 256 MB before every run, events around each run); every
+        run's time comes back and a finalist's time is do_bench's median (and 20th/80th
+        percentiles) of all its runs pooled, the estimate ``triton.autotune`` would compute from
+        as many runs. A bencher that sends no runs back (in-process) gives each pass's median,
+        and the median over the passes is taken."""
         tuner = self.tuner
         finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
         if len(finalists) < 2:
             return  # nothing left to decide: the screening's timings stand
         self.progress.phase(f"final round: {len(finalists)} configs")
         passes_n = tuner._final_passes
-        first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False)
-        later = Phase(tuner._screen_ms[0], tuner._rep_ms / passes_n, check=False)
-        # Several passes in alternating order, so that clock and thermal drift during the round
-        # hits every finalist alike; each config's timing is the median over the passes.
+        first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False, samples=True)
+        later = Phase(tuner._screen_ms[0], tuner._rep_ms / passes_n, check=False, samples=True)
         passes: dict[str, list[list[float]]] = {c.label: [] for c in finalists}
+        runs: dict[str, list[float] | None] = {c.label: [] for c in finalists}
         failed: dict[str, ConfigResult] = {}
         for round_ in range(passes_n):
             full = first if round_ == 0 else later
@@ -253,17 +258,25 @@ class TuningSession:
                 result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, full)
                 if result.status != "ok":
                     failed[candidate.label] = result
-                else:
-                    passes[candidate.label].append([float(t) for t in times][:3])
+                    continue
+                passes[candidate.label].append([float(t) for t in times][:3])
+                pooled = runs[candidate.label]
+                runs[candidate.label] = (
+                    [*pooled, *self.last_samples] if pooled is not None and self.last_samples else None
+                )
         for candidate in finalists:
             previous = results[candidate.label]
             failure = failed.get(candidate.label)
             if failure is None:
-                runs = passes[candidate.label]
-                median = [statistics.median(run[i] for run in runs) for i in range(3)]
-                result = replace(previous, runtime_ms=median[0], runtime_ms_p20=median[1])
-                result = replace(result, runtime_ms_p80=median[2], screen_ms=previous.runtime_ms)
-                timings[candidate.config] = median
+                estimate = pooled_estimate(passes[candidate.label], runs[candidate.label])
+                result = replace(
+                    previous,
+                    runtime_ms=estimate[0],
+                    runtime_ms_p20=estimate[1],
+                    runtime_ms_p80=estimate[2],
+                    screen_ms=previous.runtime_ms,
+                )
+                timings[candidate.config] = estimate
             else:
                 result = failure
                 timings[candidate.config] = list(_FAILED)
@@ -292,6 +305,7 @@ class TuningSession:
         began = time.monotonic()
         outcome = bencher.bench(candidate, artifact, launch_grid(grid, candidate, self.name), phase)
         self.split.saw(outcome, time.monotonic() - began)
+        self.last_samples = outcome.samples if outcome.status == "ok" else None
         if outcome.status != "ok" or outcome.timings is None:
             return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), failed
         times = [float(t) for t in outcome.timings][:3]

@@ -54,6 +54,7 @@ class BenchSpec:
     warmup: float = 25.0
     rep: float = 100.0
     want_outputs: bool = False
+    want_samples: bool = False  # send back every timed run's ms (the final round pools them)
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,7 @@ class BenchOutcome:
     reason: str | None = None
     seconds: float = 0.0
     stderr_tail: tuple[str, ...] = field(default_factory=tuple)
+    samples: list[float] | None = None  # every timed run's ms, when the spec asked (want_samples)
 
 
 class SandboxError(RuntimeError):
@@ -188,7 +190,8 @@ class Sandbox:
                 )
             seconds = time.monotonic() - started
             if reply[0] == "ok":
-                return BenchOutcome("ok", timings=reply[1], check=reply[2], seconds=seconds)
+                samples = reply[3] if len(reply) > 3 else None
+                return BenchOutcome("ok", timings=reply[1], check=reply[2], seconds=seconds, samples=samples)
             _, what, message, _tb, sticky = reply
             if sticky:
                 with contextlib.suppress(subprocess.TimeoutExpired):

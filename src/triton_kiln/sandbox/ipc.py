@@ -183,3 +183,16 @@ def log_host_copies(reasons: Mapping[str, str]) -> None:
             len(reasons),
             detail,
         )
+
+
+def host_desc(desc: TensorDesc, words: Any) -> TensorDesc:
+    """A contiguous host copy of a tensor's elements (``words``: numpy, as stored)."""
+    import numpy as np
+
+    contiguous = np.ascontiguousarray(words)
+    strides = (
+        tuple(s // desc.itemsize for s in contiguous.strides) if contiguous.size else (0,) * len(desc.shape)
+    )
+    return TensorDesc(
+        desc.dtype, desc.shape, strides, desc.itemsize, contiguous.nbytes, host=contiguous.tobytes()
+    )

@@ -69,6 +69,7 @@ class NativeSandbox:
         self._inputs_sent = False
         self._reference: tuple[dict[str, TensorDesc], tuple[float, float] | None] | None = None
         self._user_reference: tuple[dict[str, Any], tuple[float, float] | None] | None = None
+        self._compare_kernels: dict[str, dict[str, Any]] = {}  # dtype -> the check kernel's spec
         self._torch: Sandbox | None = None
         self._torch_inputs_sent = False
         self.native_unavailable: str | None = None  # why every config goes to the torch sandbox
@@ -130,6 +131,14 @@ class NativeSandbox:
             self._reference = None
             self._user_reference = None
 
+    def set_compare_kernels(self, specs: dict[str, dict[str, Any]]) -> None:
+        """The output check's kernel for each dtype (``{dtype: spec}``, compiled for this device):
+        outputs are then compared on the GPU (:mod:`kiln.sandbox.device_check`); sent with the
+        inputs, to every sandbox process."""
+        with self._lock:
+            self._compare_kernels = dict(specs)
+            self._inputs_sent = False
+
     def set_reference(self, outputs: dict[str, Any], tolerances: tuple[float, float] | None) -> None:
         """Expected outputs (torch tensors) to check every config against; sent after the inputs."""
         with self._lock:
@@ -164,9 +173,11 @@ class NativeSandbox:
                 )
             seconds = time.monotonic() - started
             if reply[0] == "ok":
-                timing.update(reply[3], via="native", ready_s=self.ready_s)
+                info = dict(reply[3])
+                samples = info.pop("times", None)
+                timing.update(info, via="native", ready_s=self.ready_s)
                 return NativeBenchOutcome(
-                    "ok", timings=reply[1], check=reply[2], seconds=seconds, sandbox=timing
+                    "ok", timings=reply[1], check=reply[2], seconds=seconds, sandbox=timing, samples=samples
                 )
             if reply[0] == "unsupported":
                 log.info("kiln: %s runs in the torch sandbox: %s", spec.key[:12], reply[1])
@@ -224,6 +235,13 @@ class NativeSandbox:
         if self._inputs is None:
             raise SandboxError("set_inputs() must be called before bench()")
         inputs, reset_to_zero, restore_value = self._inputs
+        if self._compare_kernels:
+            proc.send(("compare_kernels", self._compare_kernels))
+            loaded = proc.receive(_START_TIMEOUT_S)
+            if loaded[0] == "ok_compare_kernels" and loaded[1]["failed"]:
+                log.info(
+                    "kiln: outputs of %s are checked on the host: %s", sorted(loaded[1]["failed"]), loaded[1]
+                )
         proc.send(("inputs", inputs, reset_to_zero, restore_value))
         reply = proc.receive(_START_TIMEOUT_S)
         if reply[0] == "inputs_failed" and any(

@@ -13,6 +13,8 @@ kinds), and is ready in a fraction of a second: Python, kiln's C module and a CU
       ("reference", {name: TensorDesc}, tol)   ->   expected outputs (the user's)
       <- ("ok_reference",)
       ("get_reference",)                       ->   <- ("reference_data", {name: TensorDesc} | None, tol)
+      ("compare_kernels", {dtype: spec})       ->   the output check's kernel, to check on the GPU
+      <- ("ok_compare_kernels", {"loaded", "failed"})  (kiln.sandbox.device_check)
       ("bench", BenchSpec fields)              ->   cubin -> kiln's Launcher -> restore inputs ->
                                                     run once -> check outputs (numpy) ->
                                                     bench_loop (do_bench's loop, in C)
@@ -50,8 +52,10 @@ from typing import Any
 from triton_kiln import procs
 from triton_kiln.framing import encode, recv_frame
 from triton_kiln.sandbox.compare import Representatives
+from triton_kiln.sandbox.device_check import DeviceCheck
 from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory
-from triton_kiln.sandbox.ipc import TensorDesc
+from triton_kiln.sandbox.ipc import TensorDesc, host_desc
+from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = "KILN_NATIVE_SANDBOX_FD"
 ENV_PARENT = "KILN_NATIVE_SANDBOX_PARENT"
@@ -90,19 +94,6 @@ def classify(exc: BaseException) -> tuple[str, bool]:
     return "error", False
 
 
-def quantiles(times: list[float], qs: tuple[float, ...]) -> list[float]:
-    """triton.testing's ``_quantile``: linear interpolation between sorted samples."""
-    ordered = sorted(times)
-    n = len(ordered)
-    out = []
-    for q in qs:
-        point = q * (n - 1)
-        lower, upper = int(point // 1), -int(-point // 1)
-        t = point - lower
-        out.append((1 - t) * ordered[lower] + t * ordered[upper])
-    return out
-
-
 class NativeState:
     def __init__(self, device: int, c_module: str | None = None) -> None:
         from triton_kiln.launch.native import load_path, native
@@ -123,6 +114,7 @@ class NativeState:
         self.reference_raw: dict[str, TensorDesc] | None = None  # the first representatives' bytes
         self._read_buffers: dict[str, Any] = {}  # output name -> host buffer, reused run to run
         self._nonfinite: dict[tuple[str, str], bool] = {}  # (output, representative) -> NaN/Inf found
+        self.device_check = DeviceCheck(self.cuda, self.inputs, self.kernel)  # the check on the GPU
 
     # -- inputs and reference -----------------------------------------------------------------
 
@@ -136,6 +128,7 @@ class NativeState:
         self.reference_raw = None
         self._read_buffers.clear()
         self._nonfinite.clear()
+        self.device_check.reset()
         return {
             "transfer_s": self.inputs.transfer_s,
             "via_ipc": self.inputs.via_ipc,
@@ -155,6 +148,7 @@ class NativeState:
         self.representatives.seed(seeded)
         self.reference_raw = dict(reference)
         self.tolerances = tolerances
+        self.device_check.reset(active=False)  # the user's reference is on the host: checked there
 
     def _compare_one(self, name: str, output: Any, representative: Any) -> Any:
         from triton_kiln.sandbox.compare_np import compare_one
@@ -264,7 +258,10 @@ class NativeState:
             "seconds": done - started,
             "estimate_ms": estimate,
             "n_repeat": len(times),
+            "check_on": "gpu" if self.device_check.active else "host",
         }
+        if spec.get("want_samples"):
+            info["times"] = [float(t) for t in times]
         return ("ok", quantiles(times, (0.5, 0.2, 0.8)), check, info)
 
     def check_outputs(self) -> Any:
@@ -280,6 +277,9 @@ class NativeState:
 
         from triton_kiln.sandbox.compare_np import decode, fingerprint_words, produced_nonfinite
 
+        if self.device_check.usable():  # on the GPU: only a summary reaches the host
+            self.device_check.tolerances = self.tolerances
+            return self.device_check.check()
         inputs = self.inputs
         settled = self.representatives.names
         names = settled if settled is not None else (inputs.changed() or list(inputs.tensors))
@@ -312,22 +312,18 @@ class NativeState:
                     self._nonfinite[(name, cluster)] = nonfinite[name]
         if settled is None:
             self.reference_raw = {
-                name: _host_desc(inputs.tensors[name].desc, words) for name, words in raw.items()
+                name: host_desc(inputs.tensors[name].desc, words) for name, words in raw.items()
             }
         return verdict
 
-
-def _host_desc(desc: TensorDesc, words: Any) -> TensorDesc:
-    """A contiguous host copy of a tensor's elements (``words``: numpy, as stored)."""
-    import numpy as np
-
-    contiguous = np.ascontiguousarray(words)
-    strides = (
-        tuple(s // desc.itemsize for s in contiguous.strides) if contiguous.size else (0,) * len(desc.shape)
-    )
-    return TensorDesc(
-        desc.dtype, desc.shape, strides, desc.itemsize, contiguous.nbytes, host=contiguous.tobytes()
-    )
+    def settled_reference(self) -> dict[str, TensorDesc] | None:
+        """The first representatives' bytes (read from the device when it kept them)."""
+        if self.device_check.active:
+            words = self.device_check.reference_words()
+            if words is None:
+                return None
+            return {name: host_desc(self.inputs.tensors[name].desc, w) for name, w in words.items()}
+        return self.reference_raw
 
 
 def _warm_numpy() -> None:
@@ -376,7 +372,9 @@ def serve(chan: socket.socket, state: NativeState) -> None:
             state.set_reference(message[1], message[2])
             reply = ("ok_reference",)
         elif kind == "get_reference":
-            reply = ("reference_data", state.reference_raw, state.tolerances)
+            reply = ("reference_data", state.settled_reference(), state.tolerances)
+        elif kind == "compare_kernels":
+            reply = ("ok_compare_kernels", state.device_check.set_kernels(message[1]))
         else:
             reply = ("err", "error", f"unknown request {kind!r}", "", False)
         chan.sendall(encode(reply))

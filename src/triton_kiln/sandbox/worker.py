@@ -44,6 +44,7 @@ from triton_kiln.sandbox.compare import (
     tensor_fingerprint,
     tensor_produced_nonfinite,
 )
+from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = "KILN_SANDBOX_FD"
 ENV_PARENT = "KILN_SANDBOX_PARENT"
@@ -165,12 +166,15 @@ class _State:
             for name, clone in restore.items():
                 self.args[name].copy_(clone)
 
-        timings = triton.testing.do_bench(
-            call, warmup=spec["warmup"], rep=spec["rep"], quantiles=(0.5, 0.2, 0.8)
-        )
+        # do_bench's own loop; every run's time back, its quantiles computed as do_bench does
+        samples = [
+            float(t)
+            for t in triton.testing.do_bench(call, warmup=spec["warmup"], rep=spec["rep"], return_mode="all")
+        ]
         torch.cuda.synchronize()
         self.restore_all()
-        return ("ok", [float(t) for t in timings], check)
+        timings = quantiles(samples, (0.5, 0.2, 0.8))
+        return ("ok", timings, check, samples if spec.get("want_samples") else None)
 
     def check_outputs(self) -> Verdict:
         """Place this run's outputs among the representatives (:class:`~kiln.sandbox.compare.Verdict`).

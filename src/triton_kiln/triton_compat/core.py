@@ -71,7 +71,7 @@ def local_target() -> GPUTarget | None:
 
 # ----------------------------------------------------------------------------- Triton's key
 
-_KEY_FILE_VERSION = 1
+_KEY_FILE_VERSION = 2  # 2: the fingerprint names libtriton.so's path, size, mtime and inode
 
 
 def _triton_dir() -> Path:
@@ -80,10 +80,26 @@ def _triton_dir() -> Path:
     return Path(triton.__file__).resolve().parent
 
 
+def _library_identity(root: Path) -> str:
+    """``libtriton.so``'s identity: absolute path, size, mtime and inode (a reinstalled or
+    upgraded Triton writes a new file: a new inode even where size and mtime look the same)."""
+    import sysconfig
+
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX") or ".so").split(".")[-1]
+    library = root / "_C" / f"libtriton.{suffix}"
+    try:
+        stat = library.stat()
+    except OSError:
+        return f"{library}:absent"
+    return f"{library}:{stat.st_size}:{stat.st_mtime_ns}:{stat.st_ino}"
+
+
 def _fingerprint() -> str:
-    """A cheap stand-in for Triton's key: path, size and mtime of every file the key hashes."""
+    """A cheap stand-in for Triton's key: ``libtriton.so``'s identity (:func:`_library_identity`),
+    and path, size and mtime of every other file the key hashes. It costs a few milliseconds of
+    ``stat`` calls; the key itself (a sha256 of the 500 MB library) about 2 s of CPU."""
     root = _triton_dir()
-    entries: list[str] = [triton_version()]
+    entries: list[str] = [triton_version(), _library_identity(root)]
     for sub in ("compiler", "backends", "language", "_C", "runtime"):
         base = root / sub
         if not base.is_dir():
@@ -101,8 +117,11 @@ _TRITON_KEY: str | None = None
 def triton_key(cache_dir: Path | None = None) -> str:
     """Triton's own key (a hash of its compiler, including the 500 MB ``libtriton.so``).
 
-    Computing it costs about 2 s of CPU in a fresh process, so kiln keeps it on disk next to
-    its artifacts, validated by the size and mtime of every file it covers.
+    Computing it costs about 2 s of CPU in a fresh process, so kiln computes it once per
+    machine (per cache directory: the default one is the user's) and keeps it on disk next to
+    its artifacts, validated by :func:`_fingerprint` (``libtriton.so``'s path, size, mtime and
+    inode, the size and mtime of every other file it covers): a later process reads it and
+    hashes nothing; a new Triton invalidates it.
     """
     global _TRITON_KEY
     if _TRITON_KEY is not None:

@@ -1,0 +1,87 @@
+"""The output check's kernel, compiled by kiln's pool for the tuning device, for the sandbox.
+
+The native sandbox compares outputs on the GPU (:mod:`kiln.sandbox.device_check`) with
+:func:`kiln.sandbox.compare_kernel.output_summary_kernel`. The sandbox never compiles (it has no
+Triton); the tuner submits one request per variant the inputs' dtypes need to its pool, ahead of
+every config (highest priority), when a tuning run starts. The artifacts land in kiln's disk
+cache, so a machine compiles them once; later runs and processes get them at once::
+
+    SandboxBencher(...)          -> submit(pool, target, dtypes)        {dtype: Future}
+    first bench, before inputs   -> specs(pool, futures, timeout)      {dtype: spec}
+                                 -> sandbox.set_compare_kernels(specs)  (sent with the inputs)
+
+A variant that fails to compile, or is not ready in time, leaves its dtype to the host check.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any
+
+from triton_kiln.autotuner.binaries import triton_files
+from triton_kiln.compile.request import CompileRequest
+
+log = logging.getLogger("kiln.autotune")
+
+ARG_NAMES = ["out_ptr", "ref_ptr", "before_ptr", "part_ptr", "n"]
+PRIORITY = 1e9  # ahead of every config (guess_compile_cost is a small relative number)
+
+
+def requests(target: Any, dtypes: Iterable[str]) -> dict[str, CompileRequest]:
+    """One request per dtype of ``dtypes`` the kernel has a variant for (same variant: same key)."""
+    from triton_kiln.sandbox import compare_kernel as kernel
+
+    found = {}
+    for dtype in sorted(set(dtypes)):
+        variant = kernel.VARIANTS.get(dtype)
+        if variant is None:
+            continue
+        kind, pointer = variant
+        found[dtype] = CompileRequest(
+            kernel.output_summary_kernel,
+            kernel.signature(pointer),
+            {"KIND": kind, "BLOCK": kernel.BLOCK},
+            options={"num_warps": 4},
+            target=target,
+        )
+    return found
+
+
+def submit(pool: Any, target: Any, dtypes: Iterable[str]) -> dict[str, Future[Any]]:
+    """Compile the variants ``dtypes`` need, before anything else queued in ``pool``."""
+    return {
+        dtype: pool.submit(request, priority=PRIORITY) for dtype, request in requests(target, dtypes).items()
+    }
+
+
+def specs(pool: Any, futures: dict[str, Future[Any]], timeout_s: float) -> dict[str, dict[str, Any]]:
+    """The sandbox's spec of each variant compiled within ``timeout_s`` (the others: host check)."""
+    from triton_kiln.sandbox import compare_kernel as kernel
+
+    found: dict[str, dict[str, Any]] = {}
+    for dtype, future in futures.items():
+        try:
+            artifact = future.result(timeout=timeout_s)
+        except FutureTimeout:
+            log.info("kiln: the output check's kernel for %s is not compiled yet: checked on the host", dtype)
+            continue
+        except Exception as exc:
+            log.info(
+                "kiln: the output check's kernel for %s failed to compile (%s): checked on the host",
+                dtype,
+                exc,
+            )
+            continue
+        kind, pointer = kernel.VARIANTS[dtype]
+        found[dtype] = {
+            "key": artifact.key,
+            "group": triton_files(pool, artifact),
+            "hash": str(artifact.metadata.get("hash", artifact.key)),
+            "arg_names": list(ARG_NAMES),
+            "signature": kernel.signature(pointer),
+            "constexprs": {"KIND": kind, "BLOCK": kernel.BLOCK},
+        }
+    return found

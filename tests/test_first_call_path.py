@@ -1,0 +1,175 @@
+"""Nothing but compiling and timing on the first call's path (issue 21, item 3).
+
+* ``kiln.install()`` (and defining a tuned kernel) on a GPU machine starts the compile pool's
+  zygote before any call: the GPU is faked only where kiln detects it
+  (``kiln.sandbox.registry.gpu_present``); the pool, its zygote and Triton's key are real.
+* Triton's key is computed once and kept: a second process reads the stored key and never opens
+  ``libtriton.so`` (every ``open`` of it is counted); a new ``libtriton.so`` (another inode, size
+  or mtime) invalidates the stored key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import triton
+
+import triton_kiln as kiln
+import triton_kiln.pool.pool as pool_mod
+from conftest import wait_no_processes
+from kernels import add_kernel
+from triton_kiln import settings, triton_compat
+from triton_kiln.autotuner import prewarm as prewarm_mod
+from triton_kiln.sandbox import registry
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _join_prewarm() -> None:
+    for thread in threading.enumerate():
+        if thread.name == "kiln-prewarm":
+            thread.join(timeout=120)
+
+
+@pytest.fixture
+def gpu_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """A process that prewarmed nothing yet, on a machine that says it has a GPU (the only
+    fake); no sandbox (it needs a real GPU), a fresh cache, a fresh process-wide pool."""
+    monkeypatch.setattr(prewarm_mod, "_started", False)
+    monkeypatch.setattr(triton_compat.core, "_TRITON_KEY", None)
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)
+    monkeypatch.setattr(pool_mod, "_DEFAULT_POOL", None)
+    with settings.scope(cache_dir=tmp_path / "cache", sandbox=False, workers=1):
+        yield
+        made = pool_mod._DEFAULT_POOL
+        if made is not None:
+            made.shutdown(wait=True, cancel_futures=True)
+            assert not wait_no_processes(made.pool_id), "the prewarmed pool left processes behind"
+
+
+def _zygote_ready(timeout: float = 90.0) -> Any:
+    """The process-wide pool once its zygote reported ready, or ``None`` (no waiting on jobs)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        made = pool_mod._DEFAULT_POOL
+        if made is not None and made.zygote_info:
+            return made
+        time.sleep(0.05)
+    return None
+
+
+def test_install_starts_the_zygote_before_the_first_call(gpu_machine: None) -> None:
+    kiln.install()
+    try:
+        _join_prewarm()
+        made = _zygote_ready()
+        assert made is not None, "kiln.install() on a GPU machine left the zygote to the first call"
+        assert made.zygote_pid is not None
+    finally:
+        kiln.uninstall()
+
+
+def test_defining_a_tuned_kernel_starts_the_zygote(gpu_machine: None) -> None:
+    configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
+    kiln.autotune(configs=configs, key=["n"])(add_kernel)
+    _join_prewarm()
+    made = _zygote_ready()
+    assert made is not None, "defining a tuned kernel on a GPU machine did not start the zygote"
+    assert made.zygote_info.get("key_s") is not None
+
+
+def test_a_cpu_machine_starts_no_zygote(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(prewarm_mod, "_started", False)
+    monkeypatch.setattr(pool_mod, "_DEFAULT_POOL", None)
+    assert registry.gpu_present() is False  # CI: no GPU
+    with settings.scope(cache_dir=tmp_path / "cache"):
+        kiln.install()
+        try:
+            _join_prewarm()
+            assert pool_mod._DEFAULT_POOL is None
+        finally:
+            kiln.uninstall()
+
+
+# -- Triton's key: once per machine, kept -------------------------------------------------------
+
+_KEY_CHILD = textwrap.dedent(
+    """
+    import builtins, io, json, os, sys, time
+    from pathlib import Path
+
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if "libtriton" in os.fspath(file) if isinstance(file, (str, bytes, os.PathLike)) else False:
+            opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = counting_open
+    io.open = counting_open
+    from triton_kiln import triton_compat
+
+    started = time.perf_counter()
+    key = triton_compat.triton_key(Path(sys.argv[1]))
+    print(json.dumps({"key": key, "seconds": time.perf_counter() - started, "opened": opened}))
+    """
+)
+
+
+def _key_process(cache_dir: Path) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run(
+        [sys.executable, "-c", _KEY_CHILD, str(cache_dir)],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def test_a_second_process_reads_the_stored_key_without_hashing_libtriton(tmp_path: Path) -> None:
+    first = _key_process(tmp_path)
+    assert first["opened"], "the first process must hash libtriton.so (the count would prove nothing)"
+    second = _key_process(tmp_path)
+    assert second["key"] == first["key"]
+    assert second["opened"] == [], f"the second process hashed libtriton.so again: {second['opened']}"
+    assert second["seconds"] < first["seconds"]
+    stored = json.loads(next(tmp_path.glob("triton-key-v*.json")).read_text())
+    assert stored["key"] == first["key"]
+
+
+def test_the_stored_key_is_tied_to_libtriton_identity(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The fingerprint changes with libtriton.so's inode (a reinstalled Triton): another file
+    there means the stored key is not used."""
+    root = tmp_path / "triton"
+    (root / "_C").mkdir(parents=True)
+    import sysconfig
+
+    suffix = str(sysconfig.get_config_var("EXT_SUFFIX")).split(".")[-1]
+    library = root / "_C" / f"libtriton.{suffix}"
+    library.write_bytes(b"one")
+    monkeypatch.setattr(triton_compat.core, "_triton_dir", lambda: root)
+    before = triton_compat.core._fingerprint()
+    stat = library.stat()
+    replacement = root / "_C" / "new.tmp"
+    replacement.write_bytes(b"one")  # same size, then the same mtime: only the inode differs
+    os.utime(replacement, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    os.replace(replacement, library)
+    assert library.stat().st_ino != stat.st_ino
+    assert triton_compat.core._fingerprint() != before
