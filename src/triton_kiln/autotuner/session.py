@@ -269,13 +269,8 @@ class TuningSession:
             failure = failed.get(candidate.label)
             if failure is None:
                 estimate = pooled_estimate(passes[candidate.label], runs[candidate.label])
-                result = replace(
-                    previous,
-                    runtime_ms=estimate[0],
-                    runtime_ms_p20=estimate[1],
-                    runtime_ms_p80=estimate[2],
-                    screen_ms=previous.runtime_ms,
-                )
+                result = replace(previous, runtime_ms=estimate[0], runtime_ms_p20=estimate[1])
+                result = replace(result, runtime_ms_p80=estimate[2], screen_ms=previous.runtime_ms)
                 timings[candidate.config] = estimate
             else:
                 result = failure
