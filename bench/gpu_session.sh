@@ -110,6 +110,19 @@ for phase in "$@"; do
       TAIL=25 run gpu-suite 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ ;;
     record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
       TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
+    devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests (#21)
+      TAIL=12 run devcheck 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_device_check_gpu.py \
+        tests/test_native_sandbox_gpu.py tests/test_output_rule_gpu.py tests/test_autotune_gpu.py ;;
+    checkcost)
+      TAIL=12 run checkcost 90 python3 bench/output_check_cost.py --mb 128 --json "$out/output_check_cost-128mb.json" ;;
+    autotune-all)
+      TAIL=12 run autotune-all 300 python3 bench/autotune.py --set all --json "$out/autotune-all.json" ;;
+    rw-a)  # #21's sizes: DyT 16384x4096 and SwiGLU
+      TAIL=14 run rw-a 400 python3 bench/realworld.py --ops liger_dyt_fwdbwd_16384x4096,liger_swiglu_fwd --out "$out/rw-a.json" ;;
+    rw-b)
+      TAIL=14 run rw-b 400 python3 bench/realworld.py --ops liger_moe_fwd --out "$out/rw-b.json" ;;
+    rw-c)
+      TAIL=14 run rw-c 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --out "$out/rw-c.json" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
