@@ -7,7 +7,7 @@ compile pool, so a compiler crash or hang fails one config, not the graph (docs/
     triton_kiln.inductor.install()      # or KILN_INDUCTOR=1, read at `import triton_kiln`
     model = torch.compile(model)        # codegen kernels, template choices, user Triton kernels
 
-Modules: :mod:`.install` (install/uninstall, the three replaced attributes), :mod:`.jobs` (the
+Modules: :mod:`.routing` (install/uninstall, the three replaced attributes), :mod:`.jobs` (the
 pool Inductor is given), :mod:`.configs` (a kernel's configs in kiln's pool, Triton's cache
 seeded), :mod:`.errors`. Every torch private name is in :mod:`kiln.triton_compat.inductor`.
 """
@@ -15,7 +15,7 @@ seeded), :mod:`.errors`. Every torch private name is in :mod:`kiln.triton_compat
 from __future__ import annotations
 
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
-from triton_kiln.inductor.install import (
+from triton_kiln.inductor.routing import (
     InductorUnavailableError,
     install,
     install_from_environment,

@@ -206,7 +206,12 @@ def kernel_name(autotuner: Any) -> str:
 
 
 def kernel_file(autotuner: Any) -> str:
-    return str(getattr(autotuner, "filename", None) or "<unknown file>")
+    """The generated module's path (templates are made without ``filename``: their code's)."""
+    filename = getattr(autotuner, "filename", None)
+    if filename:
+        return str(filename)
+    code = getattr(getattr(autotuner.fn, "fn", None), "__code__", None)
+    return str(code.co_filename) if code is not None else "<unknown file>"
 
 
 def kernel_configs(autotuner: Any) -> list[Any] | None:

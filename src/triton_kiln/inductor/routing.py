@@ -30,6 +30,7 @@ from typing import Any
 from triton_kiln.errors import KilnError
 from triton_kiln.inductor.configs import ConfigCompiler
 from triton_kiln.inductor.jobs import InductorPool
+from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
@@ -67,7 +68,6 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
     if sandbox_benchmarks:
         raise NotImplementedError(SANDBOX_BENCHMARKS_NOT_BUILT)
     from triton_kiln import settings
-    from triton_kiln.pool import get_pool
 
     current = settings.current()
     if not compat.inductor_available():
@@ -79,7 +79,7 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
         if _state is not None:
             return
         compat.set_worker_paths()
-        kiln_pool = get_pool().start()  # zygote and workers start now, in the background
+        kiln_pool = _kiln_pool()
         compiler = ConfigCompiler(kiln_pool)
         points = [compat.process_pool_point(), compat.precompile_worker_point(), compat.precompile_config_point()]
         saved = [(point, point.current()) for point in points]
@@ -133,6 +133,14 @@ def current_pool() -> InductorPool | None:
     """The pool Inductor is given while installed (for tests and benchmarks)."""
     state = _state
     return state.pool if state is not None else None
+
+
+def _kiln_pool() -> CompilePool:
+    """kiln's process-wide pool, started now: its zygote and workers get ready in the background
+    while Inductor traces, so the first compile finds them (no warm-up window in this process)."""
+    from triton_kiln.pool import get_pool
+
+    return get_pool().start()
 
 
 # --- the replacements ---
