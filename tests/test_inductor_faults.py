@@ -96,7 +96,8 @@ def test_a_template_choice_that_faults_is_one_failed_choice(
         kernel, _ = good.result(timeout=300)
     assert isinstance(error, InductorKernelError)
     assert error.kernel == bad_name
-    assert error.source_file.endswith(".py") and error.source_file in str(error)
+    assert error.source_file.endswith(".py")
+    assert error.source_file in str(error)
     check_reason(str(error), mode)
     cause = error.failures[0][1]
     assert isinstance(cause, CompileTimeoutError if mode == "hang" else WorkerCrashedError)
@@ -121,7 +122,8 @@ def test_a_single_config_compiled_in_the_parent_fails_alone(
     with pytest.raises(InductorConfigCrashedError) as caught:
         kernel._precompile_config(eight)
     assert isinstance(caught.value.__cause__, WorkerCrashedError)
-    assert "SIGABRT" in str(caught.value) and name in str(caught.value)
+    assert "SIGABRT" in str(caught.value)
+    assert name in str(caught.value)
     assert kernel._precompile_config(four).config is four
 
 
@@ -136,6 +138,7 @@ def test_no_config_left_is_one_clear_error(
     with pytest.raises(InductorKernelError) as caught:
         submit(name, text).result(timeout=300)
     message = str(caught.value)
-    assert name in message and caught.value.source_file in message
+    assert name in message
+    assert caught.value.source_file in message
     assert message.count("SIGSEGV") == 2
     assert "has no config that compiled" in message

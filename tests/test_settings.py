@@ -72,6 +72,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_BENCH_TIMEOUT_S": "12",
         "KILN_FAST_LAUNCH": "0",
         "KILN_AUTOTUNE": "1",
+        "KILN_INDUCTOR": "1",
         "KILN_CACHE_MAX_MB": "500",
     }
     for var, value in env.items():
@@ -97,6 +98,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.bench_timeout_s == 12.0
     assert current.fast_launch is False
     assert current.autotune is True
+    assert current.inductor is True
     assert current.cache_max_mb == 500
     # Each variable moved its field away from the default.
     defaults = Settings()

@@ -166,7 +166,8 @@ __all__ = [
 def _check_environment() -> None:
     """At import, never raising (``kiln.settings``): report ``KILN_*`` names that are not
     settings, once; with ``KILN_AUTOTUNE`` set, :func:`kiln.routing.install_from_environment`;
-    with ``KILN_INDUCTOR`` set (not in kiln's own processes), :func:`kiln.inductor.install_from_environment`."""
+    with ``KILN_INDUCTOR`` set (not in kiln's own processes),
+    :func:`kiln.inductor.install_from_environment`."""
     import os
 
     if not any(var.startswith("KILN_") for var in os.environ):
@@ -189,7 +190,8 @@ def _in_kiln_child() -> bool:
     import torch, so ``KILN_INDUCTOR`` is for the caller only."""
     import os
 
-    return any(var in os.environ for var in ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD"))
+    children = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD")
+    return any(var in os.environ for var in children)
 
 
 _check_environment()

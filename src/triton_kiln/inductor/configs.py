@@ -94,13 +94,12 @@ class ConfigCompiler:
         """Wait for ``job``; on success seed Triton's cache; raise what it failed with."""
         try:
             artifact = job.future.result()
-        except BaseException as exc:
-            if is_crash(exc):
-                assert isinstance(exc, JobFailure)
-                raise InductorConfigCrashedError(
-                    compat.kernel_name(autotuner), compat.kernel_file(autotuner), _label(job.config), exc
-                ) from exc
-            raise
+        except JobFailure as exc:
+            if isinstance(exc, RemoteCompileError):
+                raise  # the compile's own error, as triton.compile would have raised it
+            raise InductorConfigCrashedError(
+                compat.kernel_name(autotuner), compat.kernel_file(autotuner), _label(job.config), exc
+            ) from exc
         seed_triton_cache(job, artifact)
 
     def remember_error(self, job: ConfigJob, exc: BaseException) -> None:

@@ -20,8 +20,7 @@ class InductorConfigCrashedError(KilnError, RuntimeError):
         self.config = config
         self.failure = failure
         super().__init__(
-            f"Inductor kernel {kernel} ({source_file}): config {config} could not be compiled: "
-            f"{failure}"
+            f"Inductor kernel {kernel} ({source_file}): config {config} could not be compiled: {failure}"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:

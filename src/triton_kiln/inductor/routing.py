@@ -81,7 +81,11 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
         compat.set_worker_paths()
         kiln_pool = _kiln_pool()
         compiler = ConfigCompiler(kiln_pool)
-        points = [compat.process_pool_point(), compat.precompile_worker_point(), compat.precompile_config_point()]
+        points = [
+            compat.process_pool_point(),
+            compat.precompile_worker_point(),
+            compat.precompile_config_point(),
+        ]
         saved = [(point, point.current()) for point in points]
         original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
         pool = InductorPool(original_pool, threads=max(4, current.workers))

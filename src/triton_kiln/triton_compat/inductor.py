@@ -34,7 +34,6 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-
 CHECKED_TORCH_VERSIONS = ("2.11.0", "2.13.0")
 """The torch releases whose Inductor this module was read against."""
 
@@ -183,7 +182,7 @@ def config_compile(autotuner: Any, cfg: Any) -> ConfigCompile:
     props = autotuner.device_props
     warp_size = getattr(props, "warp_size_or_default", None)  # 2.13
     if warp_size is None:  # 2.11
-        from torch._inductor.runtime.triton_heuristics import cc_warp_size
+        from torch._inductor.runtime.triton_heuristics import cc_warp_size  # type: ignore[attr-defined]
 
         warp_size = cc_warp_size(meta["cc"])
     configs = meta.get("configs") or [{}]
