@@ -13,6 +13,7 @@ import pytest
 
 pytest.importorskip("torch._inductor.async_compile")
 
+import torch._inductor.config as inductor_config
 import triton.compiler.compiler as triton_compiler
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.codecache import _load_triton_kernel_from_source
@@ -76,6 +77,13 @@ def fake_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     compile targets sm_90 (the fixtures' DeviceProperties), for real."""
     monkeypatch.setattr(triton_helpers, "set_driver_to_gpu", lambda: None)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+
+
+@pytest.fixture
+def four_compile_threads() -> Iterator[None]:
+    """Inductor's parallel compile on (it is off with one compile thread)."""
+    with inductor_config.patch(compile_threads=4):
+        yield
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from inductor_support import (
     KERNELS,
     cubin_hashes,
     fake_gpu,  # noqa: F401 - autouse fixture
+    four_compile_threads,  # noqa: F401 - fixture
     inductors_own,
     install_on,  # noqa: F401 - fixture
     parent_cannot_compile,  # noqa: F401 - fixture
@@ -27,7 +28,6 @@ from inductor_support import (
 
 pytest.importorskip("torch._inductor.async_compile")
 
-import torch._inductor.config as inductor_config
 from torch._inductor.async_compile import AsyncCompile
 from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 from torch._inductor.runtime.triton_heuristics import CachingAutotuner
@@ -109,11 +109,10 @@ def test_without_kiln_the_same_compile_happens_in_the_parent(parent_cannot_compi
 def test_the_pool_is_ready_at_once(
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
+    four_compile_threads: None,  # noqa: F811
 ) -> None:
     """No warm-up window: Inductor's first ``use_process_pool()`` is already True (stock Inductor
     answers False, and compiles in the parent, until its pool has run a warm-up job)."""
-    monkeypatch.setattr(inductor_config, "compile_threads", 4)
     install_on(make_pool())
     assert AsyncCompile.use_process_pool() is True
 

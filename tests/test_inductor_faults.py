@@ -13,6 +13,7 @@ import pytest
 
 from inductor_support import (
     fake_gpu,  # noqa: F401 - autouse fixture
+    four_compile_threads,  # noqa: F401 - fixture
     install_on,  # noqa: F401 - fixture
     source,
     submit,
@@ -20,7 +21,6 @@ from inductor_support import (
 
 pytest.importorskip("torch._inductor.async_compile")
 
-import torch._inductor.config as inductor_config
 from torch._inductor.async_compile import AsyncCompile, CompiledTritonKernels
 from torch._inductor.codecache import PyCodeCache
 
@@ -76,12 +76,11 @@ def test_a_template_choice_that_faults_is_one_failed_choice(
     mode: str,
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
-    monkeypatch: pytest.MonkeyPatch,
+    four_compile_threads: None,  # noqa: F811
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """As select_algorithm precompiles a Triton template choice: ``AsyncCompile().triton(...)``
     and its ``.future``; a failed future marks that one choice failed."""
-    monkeypatch.setattr(inductor_config, "compile_threads", 4)
     CompiledTritonKernels.cache_clear()
     pool = faulty_pool(make_pool, mode)
     install_on(pool)
