@@ -34,6 +34,9 @@ from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
 
+KILN_BACKENDS = ("cuda", "hip")
+"""The devices whose Inductor compiles go to kiln's pool (the backends kiln compiles for)."""
+
 
 def is_crash(exc: BaseException) -> bool:
     """Whether a failed compile died (signal, timeout, memory) rather than raised."""
@@ -62,9 +65,11 @@ class ConfigCompiler:
     # -- one config ---------------------------------------------------------------------------
 
     def submit(self, autotuner: Any, cfg: Any) -> ConfigJob | None:
-        """Start ``cfg``'s compile; ``None`` if kiln cannot describe it (logged: Inductor's own
-        compile then runs in this process)."""
+        """Start ``cfg``'s compile; ``None`` for a device kiln does not compile for, or a kernel
+        kiln cannot describe (logged): Inductor's own compile then runs in this process."""
         inputs = compat.config_compile(autotuner, cfg)
+        if inputs.target.backend not in KILN_BACKENDS:
+            return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
         allowed = triton_compat.backend_option_names(inputs.target)
         arg_names = triton_compat.jit_arg_names(inputs.fn)
         try:
