@@ -106,6 +106,39 @@ def test_without_kiln_the_same_compile_happens_in_the_parent(parent_cannot_compi
     assert parent_cannot_compile
 
 
+def test_coordinate_descent_neighbours_compile_ahead(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    """When coordinate descent starts, the first ring of neighbours starts compiling in kiln at
+    once; each neighbour Inductor then asks for is served by that earlier submission."""
+    from types import SimpleNamespace
+
+    from torch._inductor.codecache import PyCodeCache
+
+    from triton_kiln.triton_compat import inductor as compat
+
+    pool = make_pool()
+    install_on(pool)
+    name, text = source("pointwise")
+    text = text.replace("'max_autotune': False,", "'coordinate_descent_tuning': True, 'max_autotune': False,")
+    kernel = getattr(PyCodeCache.load(text), name)
+    kernel.precompile(warm_cache_only=True)
+    start = kernel.compile_results[0].config
+    neighbours = compat.coordesc_neighbours(kernel, start)
+    assert len(neighbours) >= 2
+    with pytest.raises(Exception):  # noqa: B017 - the tuning's first benchmark needs a GPU
+        kernel.coordinate_descent_tuning(SimpleNamespace(config=start))
+    stats = pool.stats
+    submitted, served = stats.submitted, stats.deduplicated + stats.memory_hits + stats.disk_hits
+    for neighbour in neighbours:
+        kernel._precompile_config(neighbour)
+    assert stats.submitted - submitted == len(neighbours)
+    assert stats.deduplicated + stats.memory_hits + stats.disk_hits - served == len(neighbours)
+    assert parent_cannot_compile == []
+
+
 def test_the_pool_is_ready_at_once(
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
@@ -139,17 +172,24 @@ def test_uninstall_gives_inductor_back_its_own_objects(
         AsyncCompile.__dict__["process_pool"],
         CachingAutotuner.__dict__["_precompile_worker"],
         CachingAutotuner.__dict__["_precompile_config"],
+        CachingAutotuner.__dict__["coordinate_descent_tuning"],
     )
     install_on(make_pool())
     assert kiln_inductor.installed()
     assert isinstance(AsyncCompile.process_pool(), InductorPool)
-    assert CachingAutotuner.__dict__["_precompile_config"] is not before[2]
+    assert all(
+        CachingAutotuner.__dict__[n] is not b
+        for n, b in zip(
+            ("_precompile_worker", "_precompile_config", "coordinate_descent_tuning"), before[1:], strict=True
+        )
+    )
     kiln_inductor.install()  # a second install changes nothing
     kiln_inductor.uninstall()
     after = (
         AsyncCompile.__dict__["process_pool"],
         CachingAutotuner.__dict__["_precompile_worker"],
         CachingAutotuner.__dict__["_precompile_config"],
+        CachingAutotuner.__dict__["coordinate_descent_tuning"],
     )
     assert all(a is b for a, b in zip(after, before, strict=True))
     assert not kiln_inductor.installed()

@@ -107,6 +107,15 @@ class ConfigCompiler:
             ) from exc
         seed_triton_cache(job, artifact)
 
+    def prefetch(self, autotuner: Any, configs: list[Any]) -> int:
+        """Start these configs' compiles now, without waiting (coordinate descent's neighbours):
+        when Inductor asks for one, its compile is done or in flight. Returns how many started."""
+        started = 0
+        for cfg in configs:
+            if self.submit(autotuner, cfg) is not None:
+                started += 1
+        return started
+
     def remember_error(self, job: ConfigJob, exc: BaseException) -> None:
         with self._lock:
             self._errors[job.request.key] = exc

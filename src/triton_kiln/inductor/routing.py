@@ -1,7 +1,7 @@
 """``kiln.inductor.install()`` / ``uninstall()`` / ``KILN_INDUCTOR=1``: Inductor's Triton
 compiles through kiln's pool.
 
-It replaces three attributes of Inductor's (:mod:`kiln.triton_compat.inductor` names them), and
+It replaces four attributes of Inductor's (:mod:`kiln.triton_compat.inductor` names them), and
 ``uninstall()`` puts the very same objects back:
 
 * ``AsyncCompile.process_pool``: returns an :class:`~kiln.inductor.jobs.InductorPool`, whose
@@ -13,7 +13,10 @@ It replaces three attributes of Inductor's (:mod:`kiln.triton_compat.inductor` n
   (:meth:`~kiln.inductor.configs.ConfigCompiler.compile_all`);
 * ``CachingAutotuner._precompile_config``: the one config compiled in kiln's pool first, then
   Inductor's own code, which finds Triton's cache filled (coordinate descent, runtime autotune,
-  the C++-wrapper's lazy compile, template benchmarks all come here).
+  the C++-wrapper's lazy compile, template benchmarks all come here);
+* ``CachingAutotuner.coordinate_descent_tuning``: the neighbours of the starting config (its
+  first ring, every tunable field) start compiling in kiln's pool at once, then Inductor's own
+  tuning runs and finds each compile done or in flight.
 
 Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
 through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
@@ -85,6 +88,7 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
             compat.process_pool_point(),
             compat.precompile_worker_point(),
             compat.precompile_config_point(),
+            compat.coordinate_descent_point(),
         ]
         saved = [(point, point.current()) for point in points]
         original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
@@ -92,6 +96,7 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
         points[0].set(staticmethod(_process_pool(pool)))
         points[1].set(_precompile_worker(saved[1][1], compiler))
         points[2].set(_precompile_config(saved[2][1], compiler))
+        points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
         compat.reset_ready_future()
         _state = _Installed(saved, pool, compiler)
     log.info(
@@ -166,6 +171,24 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
         return original(self)
 
     return _precompile_worker
+
+
+def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
+    @functools.wraps(original)
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if compat.ensure_kernel_loaded(self):
+                started = compiler.prefetch(self, compat.coordesc_neighbours(self, launcher.config))
+                log.debug(
+                    "kiln: %s: %d coordinate-descent neighbours compile ahead",
+                    compat.kernel_name(self),
+                    started,
+                )
+        except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
+            log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(self), exc)
+        return original(self, launcher, *args, **kwargs)
+
+    return coordinate_descent_tuning
 
 
 def _precompile_config(original: Any, compiler: ConfigCompiler) -> Any:

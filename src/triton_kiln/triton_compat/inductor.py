@@ -16,6 +16,9 @@ What kiln uses, and where it lives in both versions:
   makes, coordinate descent and runtime autotune included), ``_create_compile_meta`` and
   ``_create_compile_options`` (Inductor's own helpers for ``triton.compile``'s arguments),
   ``prepare_for_pickle`` (what a worker does before sending the kernel back);
+* ``CachingAutotuner.coordinate_descent_tuning`` and its ``coordesc_tuner`` (``tunable_fields``,
+  ``get_neighbour_values``, ``is_valid_config``; ``coordinate_descent_tuner.get_field`` /
+  ``set_field``): the neighbours coordinate descent will ask for, compiled ahead;
 * ``torch._inductor.codecache.PyCodeCache.write`` and ``compile_tasks._reload_python_module``
   (a kernel's module written where Inductor writes it, and loaded privately).
 
@@ -24,11 +27,15 @@ Version differences (each handled here, nowhere else):
 * the compile target's warp size: 2.11 ``triton_heuristics.cc_warp_size(cc)``, 2.13
   ``device_props.warp_size_or_default``;
 * ``_set_triton_libdevice_path`` (the CUDA toolkit's libdevice, ``eager_numerics``) is 2.13's
-  only.
+  only;
+* whether a kernel is coordinate-descent tuned: 2.13's ``_should_coordesc_tune`` property, 2.11's
+  same test inline in ``coordinate_descent_tuning``; reloading the function: 2.13's
+  ``_ensure_kernel_loaded``, 2.11's inline ``self.fn = self._reload_kernel().fn``.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import pickle
 from dataclasses import dataclass
@@ -93,6 +100,10 @@ def precompile_worker_point() -> PatchPoint:
 
 def precompile_config_point() -> PatchPoint:
     return PatchPoint(caching_autotuner_class(), "_precompile_config")
+
+
+def coordinate_descent_point() -> PatchPoint:
+    return PatchPoint(caching_autotuner_class(), "coordinate_descent_tuning")
 
 
 def reset_ready_future() -> None:
@@ -222,3 +233,53 @@ def kernel_configs(autotuner: Any) -> list[Any] | None:
 
 def keep_configs(autotuner: Any, configs: list[Any]) -> None:
     autotuner.configs = configs
+
+
+# --- coordinate descent ---
+
+
+def _should_coordesc_tune(autotuner: Any) -> bool:
+    known = getattr(type(autotuner), "_should_coordesc_tune", None)  # 2.13: a cached property
+    if known is not None:
+        return bool(autotuner._should_coordesc_tune)
+    from torch._inductor.runtime.hints import HeuristicType  # 2.11: the same test, inline
+
+    kind = autotuner.heuristic_type
+    if kind in (HeuristicType.TEMPLATE, HeuristicType.USER_AUTOTUNE, HeuristicType.FIXED):
+        return False
+    reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION, HeuristicType.SPLIT_SCAN)
+    return not (autotuner.deterministic_mode and kind in reductions)
+
+
+def ensure_kernel_loaded(autotuner: Any) -> bool:
+    """Load the kernel's function in this process if a worker's pickling dropped it, as
+    coordinate descent does first (2.13 ``_ensure_kernel_loaded``, 2.11 inline); whether it is
+    loaded."""
+    if getattr(autotuner.fn, "fn", None) is not None:
+        return True
+    reload = getattr(autotuner, "_reload_kernel", None)
+    if reload is None:
+        return False
+    autotuner.fn = reload().fn
+    return autotuner.fn.fn is not None
+
+
+def coordesc_neighbours(autotuner: Any, config: Any) -> list[Any]:
+    """The configs coordinate descent benchmarks first from ``config``: each valid neighbour
+    along each tunable field (its first ring, before an improvement moves the working point)."""
+    if not autotuner.inductor_meta.get("coordinate_descent_tuning") or not _should_coordesc_tune(autotuner):
+        return []
+    from torch._inductor.runtime.coordinate_descent_tuner import get_field, set_field
+
+    tuner = autotuner.coordesc_tuner
+    found = []
+    for field in tuner.tunable_fields:
+        value = get_field(config, field)  # type: ignore[no-untyped-call]
+        if value is None:
+            continue
+        for neighbour in tuner.get_neighbour_values(field, value):
+            candidate = copy.deepcopy(config)
+            set_field(candidate, field, neighbour)  # type: ignore[no-untyped-call]
+            if tuner.is_valid_config(candidate):
+                found.append(candidate)
+    return found
