@@ -27,7 +27,7 @@ from typing import Any
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.compile.request import CompileRequest
-from triton_kiln.errors import JobFailure, KilnError, RemoteCompileError
+from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
 from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import inductor as compat
@@ -67,24 +67,14 @@ class ConfigCompiler:
     def submit(self, autotuner: Any, cfg: Any) -> ConfigJob | None:
         """Start ``cfg``'s compile; ``None`` for a device kiln does not compile for, or a kernel
         kiln cannot describe (logged): Inductor's own compile then runs in this process."""
-        inputs = compat.config_compile(autotuner, cfg)
-        if inputs.target.backend not in KILN_BACKENDS:
-            return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
-        allowed = triton_compat.backend_option_names(inputs.target)
-        arg_names = triton_compat.jit_arg_names(inputs.fn)
         try:
-            request = CompileRequest(
-                inputs.fn,
-                inputs.signature,
-                inputs.constants,
-                options={k: v for k, v in inputs.options.items() if k in allowed},
-                target=inputs.target,
-                attrs={arg_names[path[0]]: value for path, value in inputs.attrs.items() if len(path) == 1},
-                triton_key_dir=self.pool.settings.triton_key_dir,
-            )
+            inputs = compat.config_compile(autotuner, cfg)
+            if inputs.target.backend not in KILN_BACKENDS:
+                return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
+            request = self._request(inputs)
             error = self.take_error(request.key)
             future = _failed(error) if error is not None else self.pool.submit(request)
-        except KilnError as exc:
+        except Exception as exc:
             log.warning(
                 "kiln: %s (%s) config %s is compiled by Inductor in this process, not in kiln's pool: %s",
                 compat.kernel_name(autotuner),
@@ -94,6 +84,26 @@ class ConfigCompiler:
             )
             return None
         return ConfigJob(cfg, inputs, request, future)
+
+    def _request(self, inputs: compat.ConfigCompile) -> CompileRequest:
+        """kiln's request for exactly the compile ``triton.compile`` would make of ``inputs``."""
+        arg_names = triton_compat.jit_arg_names(inputs.fn)
+        odd = [path for path in inputs.attrs if len(path) != 1] + [
+            k for k in inputs.constants if not isinstance(k, str)
+        ]
+        if odd:
+            raise RequestError(f"arguments addressed by path {odd} (tuple arguments) are not sent to kiln")
+        allowed = triton_compat.backend_option_names(inputs.target)
+        return CompileRequest(
+            inputs.fn,
+            inputs.signature,
+            inputs.constants,
+            # what Triton's parse_options would drop anyway (the binary does not depend on it)
+            options={k: v for k, v in inputs.options.items() if k in allowed},
+            target=inputs.target,
+            attrs={arg_names[path[0]]: value for path, value in inputs.attrs.items()},
+            triton_key_dir=self.pool.settings.triton_key_dir,
+        )
 
     def finish(self, autotuner: Any, job: ConfigJob) -> None:
         """Wait for ``job``; on success seed Triton's cache; raise what it failed with."""
