@@ -33,6 +33,7 @@ KERNELS = {
     "persistent_reduction": "triton_per_fused__softmax_0",
     "template_mm": "triton_tem_fused_mm_0",
     "user_kernel": "add_kernel",
+    "combo_foreach": "triton_for_fused_add_mul_0",  # a combo kernel (two pointwise sub-kernels)
 }
 
 
