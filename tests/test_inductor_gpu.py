@@ -140,3 +140,24 @@ def test_a_codegen_kernel_with_an_aborting_config_still_compiles(
     got = torch.compile(f)(x)
     torch.testing.assert_close(got, x * 3 + 1)
     assert any("SIGABRT" in r.getMessage() for r in caplog.records)
+
+
+def test_max_autotune_template_choices_that_abort_are_skipped(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    fresh: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every 8-warp mm template choice aborts the compiler (in kiln's workers only): those choices
+    are skipped with kiln's reason, the others are benchmarked, and the output is right."""
+    monkeypatch.setenv("KILN_TEST_INDUCTOR_ABORT_PREFIX", "triton_tem_")  # read by the workers' hook
+    install_on(make_pool(workers=8, preload=[PRELOAD]))
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    with inductor_config.patch(max_autotune_gemm_backends="TRITON"):
+        got = torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")(a, b)
+    torch.testing.assert_close(got, a @ b, atol=5e-2, rtol=5e-2)
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert skipped
+    assert all("SIGABRT" in line for line in skipped)
