@@ -34,7 +34,7 @@ from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
 
-KILN_BACKENDS = ("cuda", "hip")
+ROUTED_BACKENDS = ("cuda", "hip")
 """The devices whose Inductor compiles go to kiln's pool (the backends kiln compiles for)."""
 
 
@@ -69,7 +69,7 @@ class ConfigCompiler:
         kiln cannot describe (logged): Inductor's own compile then runs in this process."""
         try:
             inputs = compat.config_compile(autotuner, cfg)
-            if inputs.target.backend not in KILN_BACKENDS:
+            if inputs.target.backend not in ROUTED_BACKENDS:
                 return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
             request = self._request(inputs)
             error = self.take_error(request.key)
