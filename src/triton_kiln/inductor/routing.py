@@ -92,7 +92,9 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
         ]
         saved = [(point, point.current()) for point in points]
         original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
-        pool = InductorPool(original_pool, threads=max(4, current.workers))
+        # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
+        # pickling) between them: twice kiln's workers keeps every worker busy.
+        pool = InductorPool(original_pool, threads=max(8, 2 * current.workers))
         points[0].set(staticmethod(_process_pool(pool)))
         points[1].set(_precompile_worker(saved[1][1], compiler))
         points[2].set(_precompile_config(saved[2][1], compiler))
