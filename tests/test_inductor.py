@@ -224,6 +224,22 @@ def test_kiln_inductor_1_installs_at_import(tmp_path: Path) -> None:
     assert off.stdout.split() == ["False"]
 
 
+def test_kiln_inductor_1_does_not_bring_torch_into_kilns_zygote(tmp_path: Path) -> None:
+    """kiln's zygote inherits the caller's environment, KILN_INDUCTOR=1 included, and imports
+    triton_kiln: it must not install (and import torch) there."""
+    code = (
+        "import triton_kiln, triton_kiln.inductor as k\n"
+        "from triton_kiln.pool import get_pool\n"
+        "pool = get_pool(); pool.wait_ready(120)\n"
+        "maps = open(f'/proc/{pool.zygote_pid}/maps').read()\n"
+        "print(k.installed(), 'libtorch' in maps, 'libtriton' in maps)\n"
+        "k.uninstall(); pool.shutdown(wait=True, cancel_futures=True)\n"
+    )
+    out = _child({"KILN_INDUCTOR": "1", "KILN_CACHE_DIR": str(tmp_path), "KILN_WORKERS": "1"}, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
 def test_a_malformed_kiln_inductor_installs_nothing_and_says_so(tmp_path: Path) -> None:
     code = "import triton_kiln, triton_kiln.inductor as k; print(k.installed())"
     out = _child({"KILN_INDUCTOR": "maybe", "KILN_CACHE_DIR": str(tmp_path)}, code)
