@@ -79,7 +79,7 @@ def test_triton_compat_imports_only_errors_and_files() -> None:
 
 
 PRIVATE = re.compile(
-    r"triton\.(?:[\w.]*\._\w+|_\w+)|runtime\.jit|create_function_from_signature|_init_handles|torch\._C"
+    r"triton\.(?:[\w.]*\._\w+|_\w+)|runtime\.jit|create_function_from_signature|_init_handles|torch\._\w+"
     r"|CompiledKernel\(|metadata_group|\._pack_args|import knobs|get_cache_manager"
 )
 
@@ -94,6 +94,7 @@ PACKAGES = [
     "launch",
     "bundle",
     "helion",
+    "inductor",
 ]
 
 

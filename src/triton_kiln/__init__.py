@@ -165,7 +165,9 @@ __all__ = [
 
 def _check_environment() -> None:
     """At import, never raising (``kiln.settings``): report ``KILN_*`` names that are not
-    settings, once; with ``KILN_AUTOTUNE`` set, :func:`kiln.routing.install_from_environment`."""
+    settings, once; with ``KILN_AUTOTUNE`` set, :func:`kiln.routing.install_from_environment`;
+    with ``KILN_INDUCTOR`` set (not in kiln's own processes),
+    :func:`kiln.inductor.install_from_environment`."""
     import os
 
     if not any(var.startswith("KILN_") for var in os.environ):
@@ -177,6 +179,19 @@ def _check_environment() -> None:
         from triton_kiln.routing import install_from_environment
 
         install_from_environment()
+    if os.environ.get("KILN_INDUCTOR", "").strip() not in ("", "0") and not _in_kiln_child():
+        from triton_kiln.inductor import install_from_environment as install_inductor
+
+        install_inductor()
+
+
+def _in_kiln_child() -> bool:
+    """Whether this interpreter is one of kiln's own processes (a zygote, a sandbox): those never
+    import torch, so ``KILN_INDUCTOR`` is for the caller only."""
+    import os
+
+    children = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD")
+    return any(var in os.environ for var in children)
 
 
 _check_environment()

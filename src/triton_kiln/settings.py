@@ -115,6 +115,10 @@ class Settings:
     autotune: bool = False
     """``KILN_AUTOTUNE``: ``1`` routes ``triton.autotune`` through kiln at ``import triton_kiln``."""
 
+    inductor: bool = False
+    """``KILN_INDUCTOR``: ``1`` routes torch Inductor's Triton compiles through kiln's pool at
+    ``import triton_kiln`` (:func:`kiln.inductor.install`; docs/INDUCTOR.md)."""
+
     cache_max_mb: int | None = DEFAULT_CACHE_MAX_MB
     """``KILN_CACHE_MAX_MB``: MiB the artifact store may hold on disk before the least recently used
     entries are evicted (``0`` or ``unlimited``: no cap). The tuning database does not count."""
@@ -251,6 +255,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
+    "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
     "remote_cache": (
         "KILN_REMOTE_CACHE",

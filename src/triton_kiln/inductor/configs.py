@@ -1,0 +1,202 @@
+"""An Inductor kernel's configs compiled in kiln's pool, and put where Inductor's own precompile
+finds them.
+
+For each config, Inductor's own helpers (``_create_compile_meta``, ``_create_compile_options``,
+via :func:`kiln.triton_compat.inductor.config_compile`) give ``triton.compile``'s arguments; kiln
+compiles them in a worker (which rebuilds the kernel from its source and never imports torch)
+and writes the result into Triton's cache under the hash ``triton.compile`` gives those
+arguments. Inductor's own ``_precompile_config`` then runs unchanged and finds a cache hit: the
+``CompiledKernel``, the static launcher's cubin and every object Inductor makes are its own.
+
+A config whose compile dies (a signal, the job timeout, the memory limit) is a
+:class:`~kiln.errors.JobFailure`: the kernel loses that config (:func:`compile_all`), or, where
+Inductor compiles one config alone, :class:`InductorConfigCrashedError` is raised and Inductor
+treats the config as failed. Any other error is the compile's own (a ``CompilationError``, a
+``PTXASError``) and reaches Inductor as itself, as ``triton.compile`` would have raised it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from concurrent.futures import Future, wait
+from dataclasses import dataclass
+from typing import Any
+
+from triton_kiln import triton_compat
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.compile.request import CompileRequest
+from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
+from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
+from triton_kiln.pool import CompilePool
+from triton_kiln.triton_compat import inductor as compat
+
+log = logging.getLogger("kiln.inductor")
+
+ROUTED_BACKENDS = ("cuda", "hip")
+"""The devices whose Inductor compiles go to kiln's pool (the backends kiln compiles for)."""
+
+
+def is_crash(exc: BaseException) -> bool:
+    """Whether a failed compile died (signal, timeout, memory) rather than raised."""
+    return isinstance(exc, JobFailure) and not isinstance(exc, RemoteCompileError)
+
+
+@dataclass
+class ConfigJob:
+    """One config of one kernel, on its way through kiln's pool."""
+
+    config: Any
+    compile: compat.ConfigCompile
+    request: CompileRequest
+    future: Future[CompiledArtifact]
+
+
+class ConfigCompiler:
+    """Compiles Inductor configs in ``pool``; remembers a compile's own error for the moment
+    Inductor's ``_precompile_config`` asks for that config (it is raised then, not compiled again)."""
+
+    def __init__(self, pool: CompilePool) -> None:
+        self.pool = pool
+        self._errors: dict[str, BaseException] = {}
+        self._lock = threading.Lock()
+
+    # -- one config ---------------------------------------------------------------------------
+
+    def submit(self, autotuner: Any, cfg: Any) -> ConfigJob | None:
+        """Start ``cfg``'s compile; ``None`` for a device kiln does not compile for, or a kernel
+        kiln cannot describe (logged): Inductor's own compile then runs in this process."""
+        try:
+            inputs = compat.config_compile(autotuner, cfg)
+            if inputs.target.backend not in ROUTED_BACKENDS:
+                return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
+            request = self._request(inputs)
+            error = self.take_error(request.key)
+            future = _failed(error) if error is not None else self.pool.submit(request)
+        except Exception as exc:
+            log.warning(
+                "kiln: %s (%s) config %s is compiled by Inductor in this process, not in kiln's pool: %s",
+                compat.kernel_name(autotuner),
+                compat.kernel_file(autotuner),
+                _label(cfg),
+                exc,
+            )
+            return None
+        return ConfigJob(cfg, inputs, request, future)
+
+    def _request(self, inputs: compat.ConfigCompile) -> CompileRequest:
+        """kiln's request for exactly the compile ``triton.compile`` would make of ``inputs``."""
+        arg_names = triton_compat.jit_arg_names(inputs.fn)
+        odd = [path for path in inputs.attrs if len(path) != 1] + [
+            k for k in inputs.constants if not isinstance(k, str)
+        ]
+        if odd:
+            raise RequestError(f"arguments addressed by path {odd} (tuple arguments) are not sent to kiln")
+        allowed = triton_compat.backend_option_names(inputs.target)
+        return CompileRequest(
+            inputs.fn,
+            inputs.signature,
+            inputs.constants,
+            # what Triton's parse_options would drop anyway (the binary does not depend on it)
+            options={k: v for k, v in inputs.options.items() if k in allowed},
+            target=inputs.target,
+            attrs={arg_names[path[0]]: value for path, value in inputs.attrs.items()},
+            triton_key_dir=self.pool.settings.triton_key_dir,
+        )
+
+    def finish(self, autotuner: Any, job: ConfigJob) -> None:
+        """Wait for ``job``; on success seed Triton's cache; raise what it failed with."""
+        try:
+            artifact = job.future.result()
+        except JobFailure as exc:
+            if isinstance(exc, RemoteCompileError):
+                raise  # the compile's own error, as triton.compile would have raised it
+            raise InductorConfigCrashedError(
+                compat.kernel_name(autotuner), compat.kernel_file(autotuner), _label(job.config), exc
+            ) from exc
+        seed_triton_cache(job, artifact)
+
+    def prefetch(self, autotuner: Any, configs: list[Any]) -> int:
+        """Start these configs' compiles now, without waiting (coordinate descent's neighbours):
+        when Inductor asks for one, its compile is done or in flight. Returns how many started."""
+        started = 0
+        for cfg in configs:
+            if self.submit(autotuner, cfg) is not None:
+                started += 1
+        return started
+
+    def remember_error(self, job: ConfigJob, exc: BaseException) -> None:
+        with self._lock:
+            self._errors[job.request.key] = exc
+
+    def take_error(self, key: str) -> BaseException | None:
+        with self._lock:
+            return self._errors.pop(key, None)
+
+    # -- every config of a kernel -----------------------------------------------------------
+
+    def compile_all(self, autotuner: Any) -> None:
+        """Compile every config ``_precompile_worker`` is about to compile, at once; drop those
+        whose compile died (logged with kiln's reason); :class:`InductorKernelError` if none is
+        left. A config that raised stays, with its error kept for ``_precompile_config``."""
+        configs = compat.kernel_configs(autotuner)
+        if not configs:
+            return
+        jobs = [(cfg, self.submit(autotuner, cfg)) for cfg in configs]
+        wait([job.future for _, job in jobs if job is not None])
+        kept: list[Any] = []
+        crashes: list[tuple[str, JobFailure]] = []
+        for cfg, job in jobs:
+            if job is None:
+                kept.append(cfg)
+                continue
+            exc = job.future.exception()
+            if exc is None:
+                seed_triton_cache(job, job.future.result())
+                kept.append(cfg)
+            elif is_crash(exc):
+                assert isinstance(exc, JobFailure)
+                crashes.append((_label(cfg), exc))
+                log.warning(
+                    "kiln: Inductor kernel %s (%s): config %s skipped: %s",
+                    compat.kernel_name(autotuner),
+                    compat.kernel_file(autotuner),
+                    _label(cfg),
+                    exc,
+                )
+            else:
+                self.remember_error(job, exc)
+                kept.append(cfg)
+        if not kept:
+            raise InductorKernelError(compat.kernel_name(autotuner), compat.kernel_file(autotuner), crashes)
+        if crashes:
+            compat.keep_configs(autotuner, kept)
+
+
+def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
+    """Write ``artifact`` into Triton's cache (``TRITON_CACHE_DIR``, Triton's layout: binary,
+    metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config."""
+    inputs = job.compile
+    src = triton_compat.ASTSource(inputs.fn, inputs.signature, inputs.constants, inputs.attrs or None)
+    slot = triton_compat.compile_hash(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
+    base = src.name[:150]  # as triton.compile names its files
+    metadata_name = f"{base}.json"
+    if triton_compat.triton_cache_group(slot, metadata_name) is not None:
+        return
+    metadata = dict(artifact.metadata)
+    metadata["hash"] = slot  # as triton.compile records it
+    files: dict[str, bytes | str] = {f"{base}.{ext}": text for ext, text in artifact.asm.items()}
+    files[f"{base}.{artifact.binary_ext}"] = artifact.binary
+    files[metadata_name] = json.dumps(metadata)
+    triton_compat.put_in_triton_cache(slot, files, metadata_name)
+
+
+def _label(cfg: Any) -> str:
+    return str(cfg)
+
+
+def _failed(error: BaseException) -> Future[CompiledArtifact]:
+    future: Future[CompiledArtifact] = Future()
+    future.set_exception(error)
+    return future

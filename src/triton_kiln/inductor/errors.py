@@ -1,0 +1,53 @@
+"""The errors :mod:`kiln.inductor` raises into Inductor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from triton_kiln.errors import JobFailure, KilnError
+
+
+class InductorConfigCrashedError(KilnError, RuntimeError):
+    """One config of an Inductor kernel could not be compiled: its kiln worker crashed, hung
+    past the job timeout or passed the memory limit (``__cause__`` is kiln's
+    :class:`~kiln.errors.JobFailure`). Raised where Inductor compiles a single config (coordinate
+    descent, runtime autotune), which then treats the config as failed."""
+
+    def __init__(self, kernel: str, source_file: str, config: str, failure: JobFailure) -> None:
+        self.kernel = kernel
+        self.source_file = source_file
+        self.config = config
+        self.failure = failure
+        super().__init__(
+            f"Inductor kernel {kernel} ({source_file}): config {config} could not be compiled: {failure}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.kernel, self.source_file, self.config, self.failure))
+
+
+class InductorKernelError(KilnError, RuntimeError):
+    """Every config of an Inductor kernel failed in kiln's pool (crashes, hangs, memory): the
+    kernel cannot be compiled. Names the kernel, its generated source file and what each config
+    died of (the signal, or the timeout)."""
+
+    def __init__(self, kernel: str, source_file: str, failures: Sequence[tuple[str, JobFailure]]) -> None:
+        self.kernel = kernel
+        self.source_file = source_file
+        self.failures = tuple(failures)
+        what = "; ".join(f"config {config}: {_reason(failure)}" for config, failure in self.failures)
+        super().__init__(
+            f"Inductor kernel {kernel} (generated source {source_file}) has no config that compiled: "
+            f"{what}. Every config's compile died in kiln's pool (the compiler crashed or hung), so "
+            f"the graph cannot use this kernel; run the source file's kernel through triton.compile "
+            f"alone to reproduce it, and report the printed assertion to Triton."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.kernel, self.source_file, self.failures))
+
+
+def _reason(failure: JobFailure) -> str:
+    """kiln's headline for the failure: signal or timeout, seconds, likely cause."""
+    return failure._headline()

@@ -1,0 +1,78 @@
+"""What ``AsyncCompile.process_pool()`` returns while :mod:`kiln.inductor` is installed.
+
+::
+
+    Inductor (parent)                        InductorPool (here)                 kiln's pool
+    -----------------                        -------------------                 -----------
+    submit(_get_ready)  ------------------>  a finished future: ready at once
+    submit(_worker_compile_triton,  ------>  a thread of this process:
+           load_kernel, env, config)           load the kernel's module (private copy)
+                                               precompile(warm_cache_only=True):
+                                                 every config -> CompileRequest -------> workers
+                                                 (Inductor's helpers)          <------- binaries
+                                                 seed Triton's cache; Inductor's own
+                                                 _precompile_config: cache hits
+    Future <-------------------------------    the kernel, pickled and unpickled as a
+                                               worker sends it, and the elapsed us
+    submit(anything else)  --------------->  Inductor's own pool (its original
+                                             process_pool(), made on first need)
+
+The thread does what Inductor's worker does, minus the compile: the module is executed and its
+``CachingAutotuner`` made in this process, and the object returned is exactly the one Inductor's
+worker would have pickled. Compiles run in kiln's workers, which never import torch.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from triton_kiln.triton_compat import inductor as compat
+
+
+class InductorPool:
+    """Inductor's process pool, as kiln serves it (see the module docstring)."""
+
+    def __init__(self, inductor_pool: Callable[[], Any], threads: int) -> None:
+        self._inductor_pool = inductor_pool
+        self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kiln-inductor")
+        self._lock = threading.Lock()
+        self.triton_jobs = 0
+        self.other_jobs = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if fn is compat.ready_job():
+            ready: Future[Any] = Future()
+            ready.set_result(fn())
+            return ready
+        if compat.is_triton_compile_job(fn):
+            with self._lock:
+                self.triton_jobs += 1
+            return self._executor.submit(compile_job, *args, **kwargs)
+        with self._lock:
+            self.other_jobs += 1
+        pool_future: Future[Any] = self._inductor_pool().submit(fn, *args, **kwargs)
+        return pool_future
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Stop this pool's threads (Inductor's own pool, if made, is Inductor's to shut down)."""
+        self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def compile_job(
+    load_kernel: Callable[[], Any], extra_env: dict[str, str], extra_config: dict[str, Any]
+) -> tuple[Any, int]:
+    """``_worker_compile_triton`` with its compiles in kiln's pool.
+
+    ``extra_env`` and ``extra_config`` are the parent's own values (Inductor copies them from
+    this process's environment and config for its worker), so they are in force here already.
+    """
+    del extra_env, extra_config
+    start = time.time_ns()
+    kernel = compat.load_job_kernel(load_kernel)
+    compat.precompile_warm(kernel)  # _precompile_worker: kiln (routing.py)
+    elapsed_us = (time.time_ns() - start) // 1000
+    return compat.as_sent_by_worker(kernel), elapsed_us

@@ -1,0 +1,204 @@
+"""``kiln.inductor.install()`` / ``uninstall()`` / ``KILN_INDUCTOR=1``: Inductor's Triton
+compiles through kiln's pool.
+
+It replaces four attributes of Inductor's (:mod:`kiln.triton_compat.inductor` names them), and
+``uninstall()`` puts the very same objects back:
+
+* ``AsyncCompile.process_pool``: returns an :class:`~kiln.inductor.jobs.InductorPool`, whose
+  warm-up answer is ready at once (so Inductor never compiles in this process while a pool
+  warms up) and which serves ``_worker_compile_triton`` jobs with kiln's pool; other jobs go to
+  Inductor's own pool, made on first need;
+* ``CachingAutotuner._precompile_worker``: every config of a kernel compiled in kiln's pool at
+  once before Inductor's own loop, a config whose compile died dropped
+  (:meth:`~kiln.inductor.configs.ConfigCompiler.compile_all`);
+* ``CachingAutotuner._precompile_config``: the one config compiled in kiln's pool first, then
+  Inductor's own code, which finds Triton's cache filled (coordinate descent, runtime autotune,
+  the C++-wrapper's lazy compile, template benchmarks all come here);
+* ``CachingAutotuner.coordinate_descent_tuning``: the neighbours of the starting config (its
+  first ring, every tunable field) start compiling in kiln's pool at once, then Inductor's own
+  tuning runs and finds each compile done or in flight.
+
+Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
+through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from triton_kiln.errors import KilnError
+from triton_kiln.inductor.configs import ConfigCompiler
+from triton_kiln.inductor.jobs import InductorPool
+from triton_kiln.pool import CompilePool
+from triton_kiln.triton_compat import inductor as compat
+
+log = logging.getLogger("kiln.inductor")
+
+SANDBOX_BENCHMARKS_NOT_BUILT = (
+    "kiln.inductor.install(sandbox_benchmarks=True) is not built yet: Inductor's template "
+    "benchmarks still run where Inductor runs them (issue 20, item 3: benchmarks in kiln's GPU "
+    "sandbox, so an illegal memory access skips one choice). Call install() without it."
+)
+
+
+class InductorUnavailableError(KilnError, ImportError):
+    """torch (with Inductor) cannot be imported, so there is nothing to route."""
+
+
+@dataclass
+class _Installed:
+    saved: list[tuple[compat.PatchPoint, Any]]
+    pool: InductorPool
+    compiler: ConfigCompiler
+
+
+_lock = threading.Lock()
+_state: _Installed | None = None
+
+
+def install(*, sandbox_benchmarks: bool = False) -> None:
+    """Route every Triton compile torch Inductor starts through kiln's compile pool (idempotent).
+
+    Raises :class:`NotImplementedError` for ``sandbox_benchmarks=True`` (not built),
+    :class:`~kiln.errors.SettingsError` naming a malformed ``KILN_*`` variable, and
+    :class:`InductorUnavailableError` without torch; nothing is routed then.
+    """
+    global _state
+    if sandbox_benchmarks:
+        raise NotImplementedError(SANDBOX_BENCHMARKS_NOT_BUILT)
+    from triton_kiln import settings
+
+    current = settings.current()
+    if not compat.inductor_available():
+        raise InductorUnavailableError(
+            "kiln.inductor.install() needs torch with Inductor (torch._inductor could not be "
+            "imported); install torch, or leave KILN_INDUCTOR unset."
+        )
+    with _lock:
+        if _state is not None:
+            return
+        compat.set_worker_paths()
+        kiln_pool = _kiln_pool()
+        compiler = ConfigCompiler(kiln_pool)
+        points = [
+            compat.process_pool_point(),
+            compat.precompile_worker_point(),
+            compat.precompile_config_point(),
+            compat.coordinate_descent_point(),
+        ]
+        saved = [(point, point.current()) for point in points]
+        original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
+        # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
+        # pickling) between them: twice kiln's workers keeps every worker busy.
+        pool = InductorPool(original_pool, threads=max(8, 2 * current.workers))
+        points[0].set(staticmethod(_process_pool(pool)))
+        points[1].set(_precompile_worker(saved[1][1], compiler))
+        points[2].set(_precompile_config(saved[2][1], compiler))
+        points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
+        compat.reset_ready_future()
+        _state = _Installed(saved, pool, compiler)
+    log.info(
+        "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
+        compat.torch_version(),
+    )
+
+
+def uninstall() -> None:
+    """Give Inductor its pool and methods back (the same objects ``install()`` replaced)."""
+    global _state
+    with _lock:
+        state, _state = _state, None
+        if state is None:
+            return
+        for point, value in reversed(state.saved):
+            point.set(value)
+        compat.reset_ready_future()
+    state.pool.shutdown(wait=False)
+    log.info("kiln: uninstalled: Inductor compiles in its own pool again")
+
+
+def installed() -> bool:
+    """Whether :func:`install` is in effect."""
+    return _state is not None
+
+
+def install_from_environment() -> None:
+    """``KILN_INDUCTOR=1`` at ``import triton_kiln``: install, and never raise (the reason is
+    logged on ``kiln.inductor`` at WARNING, and nothing is routed)."""
+    from triton_kiln import notices, settings
+    from triton_kiln.errors import SettingsError
+
+    try:
+        wanted = settings.parse_variable("inductor")
+        if wanted:
+            install()
+    except (SettingsError, InductorUnavailableError) as exc:
+        notices.warn(log, f"kiln: {exc} Inductor's compiles are not routed through kiln.")
+
+
+def current_pool() -> InductorPool | None:
+    """The pool Inductor is given while installed (for tests and benchmarks)."""
+    state = _state
+    return state.pool if state is not None else None
+
+
+def _kiln_pool() -> CompilePool:
+    """kiln's process-wide pool, started now: its zygote and workers get ready in the background
+    while Inductor traces, so the first compile finds them (no warm-up window in this process)."""
+    from triton_kiln.pool import get_pool
+
+    return get_pool().start()
+
+
+# --- the replacements ---
+
+
+def _process_pool(pool: InductorPool) -> Any:
+    def process_pool() -> InductorPool:
+        return pool
+
+    # Inductor calls AsyncCompile.process_pool.cache_clear() after a fork and at shutdown.
+    process_pool.cache_clear = lambda: None  # type: ignore[attr-defined]
+    return process_pool
+
+
+def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
+    @functools.wraps(original)
+    def _precompile_worker(self: Any) -> Any:
+        compiler.compile_all(self)
+        return original(self)
+
+    return _precompile_worker
+
+
+def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
+    @functools.wraps(original)
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if compat.ensure_kernel_loaded(self):
+                started = compiler.prefetch(self, compat.coordesc_neighbours(self, launcher.config))
+                log.debug(
+                    "kiln: %s: %d coordinate-descent neighbours compile ahead",
+                    compat.kernel_name(self),
+                    started,
+                )
+        except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
+            log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(self), exc)
+        return original(self, launcher, *args, **kwargs)
+
+    return coordinate_descent_tuning
+
+
+def _precompile_config(original: Any, compiler: ConfigCompiler) -> Any:
+    @functools.wraps(original)
+    def _precompile_config(self: Any, cfg: Any) -> Any:
+        job = compiler.submit(self, cfg)
+        if job is not None:
+            compiler.finish(self, job)
+        return original(self, cfg)
+
+    return _precompile_config

@@ -1,0 +1,285 @@
+"""Every private name of torch Inductor kiln touches (:mod:`kiln.inductor`), and every difference
+between the torch versions it was checked against: torch 2.11.0 (Triton 3.6.0) and 2.13.0
+(Triton 3.7.1).
+
+What kiln uses, and where it lives in both versions:
+
+* ``torch._inductor.async_compile.AsyncCompile.process_pool`` (a ``staticmethod`` around an
+  ``lru_cache(1)`` function) and ``AsyncCompile._ready_future``: the pool Inductor submits its
+  compiles to, and the warm-up job that says it is ready;
+* ``torch._inductor.runtime.compile_tasks._worker_compile_triton(load_kernel, extra_env,
+  extra_config)``: the job a codegen kernel, a template choice or a user-defined Triton kernel
+  arrives as (``load_kernel`` is ``functools.partial(codecache._load_triton_kernel_from_source,
+  kernel_name, source_code)``), and ``_set_triton_ptxas_path`` (the worker's ptxas);
+* ``torch._inductor.runtime.triton_heuristics.CachingAutotuner``: ``_precompile_worker`` (a
+  kernel's configs compiled in turn), ``_precompile_config`` (one config: every compile the parent
+  makes, coordinate descent and runtime autotune included), ``_create_compile_meta`` and
+  ``_create_compile_options`` (Inductor's own helpers for ``triton.compile``'s arguments),
+  ``prepare_for_pickle`` (what a worker does before sending the kernel back);
+* ``CachingAutotuner.coordinate_descent_tuning`` and its ``coordesc_tuner`` (``tunable_fields``,
+  ``get_neighbour_values``, ``is_valid_config``; ``coordinate_descent_tuner.get_field`` /
+  ``set_field``): the neighbours coordinate descent will ask for, compiled ahead;
+* ``torch._inductor.codecache.PyCodeCache.write`` and ``compile_tasks._reload_python_module``
+  (a kernel's module written where Inductor writes it, and loaded privately).
+
+Version differences (each handled here, nowhere else):
+
+* the compile target's warp size: 2.11 ``triton_heuristics.cc_warp_size(cc)``, 2.13
+  ``device_props.warp_size_or_default``;
+* ``_set_triton_libdevice_path`` (the CUDA toolkit's libdevice, ``eager_numerics``) is 2.13's
+  only;
+* whether a kernel is coordinate-descent tuned: 2.13's ``_should_coordesc_tune`` property, 2.11's
+  same test inline in ``coordinate_descent_tuning``; reloading the function: 2.13's
+  ``_ensure_kernel_loaded``, 2.11's inline ``self.fn = self._reload_kernel().fn``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+CHECKED_TORCH_VERSIONS = ("2.11.0", "2.13.0")
+"""The torch releases whose Inductor this module was read against."""
+
+
+def inductor_available() -> bool:
+    """Whether torch with Inductor can be imported (kiln does not depend on torch)."""
+    try:
+        import torch._inductor.async_compile  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+# --- the patch points ---
+
+
+@dataclass(frozen=True)
+class PatchPoint:
+    """An attribute of Inductor's that :mod:`kiln.inductor` replaces (and gives back)."""
+
+    owner: Any
+    name: str
+
+    def current(self) -> Any:
+        """The attribute as stored on its class (a ``staticmethod`` stays one)."""
+        return self.owner.__dict__[self.name]
+
+    def set(self, value: Any) -> None:
+        setattr(self.owner, self.name, value)
+
+
+def async_compile_class() -> Any:
+    from torch._inductor.async_compile import AsyncCompile
+
+    return AsyncCompile
+
+
+def caching_autotuner_class() -> Any:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    return CachingAutotuner
+
+
+def process_pool_point() -> PatchPoint:
+    return PatchPoint(async_compile_class(), "process_pool")
+
+
+def precompile_worker_point() -> PatchPoint:
+    return PatchPoint(caching_autotuner_class(), "_precompile_worker")
+
+
+def precompile_config_point() -> PatchPoint:
+    return PatchPoint(caching_autotuner_class(), "_precompile_config")
+
+
+def coordinate_descent_point() -> PatchPoint:
+    return PatchPoint(caching_autotuner_class(), "coordinate_descent_tuning")
+
+
+def reset_ready_future() -> None:
+    """Forget the warm-up job, so the next ``use_process_pool()`` asks the (new) pool again."""
+    async_compile_class()._ready_future = None
+
+
+def ready_job() -> Any:
+    """The no-op job ``use_process_pool()`` submits to learn that the pool is ready."""
+    return async_compile_class()._get_ready
+
+
+def is_triton_compile_job(fn: Any) -> bool:
+    """Whether a job submitted to ``AsyncCompile.process_pool()`` is a Triton compile."""
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    return fn is _worker_compile_triton
+
+
+# --- a kernel's module, loaded in the parent as the worker would ---
+
+
+def load_job_kernel(load_kernel: Any) -> Any:
+    """The ``CachingAutotuner`` a ``_worker_compile_triton`` job's ``load_kernel`` makes, from a
+    private copy of its module: written where Inductor writes it (the path is in the binary's line
+    info), executed apart from Inductor's module cache, whose kernel objects stay untouched."""
+    from torch._inductor.codecache import PyCodeCache, _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _reload_python_module
+
+    if not (
+        isinstance(load_kernel, functools.partial)
+        and load_kernel.func is _load_triton_kernel_from_source
+        and len(load_kernel.args) == 2
+        and not load_kernel.keywords
+    ):
+        return load_kernel()
+    kernel_name, source_code = load_kernel.args
+    key, path = PyCodeCache.write(source_code)
+    module = _reload_python_module(key, path, set_sys_modules=False)
+    return getattr(module, kernel_name)
+
+
+def set_worker_paths() -> None:
+    """What Inductor's worker sets before compiling (ptxas; libdevice on 2.13), set here so the
+    ``TRITON_*`` variables kiln's requests carry are the ones the worker would compile with."""
+    from torch._inductor.runtime import compile_tasks
+
+    compile_tasks._set_triton_ptxas_path()
+    libdevice = getattr(compile_tasks, "_set_triton_libdevice_path", None)  # 2.13, not 2.11
+    if libdevice is not None:
+        libdevice()
+
+
+def precompile_warm(kernel: Any) -> None:
+    """``kernel.precompile(warm_cache_only=True)``, as Inductor's worker does."""
+    kernel.precompile(warm_cache_only=True)
+
+
+def as_sent_by_worker(kernel: Any) -> Any:
+    """The kernel as Inductor's worker sends it back: ``prepare_for_pickle``, then pickled and
+    unpickled (static-launcher kernels drop their cubin path in ``__getstate__``)."""
+    kernel.prepare_for_pickle()
+    return pickle.loads(pickle.dumps(kernel, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+# --- one config's compile, described with Inductor's own helpers ---
+
+
+@dataclass(frozen=True)
+class ConfigCompile:
+    """What ``CachingAutotuner._precompile_config`` passes to ``triton.compile`` for one config."""
+
+    fn: Any
+    signature: dict[str, str]
+    constants: dict[str, Any]
+    attrs: dict[tuple[int, ...], Any]
+    target: Any  # triton's GPUTarget
+    options: dict[str, Any]
+
+
+def config_compile(autotuner: Any, cfg: Any) -> ConfigCompile:
+    """``triton.compile``'s arguments for ``cfg``, built by Inductor's own helpers."""
+    from triton.backends.compiler import GPUTarget
+
+    meta = autotuner._create_compile_meta(cfg)
+    options = autotuner._create_compile_options(cfg, meta)
+    props = autotuner.device_props
+    warp_size = getattr(props, "warp_size_or_default", None)  # 2.13
+    if warp_size is None:  # 2.11
+        from torch._inductor.runtime.triton_heuristics import cc_warp_size  # type: ignore[attr-defined]
+
+        warp_size = cc_warp_size(meta["cc"])
+    configs = meta.get("configs") or [{}]
+    return ConfigCompile(
+        fn=autotuner.fn,
+        signature=dict(meta["signature"]),
+        constants=dict(meta["constants"]),
+        attrs=dict(configs[0]),
+        target=GPUTarget(meta["device_type"], meta["cc"], warp_size),
+        options=options,
+    )
+
+
+def kernel_name(autotuner: Any) -> str:
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    name = meta.get("kernel_name")
+    if isinstance(name, str):
+        return name
+    return str(getattr(autotuner.fn, "__name__", "triton_kernel"))
+
+
+def kernel_file(autotuner: Any) -> str:
+    """The generated module's path (templates are made without ``filename``: their code's)."""
+    filename = getattr(autotuner, "filename", None)
+    if filename:
+        return str(filename)
+    code = getattr(getattr(autotuner.fn, "fn", None), "__code__", None)
+    return str(code.co_filename) if code is not None else "<unknown file>"
+
+
+def kernel_configs(autotuner: Any) -> list[Any] | None:
+    """The configs ``_precompile_worker`` is about to compile (``None``: already compiled)."""
+    if autotuner.compile_results or not autotuner.configs:
+        return None
+    return list(autotuner.configs)
+
+
+def keep_configs(autotuner: Any, configs: list[Any]) -> None:
+    autotuner.configs = configs
+
+
+# --- coordinate descent ---
+
+
+def _should_coordesc_tune(autotuner: Any) -> bool:
+    known = getattr(type(autotuner), "_should_coordesc_tune", None)  # 2.13: a cached property
+    if known is not None:
+        return bool(autotuner._should_coordesc_tune)
+    from torch._inductor.runtime.hints import HeuristicType  # 2.11: the same test, inline
+
+    kind = autotuner.heuristic_type
+    if kind in (HeuristicType.TEMPLATE, HeuristicType.USER_AUTOTUNE, HeuristicType.FIXED):
+        return False
+    reductions = (HeuristicType.REDUCTION, HeuristicType.PERSISTENT_REDUCTION, HeuristicType.SPLIT_SCAN)
+    return not (autotuner.deterministic_mode and kind in reductions)
+
+
+def ensure_kernel_loaded(autotuner: Any) -> bool:
+    """Load the kernel's function in this process if a worker's pickling dropped it, as
+    coordinate descent does first (2.13 ``_ensure_kernel_loaded``, 2.11 inline); whether it is
+    loaded."""
+    if getattr(autotuner.fn, "fn", None) is not None:
+        return True
+    reload = getattr(autotuner, "_reload_kernel", None)
+    if reload is None:
+        return False
+    autotuner.fn = reload().fn
+    return autotuner.fn.fn is not None
+
+
+def coordesc_neighbours(autotuner: Any, config: Any) -> list[Any]:
+    """The configs coordinate descent benchmarks first from ``config``: each valid neighbour
+    along each tunable field (its first ring, before an improvement moves the working point)."""
+    if not autotuner.inductor_meta.get("coordinate_descent_tuning") or not _should_coordesc_tune(autotuner):
+        return []
+    from torch._inductor.runtime.coordinate_descent_tuner import get_field, set_field
+
+    tuner = autotuner.coordesc_tuner
+    found = []
+    for field in tuner.tunable_fields:
+        value = get_field(config, field)  # type: ignore[no-untyped-call]
+        if value is None:
+            continue
+        for neighbour in tuner.get_neighbour_values(field, value):
+            candidate = copy.deepcopy(config)
+            set_field(candidate, field, neighbour)  # type: ignore[no-untyped-call]
+            if tuner.is_valid_config(candidate):
+                found.append(candidate)
+    return found

@@ -1,0 +1,256 @@
+"""kiln.inductor on CPU: Inductor's generated kernels of each kind compile through kiln's pool to
+the same sm_90 binaries as Inductor's own worker path, nothing compiles in the parent, the pool
+is ready at once, and uninstall gives Inductor back its own objects."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from inductor_support import (
+    KERNELS,
+    cubin_hashes,
+    fake_gpu,  # noqa: F401 - autouse fixture
+    four_compile_threads,  # noqa: F401 - fixture
+    inductors_own,
+    install_on,  # noqa: F401 - fixture
+    parent_cannot_compile,  # noqa: F401 - fixture
+    source,
+    submit,
+)
+
+pytest.importorskip("torch._inductor.async_compile")
+
+from torch._inductor.async_compile import AsyncCompile
+from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+import triton_kiln.inductor as kiln_inductor
+from triton_kiln import CompilePool
+from triton_kiln.inductor.jobs import InductorPool
+
+
+@pytest.mark.parametrize("kind", sorted(KERNELS))
+def test_each_kernel_kind_compiles_in_kiln_to_inductors_own_binary(
+    kind: str,
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    name, text = source(kind)
+    stock = inductors_own(name, text)  # Inductor's worker path, in this process
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "fresh-triton-cache"))
+    pool = make_pool()
+    install_on(pool)
+    kernel, elapsed_us = submit(name, text).result(timeout=300)
+    assert type(kernel) is type(stock)
+    assert [type(r) for r in kernel.compile_results] == [type(r) for r in stock.compile_results]
+    assert [str(r.config) for r in kernel.compile_results] == [str(r.config) for r in stock.compile_results]
+    assert cubin_hashes(kernel) == cubin_hashes(stock)
+    assert pool.stats.compiled == len(stock.compile_results)  # every config compiled in kiln's workers
+    assert elapsed_us > 0
+
+
+def test_nothing_compiles_in_the_parent(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    pool = make_pool()
+    install_on(pool)
+    futures = {kind: submit(*source(kind)) for kind in ("pointwise", "persistent_reduction", "user_kernel")}
+    kernels = {kind: future.result(timeout=300) for kind, future in futures.items()}
+    assert all(kernel.compile_results for kernel, _ in kernels.values())
+    assert parent_cannot_compile == []
+    assert pool.stats.compiled == 2 + 3 + 2
+
+
+def test_compiles_inductor_makes_in_the_parent_go_through_kiln(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    """The serial path (no process pool), coordinate descent and runtime autotune call
+    ``precompile`` / ``_precompile_config`` in the parent: both are kiln's compiles now."""
+    from torch._inductor.codecache import PyCodeCache
+
+    pool = make_pool()
+    install_on(pool)
+    name, text = source("pointwise")
+    kernel = getattr(PyCodeCache.load(text), name)
+    kernel.precompile(warm_cache_only=True)  # what the serial path does first
+    assert len(kernel.compile_results) == 2
+    one_config = kernel.compile_results[0].config
+    fresh = PyCodeCache.load(
+        source("pointwise", rename="triton_poi_fused_other_1")[1]
+    ).triton_poi_fused_other_1
+    result = fresh._precompile_config(one_config)  # as coordinate descent compiles a neighbour
+    assert result.config is one_config
+    assert parent_cannot_compile == []
+    assert pool.stats.compiled == 3
+
+
+def test_without_kiln_the_same_compile_happens_in_the_parent(parent_cannot_compile: list[str]) -> None:  # noqa: F811
+    """The check above can fail: Inductor's own worker path, run here, compiles in this process."""
+    name, text = source("pointwise")
+    with pytest.raises(AssertionError, match="compiled in the parent"):
+        inductors_own(name, text)
+    assert parent_cannot_compile
+
+
+def test_coordinate_descent_neighbours_compile_ahead(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    """When coordinate descent starts, the first ring of neighbours starts compiling in kiln at
+    once; each neighbour Inductor then asks for is served by that earlier submission."""
+    from types import SimpleNamespace
+
+    from torch._inductor.codecache import PyCodeCache
+
+    from triton_kiln.triton_compat import inductor as compat
+
+    pool = make_pool()
+    install_on(pool)
+    name, text = source("pointwise")
+    text = text.replace("'max_autotune': False,", "'coordinate_descent_tuning': True, 'max_autotune': False,")
+    kernel = getattr(PyCodeCache.load(text), name)
+    kernel.precompile(warm_cache_only=True)
+    start = kernel.compile_results[0].config
+    neighbours = compat.coordesc_neighbours(kernel, start)
+    assert len(neighbours) >= 2
+    with pytest.raises(Exception):  # noqa: B017 - the tuning's first benchmark needs a GPU
+        kernel.coordinate_descent_tuning(SimpleNamespace(config=start))
+    stats = pool.stats
+    submitted, served = stats.submitted, stats.deduplicated + stats.memory_hits + stats.disk_hits
+    for neighbour in neighbours:
+        kernel._precompile_config(neighbour)
+    assert stats.submitted - submitted == len(neighbours)
+    assert stats.deduplicated + stats.memory_hits + stats.disk_hits - served == len(neighbours)
+    assert parent_cannot_compile == []
+
+
+def test_the_pool_is_ready_at_once(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    four_compile_threads: None,  # noqa: F811
+) -> None:
+    """No warm-up window: Inductor's first ``use_process_pool()`` is already True (stock Inductor
+    answers False, and compiles in the parent, until its pool has run a warm-up job)."""
+    install_on(make_pool())
+    assert AsyncCompile.use_process_pool() is True
+
+
+def test_other_jobs_go_to_inductors_own_pool() -> None:
+    ran_in: list[str] = []
+    inductors = ThreadPoolExecutor(1, thread_name_prefix="inductors-own")
+    pool = InductorPool(lambda: inductors, threads=1)
+    try:
+        future = pool.submit(lambda x: ran_in.append(threading.current_thread().name) or x * 2, 21)
+        assert future.result(timeout=10) == 42
+        assert ran_in[0].startswith("inductors-own")
+        assert (pool.triton_jobs, pool.other_jobs) == (0, 1)
+    finally:
+        pool.shutdown()
+        inductors.shutdown()
+
+
+def test_uninstall_gives_inductor_back_its_own_objects(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    before = (
+        AsyncCompile.__dict__["process_pool"],
+        CachingAutotuner.__dict__["_precompile_worker"],
+        CachingAutotuner.__dict__["_precompile_config"],
+        CachingAutotuner.__dict__["coordinate_descent_tuning"],
+    )
+    install_on(make_pool())
+    assert kiln_inductor.installed()
+    assert isinstance(AsyncCompile.process_pool(), InductorPool)
+    assert all(
+        CachingAutotuner.__dict__[n] is not b
+        for n, b in zip(
+            ("_precompile_worker", "_precompile_config", "coordinate_descent_tuning"), before[1:], strict=True
+        )
+    )
+    kiln_inductor.install()  # a second install changes nothing
+    kiln_inductor.uninstall()
+    after = (
+        AsyncCompile.__dict__["process_pool"],
+        CachingAutotuner.__dict__["_precompile_worker"],
+        CachingAutotuner.__dict__["_precompile_config"],
+        CachingAutotuner.__dict__["coordinate_descent_tuning"],
+    )
+    assert all(a is b for a, b in zip(after, before, strict=True))
+    assert not kiln_inductor.installed()
+    assert AsyncCompile._ready_future is None
+    kiln_inductor.uninstall()  # a second uninstall changes nothing
+
+
+def test_sandbox_benchmarks_is_not_built() -> None:
+    with pytest.raises(NotImplementedError, match="sandbox_benchmarks"):
+        kiln_inductor.install(sandbox_benchmarks=True)
+    assert not kiln_inductor.installed()
+
+
+def _child(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    full = {**os.environ, **env, "PYTHONPATH": src}
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300, check=False
+    )
+
+
+def test_kiln_inductor_1_installs_at_import(tmp_path: Path) -> None:
+    code = (
+        "import triton_kiln, triton_kiln.inductor as k, sys; "
+        "print(k.installed()); k.uninstall(); "
+        "from triton_kiln.pool import get_pool; get_pool().shutdown(wait=True, cancel_futures=True)"
+    )
+    out = _child({"KILN_INDUCTOR": "1", "KILN_CACHE_DIR": str(tmp_path)}, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"]
+    off = _child({"KILN_INDUCTOR": "0", "KILN_CACHE_DIR": str(tmp_path)}, code)
+    assert off.stdout.split() == ["False"]
+
+
+def test_kiln_inductor_1_does_not_bring_torch_into_kilns_zygote(tmp_path: Path) -> None:
+    """kiln's zygote inherits the caller's environment, KILN_INDUCTOR=1 included, and imports
+    triton_kiln: it must not install (and import torch) there."""
+    code = (
+        "import triton_kiln, triton_kiln.inductor as k\n"
+        "from triton_kiln.pool import get_pool\n"
+        "pool = get_pool(); pool.wait_ready(120)\n"
+        "maps = open(f'/proc/{pool.zygote_pid}/maps').read()\n"
+        "print(k.installed(), 'libtorch' in maps, 'libtriton' in maps)\n"
+        "k.uninstall(); pool.shutdown(wait=True, cancel_futures=True)\n"
+    )
+    out = _child({"KILN_INDUCTOR": "1", "KILN_CACHE_DIR": str(tmp_path), "KILN_WORKERS": "1"}, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
+def test_a_malformed_kiln_inductor_installs_nothing_and_says_so(tmp_path: Path) -> None:
+    code = "import triton_kiln, triton_kiln.inductor as k; print(k.installed())"
+    out = _child({"KILN_INDUCTOR": "maybe", "KILN_CACHE_DIR": str(tmp_path)}, code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False"]
+    assert "KILN_INDUCTOR" in out.stderr
+
+
+def test_the_job_is_inductors_worker_function() -> None:
+    """kiln recognizes Inductor's own job function (not a copy that could drift)."""
+    from triton_kiln.triton_compat import inductor as compat
+
+    assert compat.is_triton_compile_job(_worker_compile_triton)
+    assert not compat.is_triton_compile_job(print)

@@ -1,0 +1,163 @@
+"""kiln.inductor on a GPU (torch 2.11 on the GPU machine): torch.compile with kiln's pool gives
+stock Inductor's outputs, compiles nothing in the parent, survives a config whose compile
+aborts, and max-autotune's template choices and coordinate descent go through kiln.
+
+Run: ``python -m pytest tests/test_inductor_gpu.py -q -p no:cacheprovider`` (needs a CUDA GPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inductor_support import (
+    install_on,  # noqa: F401 - fixture
+    parent_cannot_compile,  # noqa: F401 - fixture
+)
+
+pytest.importorskip("torch._inductor")
+
+import torch
+import torch._dynamo
+import torch._inductor.config as inductor_config
+import triton
+import triton.language as tl
+from torch._inductor.utils import fresh_cache
+
+from triton_kiln import CompilePool
+
+pytestmark = pytest.mark.gpu
+
+PRELOAD = "inductor_faults_preload"
+
+
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 128}, num_warps=4), triton.Config({"BLOCK": 1024}, num_warps=8)],
+    key=["n"],
+)
+@triton.jit
+def scale_kilnfault_abort(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """Its num_warps=8 config aborts the compiler in kiln's workers (inductor_faults_preload)."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
+
+
+class Block(torch.nn.Module):
+    """A transformer-like block: layernorm, attention-ish softmax, MLP (Triton-generated kernels)."""
+
+    def __init__(self, d: int = 256) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+    def forward(self, x: Any) -> Any:
+        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
+        att = torch.softmax(q @ k.transpose(-1, -2) / 16.0, dim=-1)
+        x = x + att @ v
+        return x + self.mlp(torch.relu(x) * 2 + 1)
+
+
+@pytest.fixture
+def fresh() -> Iterator[None]:
+    torch._dynamo.reset()
+    with fresh_cache():
+        yield
+    torch._dynamo.reset()
+
+
+def _compile_and_run(model: Any, x: Any, **options: Any) -> Any:
+    with torch.no_grad():
+        return torch.compile(model, **options)(x)
+
+
+def _stock(model: Any, x: Any, **options: Any) -> Any:
+    torch._dynamo.reset()
+    with fresh_cache():
+        out = _compile_and_run(model, x, **options)
+    torch._dynamo.reset()
+    return out
+
+
+@pytest.mark.parametrize("mode", [None, "max-autotune-no-cudagraphs"])
+def test_torch_compile_through_kiln_matches_stock_and_compiles_nothing_in_the_parent(
+    mode: str | None,
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    fresh: None,
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    model = Block().cuda().to(torch.bfloat16).eval()
+    x = torch.randn(8, 128, 256, device="cuda", dtype=torch.bfloat16)
+    options = {"mode": mode} if mode else {}
+    expected = _stock(model, x, **options)
+    pool = make_pool(workers=8)
+    install_on(pool)
+    with fresh_cache():
+        got = _compile_and_run(model, x, **options)
+    torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)  # autotuning may pick other configs
+    assert pool.stats.compiled > 0
+
+
+def test_nothing_compiles_in_the_parent_on_a_gpu(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    fresh: None,
+) -> None:
+    install_on(make_pool(workers=8))
+    model = Block().cuda().eval()
+    x = torch.randn(4, 64, 256, device="cuda")
+    with inductor_config.patch(coordinate_descent_tuning=True):
+        got = _compile_and_run(model, x)
+    with torch.no_grad():
+        torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
+    assert parent_cannot_compile == []
+
+
+def test_a_codegen_kernel_with_an_aborting_config_still_compiles(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    fresh: None,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A user-defined Triton kernel inside torch.compile whose 8-warp config aborts the compiler
+    (in kiln's workers only): the graph compiles with the other config and its output is right.
+    (Stock Inductor's behaviour on the same fault is for bench/inductor.py to record beside it.)"""
+    install_on(make_pool(workers=4, preload=[PRELOAD]))
+
+    def f(x: Any) -> Any:
+        out = torch.empty_like(x)
+        n = x.numel()
+        scale_kilnfault_abort[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        return out + 1
+
+    x = torch.randn(1 << 20, device="cuda")
+    got = torch.compile(f)(x)
+    torch.testing.assert_close(got, x * 3 + 1)
+    assert any("SIGABRT" in r.getMessage() for r in caplog.records)
+
+
+def test_max_autotune_template_choices_that_abort_are_skipped(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    fresh: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every 8-warp mm template choice aborts the compiler (in kiln's workers only): those choices
+    are skipped with kiln's reason, the others are benchmarked, and the output is right."""
+    monkeypatch.setenv("KILN_TEST_INDUCTOR_ABORT_PREFIX", "triton_tem_")  # read by the workers' hook
+    install_on(make_pool(workers=8, preload=[PRELOAD]))
+    a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+    with inductor_config.patch(max_autotune_gemm_backends="TRITON"):
+        got = torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")(a, b)
+    torch.testing.assert_close(got, a @ b, atol=5e-2, rtol=5e-2)
+    skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+    assert skipped
+    assert all("SIGABRT" in line for line in skipped)
