@@ -94,6 +94,7 @@ PACKAGES = [
     "launch",
     "bundle",
     "helion",
+    "node",
 ]
 
 

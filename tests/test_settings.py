@@ -30,6 +30,10 @@ ALL_VARS = [
     "KILN_BENCH_TIMEOUT_S",
     "KILN_AUTOTUNE",
     "KILN_CACHE_MAX_MB",
+    "KILN_NODE",
+    "KILN_NODE_SLOTS",
+    "KILN_NODE_POLL_S",
+    "KILN_NODE_WAIT_S",
 ]
 
 

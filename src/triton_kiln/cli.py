@@ -158,6 +158,7 @@ _UNSET = {
     "progress": "unset (bars on a terminal only)",
     "tuning_db": "unset (<cache dir>/tuning.sqlite3)",
     "cache_max_mb": "unlimited",
+    "node_slots": "unset (CPU cores, or a pool's workers if more)",
 }
 
 

@@ -119,6 +119,21 @@ class Settings:
     """``KILN_CACHE_MAX_MB``: MiB the artifact store may hold on disk before the least recently used
     entries are evicted (``0`` or ``unlimited``: no cap). The tuning database does not count."""
 
+    node: bool = True
+    """``KILN_NODE``: ``0`` turns off node-wide sharing (docs/NODE.md): each process compiles and
+    tunes alone, with all of its workers, as if no other process used the cache directory."""
+
+    node_slots: int | None = None
+    """``KILN_NODE_SLOTS``: compiles running at once on the node, all processes sharing the cache
+    directory together (unset: the number of CPU cores, or a pool's ``workers`` if larger)."""
+
+    node_poll_s: float = 0.05
+    """``KILN_NODE_POLL_S``: how often a process waiting for another's compile or tuning looks again."""
+
+    node_wait_s: float = 1800.0
+    """``KILN_NODE_WAIT_S``: the longest a process waits for another live process's compile or
+    tuning before doing it itself (a dead one's work is taken over at the next poll)."""
+
     def __post_init__(self) -> None:
         _check_ranges(self)
 
@@ -185,6 +200,10 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
+    "node": ("KILN_NODE", _bool, "0 or 1"),
+    "node_slots": ("KILN_NODE_SLOTS", _positive_int, "a positive integer"),
+    "node_poll_s": ("KILN_NODE_POLL_S", _positive_float, "a positive, finite number of seconds"),
+    "node_wait_s": ("KILN_NODE_WAIT_S", _positive_float, "a positive, finite number of seconds"),
 }
 
 
@@ -276,6 +295,9 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "tuning_db": _file_usable,
     "bench_timeout_s": _seconds_range(0.001),
     "cache_max_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
+    "node_slots": lambda v: None if v is None else _int_range(1, 1 << 16, "a number of slots")(v),
+    "node_poll_s": _seconds_range(0.001, 10.0),
+    "node_wait_s": _seconds_range(0.001),
 }
 
 
