@@ -366,7 +366,7 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
         assert (old.best_label, old.default_label, old.wall_s, old.first_result_s) == ("B", "A", 12.5, 0.75)
         assert [(r.label, r.runtime_ms) for r in old.results] == [("A", 2.0), ("B", 1.0)]
         assert old.split is None
-        assert schema_version_of(db_path) == SCHEMA_VERSION == 2
+        assert schema_version_of(db_path) == SCHEMA_VERSION == 3
         run_id = begin(db, kernel="new")  # and new runs store their split in the migrated file
         db.record(run_id, ok("A"))
         db.finish_run(run_id, "A", 2.0, 0.5, split={"bench_s": 1.0})
@@ -377,9 +377,9 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
 
     conn = sqlite3.connect(db_path)  # a newer version than this kiln's is still refused
     with conn:
-        conn.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match=r"schema version 3.*newer kiln"):
+    with pytest.raises(TuningDatabaseError, match=r"schema version 4.*newer kiln"):
         TuningDatabase(db_path)
 
 

@@ -5,6 +5,7 @@
     TuningSession(tuner).tune(key, configs, args, kwargs, grid)
       one Candidate per config (specialize.py)
       tuning database: a finished run for this identity? -> adopt its best config, done
+      another process of the node tuning it now? -> wait for its run, adopt it (node_tuning.py)
       begin a run; submit every compile to the pool (longest guessed first)
       as each compile finishes (or fails): bench it (bench.py), check its outputs,
           record its ConfigResult in the database (committed at once)
@@ -36,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner import provenance
+from triton_kiln.autotuner import node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
 from triton_kiln.autotuner.progress import TuningProgress
@@ -110,15 +111,23 @@ class TuningSession:
                 len(recorded.results),
             )
             return
+        claimed = node_tuning.claim(tuner._settings, database, lookup, self.name) if database else None
+        if claimed is not None and claimed.run is not None and self.adopt(key, candidates, claimed.run):
+            node_tuning.adopt(tuner, key, claimed.run, claimed.waited_s, database)
+            return
         tuner.loaded_from = None
         self.verbose = triton_compat.print_autotuning()
-        run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
-        # Shown on a terminal (KILN_PROGRESS forces it on or off); cleared if the run fails or
-        # is interrupted, left as the run's last line when it finds a best config.
-        with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
-            self.progress = progress
-            self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
-            progress.finish(time.monotonic() - started)
+        try:
+            run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
+            # Shown on a terminal (KILN_PROGRESS forces it on or off); cleared if the run fails or
+            # is interrupted, left as the run's last line when it finds a best config.
+            with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
+                self.progress = progress
+                self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
+                progress.finish(time.monotonic() - started)
+        finally:
+            if claimed is not None:
+                claimed.release()
         for config, same in duplicates:  # a config listed twice was timed once (as Triton, both)
             tuner.configs_timings[config] = tuner.configs_timings[same]
 
