@@ -77,6 +77,10 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_FAST_LAUNCH": "0",
         "KILN_AUTOTUNE": "1",
         "KILN_CACHE_MAX_MB": "500",
+        "KILN_NODE": "0",
+        "KILN_NODE_SLOTS": "3",
+        "KILN_NODE_POLL_S": "0.2",
+        "KILN_NODE_WAIT_S": "60",
     }
     for var, value in env.items():
         monkeypatch.setenv(var, value)
@@ -102,6 +106,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.fast_launch is False
     assert current.autotune is True
     assert current.cache_max_mb == 500
+    assert (current.node, current.node_slots, current.node_poll_s, current.node_wait_s) == (False, 3, 0.2, 60.0)
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

@@ -413,7 +413,7 @@ def test_a_version_without_migration_is_refused(db_path: Path) -> None:
     with conn:
         conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 2, and no migration"):
+    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 3, and no migration"):
         TuningDatabase(db_path)
     assert schema_version_of(db_path) == 0  # left as it was
 
