@@ -21,17 +21,19 @@ from typing import Any
 import psutil
 import pytest
 
+import triton_kiln
 from conftest import add_request, pool_processes, wait_no_processes
 from triton_kiln import settings as settings_mod
 from triton_kiln.artifacts.store import ArtifactStore
 
 HERE = Path(__file__).resolve().parent
+SRC = str(Path(triton_kiln.__file__).resolve().parents[1])  # children import the kiln this test does
 HARNESS = HERE / "node_harness.py"
 
 
 def _child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    src = str(HERE.parent / "src")
+    src = SRC
     env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")])
     env.update(extra)
     return env
@@ -102,8 +104,6 @@ def test_a_forked_child_does_not_keep_the_lock(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_two_pools_on_one_cache_compile_a_request_once(make_pool: Any, tmp_path: Path) -> None:
-    from triton_kiln.node.locks import node_dir
-
     cache = tmp_path / "shared"
     first = make_pool(cache_dir=cache, workers=1)
     second = make_pool(cache_dir=cache, workers=1)
@@ -112,6 +112,8 @@ def test_two_pools_on_one_cache_compile_a_request_once(make_pool: Any, tmp_path:
     assert a.result(timeout=100).key == b.result(timeout=100).key
     compiled = first.stats.dispatched + second.stats.dispatched
     assert compiled == 1, (first.stats, second.stats)
+    from triton_kiln.node.locks import node_dir
+
     assert first.stats.node_served + second.stats.node_served == 1
     assert not list(node_dir(cache).rglob("*.lock")) or all(
         p.parent.name == "slots" for p in node_dir(cache).rglob("*.lock")
@@ -174,8 +176,8 @@ def test_eight_processes_compile_the_matmul_set_once_in_all(tmp_path: Path, ever
     assert all(len(r["keys"]) == n for r in results)  # every process has every artifact
     dispatched = sum(r["stats"]["dispatched"] for r in results)
     compiled = sum(r["stats"]["compiled"] for r in results)
-    served = sum(r["stats"]["node_served"] + r["stats"]["disk_hits"] for r in results)
     assert (dispatched, compiled) == (n, n), [r["stats"] for r in results]
+    served = sum(r["stats"]["node_served"] + r["stats"]["disk_hits"] for r in results)
     assert served == 7 * n
     print(
         f"{n} configs, 8 processes: {dispatched} compiles in all; seconds {[r['seconds'] for r in results]}"

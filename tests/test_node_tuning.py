@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+import triton_kiln
 from conftest import wait_no_processes
 from triton_kiln.cli import main as cli_main
 from triton_kiln.tuning import TuningDatabase, format_table
 
 HERE = Path(__file__).resolve().parent
+SRC = str(Path(triton_kiln.__file__).resolve().parents[1])  # children import the kiln this test does
 HARNESS = HERE / "node_harness.py"
 
 pytestmark = pytest.mark.timeout(240)
@@ -33,7 +35,7 @@ pytestmark = pytest.mark.timeout(240)
 
 def _spawn(cache: Path, go: Path, seed: int, bench_s: float, **env: str) -> subprocess.Popen[str]:
     environ = dict(os.environ)
-    environ["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "src"), environ.get("PYTHONPATH", "")])
+    environ["PYTHONPATH"] = os.pathsep.join([SRC, environ.get("PYTHONPATH", "")])
     environ.update(env)
     return subprocess.Popen(
         [sys.executable, str(HARNESS), "tune", str(cache), str(go), str(seed), str(bench_s)],
