@@ -117,28 +117,34 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str) -> None:
     from triton_kiln.triton_compat import GPUTarget
     from triton_kiln.tuning import TuningDatabase
 
+    on_gpu = bench_s == "gpu"  # a real GPU: kiln's own sandbox times the configs, then a launch
     pool = CompilePool(cache_dir=cache, workers=1)
     database = TuningDatabase(Path(cache) / "tuning.sqlite3")
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (64, 128, 256, 512) for w in (2, 4)]
-    tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=GPUTarget("cuda", 90, 32))(
-        node_scale_kernel
-    )
-    bench = SeededBench(int(seed), float(bench_s), Path(cache) / f"benching-{seed}")
-    tuner._bencher_factory = lambda *_: bench
+    target = None if on_gpu else GPUTarget("cuda", 90, 32)
+    tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=target)(node_scale_kernel)
+    bench = SeededBench(int(seed), 0.0 if on_gpu else float(bench_s), Path(cache) / f"benching-{seed}")
+    if not on_gpu:
+        tuner._bencher_factory = lambda *_: bench
     print("POOL", pool.pool_id, flush=True)
     while not Path(go_file).exists():
         time.sleep(0.01)
-    n = 4096
-    x = torch.randn(n)
+    n = 1 << 20
+    x = torch.randn(n, device="cuda" if on_gpu else "cpu")
     out = torch.empty_like(x)
     started = time.monotonic()
-    tuner.run(x, out, n, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=True)
+    tuner.run(x, out, n, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=not on_gpu)
+    if on_gpu:
+        torch.cuda.synchronize()
+        assert torch.equal(out, x * 3.0), "the adopted config's launch computed something else"
     seconds = time.monotonic() - started
     pool.shutdown()
     row = {
         "best": str(tuner.best_config),
         "loaded_from": tuner.loaded_from,
-        "benched": bench.calls,
+        "benched": bench.calls
+        if not on_gpu
+        else len(tuner.last_run.results if tuner.loaded_from is None else ()),
         "compiled": pool.stats.compiled,
         "seconds": seconds,
     }

@@ -33,7 +33,7 @@ HARNESS = HERE / "node_harness.py"
 pytestmark = pytest.mark.timeout(240)
 
 
-def _spawn(cache: Path, go: Path, seed: int, bench_s: float, **env: str) -> subprocess.Popen[str]:
+def _spawn(cache: Path, go: Path, seed: int, bench_s: float | str, **env: str) -> subprocess.Popen[str]:
     environ = dict(os.environ)
     environ["PYTHONPATH"] = os.pathsep.join([SRC, environ.get("PYTHONPATH", "")])
     environ.update(env)
@@ -136,3 +136,23 @@ def test_the_tuner_killed_mid_run_a_waiter_takes_over(tmp_path: Path) -> None:
     with TuningDatabase(cache / "tuning.sqlite3") as database:
         runs = database.runs()
     assert [run.finished for run in runs] == [True, False]  # the dead run stays unfinished
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_four_processes_tune_once_and_launch_the_same_config(tmp_path: Path) -> None:
+    """On the GPU machine: real benchmarks in kiln's sandbox, then each process's launch checked."""
+    cache, go = tmp_path / "cache", tmp_path / "go"
+    children = [_spawn(cache, go, seed, "gpu") for seed in range(4)]
+    try:
+        for child in children:
+            _pool_id(child)
+        go.touch()
+        results = [_result(child) for child in children]
+    finally:
+        for child in children:
+            with contextlib.suppress(OSError):
+                child.kill()
+    assert sum(r["loaded_from"] is None for r in results) == 1, results
+    assert sum(r["benched"] for r in results) == 8  # one process benchmarked the 8 configs
+    assert sum(r["compiled"] for r in results) == 8
+    assert len({r["best"] for r in results}) == 1

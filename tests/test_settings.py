@@ -106,7 +106,12 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.fast_launch is False
     assert current.autotune is True
     assert current.cache_max_mb == 500
-    assert (current.node, current.node_slots, current.node_poll_s, current.node_wait_s) == (False, 3, 0.2, 60.0)
+    assert (current.node, current.node_slots, current.node_poll_s, current.node_wait_s) == (
+        False,
+        3,
+        0.2,
+        60.0,
+    )
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]
