@@ -286,10 +286,10 @@ def _stress_child(cache: Path, keys: list[str], log_path: Path, seed: int) -> No
         if node.admit(job):
             compile_here(job)
     while node.waiting or node.ready:
-        served, run = node.poll(time.monotonic())
-        for job, _ in served:
+        settled = node.poll(time.monotonic())
+        for job, _ in settled.served:
             node.ended(job, None)
-        for job in run:
+        for job in settled.run:
             compile_here(job)
         time.sleep(0.001)
 
@@ -395,3 +395,14 @@ def test_node_settings_parse_and_are_range_checked(tmp_path: Path) -> None:
     for variable, bad in (("KILN_NODE", "maybe"), ("KILN_NODE_SLOTS", "0"), ("KILN_NODE_POLL_S", "60")):
         with pytest.raises(SettingsError, match=variable):
             settings_mod.from_env({variable: bad})
+
+
+@pytest.mark.timeout(120)
+def test_unusable_lock_files_leave_the_pool_compiling_alone(make_pool: Any, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    (cache / "node").write_text("not a directory")  # no lock file can be made under it
+    pool = make_pool(cache_dir=cache, workers=1)
+    assert pool.compile(add_request(32), timeout_s=100).binary[:4] == b"\x7fELF"
+    assert pool.stats.dispatched == 1
+    assert pool.submit(add_request(32)).done()  # and the pool still works

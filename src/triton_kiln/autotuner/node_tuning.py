@@ -34,6 +34,7 @@ from triton_kiln.autotuner import provenance
 from triton_kiln.node.locks import FileLock, node_dir
 from triton_kiln.settings import Settings
 from triton_kiln.tuning.results import TuningRun
+from triton_kiln.tuning.schema import TuningDatabaseError
 
 log = logging.getLogger("kiln.autotune")
 
@@ -66,7 +67,13 @@ def claim(settings: Settings, database: Any, lookup: dict[str, str], name: str) 
     started = time.monotonic()
     told = False
     while True:
-        if lock.try_acquire():
+        try:
+            taken = lock.try_acquire()
+        except OSError as exc:  # the lock's directory cannot be used: tune alone
+            log.warning("kiln: %s: the node's tuning lock %s cannot be used (%s); tuning alone", name,
+                        lock.path, exc)  # fmt: skip
+            return Claim(None)
+        if taken:
             run = database.lookup(**lookup)  # finished between our lookup and the lock
             if run is not None:
                 lock.release()
@@ -97,5 +104,9 @@ def adopt(tuner: Any, key: tuple[Any, ...], run: TuningRun, waited_s: float, dat
     tuner.last_run = run
     tuner.tuned[key] = run
     if run.run_id is not None:
-        database.record_adoption(run.run_id, waited_s)
+        try:
+            database.record_adoption(run.run_id, waited_s)
+        except TuningDatabaseError as exc:  # only what the report shows: the config is adopted
+            log.warning("kiln: %s: could not record its adoption of run %s: %s", tuner.base_fn.__name__,
+                        run.run_id, exc)  # fmt: skip
     provenance.from_node(tuner.base_fn.__name__, key, run.best_label or "", waited_s, len(run.results))

@@ -199,11 +199,13 @@ class Manager:
         """Jobs another process of the node was compiling: served from its artifact, or ours now."""
         if self.node is None:
             return
-        served, run = self.node.poll(now)
-        for job, artifact in served:
+        settled = self.node.poll(now)
+        for job, artifact in settled.served:
             self.table.complete(job, artifact, stored=True)
-        for job in run:
+        for job in settled.run:
             self.pending.push(job)
+        for job in settled.dropped:
+            self.table.forget(job)
 
     def _next_timeout(self) -> float:
         if not self.commands.empty():

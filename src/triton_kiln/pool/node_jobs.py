@@ -51,6 +51,16 @@ class Waiting:
     since_mono: float
 
 
+@dataclass
+class Settled:
+    """What one :meth:`NodeJobs.poll` settled: jobs served from another process's artifact, jobs
+    to compile here now, and cancelled jobs no longer waited for (to forget)."""
+
+    served: list[tuple[Job, CompiledArtifact]]
+    run: list[Job]
+    dropped: list[Job]
+
+
 def slot_count(settings: Settings) -> int:
     """``KILN_NODE_SLOTS``, else the CPU cores (or the pool's workers if more: alone, it is not held back)."""
     if settings.node_slots is not None:
@@ -73,6 +83,26 @@ class NodeJobs:
         self.locks: dict[int, FileLock] = {}  # job id -> its key's lock, held
         self._next_poll = 0.0
         self.starved = False  # a job waited for a slot in the last dispatch
+        self.off = False  # the node's lock files cannot be used here: every job runs alone
+
+    def _take(self, lock: FileLock) -> bool | None:
+        """``True``: held; ``False``: another process holds it; ``None``: locks unusable, work alone."""
+        if self.off:
+            return None
+        try:
+            return lock.try_acquire()
+        except OSError as exc:
+            self._turn_off(exc)
+            return None
+
+    def _turn_off(self, exc: OSError) -> None:
+        self.off = True
+        log.warning(
+            "kiln: the node's lock files under %s cannot be used (%s); this pool compiles alone, as with "
+            "KILN_NODE=0",
+            self.directory.parent,
+            exc,
+        )
 
     def _paths(self, key: str) -> tuple[Path, Path]:
         shard = self.directory / key[:2]
@@ -83,7 +113,10 @@ class NodeJobs:
         artifact, stored meanwhile, comes with the next :meth:`poll`."""
         key = job.request.key
         lock = FileLock(self._paths(key)[0])
-        if lock.try_acquire():
+        taken = self._take(lock)
+        if taken is None:
+            return True  # alone
+        if taken:
             # another process may have stored it and let go since the caller's disk lookup
             stored = self.store.get(key) if key in self.store else None
             if stored is None:
@@ -98,18 +131,20 @@ class NodeJobs:
         self._next_poll = time.monotonic() + self.poll_s
         return False
 
-    def poll(self, now: float) -> tuple[list[tuple[Job, CompiledArtifact]], list[Job]]:
-        """Waiting jobs that are settled: ``(served from the store, to compile here)``."""
-        served, self.ready = self.ready, []
-        run: list[Job] = []
+    def poll(self, now: float) -> Settled:
+        """Waiting jobs that are settled now (see :class:`Settled`)."""
+        settled = Settled(self.ready, [], [])
+        self.ready = []
+        served, run = settled.served, settled.run
         if not self.waiting or now < self._next_poll:
-            return served, run
+            return settled
         self._next_poll = now + self.poll_s
         still: list[Waiting] = []
         for waiting in self.waiting:
             job = waiting.job
             if job.future.done():
-                continue  # cancelled meanwhile
+                settled.dropped.append(job)  # cancelled meanwhile
+                continue
             key = job.request.key
             lock_path, failed_path = self._paths(key)
             stored = self.store.get(key) if key in self.store else None
@@ -118,7 +153,10 @@ class NodeJobs:
                 served.append((job, stored))
                 continue
             lock = FileLock(lock_path)
-            if lock.try_acquire():
+            taken = self._take(lock)
+            if taken is None:
+                run.append(job)  # alone
+            elif taken:
                 stored = self.store.get(key) if key in self.store else None
                 if stored is not None:  # stored between our two looks
                     lock.release()
@@ -145,7 +183,7 @@ class NodeJobs:
             else:
                 still.append(waiting)
         self.waiting = still
-        return served, run
+        return settled
 
     def next_timeout(self, timeout: float) -> float:
         if self.ready:
@@ -156,8 +194,14 @@ class NodeJobs:
 
     def take_slot(self, job: Job) -> bool:
         """Hold a node slot for ``job`` (``False``: all are taken now; try again at the next turn)."""
+        if self.off:
+            return True
         if job.slot is None:
-            job.slot = self.slots.try_take()
+            try:
+                job.slot = self.slots.try_take()
+            except OSError as exc:
+                self._turn_off(exc)
+                return True
         self.starved = job.slot is None
         return job.slot is not None
 
