@@ -108,6 +108,10 @@ class NodeJobs:
         shard = self.directory / key[:2]
         return shard / f"{key}.lock", shard / f"{key}.failed"
 
+    def _stored(self, key: str) -> CompiledArtifact | None:
+        # quiet: the caller's own disk lookup warned about a corrupt entry already
+        return self.store.get(key, quiet=True) if key in self.store else None
+
     def admit(self, job: Job) -> bool:
         """Take ``job``'s key lock (``True``: compile it here); else (``False``) it waits, or its
         artifact, stored meanwhile, comes with the next :meth:`poll`."""
@@ -118,7 +122,7 @@ class NodeJobs:
             return True  # alone
         if taken:
             # another process may have stored it and let go since the caller's disk lookup
-            stored = self.store.get(key) if key in self.store else None
+            stored = self._stored(key)
             if stored is None:
                 self.locks[job.id] = lock
                 return True
@@ -147,7 +151,7 @@ class NodeJobs:
                 continue
             key = job.request.key
             lock_path, failed_path = self._paths(key)
-            stored = self.store.get(key) if key in self.store else None
+            stored = self._stored(key)
             if stored is not None:
                 self.stats.node_served += 1
                 served.append((job, stored))
@@ -157,7 +161,7 @@ class NodeJobs:
             if taken is None:
                 run.append(job)  # alone
             elif taken:
-                stored = self.store.get(key) if key in self.store else None
+                stored = self._stored(key)
                 if stored is not None:  # stored between our two looks
                     lock.release()
                     self.stats.node_served += 1
