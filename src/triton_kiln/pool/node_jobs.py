@@ -171,9 +171,10 @@ class NodeJobs:
                     self.stats.node_alone += 1
                     run.append(job)  # its holder's compile failed: ours raises our own error
                 else:
-                    self.locks[job.id] = lock  # its holder ended without an artifact: died
+                    self.locks[job.id] = lock  # its holder ended without an artifact: died, or cancelled
                     self.stats.node_takeovers += 1
-                    log.info("kiln: took over the compile of %s (its process ended)", job.request.info())
+                    what = job.request.info()
+                    log.info("kiln: took over the compile of %s (its holder ended without it)", what)
                     run.append(job)
             elif now - waiting.since_mono > self.wait_s:
                 self.stats.node_alone += 1
