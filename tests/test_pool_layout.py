@@ -95,6 +95,7 @@ PACKAGES = [
     "bundle",
     "helion",
     "inductor",
+    "node",
 ]
 
 

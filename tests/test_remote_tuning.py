@@ -16,6 +16,7 @@ from redis_server import REDIS_SERVER, RedisServer, free_port, running_server
 from triton_kiln import settings
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.tuning import ConfigResult, TuningDatabase
+from triton_kiln.tuning.schema import SCHEMA_VERSION
 
 pytest.importorskip("redis", reason="the redis extra (pip install 'triton-kiln[redis]') is not installed")
 pytestmark = [
@@ -57,7 +58,7 @@ def test_a_run_finished_on_one_machine_is_found_by_another(redis_server: RedisSe
     assert machine_a.published == 1
     client: Any = redis_server.client()
     (name,) = client.keys("kiln:r1:tuning:*")
-    assert name.decode().startswith("kiln:r1:tuning:s2:")
+    assert name.decode().startswith(f"kiln:r1:tuning:s{SCHEMA_VERSION}:")
 
     machine_b = database(tmp_path / "b.sqlite3", redis_server.url)
     assert machine_b.local.lookup(**IDENTITY) is None

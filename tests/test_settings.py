@@ -30,6 +30,10 @@ ALL_VARS = [
     "KILN_BENCH_TIMEOUT_S",
     "KILN_AUTOTUNE",
     "KILN_CACHE_MAX_MB",
+    "KILN_NODE",
+    "KILN_NODE_SLOTS",
+    "KILN_NODE_POLL_S",
+    "KILN_NODE_WAIT_S",
 ]
 
 
@@ -80,6 +84,10 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_REMOTE_TIMEOUT_S": "0.1",
         "KILN_REMOTE_RETRY_S": "5",
         "KILN_REMOTE_KEY_FILE": "~/kiln.key",
+        "KILN_NODE": "0",
+        "KILN_NODE_SLOTS": "3",
+        "KILN_NODE_POLL_S": "0.2",
+        "KILN_NODE_WAIT_S": "60",
     }
     (tmp_path / "kiln.key").write_bytes(b"k" * 32)
     (tmp_path / "kiln.key").chmod(0o600)
@@ -112,6 +120,12 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert (current.remote_max_entry_mb, current.remote_ttl_days) == (4, 7.0)
     assert (current.remote_timeout_s, current.remote_retry_s) == (0.1, 5.0)
     assert current.remote_key_file == tmp_path / "kiln.key"
+    assert (current.node, current.node_slots, current.node_poll_s, current.node_wait_s) == (
+        False,
+        3,
+        0.2,
+        60.0,
+    )
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

@@ -11,6 +11,7 @@
                                          elsewhere): tuning results, not counted in the cap and
                                          never removed by kiln (a re-tune costs minutes)
       native/, triton-key-v1.json        kiln's C launcher build and Triton's key (small, rebuilt)
+      node/                              the node's lock files (docs/NODE.md; empty files, small)
 
 Everything here stays inside the cache directory and follows no symbolic link inside it (see
 :mod:`kiln.artifacts.usage`): a link is removed as a link, never what it points to. Nothing here

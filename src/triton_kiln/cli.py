@@ -178,6 +178,7 @@ _UNSET = {
     "remote_cache": "unset (no remote cache)",
     "remote_ttl_days": "none (no expiry)",
     "remote_key_file": "unset (remote entries not signed)",
+    "node_slots": "unset (CPU cores, or a pool's workers if more)",
 }
 
 

@@ -148,6 +148,20 @@ class Settings:
     """``KILN_REMOTE_KEY_FILE``: a file holding a secret the machines share (at least 32 bytes,
     private to its owner); when set, kiln signs what it writes to the remote cache (HMAC-SHA256)
     and loads only what carries a valid signature. Unset: entries are checksummed, not signed."""
+    node: bool = True
+    """``KILN_NODE``: ``0`` turns off node-wide sharing (docs/NODE.md): each process compiles and
+    tunes alone, with all of its workers, as if no other process used the cache directory."""
+
+    node_slots: int | None = None
+    """``KILN_NODE_SLOTS``: compiles running at once on the node, all processes sharing the cache
+    directory together (unset: the number of CPU cores, or a pool's ``workers`` if larger)."""
+
+    node_poll_s: float = 0.05
+    """``KILN_NODE_POLL_S``: how often a process waiting for another's compile or tuning looks again."""
+
+    node_wait_s: float = 1800.0
+    """``KILN_NODE_WAIT_S``: the longest a process waits for another live process's compile or
+    tuning before doing it itself (a dead one's work is taken over at the next poll)."""
 
     def __post_init__(self) -> None:
         _check_ranges(self)
@@ -267,6 +281,10 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "remote_timeout_s": ("KILN_REMOTE_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "remote_retry_s": ("KILN_REMOTE_RETRY_S", _positive_float, "a positive, finite number of seconds"),
     "remote_key_file": ("KILN_REMOTE_KEY_FILE", lambda v: Path(v).expanduser(), "a file path"),
+    "node": ("KILN_NODE", _bool, "0 or 1"),
+    "node_slots": ("KILN_NODE_SLOTS", _positive_int, "a positive integer"),
+    "node_poll_s": ("KILN_NODE_POLL_S", _positive_float, "a positive, finite number of seconds"),
+    "node_wait_s": ("KILN_NODE_WAIT_S", _positive_float, "a positive, finite number of seconds"),
 }
 
 
@@ -364,6 +382,9 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "remote_timeout_s": _seconds_range(0.001, 600.0),
     "remote_retry_s": _seconds_range(0.001),
     "remote_key_file": lambda v: None if v is None else _key_file_problem(Path(v)),
+    "node_slots": lambda v: None if v is None else _int_range(1, 1 << 16, "a number of slots")(v),
+    "node_poll_s": _seconds_range(0.001, 10.0),
+    "node_wait_s": _seconds_range(0.001),
 }
 
 

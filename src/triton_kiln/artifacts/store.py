@@ -115,9 +115,10 @@ class ArtifactStore:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def get(self, key: str) -> CompiledArtifact | None:
+    def get(self, key: str, *, quiet: bool = False) -> CompiledArtifact | None:
         """The stored artifact for ``key`` (else the remote's, verified and stored here), or ``None``
-        (missing, or corrupt with a warning)."""
+        (missing, or corrupt with a warning unless ``quiet``: a second look at an entry the caller
+        was already warned about)."""
         entry = self.path_for(key)
         if not os.path.lexists(entry / _RECORD):
             return self._fetch(key)
@@ -126,6 +127,8 @@ class ArtifactStore:
         except _READ_ERRORS as exc:
             if isinstance(exc, FileNotFoundError) and not os.path.lexists(entry):
                 return None  # evicted or cleared meanwhile (by another process): a plain miss
+            if quiet:
+                return None
             warnings.warn(
                 f"kiln cache entry {entry} is unreadable ({type(exc).__name__}: {exc}); it is ignored "
                 f"and will be recompiled. Delete the directory if this repeats.",

@@ -8,6 +8,7 @@ code, such as a subclass's shared store or an assignment to ``cache``)::
 
     kiln: add_kernel (4096, 'torch.float32'): tuned 4 configs on this call in 1.52 s; best BLOCK=1024, ...
     kiln: add_kernel (4096, 'torch.float32'): from the tuning database (~/.cache/kiln/tuning.sqlite3, ...
+    kiln: add_kernel (4096, 'torch.float32'): adopted from another process of this node (waited ...
     kiln: add_kernel (4096, 'torch.float32'): from bundle model.kbundle; best BLOCK=1024, ...
     kiln: add_kernel (4096, 'torch.float32'): from the in-memory cache; best BLOCK=1024, ...
 
@@ -35,6 +36,7 @@ class Source(enum.Enum):
 
     TUNED = "tuned"
     DATABASE = "database"
+    NODE = "node"
     BUNDLE = "bundle"
     MEMORY = "memory"
 
@@ -55,6 +57,18 @@ def from_database(name: str, key: Any, best: str, path: Any, tuned_at: float | N
         key,
         path,
         when,
+        configs,
+        best,
+    )
+
+
+def from_node(name: str, key: Any, best: str, waited_s: float, configs: int) -> None:
+    """Another process of the node tuned the key while this one waited ``waited_s`` for it."""
+    log.info(
+        "kiln: %s %s: adopted from another process of this node (waited %.2f s for its %d configs); best %s",
+        name,
+        key,
+        waited_s,
         configs,
         best,
     )

@@ -5,6 +5,7 @@
     TuningSession(tuner).tune(key, configs, args, kwargs, grid)
       one Candidate per config (specialize.py)
       tuning database: a finished run for this identity? -> adopt its best config, done
+      another process of the node tuning it now? -> wait for its run, adopt it (node_tuning.py)
       begin a run; submit every compile to the pool (longest guessed first)
       as each compile finishes (or fails): bench it (bench.py), check its outputs,
           record its ConfigResult in the database (committed at once)
@@ -35,18 +36,18 @@ from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner import provenance
+from triton_kiln.autotuner import node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
 from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import contenders, eligible, pooled_estimate
 from triton_kiln.autotuner.run_identity import run_identity
-from triton_kiln.autotuner.specialize import Candidate, distinct, launch_grid
+from triton_kiln.autotuner.specialize import Candidate, candidate_result, distinct, launch_grid
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.compile.request import guess_compile_cost
 from triton_kiln.errors import KilnError
 from triton_kiln.sandbox.compare import Verdict
-from triton_kiln.tuning.configs import config_json, config_label
+from triton_kiln.tuning.configs import config_label
 from triton_kiln.tuning.results import ConfigResult, TuningRun
 
 if TYPE_CHECKING:
@@ -110,15 +111,23 @@ class TuningSession:
                 len(recorded.results),
             )
             return
+        claimed = node_tuning.claim(tuner._settings, database, lookup, self.name) if database else None
+        if claimed is not None and claimed.run is not None and self.adopt(key, candidates, claimed.run):
+            node_tuning.adopt(tuner, key, claimed.run, claimed.waited_s, database)
+            return
         tuner.loaded_from = None
         self.verbose = triton_compat.print_autotuning()
-        run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
-        # Shown on a terminal (KILN_PROGRESS forces it on or off); cleared if the run fails or
-        # is interrupted, left as the run's last line when it finds a best config.
-        with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
-            self.progress = progress
-            self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
-            progress.finish(time.monotonic() - started)
+        try:
+            run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
+            # Shown on a terminal (KILN_PROGRESS forces it on or off); cleared if the run fails or
+            # is interrupted, left as the run's last line when it finds a best config.
+            with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
+                self.progress = progress
+                self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
+                progress.finish(time.monotonic() - started)
+        finally:
+            if claimed is not None:
+                claimed.release()
         for config, same in duplicates:  # a config listed twice was timed once (as Triton, both)
             tuner.configs_timings[config] = tuner.configs_timings[same]
 
@@ -295,14 +304,14 @@ class TuningSession:
         failed = list(_FAILED)
         exc = future.exception()
         if exc is not None:
-            return _result(candidate, classify(exc, "compile"), reason(exc), None), failed
+            return candidate_result(candidate, classify(exc, "compile"), reason(exc), None), failed
         artifact = future.result()
         began = time.monotonic()
         outcome = bencher.bench(candidate, artifact, launch_grid(grid, candidate, self.name), phase)
         self.split.saw(outcome, time.monotonic() - began)
         self.last_samples = outcome.samples if outcome.status == "ok" else None
         if outcome.status != "ok" or outcome.timings is None:
-            return _result(candidate, outcome.status, outcome.reason, artifact.compile_s), failed
+            return candidate_result(candidate, outcome.status, outcome.reason, artifact.compile_s), failed
         times = [float(t) for t in outcome.timings][:3]
         times += [times[0]] * (3 - len(times))
         max_diff = None
@@ -313,11 +322,12 @@ class TuningSession:
             ok, max_diff, detail = verdict[0], verdict[1], verdict[2]
             if checker.user_reference and not ok:
                 why = f"differs from your reference: {detail}"
-                return _result(candidate, "wrong_output", why, artifact.compile_s, times, max_diff), failed
+                wrong = candidate_result(candidate, "wrong_output", why, artifact.compile_s, times, max_diff)
+                return wrong, failed
             if not checker.user_reference and isinstance(verdict, Verdict):
                 checker.verdicts[candidate.label] = verdict
         raw = outcome.raw if outcome.raw is not None else times  # what do_bench returned, as Triton keeps it
-        return _result(candidate, "ok", None, artifact.compile_s, times, max_diff), raw
+        return candidate_result(candidate, "ok", None, artifact.compile_s, times, max_diff), raw
 
     def apply_output_rule(
         self,
@@ -374,25 +384,3 @@ class TuningSession:
                 timings[candidate.config] = list(_FAILED)
         self.tuner.configs_timings = timings
         return True
-
-
-def _result(
-    candidate: Candidate,
-    status: str,
-    why: str | None,
-    compile_s: float | None,
-    times: list[float] | None = None,
-    max_diff: float | None = None,
-) -> ConfigResult:
-    return ConfigResult(
-        label=candidate.label,
-        config=config_json(candidate.config),
-        status=status,
-        reason=why,
-        compile_s=compile_s,
-        runtime_ms=times[0] if times else None,
-        runtime_ms_p20=times[1] if times else None,
-        runtime_ms_p80=times[2] if times else None,
-        max_abs_diff=max_diff,
-        artifact_key=candidate.request.key,
-    )

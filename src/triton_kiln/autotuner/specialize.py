@@ -24,7 +24,8 @@ from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.triton_compat import GPUTarget
-from triton_kiln.tuning.configs import COMPILE_OPTIONS, config_label, config_options
+from triton_kiln.tuning.configs import COMPILE_OPTIONS, config_json, config_label, config_options
+from triton_kiln.tuning.results import ConfigResult
 
 RUN_ONLY_KWARGS = ("grid", "warmup")
 """Keyword arguments of ``Autotuner.run`` that are not the kernel's (Triton passes them along)."""
@@ -214,3 +215,27 @@ def distinct(candidates: list[Candidate]) -> tuple[list[Candidate], list[tuple[A
         alike.append(labelled)
         kept.append(labelled)
     return kept, duplicates
+
+
+def candidate_result(
+    candidate: Candidate,
+    status: str,
+    why: str | None,
+    compile_s: float | None,
+    times: list[float] | None = None,
+    max_diff: float | None = None,
+) -> ConfigResult:
+    """A tuning result of ``candidate``: ``status`` (and ``why``), its compile time, its timings
+    (median, 20th and 80th percentile) and output difference when it ran."""
+    return ConfigResult(
+        label=candidate.label,
+        config=config_json(candidate.config),
+        status=status,
+        reason=why,
+        compile_s=compile_s,
+        runtime_ms=times[0] if times else None,
+        runtime_ms_p20=times[1] if times else None,
+        runtime_ms_p80=times[2] if times else None,
+        max_abs_diff=max_diff,
+        artifact_key=candidate.request.key,
+    )

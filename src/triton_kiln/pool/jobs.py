@@ -18,14 +18,18 @@ import logging
 import math
 import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import KilnError, PoolClosedError
 from triton_kiln.pool.memory_cache import MemoryCache
+
+if TYPE_CHECKING:
+    from triton_kiln.pool.node_jobs import NodeJobs
 
 log = logging.getLogger("kiln.pool")
 
@@ -45,6 +49,10 @@ class PoolStats:
     workers_forked: int = 0
     zygote_starts: int = 0
     requeued: int = 0
+    node_waited: int = 0  # jobs that found their key being compiled by another process of the node
+    node_served: int = 0  # ...and got its artifact from that process's compile (no compile here)
+    node_takeovers: int = 0  # ...whose process ended without an artifact: compiled here instead
+    node_alone: int = 0  # ...compiled here unlocked (its compile failed there, or KILN_NODE_WAIT_S)
     zygote_ready_s: list[float] = field(default_factory=list)
     replacement_s: list[float] = field(default_factory=list)
 
@@ -59,6 +67,7 @@ class Job:
     priority: float = 0.0
     attempts: int = 0
     started: float = 0.0
+    slot: object = None  # the node slot held while it runs (kiln.pool.node_jobs)
 
 
 class JobQueue:
@@ -98,6 +107,7 @@ class JobTable:
         self.broken: KilnError | None = None  # set by the manager: why every job now fails
         self.ready = threading.Event()  # zygote up and every worker started (or the pool ended)
         self.closed = threading.Event()  # the manager thread has torn everything down
+        self.node: NodeJobs | None = None  # node-wide locks (set by the manager; its thread only)
 
     def check_open(self) -> None:
         if self.closing:
@@ -111,23 +121,31 @@ class JobTable:
 
     def forget(self, job: Job) -> None:
         """Drop ``job`` from the jobs in flight (it was cancelled before it ran)."""
+        if self.node is not None:
+            self.node.ended(job, CancelledError())
         with self.lock:
             self.inflight.pop(job.request.key, None)
 
-    def complete(self, job: Job, artifact: CompiledArtifact) -> None:
-        if self.store is not None:
+    def complete(self, job: Job, artifact: CompiledArtifact, *, stored: bool = False) -> None:
+        """``job`` ended with ``artifact`` (``stored``: read from the store, another process's)."""
+        if self.store is not None and not stored:
             try:
                 self.store.put(artifact)
             except OSError as exc:
                 log.warning("kiln could not store artifact %s: %s", artifact.key[:12], exc)
+        if self.node is not None:
+            self.node.ended(job, None)  # stored first, then the node's lock is let go
         with self.lock:
             self.inflight.pop(job.request.key, None)
             self.remember(artifact)
-            self.stats.compiled += 1
+            if not stored:
+                self.stats.compiled += 1
         if not job.future.done():
             job.future.set_result(artifact)
 
     def fail(self, job: Job, exc: BaseException) -> None:
+        if self.node is not None:
+            self.node.ended(job, exc)
         with self.lock:
             if self.inflight.get(job.request.key) is job:
                 del self.inflight[job.request.key]

@@ -38,6 +38,7 @@ from typing import Any
 from triton_kiln.errors import KilnError, ZygoteError
 from triton_kiln.pool.handles import ZygoteHandle
 from triton_kiln.pool.jobs import Job, JobQueue, JobTable
+from triton_kiln.pool.node_jobs import NodeJobs
 from triton_kiln.pool.protocol import Exited, Forked, ForkFailed, Preloaded, Ready, unpack
 from triton_kiln.pool.supervisor import Supervisor
 from triton_kiln.pool.workers import Workers
@@ -97,6 +98,9 @@ class Manager:
         self.close_fds = weakref.finalize(self, _close, self.selector, self.wake_r, self.wake_w)
         self.close_fds.atexit = False  # at exit the manager thread may still be reading them
         self.pending = JobQueue()
+        # Compile once per node (node_jobs.py): only where a disk cache can carry the artifacts.
+        self.node = NodeJobs(settings, table.store, table.stats) if settings.node and table.store else None
+        table.node = self.node
         self.supervisor = Supervisor(
             settings,
             pool_id,
@@ -139,11 +143,17 @@ class Manager:
                 self._drain_commands()
                 # Cancelling (Ctrl-C in a ``with`` block, shutdown(cancel_futures=True)) does not
                 # wait for running jobs: teardown fails them and the zygote kills their groups.
-                if self.table.closing and (self._cancel or (not self.pending and not workers.busy())):
+                idle = (
+                    not self.pending
+                    and not workers.busy()
+                    and not (self.node and (self.node.waiting or self.node.ready))
+                )
+                if self.table.closing and (self._cancel or idle):
                     break
                 for key, _ in self.selector.select(self._next_timeout()):
                     self._on_readable(*key.data)
                 now = time.monotonic()
+                self._poll_node(now)
                 self.supervisor.check(now)
                 workers.check_limits(now)
                 workers.finalize_dead(now)
@@ -168,7 +178,7 @@ class Manager:
             if isinstance(command, Submit):
                 if self.table.broken is not None:
                     self.table.fail(command.job, self.table.broken)
-                else:
+                elif self.node is None or self.node.admit(command.job):
                     self.pending.push(command.job)
             elif isinstance(command, PreloadModules):
                 self.supervisor.preload.extend(command.modules)
@@ -176,15 +186,33 @@ class Manager:
             elif isinstance(command, Shutdown):
                 self._cancel = self._cancel or command.cancel_futures
                 if self._cancel:
+                    waiting = self.node.drop_waiting() if self.node is not None else []
+                    for job in waiting:
+                        self.table.forget(job)
+                        job.future.cancel()
                     while self.pending:
                         job = self.pending.pop()
                         self.table.forget(job)
                         job.future.cancel()
 
+    def _poll_node(self, now: float) -> None:
+        """Jobs another process of the node was compiling: served from its artifact, or ours now."""
+        if self.node is None:
+            return
+        settled = self.node.poll(now)
+        for job, artifact in settled.served:
+            self.table.complete(job, artifact, stored=True)
+        for job in settled.run:
+            self.pending.push(job)
+        for job in settled.dropped:
+            self.table.forget(job)
+
     def _next_timeout(self) -> float:
         if not self.commands.empty():
             return 0.0
         timeout = self.workers.next_timeout(1.0, time.monotonic())
+        if self.node is not None:
+            timeout = self.node.next_timeout(timeout)
         zygote = self.supervisor.zygote
         if zygote is not None and not zygote.ready:
             timeout = min(timeout, 0.1)
@@ -264,6 +292,10 @@ class Manager:
 
     def _teardown(self) -> None:
         self.workers.drop_all()
+        if self.node is not None:
+            for job in self.node.drop_all():
+                self.table.forget(job)
+                job.future.cancel()
         self.supervisor.shutdown()
         for job in list(self.pending):
             if not job.future.done():

@@ -218,6 +218,10 @@ class Workers:
             if not job.future.running() and not job.future.set_running_or_notify_cancel():
                 self.table.forget(job)
                 continue
+            node = self.table.node
+            if node is not None and not node.take_slot(job):
+                self.pending.push(job, front=True)  # every node slot is busy: at the next turn
+                return
             spec = job.request.spec
             if not spec.by_source:
                 self.supervisor.request_preload([spec.module])
@@ -235,6 +239,7 @@ class Workers:
             except OSError:
                 worker.job = None  # the worker is dying; the job never started
                 worker.deadline = None
+                self._give_slot(job)
                 self.pending.push(job, front=True)
                 continue
             finally:
@@ -322,7 +327,12 @@ class Workers:
                 )
             else:
                 self.table.stats.requeued += 1
+                self._give_slot(job)
                 self.pending.push(job, front=True)
+
+    def _give_slot(self, job: Job) -> None:
+        if self.table.node is not None:
+            self.table.node.give_slot(job)
 
     def drop_all(self) -> None:
         """Close every worker (at teardown), failing a job still running."""

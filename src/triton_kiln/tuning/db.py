@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import sqlite3
 import threading
 import time
@@ -246,6 +247,15 @@ class TuningDatabase:
                 (time.time(), best_label, wall_s, first_result_s, split_json, run_id),
             )
 
+    def record_adoption(self, run_id: int, waited_s: float) -> None:
+        """This process adopted finished run ``run_id`` after waiting ``waited_s`` for another
+        process of the node to tune it (:mod:`kiln.autotuner.node_tuning`); ``kiln report`` counts them."""
+        with self._connection("record an adoption in") as conn, transaction(conn, immediate=True):
+            conn.execute(
+                "INSERT INTO adoptions (run_id, pid, host, waited_s, adopted_at) VALUES (?, ?, ?, ?, ?)",
+                (run_id, os.getpid(), socket.gethostname(), waited_s, time.time()),
+            )
+
     def _check_open_run(self, conn: sqlite3.Connection, run_id: int, what: str) -> None:
         row = conn.execute("SELECT finished_at FROM runs WHERE id = ?", (run_id,)).fetchone()
         if row is None:
@@ -320,6 +330,9 @@ class TuningDatabase:
 
     def _run_from_row(self, conn: sqlite3.Connection, row: tuple[Any, ...]) -> TuningRun:
         results = self._results(conn, row[0])
+        adopted, waited = conn.execute(
+            "SELECT count(*), max(waited_s) FROM adoptions WHERE run_id = ?", (row[0],)
+        ).fetchone()
         try:
             return TuningRun(
                 kernel=row[1],
@@ -337,6 +350,8 @@ class TuningDatabase:
                 split=None if row[13] is None else json.loads(row[13]),
                 finished_at=row[8],
                 run_id=row[0],
+                adoptions=int(adopted),
+                adoption_wait_s=waited,
             )
         except ValueError as exc:  # bad split JSON too (json.JSONDecodeError is a ValueError)
             raise TuningDatabaseError(

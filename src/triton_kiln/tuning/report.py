@@ -29,6 +29,11 @@ config's outputs could be confirmed. Speed-up is the default config's median run
 the row's (above 1: faster than the default, the first config given). It is shown only where
 both ran correctly.
 
+A run that other processes of the node waited for and adopted (instead of tuning the same
+kernel and key themselves; docs/NODE.md) says so under the best line::
+
+      adopted by 7 other processes of the node (waited up to 5.9 s): the same config on each
+
 The JSON form is ``{"format": "kiln-tuning-run", "version": 1, "run": TuningRun.to_json(),
 "summary": {...}}``; :func:`read_json` reads the run back.
 """
@@ -193,10 +198,19 @@ def format_table(run: TuningRun) -> str:
     if finalists:
         raced = ", ".join(f"{r.label} {r.screen_ms:.4f} -> {_num(r.runtime_ms, '.4f')} ms" for r in finalists)
         lines.append(f"final round (screening -> full timing): {raced}")
+    if run.adoptions:
+        lines.append(adoption_line(run))
     split = format_split(run)
     if split is not None:
         lines.append(split)
     return "\n".join(lines)
+
+
+def adoption_line(run: TuningRun) -> str:
+    """``"adopted by 7 other processes of the node (waited up to 5.9 s): the same config on each"``."""
+    others = "process" if run.adoptions == 1 else "processes"
+    waited = "" if run.adoption_wait_s is None else f" (waited up to {run.adoption_wait_s:.1f} s)"
+    return f"  adopted by {run.adoptions} other {others} of the node{waited}: the same config on each"
 
 
 CHOICE_REASON_WIDTH = 200

@@ -251,6 +251,13 @@ class TuningRun:
     run_id: int | None = None
     """Row id in the :class:`~kiln.tuning.db.TuningDatabase` it was read from, else ``None``."""
 
+    adoptions: int = 0
+    """Processes of the node that waited for this run while it was tuned and took its best config
+    instead of tuning (:mod:`kiln.autotuner.node_tuning`), as the database read it."""
+
+    adoption_wait_s: float | None = None
+    """The longest of their waits, in seconds (``None``: no adoption)."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "results", tuple(self.results))
         if self.split is not None:
@@ -325,6 +332,8 @@ class TuningRun:
             "split": None if self.split is None else dict(self.split),
             "finished_at": self.finished_at,
             "run_id": self.run_id,
+            "adoptions": self.adoptions,
+            "adoption_wait_s": _float_to_json(self.adoption_wait_s),
         }
 
     @classmethod
@@ -351,4 +360,6 @@ class TuningRun:
             split=data.get("split"),
             finished_at=_float_from_json(data.get("finished_at"), "finished_at"),
             run_id=None if run_id is None else int(run_id),
+            adoptions=int(data.get("adoptions", 0)),
+            adoption_wait_s=_float_from_json(data.get("adoption_wait_s"), "adoption_wait_s"),
         )

@@ -20,12 +20,17 @@ from pathlib import Path
 
 from triton_kiln.errors import KilnError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """Version of the tables below; bump it (with a migration in :data:`MIGRATIONS`) whenever they change."""
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: ("ALTER TABLE runs ADD COLUMN split_json TEXT",),  # 1 -> 2: a run's time split
     2: ("ALTER TABLE configs ADD COLUMN screen_ms REAL",),  # 2 -> 3: a finalist's screening time
+    3: (  # 3 -> 4: processes of the node that adopted a run another process was tuning
+        "CREATE TABLE adoptions (run_id INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+        "pid INTEGER NOT NULL, host TEXT NOT NULL, waited_s REAL NOT NULL, adopted_at REAL NOT NULL)",
+        "CREATE INDEX adoptions_run ON adoptions (run_id)",
+    ),
 }
 """The statements that bring a file of version ``v`` to ``v + 1``, keyed by ``v``. Opening an
 older file runs them, in order, in one write transaction with the version update."""
@@ -72,6 +77,14 @@ CREATE TABLE configs (
     screen_ms      REAL,
     UNIQUE (run_id, label)
 );
+CREATE TABLE adoptions (
+    run_id     INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    pid        INTEGER NOT NULL,
+    host       TEXT NOT NULL,
+    waited_s   REAL NOT NULL,
+    adopted_at REAL NOT NULL
+);
+CREATE INDEX adoptions_run ON adoptions (run_id);
 """
 
 

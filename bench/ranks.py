@@ -1,0 +1,237 @@
+"""Ranks of one node: N processes started together on one GPU, tuning the same kernel (issue 22).
+
+Run from the repository root on a machine with a GPU (fresh caches every case; one run)::
+
+    python bench/ranks.py --processes 8 --out bench/results/ranks-h100-$(date +%F).json
+
+Arms, each in two cases (1 lone process, then N processes started together), every case from a
+fresh Triton cache, kiln cache and tuning database shared by its processes (as ranks of one job
+share them on a node):
+
+* ``kiln``: ``kiln.autotune`` with its defaults (node sharing on: one compile per config on the
+  node, one process tunes, the others adopt its run);
+* ``triton``: ``triton.autotune`` as shipped (compiles counted with Triton's compilation listener,
+  cache misses only).
+
+Each process builds its inputs and its tuned kernel, prints ``READY``, waits for a go-file and
+times its first call (synchronized): tuning included. It reports that time, its chosen config
+and how many compiles it ran. One row per arm and case: ``arm``, ``processes``, ``gpus``,
+``configs``, ``compiles_total``, ``lone_first_s``, ``first_s_max``, ``same_choice`` (plus each
+process's numbers). The issue's bar: kiln's 8 processes compile 72 in all, each first call
+<= 1.3x the lone process's, and all choose the same config.
+
+``--cpu`` runs the kiln arm's compile half without a GPU: N processes compile the 72 requests for
+``GPUTarget("cuda", 90, 32)`` at once through one cache (no tuning, so no choice).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+CONFIGS = 72
+
+
+def child(arm: str, go: Path, every: int = 1) -> dict[str, Any]:
+    """One process of a case (see the module docstring); returns what it reports."""
+    sys.path.insert(0, str(BENCH))
+    if arm == "kiln-cpu":
+        import ranks_set
+        import triton_kiln as kiln
+
+        pool = kiln.get_pool().start()
+        requests = ranks_set.matmul_requests()[::every]
+        print("READY", flush=True)
+        _wait(go)
+        started = time.perf_counter()
+        results = pool.compile_many(requests, progress=False)
+        failed = sum(isinstance(r, BaseException) for r in results)
+        return {"first_s": time.perf_counter() - started, "compiles": pool.stats.dispatched,
+                "choice": None, "failed": failed}  # fmt: skip
+    import torch
+    import triton
+
+    import autotune
+
+    kernel, configs, case = autotune.SETS["matmul"]
+    call, check, key = case()
+    misses = [0]
+    if arm == "triton":
+
+        def listener(**kw: Any) -> None:
+            misses[0] += not kw["cache_hit"]
+
+        triton.knobs.compilation.listener = listener
+        tuned = triton.autotune(configs(), key=key)(kernel)
+    else:
+        import triton_kiln as kiln
+
+        tuned = kiln.autotune(configs(), key=key)(kernel)
+    torch.cuda.synchronize()
+    print("READY", flush=True)
+    _wait(go)
+    started = time.perf_counter()
+    call(tuned)
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - started
+    row: dict[str, Any] = {"first_s": first_s, "choice": json.dumps(tuned.best_config.all_kwargs()),
+                           "max_abs_err": check()}  # fmt: skip
+    if arm == "kiln":
+        import triton_kiln as kiln
+
+        row.update(compiles=kiln.get_pool().stats.dispatched, loaded_from=tuned.loaded_from)
+    else:
+        row.update(compiles=misses[0])
+    return row
+
+
+def _wait(go: Path) -> None:
+    while not go.exists():
+        time.sleep(0.005)
+
+
+def run_case(arm: str, processes: int, every: int = 1) -> dict[str, Any]:
+    """``processes`` processes of ``arm`` started together on fresh caches; their reports."""
+    root = Path(tempfile.mkdtemp(prefix=f"kiln-ranks-{arm}-{processes}-"))
+    env = dict(os.environ)
+    env.update(TRITON_CACHE_DIR=str(root / "triton"), KILN_CACHE_DIR=str(root / "kiln"),
+               KILN_TUNING_DB=str(root / "kiln" / "tuning.sqlite3"))  # fmt: skip
+    go = root / "go"
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        arm,
+        "--go",
+        str(go),
+        "--every",
+        str(every),
+    ]
+    children = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        for _ in range(processes)
+    ]
+    try:
+        for proc in children:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().strip()
+            if line != "READY":
+                raise RuntimeError(f"a {arm} process did not start: {line!r} {proc.communicate()[1][-3000:]}")
+        go.touch()
+        reports = []
+        for proc in children:
+            out, err = proc.communicate(timeout=1800)
+            found = [x for x in out.splitlines() if x.startswith("RESULT ")]
+            if proc.returncode != 0 or not found:
+                raise RuntimeError(f"a {arm} process failed ({proc.returncode}): {err[-3000:]}")
+            reports.append(json.loads(found[-1][7:]))
+    finally:
+        for proc in children:
+            if proc.poll() is None:
+                proc.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    return {"processes": processes, "reports": reports}
+
+
+def row(
+    arm: str, lone: dict[str, Any], case: dict[str, Any], gpus: int, configs: int = CONFIGS
+) -> dict[str, Any]:
+    """One table row: ``case`` of ``arm`` against its lone process."""
+    reports = case["reports"]
+    choices = {r["choice"] for r in reports}
+    lone_s = lone["reports"][0]["first_s"]
+    first_max = max(r["first_s"] for r in reports)
+    return {
+        "arm": arm,
+        "processes": case["processes"],
+        "gpus": gpus,
+        "configs": configs,
+        "compiles_total": sum(r["compiles"] for r in reports),
+        "lone_first_s": lone_s,
+        "first_s_max": first_max,
+        "first_over_lone": first_max / lone_s,
+        "same_choice": len(choices) == 1,
+        "choices": sorted(c for c in choices if c is not None),
+        "per_process": reports,
+    }
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "arm       processes  gpus  configs  compiles_total  lone_first_s  first_s_max  x lone  same_choice"
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['arm']:9} {r['processes']:9d} {r['gpus']:5d} {r['configs']:8d} {r['compiles_total']:15d} "
+            f"{r['lone_first_s']:13.2f} {r['first_s_max']:12.2f} {r['first_over_lone']:7.2f}  "
+            f"{r['same_choice']}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--arms", default="kiln,triton", help="comma-separated: kiln, triton")
+    parser.add_argument("--cpu", action="store_true", help="kiln's compile half only, no GPU")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    parser.add_argument(
+        "--every", type=int, default=1, help="with --cpu: every N-th config only (a quick look)"
+    )
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--go", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print("RESULT " + json.dumps(child(args.child, args.go, args.every)), flush=True)
+        return 0
+    arms = ["kiln-cpu"] if args.cpu else [a.strip() for a in args.arms.split(",") if a.strip()]
+    device = "cpu"
+    if not args.cpu:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("bench/ranks.py needs a GPU (or --cpu for the compile half alone)", file=sys.stderr)
+            return 2
+        device = torch.cuda.get_device_name()
+    every = args.every if args.cpu else 1
+    configs, gpus = len(range(0, CONFIGS, every)), 0 if args.cpu else 1
+    rows = []
+    for arm in arms:
+        print(f"[ranks] {arm}: 1 process", file=sys.stderr, flush=True)
+        lone = run_case(arm, 1, every)
+        rows.append(row(arm, lone, lone, gpus, configs))
+        print(f"[ranks] {arm}: {args.processes} processes", file=sys.stderr, flush=True)
+        rows.append(row(arm, lone, run_case(arm, args.processes, every), gpus, configs))
+    import triton
+
+    result = {
+        "meta": {
+            "device": device,
+            "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
+            "triton_version": triton.__version__,
+            "cores": os.cpu_count(),
+        },
+        "rows": rows,
+    }
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+    print("\n" + table(rows), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

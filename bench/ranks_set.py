@@ -1,0 +1,38 @@
+"""The 72-config matmul of ``bench/autotune.py`` as compile requests (no GPU needed).
+
+``bench/ranks.py`` tunes it on a GPU; the CPU tests (``tests/test_node.py``) compile it for
+``GPUTarget("cuda", 90, 32)`` from 8 processes at once through one cache.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import autotune
+import kernels_bench
+from triton_kiln import CompileRequest
+from triton_kiln.triton_compat import GPUTarget
+
+SM90 = GPUTarget("cuda", 90, 32)
+POINTERS = ("a_ptr", "b_ptr", "c_ptr")
+
+
+def matmul_requests(target: GPUTarget = SM90) -> list[CompileRequest]:
+    """One request per config of :func:`autotune.matmul_configs` (fp16 pointers, i32 sizes/strides)."""
+    kernel = kernels_bench.matmul_kernel
+    signature = {name: ("*fp16" if name in POINTERS else "i32") for name in kernel.arg_names}
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        del signature[name]
+    return [
+        CompileRequest(
+            kernel,
+            signature,
+            dict(config.kwargs),
+            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+            target=target,
+        )
+        for config in autotune.matmul_configs()
+    ]

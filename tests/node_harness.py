@@ -1,0 +1,156 @@
+"""Child processes for the node tests (tests/test_node.py): real pools on one shared cache.
+
+``python tests/node_harness.py compile-set CACHE GO_FILE [EVERY]``: a pool compiles the 72-config
+matmul of bench/autotune.py (every EVERY-th config) once GO_FILE exists; prints one JSON line of
+its counters.
+
+``python tests/node_harness.py hold CACHE``: a pool submits faults.slow_kernel (its compile
+sleeps KILN_TEST_SLOW_S) and prints its pool id and ``dispatched`` once a worker runs it; the
+test kills it there.
+
+``python tests/node_harness.py tune CACHE GO_FILE SEED BENCH_S``: a kiln.autotune'd kernel (real
+compiles, a stand-in for the GPU whose timings depend on SEED: each process would pick another
+config alone; each benchmark sleeps BENCH_S) tuned once GO_FILE exists; prints its choice.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent / "bench")]
+
+
+@triton.jit
+def node_scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
+
+
+class SeededBench:
+    """Stands in for the GPU: config timings drawn from a seed (each process has its own)."""
+
+    owns_timing = False
+
+    def __init__(self, seed: int, bench_s: float, flag: Path) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+        self.bench_s = bench_s
+        self.flag = flag
+        self.calls = 0
+
+    def bench(self, candidate: object, artifact: object, grid: object, phase: object = None) -> object:
+        from triton_kiln.sandbox import BenchOutcome
+
+        self.calls += 1
+        self.flag.touch()  # this process is benchmarking (the tests may kill it now)
+        time.sleep(self.bench_s)
+        ms = self.rng.uniform(1.0, 2.0)
+        return BenchOutcome("ok", timings=[ms, ms, ms])
+
+    def user_reference(self) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
+def slow_request() -> object:
+    import faults
+    from triton_kiln import CompileRequest
+    from triton_kiln.triton_compat import GPUTarget
+
+    return CompileRequest(
+        faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=GPUTarget("cuda", 90, 32)
+    )
+
+
+def compile_set(cache: str, go_file: str, every: str = "1") -> None:
+    import ranks_set
+    from triton_kiln import CompilePool
+
+    requests = ranks_set.matmul_requests()[:: int(every)]
+    with CompilePool(cache_dir=cache, workers=2, preload=["kernels_bench"]) as pool:
+        pool.wait_ready(120)
+        print("READY", flush=True)
+        while not Path(go_file).exists():
+            time.sleep(0.01)
+        started = time.monotonic()
+        results = pool.compile_many(requests, progress=False)
+        seconds = time.monotonic() - started
+        failed = [repr(r) for r in results if isinstance(r, BaseException)]
+        keys = sorted({r.key for r in results if not isinstance(r, BaseException)})
+        stats = {k: v for k, v in asdict(pool.stats).items() if isinstance(v, int)}
+    print(
+        "RESULT " + json.dumps({"stats": stats, "failed": failed, "keys": keys, "seconds": seconds}),
+        flush=True,
+    )
+
+
+def hold(cache: str) -> None:
+    from triton_kiln import CompilePool
+
+    pool = CompilePool(cache_dir=cache, workers=1, preload=["faults"])
+    future = pool.submit(slow_request())  # type: ignore[arg-type]
+    print("POOL", pool.pool_id, flush=True)
+    while pool.stats.dispatched < 1:
+        time.sleep(0.01)
+    print("DISPATCHED", flush=True)
+    future.result()
+    print("DONE", flush=True)
+
+
+def tune(cache: str, go_file: str, seed: str, bench_s: str) -> None:
+    import torch
+
+    import triton_kiln as kiln
+    from triton_kiln import CompilePool
+    from triton_kiln.triton_compat import GPUTarget
+    from triton_kiln.tuning import TuningDatabase
+
+    on_gpu = bench_s == "gpu"  # a real GPU: kiln's own sandbox times the configs, then a launch
+    pool = CompilePool(cache_dir=cache, workers=1)
+    database = TuningDatabase(Path(cache) / "tuning.sqlite3")
+    configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (64, 128, 256, 512) for w in (2, 4)]
+    target = None if on_gpu else GPUTarget("cuda", 90, 32)
+    tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=target)(node_scale_kernel)
+    bench = SeededBench(int(seed), 0.0 if on_gpu else float(bench_s), Path(cache) / f"benching-{seed}")
+    if not on_gpu:
+        tuner._bencher_factory = lambda *_: bench
+    print("POOL", pool.pool_id, flush=True)
+    while not Path(go_file).exists():
+        time.sleep(0.01)
+    n = 1 << 20
+    x = torch.randn(n, device="cuda" if on_gpu else "cpu")
+    out = torch.empty_like(x)
+    started = time.monotonic()
+    tuner.run(x, out, n, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=not on_gpu)
+    if on_gpu:
+        torch.cuda.synchronize()
+        assert torch.equal(out, x * 3.0), "the adopted config's launch computed something else"
+    seconds = time.monotonic() - started
+    pool.shutdown()
+    row = {
+        "best": str(tuner.best_config),
+        "loaded_from": tuner.loaded_from,
+        "benched": bench.calls
+        if not on_gpu
+        else len(tuner.last_run.results if tuner.loaded_from is None else ()),
+        "compiled": pool.stats.compiled,
+        "seconds": seconds,
+    }
+    print("RESULT " + json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    command, *rest = sys.argv[1:]
+    {"compile-set": compile_set, "hold": hold, "tune": tune}[command](*rest)
