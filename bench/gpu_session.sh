@@ -131,6 +131,9 @@ for phase in "$@"; do
     inductor-block)
       TAIL=20 run inductor-block 560 python3 bench/inductor.py --model block --mode all --runs 1 \
         --out "$out/inductor-block.json" ;;
+    ranks)  # #22: 8 processes on one GPU tuning the 72-config matmul, kiln and triton.autotune
+      TAIL=20 run ranks 450 python3 bench/ranks.py --processes 8 --out "$out/ranks.json"
+      TAIL=8 run node-gpu 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_tuning.py ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
