@@ -136,12 +136,29 @@ def run_case(arm: str, processes: int, every: int = 1) -> dict[str, Any]:
             if proc.returncode != 0 or not found:
                 raise RuntimeError(f"a {arm} process failed ({proc.returncode}): {err[-3000:]}")
             reports.append(json.loads(found[-1][7:]))
+        if arm == "kiln":  # what the node's store holds, by kernel: the set's and kiln's own
+            names = _stored_kernels(root / "kiln")
     finally:
         for proc in children:
             if proc.poll() is None:
                 proc.kill()
         shutil.rmtree(root, ignore_errors=True)
-    return {"processes": processes, "reports": reports}
+    return {"processes": processes, "reports": reports, "stored": names if arm == "kiln" else {}}
+
+
+def _stored_kernels(cache: Path) -> dict[str, int]:
+    """Entries of the kiln store under ``cache``, counted by kernel name: the matmul set's, and
+    kiln's own output-check kernel (compiled once for the node, not one of the set's configs)."""
+    from triton_kiln.artifacts.store import ArtifactStore
+    from triton_kiln.cache import STORE_DIR
+
+    store = ArtifactStore(cache / STORE_DIR)
+    counts: dict[str, int] = {}
+    for entry in sorted((cache / STORE_DIR).glob("*/*")):
+        artifact = store.get(entry.name, quiet=True)
+        name = artifact.name if artifact is not None else "?"
+        counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 def row(
@@ -157,7 +174,11 @@ def row(
         "processes": case["processes"],
         "gpus": gpus,
         "configs": configs,
-        "compiles_total": sum(r["compiles"] for r in reports),
+        # kiln: its pools' dispatched jobs less its own output-check kernel's compiles (one per
+        # node, in the store beside the set's 72); Triton: its compile listener's cache misses
+        "compiles_total": sum(r["compiles"] for r in reports) - _check_compiles(case),
+        "check_kernel_compiles": _check_compiles(case),
+        "stored_by_kernel": case.get("stored", {}),
         "lone_first_s": lone_s,
         "first_s_max": first_max,
         "first_over_lone": first_max / lone_s,
@@ -165,6 +186,10 @@ def row(
         "choices": sorted(c for c in choices if c is not None),
         "per_process": reports,
     }
+
+
+def _check_compiles(case: dict[str, Any]) -> int:
+    return sum(n for name, n in case.get("stored", {}).items() if name != "matmul_kernel")
 
 
 def table(rows: list[dict[str, Any]]) -> str:

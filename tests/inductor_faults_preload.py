@@ -4,9 +4,9 @@ give its workers a compiler that faults for real on marked Inductor kernels.
 A kernel whose name holds ``kilnfault_<mode>`` (``abort``, ``segv``, ``hang``: see
 :func:`faults.detonate`) faults in its cubin stage (after LLVM, before ptxas) when compiled
 with ``num_warps=8``; its other configs compile normally. With ``KILN_TEST_INDUCTOR_ABORT_PREFIX``
-set (for kernels whose names Inductor makes, such as ``triton_tem_``), every 8-warp compile of a
-kernel whose name starts with it aborts. Only the pool's workers import this module: the test
-process never installs the hook.
+set (comma-separated prefixes of names Inductor makes: ``triton_tem_`` on torch 2.13, ``triton_mm``
+on 2.11), every 8-warp compile of a kernel whose name starts with one of them aborts. Only the
+pool's workers import this module: the test process never installs the hook.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def _hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, cap
     def cubin_stage(src: Any, metadata: dict[str, Any]) -> Any:
         name = str(metadata.get("name", ""))
         if options.num_warps == FAULT_WARPS:
-            prefix = os.environ.get(PREFIX_VARIABLE)
-            if prefix and name.startswith(prefix):
+            prefixes = tuple(p for p in os.environ.get(PREFIX_VARIABLE, "").split(",") if p)
+            if prefixes and name.startswith(prefixes):
                 faults.detonate("abort")
             if "kilnfault_" in name:
                 faults.detonate(name.split("kilnfault_", 1)[1].split("_", 1)[0])

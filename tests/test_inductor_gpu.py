@@ -151,7 +151,7 @@ def test_max_autotune_template_choices_that_abort_are_skipped(
 ) -> None:
     """Every 8-warp mm template choice aborts the compiler (in kiln's workers only): those choices
     are skipped with kiln's reason, the others are benchmarked, and the output is right."""
-    monkeypatch.setenv("KILN_TEST_INDUCTOR_ABORT_PREFIX", "triton_tem_")  # read by the workers' hook
+    monkeypatch.setenv("KILN_TEST_INDUCTOR_ABORT_PREFIX", "triton_tem_,triton_mm")  # the workers' hook
     install_on(make_pool(workers=8, preload=[PRELOAD]))
     a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
