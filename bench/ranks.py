@@ -136,14 +136,14 @@ def run_case(arm: str, processes: int, every: int = 1) -> dict[str, Any]:
             if proc.returncode != 0 or not found:
                 raise RuntimeError(f"a {arm} process failed ({proc.returncode}): {err[-3000:]}")
             reports.append(json.loads(found[-1][7:]))
-        if arm == "kiln":  # what the node's store holds, by kernel: the set's and kiln's own
+        if arm.startswith("kiln"):  # what the node's store holds, by kernel: the set's and kiln's own
             names = _stored_kernels(root / "kiln")
     finally:
         for proc in children:
             if proc.poll() is None:
                 proc.kill()
         shutil.rmtree(root, ignore_errors=True)
-    return {"processes": processes, "reports": reports, "stored": names if arm == "kiln" else {}}
+    return {"processes": processes, "reports": reports, "stored": names if arm.startswith("kiln") else {}}
 
 
 def _stored_kernels(cache: Path) -> dict[str, int]:
@@ -152,7 +152,7 @@ def _stored_kernels(cache: Path) -> dict[str, int]:
     from triton_kiln.artifacts.store import ArtifactStore
     from triton_kiln.cache import STORE_DIR
 
-    store = ArtifactStore(cache / STORE_DIR)
+    store = ArtifactStore(cache)
     counts: dict[str, int] = {}
     for entry in sorted((cache / STORE_DIR).glob("*/*")):
         artifact = store.get(entry.name, quiet=True)
