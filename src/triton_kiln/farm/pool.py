@@ -28,6 +28,7 @@ Data flow::
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 import time
@@ -35,7 +36,7 @@ from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_kiln import settings as settings_mod
 from triton_kiln.artifacts.artifact import CompiledArtifact
@@ -47,7 +48,11 @@ from triton_kiln.farm.errors import FarmTaskError, NodeLostError
 from triton_kiln.pool.memory_cache import MemoryCache
 from triton_kiln.settings import Settings
 
+if TYPE_CHECKING:
+    from triton_kiln.pool.interface import CompileService
+
 __all__ = ["FarmStats", "RayCompilePool"]
+log = logging.getLogger("kiln.farm")
 
 _POLL_S = 0.05
 
@@ -232,9 +237,8 @@ class RayCompilePool:
         if cancel_futures:
             for ref, job in jobs:
                 ray_api.cancel(ref)
-                job.future.cancel() or job.future.set_exception(
-                    PoolClosedError("the farm pool was shut down")
-                )
+                if not job.future.done():
+                    job.future.set_exception(PoolClosedError("the farm pool was shut down"))
         if wait and threading.current_thread() is not self._collector:
             while True:
                 with self._lock:
@@ -279,11 +283,24 @@ class RayCompilePool:
             if not refs:
                 time.sleep(_POLL_S)
                 continue
-            for ref in ray_api.wait(refs, _POLL_S * 4):
+            try:
+                ready = ray_api.wait(refs, _POLL_S * 4)
+            except Exception:
+                if self._closing:
+                    return  # Ray was shut down under a pool told not to wait
+                log.exception("kiln farm: waiting for Ray tasks failed")
+                time.sleep(_POLL_S)
+                continue
+            for ref in ready:
                 with self._lock:
                     job = self._refs.pop(ref, None)
-                if job is not None:
+                if job is None:
+                    continue
+                try:
                     self._finish(job, ref)
+                except BaseException as exc:  # never lose a job's future to a bug here
+                    log.exception("kiln farm: finishing %s failed", job.request.label())
+                    self._fail(job, exc)
 
     def _finish(self, job: _Job, ref: Any) -> None:
         reply, outcome, message = ray_api.fetch(ref)
@@ -321,7 +338,10 @@ class RayCompilePool:
 
     def _complete(self, job: _Job, artifact: CompiledArtifact) -> None:
         if self.store is not None:
-            self.store.put(artifact)
+            try:
+                self.store.put(artifact)
+            except OSError as exc:
+                log.warning("kiln could not store artifact %s: %s", artifact.key[:12], exc)
         with self._lock:
             self._inflight.pop(job.request.key, None)
             self._memory.put(artifact)
@@ -350,3 +370,9 @@ def _done(artifact: CompiledArtifact) -> Future[CompiledArtifact]:
     future: Future[CompiledArtifact] = Future()
     future.set_result(artifact)
     return future
+
+
+if TYPE_CHECKING:
+
+    def _is_a_compile_service(pool: RayCompilePool) -> CompileService:
+        return pool  # mypy checks that RayCompilePool satisfies the protocol

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.compile.request import CompileRequest
@@ -40,3 +40,10 @@ class CompileService(Protocol):
     ) -> Iterator[tuple[CompileRequest, Future[CompiledArtifact]]]: ...
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None: ...
+
+
+if TYPE_CHECKING:
+    from triton_kiln.pool.pool import CompilePool
+
+    def _is_a_compile_service(pool: CompilePool) -> CompileService:
+        return pool  # mypy checks that CompilePool satisfies the protocol
