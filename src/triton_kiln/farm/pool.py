@@ -230,24 +230,26 @@ class RayCompilePool:
                 yield request, future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop accepting jobs; wait for (or cancel) those in flight; leave Ray if this pool joined it."""
+        """Stop accepting jobs; wait for (or cancel) those in flight; leave Ray if this pool joined it.
+
+        With ``wait=False`` and no ``cancel_futures``, jobs in flight go on and Ray stays joined.
+        """
         with self._lock:
             self._closing = True
             jobs = list(self._refs.items())
+            if cancel_futures:
+                self._refs.clear()
         if cancel_futures:
             for ref, job in jobs:
                 ray_api.cancel(ref)
                 if not job.future.done():
                     job.future.set_exception(PoolClosedError("the farm pool was shut down"))
-        if wait and threading.current_thread() is not self._collector:
-            while True:
-                with self._lock:
-                    if not self._refs:
-                        break
-                time.sleep(_POLL_S)
-        with self._lock:
-            self._refs.clear()
-        if self._owns_ray:
+        del jobs  # Ray's object refs must all be gone before Ray is
+        if not wait and not cancel_futures:
+            return
+        if threading.current_thread() is not self._collector:
+            self._collector.join()  # it ends once no task is in flight, dropping its refs
+        if self._owns_ray and not self._collector.is_alive():
             self._owns_ray = False
             ray_api.disconnect()
 
