@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -179,3 +181,22 @@ def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
     assert not cluster.leftovers()
+
+
+@pytest.mark.timeout(300)
+def test_kiln_compile_on_ray_fills_the_cache_and_exits(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    # A real `kiln compile` process: it joins the cluster, compiles 3 configs x 2 targets, and
+    # leaves Ray before exiting (a Ray object ref freed after ray.shutdown() ends the process).
+    cache = tmp_path / "cache"
+    command = [
+        sys.executable, "-m", "triton_kiln", "compile", "farm_kernels:tuned_scale",
+        "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32", "--target", "cuda:90", "--target", "cuda:100",
+        "--ray", cluster.address, "--cache-dir", str(cache), "--strict",
+    ]  # fmt: skip
+    here = Path(__file__).parent
+    options: dict[str, Any] = {"env": cluster.env, "cwd": here, "capture_output": True, "text": True}
+    done = subprocess.run(command, timeout=240, check=False, **options)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"6 of 6 compiled on Ray cluster {cluster.address}" in done.stdout
+    assert "already been shutdown" not in done.stderr
+    assert len(list((cache / "artifacts-v2").glob("*/*/artifact.json"))) == 6
