@@ -52,6 +52,7 @@ class LocalRayCluster:
         self.env[MARKER] = self.temp_dir
         self.env["PYTHONPATH"] = os.pathsep.join([*paths, self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.env["RAY_USAGE_STATS_ENABLED"] = "0"
+        self._seen: list[psutil.Process] = []  # every process of the cluster seen so far
 
     def start(self) -> LocalRayCluster:
         command = [
@@ -63,6 +64,7 @@ class LocalRayCluster:
         if done.returncode != 0:
             self.stop()
             raise RuntimeError(f"ray start failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        self.processes()  # remember them all now, while the agents are the raylet's children
         return self
 
     def add_node(self, num_cpus: int) -> None:
@@ -74,16 +76,27 @@ class LocalRayCluster:
         done = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"ray start --address failed:\n{done.stdout}\n{done.stderr}")
+        self.processes()
 
     def processes(self) -> list[psutil.Process]:
-        found = []
+        """The cluster's live processes: those carrying the marker, their children, and every
+        process seen before (Ray's agents rename themselves, which hides their environment)."""
+        found: dict[int, psutil.Process] = {}
         for proc in psutil.process_iter():
             try:
-                if proc.environ().get(MARKER) == self.temp_dir and proc.status() != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
+                if proc.environ().get(MARKER) == self.temp_dir:
+                    found[proc.pid] = proc
+                    found.update((child.pid, child) for child in proc.children(recursive=True))
             except (psutil.Error, OSError):
                 continue
-        return found
+        found.update((proc.pid, proc) for proc in self._seen if proc.is_running())
+        self._seen = list(found.values())
+        live = []
+        for proc in found.values():
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    live.append(proc)
+        return live
 
     def leftovers(self, timeout: float = 15.0) -> list[psutil.Process]:
         deadline = time.monotonic() + timeout
