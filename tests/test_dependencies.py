@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 KILN = ROOT / "src" / "triton_kiln"
-OPTIONAL = {"torch": "torch", "helion": "helion", "redis": "redis"}
+OPTIONAL = {"torch": "torch", "helion": "helion", "redis": "redis", "ray": "ray"}
 """Imports allowed to be missing at run time (kiln checks for them), and the extra that installs each."""
 
 
@@ -82,6 +82,6 @@ def test_every_import_of_kilns_code_is_declared() -> None:
 def test_the_dev_extra_installs_what_the_tests_use() -> None:
     extras: dict[str, list[str]] = _project()["optional-dependencies"]  # type: ignore[assignment]
     dev = _names(extras["dev"])
-    for extra in ("helion", "libraries", "redis"):
+    for extra in ("helion", "libraries", "redis", "ray"):
         assert _names(extras[extra]) - {"torch"} <= dev, (extra, extras[extra])
     assert {"pytest", "pytest-timeout", "torch"} <= dev

@@ -1,0 +1,212 @@
+"""The compile pool on Ray against the local pool: the 72-config matmul set, same cores.
+
+Run from the repository root (Ray installed: ``pip install 'triton-kiln[ray]'``)::
+
+    python bench/farm.py --runs 3 --json bench/results/farm-cpu2-<date>.json
+    python bench/farm.py --cores 16 --runs 3 --json bench/results/farm-h100-<date>.json   # GPU machine
+
+Arms, interleaved (the order flips every run, so drift in the machine's load hits both), each
+from a fresh ``TRITON_CACHE_DIR`` and a fresh kiln cache, compiling ``bench/autotune.py``'s 72
+matmul configs (``bench/kernels_bench.py``) for ``GPUTarget("cuda", 90, 32)`` (no GPU needed):
+
+* ``local``: :class:`kiln.CompilePool` with ``--cores`` workers, created inside the timed region;
+* ``ray``: a local Ray cluster (``ray start --head`` on 127.0.0.1, ``--num-cpus=<cores>``, started
+  and stopped outside the timed region, fresh each run so no Ray worker process is warm from
+  the run before); the timed region joins it (``ray.init``), creates
+  :class:`kiln.farm.RayCompilePool` and waits for every artifact verified in the local store.
+  Each Ray worker process starts its own kiln pool on its first task (that start-up is timed).
+
+Rows: ``arm``, ``cores``, ``configs``, ``wall_s``, ``failed`` (failures by cause); the summary
+has the medians and ``ray / local`` (acceptance: <= 1.2). The full JSON goes to stdout (and
+``--json``); a short table to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import wait
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
+
+import triton  # noqa: E402 - after the path above
+
+import kernels_bench  # noqa: E402
+from autotune import matmul_configs  # noqa: E402
+from ray_cluster import LocalRayCluster  # noqa: E402
+from triton_kiln import CompilePool, CompileRequest, GPUTarget  # noqa: E402
+from triton_kiln.cli_compile import failure_cause  # noqa: E402
+from triton_kiln.farm import RayCompilePool  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+JOB_TIMEOUT_S = 900.0
+
+
+def log(message: str) -> None:
+    print(f"[farm] {message}", file=sys.stderr, flush=True)
+
+
+def requests() -> list[CompileRequest]:
+    """The 72 configs (made after the fresh TRITON_CACHE_DIR is set: requests carry it)."""
+    return [
+        CompileRequest(
+            kernels_bench.matmul_kernel,
+            kernels_bench.MATMUL_SIGNATURE,
+            dict(c.kwargs),
+            options={"num_warps": c.num_warps, "num_stages": c.num_stages},
+            target=TARGET,
+        )
+        for c in matmul_configs()
+    ]
+
+
+@contextlib.contextmanager
+def fresh_caches(tag: str) -> Iterator[Path]:
+    root = Path(tempfile.mkdtemp(prefix=f"kiln-farm-{tag}-"))
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(root / "triton")
+    try:
+        yield root / "kiln"
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = saved
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def outcome(futures: list[Any]) -> tuple[int, dict[str, int]]:
+    failed = Counter(failure_cause(f.exception()) for f in futures if f.exception() is not None)
+    return len(futures) - sum(failed.values()), dict(failed)
+
+
+def run_local(cores: int) -> dict[str, Any]:
+    with fresh_caches("local") as kiln_dir:
+        reqs = requests()
+        started = time.perf_counter()
+        pool = CompilePool(
+            workers=cores, cache_dir=kiln_dir, job_timeout_s=JOB_TIMEOUT_S, warmup_target=TARGET
+        )
+        try:
+            futures = [pool.submit(r) for r in reqs]
+            wait(futures)
+            wall = time.perf_counter() - started
+            compiled, failed = outcome(futures)
+            extra = {"zygote_ready_s": pool.stats.zygote_ready_s, "compiled": compiled}
+        finally:
+            pool.shutdown(wait=True)
+    return {
+        "arm": "local",
+        "cores": cores,
+        "configs": len(reqs),
+        "wall_s": round(wall, 3),
+        "failed": failed,
+        **extra,
+    }
+
+
+def run_ray(cores: int) -> dict[str, Any]:
+    with fresh_caches("ray") as kiln_dir, LocalRayCluster(num_cpus=cores) as cluster:
+        reqs = requests()
+        started = time.perf_counter()
+        pool = RayCompilePool(cluster.address, cache_dir=kiln_dir, job_timeout_s=JOB_TIMEOUT_S)
+        try:
+            first: list[float] = []
+            futures = [pool.submit(r) for r in reqs]
+            for f in futures:
+                f.add_done_callback(lambda _f: first.append(time.perf_counter()))
+            wait(futures)
+            wall = time.perf_counter() - started
+            compiled, failed = outcome(futures)
+            extra = {
+                "compiled": compiled,
+                "first_result_s": round(min(first) - started, 3) if first else None,
+                "nodes_used": len(pool.stats.nodes),
+                "dispatched": pool.stats.dispatched,
+            }
+        finally:
+            pool.shutdown(wait=True)
+    left = cluster.leftovers()
+    extra["leftover_processes"] = len(left)
+    return {
+        "arm": "ray",
+        "cores": cores,
+        "configs": len(reqs),
+        "wall_s": round(wall, 3),
+        "failed": failed,
+        **extra,
+    }
+
+
+ARMS = {"local": run_local, "ray": run_ray}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--arms", default="local,ray")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    arms = args.arms.split(",")
+    rows: list[dict[str, Any]] = []
+    for run in range(args.runs):
+        order = arms if run % 2 == 0 else arms[::-1]
+        for arm in order:
+            log(f"run {run + 1}/{args.runs}: {arm} ({args.cores} cores)")
+            row = ARMS[arm](args.cores)
+            row["run"] = run
+            log(f"  wall {row['wall_s']:.1f} s, failed {row['failed']}")
+            rows.append(row)
+            if args.json:  # what ran so far, should a later run not finish
+                args.json.write_text(json.dumps({"partial": True, "rows": rows}, indent=1) + "\n")
+    medians = {arm: statistics.median(r["wall_s"] for r in rows if r["arm"] == arm) for arm in arms}
+    summary: dict[str, Any] = {"median_wall_s": medians}
+    if "local" in medians and "ray" in medians:
+        ratio = medians["ray"] / medians["local"]
+        summary.update({"ray_over_local": round(ratio, 3), "target": 1.2, "ok": ratio <= 1.2})
+    result = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "python": platform.python_version(),
+        },
+        "versions": {"triton": triton.__version__, "ray": __import__("ray").__version__},
+        "load_average_at_end": os.getloadavg(),
+        "rows": rows,
+        "summary": summary,
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    print(f"{'arm':<6} {'cores':>5} {'configs':>7} {'wall_s':>8}  failed", file=sys.stderr)
+    for row in rows:
+        print(
+            f"{row['arm']:<6} {row['cores']:>5} {row['configs']:>7} {row['wall_s']:>8.1f}  {row['failed']}",
+            file=sys.stderr,
+        )
+    print(f"median: {medians}  {summary.get('ray_over_local', '')} (target <= 1.2)", file=sys.stderr)
+    return 0 if summary.get("ok", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The compile farm on a real local Ray cluster (``ray start --head`` on 127.0.0.1, a free port).
+
+The cluster has 2 CPUs (this machine's), no dashboard; every process it started is counted
+after the tests (:mod:`ray_cluster`). Faults are the crash matrix's real ones (``faults.py``:
+``abort()``, a read of address 0, a sleep forever inside Triton's compile), preloaded in the
+nodes' zygotes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+pytest.importorskip("ray", reason="the farm's tests need Ray (pip install 'triton-kiln[ray]')")
+
+import faults
+from conftest import SM90, add_request, is_cubin
+from ray_cluster import LocalRayCluster
+from test_crash_matrix import check_failure
+from triton_kiln import CompileRequest, CompileTimeoutError, WorkerCrashedError
+from triton_kiln.artifacts.store import ArtifactStore
+from triton_kiln.farm import RayCompilePool
+from triton_kiln.pool.handles import ENV_POOL_ID
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+HANG_TIMEOUT_S = 4.0  # test_crash_matrix.check_failure's value
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalRayCluster]:
+    with LocalRayCluster(num_cpus=2) as running:
+        yield running
+    left = running.leftovers()
+    assert not left, [(p.pid, p.name(), p.cmdline()[:3]) for p in left]
+
+
+@pytest.fixture
+def farm(cluster: LocalRayCluster, tmp_path: Path) -> Iterator[RayCompilePool]:
+    pool = RayCompilePool(
+        cluster.address, cache_dir=tmp_path / "cache", job_timeout_s=900, preload=["faults"]
+    )
+    yield pool
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+def fault(mode: str) -> CompileRequest:
+    return CompileRequest(getattr(faults, f"fault_{mode}"), {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)
+
+
+def matmul_requests() -> list[CompileRequest]:
+    """bench/autotune.py's 72-config matmul set, for sm_90."""
+    sys.path.insert(0, str(BENCH))
+    import kernels_bench
+    from autotune import matmul_configs
+
+    return [
+        CompileRequest(
+            kernels_bench.matmul_kernel,
+            kernels_bench.MATMUL_SIGNATURE,
+            dict(c.kwargs),
+            options={"num_warps": c.num_warps, "num_stages": c.num_stages},
+            target=SM90,
+        )
+        for c in matmul_configs()
+    ]
+
+
+@pytest.mark.timeout(900)
+def test_72_matmul_configs_with_an_abort_a_segfault_and_a_hang(
+    farm: RayCompilePool, cluster: LocalRayCluster
+) -> None:
+    good = matmul_requests()
+    assert len(good) == 72
+    bad = {mode: fault(mode) for mode in ("abort", "segv", "hang")}
+    futures = {r.key: farm.submit(r) for r in good}
+    bad_futures = {mode: farm.submit(r, timeout_s=HANG_TIMEOUT_S) for mode, r in bad.items()}
+    for mode, future in bad_futures.items():
+        check_failure(future.exception(timeout=600), "compile", mode)
+    store = ArtifactStore(farm.settings.cache_dir)
+    for request in good:
+        artifact = futures[request.key].result(timeout=600)
+        assert is_cubin(artifact.binary), request.label()
+        stored = store.get(request.key)  # verified and put into the local store
+        assert stored is not None
+        assert stored.binary == artifact.binary
+    assert farm.stats.failed == 3
+    assert farm.stats.compiled == 72
+    assert farm.stats.node_retries == 0  # crashes are not Ray's failures: nothing re-ran
+    assert_no_stray_kiln_processes(cluster)
+
+
+def assert_no_stray_kiln_processes(cluster: LocalRayCluster) -> None:
+    """Each Ray worker's kiln pool holds its zygote and one idle worker, nothing more: the
+    crashed and the hung workers are gone (reaped, their process groups killed)."""
+    deadline = time.monotonic() + 30
+    while True:
+        pools: dict[str, list[psutil.Process]] = {}
+        for proc in cluster.processes():
+            with contextlib.suppress(psutil.Error):
+                pool_id = proc.environ().get(ENV_POOL_ID)
+                if pool_id:
+                    pools.setdefault(pool_id, []).append(proc)
+        crowded = {k: [(p.pid, p.name()) for p in v] for k, v in pools.items() if len(v) > 2}
+        if pools and not crowded:
+            return
+        assert time.monotonic() < deadline, crowded or "no kiln pool found in the cluster's processes"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_a_hang_fails_with_kilns_timeout_and_the_ray_worker_serves_on(farm: RayCompilePool) -> None:
+    exc = farm.submit(fault("hang"), timeout_s=2.0).exception(timeout=120)
+    assert isinstance(exc, CompileTimeoutError), repr(exc)
+    assert "the limit is 2 s" in str(exc)
+    assert is_cubin(farm.compile(add_request(2048)).binary)
+
+
+@pytest.mark.timeout(300)
+def test_a_second_submit_is_served_from_the_local_store(farm: RayCompilePool, tmp_path: Path) -> None:
+    request = add_request(4096)
+    first = farm.compile(request)
+    again = RayCompilePool(cache_dir=farm.settings.cache_dir)  # Ray is joined already: same cluster
+    try:
+        assert again.compile(request).binary == first.binary
+        assert again.stats.disk_hits == 1
+        assert again.stats.dispatched == 0
+    finally:
+        again.shutdown()
+
+
+@pytest.mark.timeout(300)
+def test_a_ray_worker_that_dies_is_not_retried(farm: RayCompilePool) -> None:
+    # The request's constexpr segfaults the Ray worker process while it unpickles the request:
+    # a crash that would crash again, so Ray's retries are off and kiln does not re-run it.
+    request = CompileRequest(
+        faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": faults.Detonator("segv")}, target=SM90
+    )
+    exc = farm.submit(request).exception(timeout=120)
+    assert isinstance(exc, WorkerCrashedError), repr(exc)
+    assert "Ray worker process running it died" in str(exc)
+    assert farm.stats.node_retries == 0
+    assert is_cubin(farm.compile(add_request(8192)).binary)  # the farm goes on
+
+
+def _raylets(cluster: LocalRayCluster) -> set[int]:
+    return {p.pid for p in cluster.processes() if "raylet" in p.name()}
+
+
+@pytest.mark.timeout(600)
+def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KILN_TEST_SLOW_S", "6")
+    with LocalRayCluster(num_cpus=1) as cluster:
+        head_raylets = _raylets(cluster)
+        cluster.add_node(num_cpus=1)
+        second = _raylets(cluster) - head_raylets
+        assert len(second) == 1
+        pool = RayCompilePool(cluster.address, cache_dir=tmp_path / "cache", preload=["faults"])
+        try:
+            slow = [
+                CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": b}, target=SM90)
+                for b in (32, 64, 128, 256)
+            ]
+            futures = [pool.submit(r, timeout_s=120) for r in slow]
+            time.sleep(4)  # both nodes busy with a 6 s compile
+            raylet = psutil.Process(second.pop())
+            victims = [raylet, *raylet.children(recursive=True)]
+            for proc in victims:
+                proc.send_signal(signal.SIGKILL)
+            for future in futures:
+                assert is_cubin(future.result(timeout=400).binary)
+            assert pool.stats.node_retries >= 1
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    assert not cluster.leftovers()
+
+
+@pytest.mark.timeout(300)
+def test_kiln_compile_on_ray_fills_the_cache_and_exits(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    # A real `kiln compile` process: it joins the cluster, compiles 3 configs x 2 targets, and
+    # leaves Ray before exiting (a Ray object ref freed after ray.shutdown() ends the process).
+    cache = tmp_path / "cache"
+    command = [
+        sys.executable, "-m", "triton_kiln", "compile", "farm_kernels:tuned_scale",
+        "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32", "--target", "cuda:90", "--target", "cuda:100",
+        "--ray", cluster.address, "--cache-dir", str(cache), "--strict",
+    ]  # fmt: skip
+    here = Path(__file__).parent
+    options: dict[str, Any] = {"env": cluster.env, "cwd": here, "capture_output": True, "text": True}
+    done = subprocess.run(command, timeout=240, check=False, **options)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"6 of 6 compiled on Ray cluster {cluster.address}" in done.stdout
+    assert "already been shutdown" not in done.stderr
+    assert len(list((cache / "artifacts-v2").glob("*/*/artifact.json"))) == 6
