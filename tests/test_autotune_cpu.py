@@ -567,3 +567,20 @@ def test_same_label_with_another_pre_hook_is_a_config_of_its_own(make_pool: Any,
     tune(tuner, bench)
     assert tuner.best_config is second
     assert len({label for label, _, _ in FakeBench.instances[-1].calls}) == 2
+
+
+def test_a_tuning_gives_the_callers_triton_kilns_key(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: the caller's own plain @triton.jit kernels paid Triton's key (hashing
+    libtriton.so). The first tuning needs kiln's key anyway, and hands it to the caller's Triton
+    (once per process), even where nothing was prewarmed (no GPU seen at definition)."""
+    from triton_kiln import triton_compat
+
+    seeded: list[str] = []
+    monkeypatch.setattr(triton_compat.core, "_CALLER_SEEDED", False)
+    monkeypatch.setattr(triton_compat.core, "seed_triton_key", lambda key: seeded.append(key) or True)
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(16, 32), by_block({16: 1.0, 32: 2.0}))
+    tune(tuner, bench)
+    tune(tuner, bench, n=8192)  # another key: the caller's Triton was seeded once
+    assert seeded == [triton_compat.triton_key(tuner._settings.triton_key_dir)]

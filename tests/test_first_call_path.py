@@ -173,3 +173,75 @@ def test_the_stored_key_is_tied_to_libtriton_identity(
     os.replace(replacement, library)
     assert library.stat().st_ino != stat.st_ino
     assert triton_compat.core._fingerprint() != before
+
+
+# -- the caller's own Triton: kiln's stored key, no hashing ---------------------------------------
+
+_CALLER_CHILD = textwrap.dedent(
+    """
+    import builtins, io, json, os, sys, threading, time
+
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if "libtriton" in os.fspath(file) if isinstance(file, (str, bytes, os.PathLike)) else False:
+            opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = counting_open
+    io.open = counting_open
+    sys.path.insert(0, sys.argv[1])
+    import triton
+    import triton_kiln as kiln
+    from triton_kiln import triton_compat
+    from triton_kiln.sandbox import registry
+
+    registry.gpu_present = lambda: True  # the only fake: kiln believes it runs on a GPU machine
+    kiln.install()
+    from kernels import add_kernel  # a plain @triton.jit kernel, compiled here, in the caller
+
+    src = triton_compat.ASTSource(
+        add_kernel,
+        {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 64},
+    )
+    started = time.perf_counter()
+    compiled = triton.compile(src, target=triton_compat.GPUTarget("cuda", 90, 32))
+    seconds = time.perf_counter() - started
+    for thread in threading.enumerate():
+        if thread.name == "kiln-prewarm":
+            thread.join(timeout=120)
+    kiln.get_pool().shutdown(wait=True)
+    kiln.uninstall()
+    print(json.dumps({"opened": opened, "hash": compiled.hash, "seconds": seconds}))
+    """
+)
+
+
+def test_the_callers_own_compile_uses_the_stored_key_without_hashing_libtriton(tmp_path: Path) -> None:
+    """Issue 21: a library's plain ``@triton.jit`` kernels compile in the caller, and the first one
+    paid Triton's key (~2 s hashing libtriton.so). After ``kiln.install()`` on a GPU machine with
+    a valid key file, the caller's Triton has kiln's key: the compile opens no libtriton.so."""
+    cache = tmp_path / "cache"
+    _key_process(cache)  # a valid key file, as an earlier process on this machine left it
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        "KILN_CACHE_DIR": str(cache),
+        "KILN_SANDBOX": "0",
+        "KILN_WORKERS": "1",
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", _CALLER_CHILD, str(Path(__file__).resolve().parent)],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["hash"]
+    assert result["opened"] == [], f"the caller's compile hashed libtriton.so: {result['opened']}"

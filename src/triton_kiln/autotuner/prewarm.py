@@ -8,7 +8,9 @@ CPU-only machines start nothing); the key is computed once per process::
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
         └─ thread "kiln-prewarm":
               Triton's key (hashes libtriton.so, ~2 s of CPU once per machine; kept on disk,
-                            later processes read it: triton_compat.triton_key)
+                            later processes read it: triton_compat.triton_key), given to the
+                            caller's own Triton (seed_caller_triton_key; with a valid key file
+                            that happens before the thread, in prewarm itself: no hashing)
               -> the process's compile pool is made and started: its zygote spawns now, reads
                  the key from kiln's file, imports Triton and compiles its warm-up kernel
 
@@ -39,7 +41,13 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
     global _started
     from triton_kiln.sandbox.registry import gpu_present, prestart
 
-    if not (sandbox or pool) or not gpu_present():
+    if not gpu_present():
+        return False
+    # The caller's own Triton (plain @triton.jit kernels it compiles itself) gets kiln's stored
+    # key now, in the foreground: a few ms of stat calls, never a hash (a missing or stale key
+    # file is computed by the thread below, which seeds it then).
+    triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir, compute=False)
+    if not (sandbox or pool):
         return False
     if sandbox:
         prestart()
@@ -55,7 +63,7 @@ def _warm_pool() -> None:
     from triton_kiln.pool import get_pool
 
     try:
-        triton_compat.triton_key(settings_mod.current().triton_key_dir)
+        triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir, compute=True)
         get_pool().start()  # the zygote spawns in the background; nothing waits for it here
     except Exception as exc:  # the first tuning will meet (and report) the same problem
         log.debug("kiln: prewarming the compile pool failed: %s", exc)

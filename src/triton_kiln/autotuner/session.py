@@ -232,10 +232,8 @@ class TuningSession:
         Only *contenders* (see :func:`contenders`: at least two when two configs are ok, so the
         screening taken while the CPU compiled never decides alone) are timed, in
         ``_final_passes`` alternating passes that share Triton's single ``rep`` between them
-        (clock and thermal drift during the round hits every finalist alike), each finalist
-        warmed up once, on its first pass (do_bench's ``warmup``; later passes follow other
-        finalists' runs on a busy GPU and warm up with one call): a finalist costs what do_bench
-        costs it, ``warmup + rep``. Each pass is
+        (drift hits every finalist alike), each finalist warmed up once, on its first pass
+        (later ones: one call, the GPU busy): it costs do_bench's ``warmup + rep``. Each pass is
         do_bench's loop (an L2 flush of 256 MB before every run, events around each run); every
         run's time comes back and a finalist's time is do_bench's median (and 20th/80th
         percentiles) of all its runs pooled, the estimate ``triton.autotune`` would compute from

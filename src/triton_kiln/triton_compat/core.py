@@ -124,19 +124,11 @@ def triton_key(cache_dir: Path | None = None) -> str:
     hashes nothing; a new Triton invalidates it.
     """
     global _TRITON_KEY
-    if _TRITON_KEY is not None:
-        return _TRITON_KEY
+    stored = stored_triton_key(cache_dir)
+    if stored is not None:
+        return stored
     fingerprint = _fingerprint()
-    path = None
-    if cache_dir is not None:
-        path = cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
-        try:
-            record = json.loads(path.read_text())
-            if record.get("fingerprint") == fingerprint and isinstance(record.get("key"), str):
-                _TRITON_KEY = record["key"]
-                return _TRITON_KEY
-        except (OSError, ValueError):
-            pass
+    path = None if cache_dir is None else cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
     from triton.runtime.cache import triton_key as _compute
 
     key = str(_compute())
@@ -147,6 +139,45 @@ def triton_key(cache_dir: Path | None = None) -> str:
         with contextlib.suppress(OSError):
             atomic_write(path, json.dumps({"fingerprint": fingerprint, "key": key}).encode())
     return key
+
+
+def stored_triton_key(cache_dir: Path | None) -> str | None:
+    """The key this process already holds, or the one kept in ``cache_dir`` when its fingerprint
+    still matches (a few ms of ``stat`` calls); ``None`` otherwise. Never hashes anything."""
+    global _TRITON_KEY
+    if _TRITON_KEY is not None:
+        return _TRITON_KEY
+    if cache_dir is None:
+        return None
+    try:
+        record = json.loads((cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        return None
+    if record.get("fingerprint") != _fingerprint():
+        return None
+    _TRITON_KEY = record["key"]
+    return _TRITON_KEY
+
+
+_CALLER_SEEDED = False
+
+
+def seed_caller_triton_key(cache_dir: Path | None, compute: bool) -> bool:
+    """Give this process's own Triton kiln's key (:func:`seed_triton_key`), once per process, so
+    that what the caller compiles itself (a library's plain ``@triton.jit`` kernels) never hashes
+    ``libtriton.so``. ``compute=False`` (the caller's foreground): only a key already held or
+    kept on disk with a matching fingerprint; ``compute=True`` (kiln's prewarm thread, a tuning
+    that needs the key anyway): :func:`triton_key`. ``False`` when no key was there to give."""
+    global _CALLER_SEEDED
+    key = triton_key(cache_dir) if compute else stored_triton_key(cache_dir)
+    if key is None:
+        return False
+    if not _CALLER_SEEDED:
+        _CALLER_SEEDED = True
+        seed_triton_key(key)  # False when Triton computed its own meanwhile: nothing left to save
+    return True
 
 
 def seed_triton_key(key: str) -> bool:
