@@ -20,14 +20,15 @@ Arms, each from a fresh Triton cache, a fresh kiln cache and a fresh tuning data
 
 Reported: wall seconds to the first tuned result (the first call returns, synchronized), the
 chosen config, and both chosen configs timed again under one harness, in this process after
-both arms finished (``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters,
-as ``triton.autotune`` times a config: warm-up 25 ms, rep 100 ms, median; five interleaved
-rounds, medians: ``kiln_choice_ms_triton_harness``, ``triton_choice_ms_triton_harness``), the
+both arms finished (exactly as ``triton.autotune`` times a config: the launch captured from a
+stock ``triton.autotune`` kernel, each config through that tuner's own ``Autotuner._bench``,
+``do_bench`` warm-up 25 ms, rep 100 ms, median; five alternating rounds, medians:
+``kiln_choice_ms_triton_harness``, ``triton_choice_ms_triton_harness``; ``bench/choice_harness.py``), the
 set's ``shape``, and ``limit_s`` (the longest compile or the sum of compiles over the cores,
 whichever is larger, plus kiln's final round: ``bench/choice_harness.py``) with
 ``kiln_first_over_limit``, so the ratio ``kiln_choice / triton_choice`` compares choices, not
-harnesses; when both tuners chose the same config the ratio is 1 by definition (the runs of
-the same config measured twice are kept in the JSON, as a measure of the harness's noise).
+harnesses; when both tuners chose the same config it is timed once per round and the ratio is
+1 by definition (``same_config``: noise is not counted as a difference).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import shlex
@@ -161,15 +163,15 @@ def timed_first_call(call: Callable[[Any], None], tuned: Any) -> float:
     return time.perf_counter() - started
 
 
-def harness_ms(call: Callable[..., None], kernel: Any, config: triton.Config) -> float:
-    """The chosen config timed on Triton's JIT with ``triton.testing.do_bench`` as
-    ``triton.autotune`` times a config (warm-up 25 ms, rep 100 ms, median): the same harness
-    for both tuners' choices."""
-    meta = config.all_kwargs()
-    call(kernel, **meta)  # compile (cached) and warm
-    return float(
-        triton.testing.do_bench(lambda: call(kernel, **meta), warmup=25, rep=100, return_mode="median")
-    )
+def harness_launch(call: Callable[..., None], kernel: Any, key: list[str], config: Any) -> Any:
+    """The set's launch as a stock ``triton.autotune`` kernel makes it (given one config it
+    tunes nothing), captured (``choice_harness.Capture``) for the tuner's own ``_bench``."""
+    tuner = triton.autotune([config], key=key)(kernel)
+    capture = choice_harness.Capture(lambda t: kernel.__name__)
+    with capture.during([tuner]) as launches:
+        call(tuner)
+    torch.cuda.synchronize()
+    return launches[0]
 
 
 # The second process's imports (kiln as its docs import it: ``import triton_kiln as kiln``; the
@@ -272,14 +274,15 @@ def run_set(set_name: str) -> dict[str, Any]:
 
     same_choice = triton_choice.all_kwargs() == kiln_choice.all_kwargs()
     with fresh_environment("harness"):
-        t_runs: list[float] = []
-        k_runs: list[float] = []
-        for round_ in range(5):  # interleaved, alternating order: drift hits both alike
-            order = [(t_runs, triton_choice), (k_runs, kiln_choice)]
-            for runs, choice in order if round_ % 2 == 0 else order[::-1]:
-                runs.append(harness_ms(call, kernel, choice))
-        t_ms = statistics.median(t_runs)
-        k_ms = t_ms if same_choice else statistics.median(k_runs)
+        # both choices timed as Triton's autotuner times a config (the tuner's _bench), A,B,A,B
+        # over 5 rounds; one config chosen by both is timed once per round and counts for both
+        launch = harness_launch(call, kernel, key, triton_choice)
+        k_runs, t_runs = choice_harness.time_pair(
+            functools.partial(choice_harness.tuner_bench_ms, launch, kiln_choice),
+            None if same_choice else functools.partial(choice_harness.tuner_bench_ms, launch, triton_choice),
+            5,
+        )
+        t_ms, k_ms = statistics.median(t_runs), statistics.median(k_runs)
     limit = choice_harness.limit_s([to_json(run)], os.cpu_count() or 1)
     result.update(
         {
