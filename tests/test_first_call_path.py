@@ -198,7 +198,17 @@ _CALLER_CHILD = textwrap.dedent(
     from triton_kiln.sandbox import registry
 
     registry.gpu_present = lambda: True  # the only fake: kiln believes it runs on a GPU machine
+    # kiln's prewarm thread is held back until the compile is done: the key the caller's Triton
+    # uses must come from install() itself, in the foreground, not from a thread that may be late
+    import triton.runtime.cache as cache_mod
+    from triton_kiln.autotuner import prewarm as prewarm_mod
+
+    tritons_own = cache_mod.triton_key
+    release = threading.Event()
+    warm_pool = prewarm_mod._warm_pool
+    prewarm_mod._warm_pool = lambda: (release.wait(120), warm_pool())
     kiln.install()
+    seeded_at_install = cache_mod.triton_key is not tritons_own
     from kernels import add_kernel  # a plain @triton.jit kernel, compiled here, in the caller
 
     src = triton_compat.ASTSource(
@@ -209,12 +219,14 @@ _CALLER_CHILD = textwrap.dedent(
     started = time.perf_counter()
     compiled = triton.compile(src, target=triton_compat.GPUTarget("cuda", 90, 32))
     seconds = time.perf_counter() - started
+    release.set()
     for thread in threading.enumerate():
         if thread.name == "kiln-prewarm":
             thread.join(timeout=120)
     kiln.get_pool().shutdown(wait=True)
     kiln.uninstall()
-    print(json.dumps({"opened": opened, "hash": compiled.hash, "seconds": seconds}))
+    result = {"opened": opened, "hash": compiled.hash, "seconds": seconds, "seeded": seeded_at_install}
+    print(json.dumps(result))
     """
 )
 
@@ -244,4 +256,5 @@ def test_the_callers_own_compile_uses_the_stored_key_without_hashing_libtriton(t
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["hash"]
+    assert result["seeded"], "kiln.install() returned before the caller's Triton had kiln's key"
     assert result["opened"] == [], f"the caller's compile hashed libtriton.so: {result['opened']}"
