@@ -8,9 +8,9 @@ CPU-only machines start nothing); the key is computed once per process::
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
         └─ thread "kiln-prewarm":
               Triton's key (hashes libtriton.so, ~2 s of CPU once per machine; kept on disk,
-                            later processes read it: triton_compat.triton_key), given to the
-                            caller's own Triton (seed_caller_triton_key; with a valid key file
-                            that happens before the thread, in prewarm itself: no hashing)
+                            later processes read it: triton_compat.triton_key); the caller's own
+                            Triton was already told, in prewarm itself, to ask kiln for it
+                            (seed_caller_triton_key: the stored key, or this computation's)
               -> the process's compile pool is made and started: its zygote spawns now, reads
                  the key from kiln's file, imports Triton and compiles its warm-up kernel
 
@@ -43,10 +43,10 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
 
     if not gpu_present():
         return False
-    # The caller's own Triton (plain @triton.jit kernels it compiles itself) gets kiln's stored
-    # key now, in the foreground: a few ms of stat calls, never a hash (a missing or stale key
-    # file is computed by the thread below, which seeds it then).
-    triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir, compute=False)
+    # The caller's own Triton (plain @triton.jit kernels it compiles itself) asks kiln for its
+    # key from now on: the stored one (a few ms of stat calls, never a hash), or the one the
+    # thread below is computing (waited for, not computed twice).
+    triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir)
     if not (sandbox or pool):
         return False
     if sandbox:
@@ -63,7 +63,7 @@ def _warm_pool() -> None:
     from triton_kiln.pool import get_pool
 
     try:
-        triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir, compute=True)
+        triton_compat.triton_key(settings_mod.current().triton_key_dir)
         get_pool().start()  # the zygote spawns in the background; nothing waits for it here
     except Exception as exc:  # the first tuning will meet (and report) the same problem
         log.debug("kiln: prewarming the compile pool failed: %s", exc)
