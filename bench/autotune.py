@@ -274,7 +274,7 @@ def run_set(set_name: str) -> dict[str, Any]:
 
     same_choice = triton_choice.all_kwargs() == kiln_choice.all_kwargs()
     with fresh_environment("harness"):
-        # both choices timed as Triton's autotuner times a config (the tuner's _bench), A,B,A,B
+        # both choices timed as Triton's autotuner times a config (the tuner's _bench), A,B, B,A
         # over 5 rounds; one config chosen by both is timed once per round and counts for both
         launch = harness_launch(call, kernel, key, triton_choice)
         k_runs, t_runs = choice_harness.time_pair(
