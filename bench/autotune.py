@@ -20,14 +20,15 @@ Arms, each from a fresh Triton cache, a fresh kiln cache and a fresh tuning data
 
 Reported: wall seconds to the first tuned result (the first call returns, synchronized), the
 chosen config, and both chosen configs timed again under one harness, in this process after
-both arms finished (``triton.testing.do_bench`` on Triton's JIT with the chosen meta-parameters,
-as ``triton.autotune`` times a config: warm-up 25 ms, rep 100 ms, median; five interleaved
-rounds, medians: ``kiln_choice_ms_triton_harness``, ``triton_choice_ms_triton_harness``), the
+both arms finished (exactly as ``triton.autotune`` times a config: the launch captured from a
+stock ``triton.autotune`` kernel, each config through that tuner's own ``Autotuner._bench``,
+``do_bench`` warm-up 25 ms, rep 100 ms, median; five alternating rounds, medians:
+``kiln_choice_ms_triton_harness``, ``triton_choice_ms_triton_harness``; ``bench/choice_harness.py``), the
 set's ``shape``, and ``limit_s`` (the longest compile or the sum of compiles over the cores,
 whichever is larger, plus kiln's final round: ``bench/choice_harness.py``) with
 ``kiln_first_over_limit``, so the ratio ``kiln_choice / triton_choice`` compares choices, not
-harnesses; when both tuners chose the same config the ratio is 1 by definition (the runs of
-the same config measured twice are kept in the JSON, as a measure of the harness's noise).
+harnesses; when both tuners chose the same config it is timed once per round and the ratio is
+1 by definition (``same_config``: noise is not counted as a difference).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import shlex
@@ -161,24 +163,32 @@ def timed_first_call(call: Callable[[Any], None], tuned: Any) -> float:
     return time.perf_counter() - started
 
 
-def harness_ms(call: Callable[..., None], kernel: Any, config: triton.Config) -> float:
-    """The chosen config timed on Triton's JIT with ``triton.testing.do_bench`` as
-    ``triton.autotune`` times a config (warm-up 25 ms, rep 100 ms, median): the same harness
-    for both tuners' choices."""
-    meta = config.all_kwargs()
-    call(kernel, **meta)  # compile (cached) and warm
-    return float(
-        triton.testing.do_bench(lambda: call(kernel, **meta), warmup=25, rep=100, return_mode="median")
-    )
+def harness_launch(call: Callable[..., None], kernel: Any, key: list[str], config: Any) -> Any:
+    """The set's launch as a stock ``triton.autotune`` kernel makes it (given one config it
+    tunes nothing), captured (``choice_harness.Capture``) for the tuner's own ``_bench``."""
+    tuner = triton.autotune([config], key=key)(kernel)
+    capture = choice_harness.Capture(lambda t: kernel.__name__)
+    with capture.during([tuner]) as launches:
+        call(tuner)
+    torch.cuda.synchronize()
+    return launches[0]
 
 
-SECOND_PROCESS = textwrap.dedent(
+# The second process's imports (kiln as its docs import it: ``import triton_kiln as kiln``; the
+# distribution has no top-level ``kiln`` module, and round 1 on the H100 printed ``nan`` for this
+# column because the script imported one). Runnable alone, without a GPU: tests/test_bench_autotune.py.
+SECOND_PROCESS_IMPORTS = textwrap.dedent(
     """
     import sys, time
     started = time.perf_counter()
     sys.path[:0] = {paths!r}
-    import torch, triton, kiln
+    import torch, triton
+    import triton_kiln as kiln
     import autotune as bench
+    """
+)
+SECOND_PROCESS = SECOND_PROCESS_IMPORTS + textwrap.dedent(
+    """
     kernel, configs, case = bench.SETS[{set_name!r}]
     call, check, key = case()
     tuned = kiln.autotune(configs(), key=key)(kernel)
@@ -193,13 +203,23 @@ SECOND_PROCESS = textwrap.dedent(
 )
 
 
-def second_process(set_name: str, root: Path) -> dict[str, Any]:
+def second_process_env(root: Path) -> dict[str, str]:
+    """The second process's environment: the kiln arm's cache and database, a cold Triton cache."""
     env = dict(os.environ)
     env["TRITON_CACHE_DIR"] = str(root / "triton-second")  # Triton's cache stays cold: kiln must not need it
     env["KILN_CACHE_DIR"] = str(root / "kiln")
     env["KILN_TUNING_DB"] = str(root / "kiln" / "tuning.sqlite3")
-    paths = [str(Path(__file__).resolve().parent), *sys.path]
-    script = SECOND_PROCESS.format(paths=paths, set_name=set_name)
+    return env
+
+
+def second_process_paths() -> list[str]:
+    """``sys.path`` of the second process: this directory first, then this process's own."""
+    return [str(Path(__file__).resolve().parent), *sys.path]
+
+
+def second_process(set_name: str, root: Path) -> dict[str, Any]:
+    env = second_process_env(root)
+    script = SECOND_PROCESS.format(paths=second_process_paths(), set_name=set_name)
     started = time.perf_counter()
     out = subprocess.run(
         [sys.executable, "-c", script], check=False, capture_output=True, text=True, env=env, timeout=600
@@ -254,14 +274,15 @@ def run_set(set_name: str) -> dict[str, Any]:
 
     same_choice = triton_choice.all_kwargs() == kiln_choice.all_kwargs()
     with fresh_environment("harness"):
-        t_runs: list[float] = []
-        k_runs: list[float] = []
-        for round_ in range(5):  # interleaved, alternating order: drift hits both alike
-            order = [(t_runs, triton_choice), (k_runs, kiln_choice)]
-            for runs, choice in order if round_ % 2 == 0 else order[::-1]:
-                runs.append(harness_ms(call, kernel, choice))
-        t_ms = statistics.median(t_runs)
-        k_ms = t_ms if same_choice else statistics.median(k_runs)
+        # both choices timed as Triton's autotuner times a config (the tuner's _bench), A,B, B,A
+        # over 5 rounds; one config chosen by both is timed once per round and counts for both
+        launch = harness_launch(call, kernel, key, triton_choice)
+        k_runs, t_runs = choice_harness.time_pair(
+            functools.partial(choice_harness.tuner_bench_ms, launch, kiln_choice),
+            None if same_choice else functools.partial(choice_harness.tuner_bench_ms, launch, triton_choice),
+            5,
+        )
+        t_ms, k_ms = statistics.median(t_runs), statistics.median(k_runs)
     limit = choice_harness.limit_s([to_json(run)], os.cpu_count() or 1)
     result.update(
         {
@@ -301,6 +322,14 @@ def run_set(set_name: str) -> dict[str, Any]:
     return result
 
 
+def _second_call(second: dict[str, Any]) -> str:
+    """The second process's first call in seconds, or why there is none (its error's last line)."""
+    if "first_tuned_call_s" in second:
+        return f"{second['first_tuned_call_s']:.3f}"
+    lines = str(second.get("error") or "no result").strip().splitlines()
+    return f"failed: {lines[-1][:60]}" if lines else "failed"
+
+
 def summary(result: dict[str, Any]) -> str:
     lines = [
         "set       triton s   kiln s  speed-up  kiln/triton runtime  2nd proc first call s  compiles"
@@ -311,7 +340,7 @@ def summary(result: dict[str, Any]) -> str:
         lines.append(
             f"{name:8} {r['triton']['first_result_s']:9.1f} {r['kiln']['first_result_s']:8.1f} "
             f"{r['speedup_first_result']:8.2f}x {r['harness_ms']['kiln_over_triton']:19.3f} "
-            f"{second.get('first_tuned_call_s', float('nan')):22.3f} "
+            f"{_second_call(second):>22} "
             f"{second.get('compile_jobs_dispatched', '-'):>9} "
             f"{r.get('limit_s') or float('nan'):8.2f} {r.get('kiln_first_over_limit') or float('nan'):10.2f}"
         )

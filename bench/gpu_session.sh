@@ -118,11 +118,12 @@ for phase in "$@"; do
     autotune-all)
       TAIL=12 run autotune-all 300 python3 bench/autotune.py --set all --json "$out/autotune-all.json" ;;
     rw-a)  # #21's sizes: DyT 16384x4096 and SwiGLU
-      TAIL=14 run rw-a 400 python3 bench/realworld.py --ops liger_dyt_fwdbwd_16384x4096,liger_swiglu_fwd --out "$out/rw-a.json" ;;
+      TAIL=14 run rw-a 400 python3 bench/realworld.py --ops liger_dyt_fwdbwd_16384x4096,liger_swiglu_fwd --out "$out/rw-a.json" \
+        --md "$out/rw-a.md" ;;
     rw-b)
-      TAIL=14 run rw-b 400 python3 bench/realworld.py --ops liger_moe_fwd --out "$out/rw-b.json" ;;
+      TAIL=14 run rw-b 400 python3 bench/realworld.py --ops liger_moe_fwd --out "$out/rw-b.json" --md "$out/rw-b.md" ;;
     rw-c)
-      TAIL=14 run rw-c 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --out "$out/rw-c.json" ;;
+      TAIL=14 run rw-c 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --out "$out/rw-c.json" --md "$out/rw-c.md" ;;
     inductor-tests)  # kiln.inductor on torch 2.11 (#20): the GPU tests and the CPU ones
       TAIL=14 run inductor-tests 300 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_inductor_gpu.py \
         tests/test_inductor.py tests/test_inductor_faults.py ;;

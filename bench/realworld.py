@@ -29,8 +29,13 @@ Per op, the JSON has ``op``, ``configs`` (sum over the autotuned kernels the op 
 synchronized, tuning included; process start and imports excluded), ``triton_op_ms``,
 ``kiln_op_ms``, ``kiln_op_ms_triton_configs`` (``triton.testing.do_bench`` medians after tuning,
 same inputs, median over ``--repeats``), ``kiln_choice_ms_triton_harness`` and
-``triton_choice_ms_triton_harness`` (the ``harness`` arm: both chosen configs under do_bench in
-one process) and their ratio, ``shape`` (the op's sizes), ``limit_s`` (the least a tuning could
+``triton_choice_ms_triton_harness`` (the ``harness`` arm, in one process: per autotuned kernel
+and tuning key the op reaches, both arms' chosen configs timed by the tuner's own
+``Autotuner._bench`` alternately over >= 5 rounds, medians summed over the launches; the rows in
+``choice_kernel_rows``, also as a markdown table under ``--md``; the same config chosen by both
+is timed once and counts the same for both) and their ratio, the op-level timings
+(``*_op_level``: the whole op under ``do_bench``, host overhead included), ``shape`` (the op's
+sizes), ``limit_s`` (the least a tuning could
 take here: per kiln tuning run the longest compile or the sum of compiles over the cores,
 whichever is larger, plus the final round; summed) and ``kiln_first_over_limit``,
 ``outputs_match`` (kiln's outputs against Triton's, with
@@ -225,6 +230,15 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "choice_ratio_triton_harness": (
             kiln_choice / triton_choice if isinstance(kiln_choice, float) and triton_choice else None
         ),
+        **{
+            f"{arm}_choice_ms_triton_harness_op_level": field(
+                "harness", f"{arm}_choice_ms_triton_harness_op_level"
+            )
+            for arm in ("kiln", "triton")
+        },
+        "choice_kernel_rows": field("harness", "kernel_rows"),
+        "kernel_launches_failed": field("harness", "kernel_launches_failed"),
+        "kernels_same_config": field("harness", "kernels_same_config"),
         "limit_s": limit,
         "kiln_first_over_limit": kiln_first / limit if isinstance(kiln_first, float) and limit else None,
         "outputs_match": outputs.get("kiln", {}).get("match"),
@@ -255,7 +269,8 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         "kiln",
         "kiln@triton cfgs",
         "ratio",
-        "choice ms kiln/triton (1 process)",
+        "choice ms kiln/triton (per kernel, Triton's _bench)",
+        "op-level",
         "limit s",
         "kiln/limit",
         "outputs",
@@ -280,6 +295,8 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
                 _num(ratio, ".2f"),
                 f"{_num(r.get('kiln_choice_ms_triton_harness'), '.3f')}/"
                 f"{_num(r.get('triton_choice_ms_triton_harness'), '.3f')}",
+                f"{_num(r.get('kiln_choice_ms_triton_harness_op_level'), '.3f')}/"
+                f"{_num(r.get('triton_choice_ms_triton_harness_op_level'), '.3f')}",
                 _num(r.get("limit_s"), ".2f"),
                 _num(r.get("kiln_first_over_limit"), ".2f"),
                 {True: "match", False: "DIFFER", None: "-"}[r.get("outputs_match")],
@@ -295,6 +312,33 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
     return "\n".join(
         "  ".join(str(x).ljust(w) for x, w in zip(row, widths, strict=True)) for row in [head, *rows]
     )
+
+
+def kernel_table(ops: list[dict[str, Any]]) -> str:
+    """Markdown: per op, each kernel launch's two chosen configs under Triton's ``_bench``."""
+    head = ["op", "kernel", "key", "kiln config", "triton config", "kiln ms", "triton ms", "ratio", "rounds"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in ops:
+        for row in r.get("choice_kernel_rows") or []:
+            if "error" in row:
+                timed = ["-", "-", "-", row["error"][:80]]
+            else:
+                same = " (same config: timed once)" if row.get("same_config") else ""
+                pairs = zip(row["kiln_runs"], row["triton_runs"], strict=True)
+                rounds = " ".join(f"{a:.4f}/{b:.4f}" for a, b in pairs)
+                timed = [_num(row[k], ".4f") for k in ("kiln_ms", "triton_ms")] + [_num(row["ratio"], ".3f")]
+                timed.append(rounds + same)
+            kernel = str(row["kernel"]).rsplit(".", 1)[-1]
+            configs = [_config_text(row.get("kiln_config")), _config_text(row.get("triton_config"))]
+            lines.append("| " + " | ".join([r["op"], kernel, f"`{row['key']}`", *configs, *timed]) + " |")
+    return "\n".join(lines)
+
+
+def _config_text(config: dict[str, Any] | None) -> str:
+    if config is None:
+        return "-"
+    kwargs = ", ".join(f"{k}={v}" for k, v in config.get("kwargs", {}).items())
+    return f"{kwargs}, w{config.get('num_warps')}, s{config.get('num_stages')}".lstrip(", ")
 
 
 def meta(args: argparse.Namespace) -> dict[str, Any]:
@@ -334,7 +378,11 @@ def write(result: dict[str, Any], args: argparse.Namespace) -> None:
             f"{m.get('triton')}, {m.get('cores')} cores: `{m.get('command')}`"
             for m in runs
         )
-        args.md.write_text(f"# bench/realworld.py\n\n{header}\n\n{table(result['ops'], markdown=True)}\n")
+        kernels = kernel_table(result["ops"])
+        args.md.write_text(
+            f"# bench/realworld.py\n\n{header}\n\n{table(result['ops'], markdown=True)}\n\n"
+            f"## Chosen configs per kernel launch, under Triton's `Autotuner._bench`\n\n{kernels}\n"
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

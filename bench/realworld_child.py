@@ -17,7 +17,8 @@ assigning ``kiln.autotune`` to ``triton.autotune``, ``triton.runtime.autotune`` 
 kernel's configs cut down to Triton's choices from ``--choices``, so only the launch path
 differs from Triton's), and ``harness`` (stock ``triton.autotune``, no tuning: the ``kiln`` and
 ``triton`` arms' choices, ``--kiln-choices`` and ``--choices``, timed alternately in this one
-process with ``triton.testing.do_bench``; see ``bench/choice_harness.py``). In the assignment
+process: per kernel launch under the tuner's own ``_bench``, and per op with
+``triton.testing.do_bench``; see ``bench/choice_harness.py``). In the assignment
 mode a kernel that ``kiln.autotune`` refuses at
 import (``@triton.autotune`` over ``@triton.heuristics`` today) is left on Triton's autotuner
 and listed with the reason, unless ``--strict``.
@@ -267,7 +268,9 @@ def _bench_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, list[float]]:
 
 
 def run_harness(args: argparse.Namespace, tuners: list[Any], op: Any, result: dict[str, Any]) -> None:
-    """Both arms' chosen configs, timed alternately with ``do_bench`` in this process."""
+    """Both arms' chosen configs timed in this process: per kernel launch under the tuner's own
+    ``_bench`` (the numbers that decide; ``bench/choice_harness.py``), and the op's whole call
+    alternately with ``do_bench`` (``*_op_level``: host overhead included)."""
     import torch
 
     chosen = {
@@ -277,8 +280,26 @@ def run_harness(args: argparse.Namespace, tuners: list[Any], op: Any, result: di
     originals: dict[int, list[Any]] = {}
     torch.manual_seed(0)
     case = op.build()
-    result["stage"] = "harness"
-    applied: dict[str, Any] = {}
+    result["stage"] = "harness capture"
+    applied = {"kiln": choice_harness.apply_choices(tuners, chosen["kiln"], _name, config_json, originals)}
+    capture = choice_harness.Capture(_name)
+    with capture.during(tuners) as launches:
+        case.run()  # the kiln arm's choices: nothing is tuned; every launch is recorded
+        torch.cuda.synchronize()
+    result["stage"] = "harness per kernel"
+    rows = choice_harness.time_kernel_choices(
+        launches,
+        chosen,
+        lambda tuner: originals.get(id(tuner), tuner.configs),
+        config_json,
+        choice_harness.tuner_bench_ms,
+        rounds=max(5, args.repeats),
+    )
+    torch.cuda.synchronize()
+    result["kernel_rows"] = rows
+    result.update(choice_harness.sum_rows(rows))
+
+    result["stage"] = "harness op level"
 
     def setup(arm: str) -> Any:
         def apply() -> None:
@@ -292,9 +313,9 @@ def run_harness(args: argparse.Namespace, tuners: list[Any], op: Any, result: di
         {arm: setup(arm) for arm in chosen}, case.run, lambda fn: _bench_ms(fn, 1)[0], args.repeats
     )
     result["applied"] = applied
-    result["kiln_choice_ms_triton_harness"] = timed["kiln"]["ms"]
-    result["triton_choice_ms_triton_harness"] = timed["triton"]["ms"]
-    result["harness_runs"] = timed
+    result["kiln_choice_ms_triton_harness_op_level"] = timed["kiln"]["ms"]
+    result["triton_choice_ms_triton_harness_op_level"] = timed["triton"]["ms"]
+    result["harness_runs_op_level"] = timed
 
 
 def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:

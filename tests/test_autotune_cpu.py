@@ -357,6 +357,45 @@ def test_the_screening_alone_never_decides_between_two_ok_configs(make_pool: Any
     assert tuner.last_run.split["final_s"] > 0.0
 
 
+class BudgetBench(TwoPhaseBench):
+    """Records what each final-round call asks of the GPU: (config, warm-up ms, rep ms)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.final_asks: list[tuple[str, float, float]] = []
+
+    def bench(self, candidate: Any, artifact: Any, grid: Any, phase: Any = None) -> BenchOutcome:
+        if not phase.check:
+            self.final_asks.append((candidate.label.split(",")[0], phase.warmup_ms, phase.rep_ms))
+        return super().bench(candidate, artifact, grid, phase)
+
+
+def test_the_final_round_costs_each_finalist_what_do_bench_costs_it(make_pool: Any, tmp_path: Path) -> None:
+    """Issue 21: the final round cost ~0.6 s per kernel. Each finalist is asked for do_bench's
+    budget and no more: one warm-up of ``warmup`` ms (its first pass; later passes one call,
+    warm-up 0) and ``rep`` ms of runs over all its passes."""
+    blocks = (16, 32, 64, 128, 256)
+    screen = {16: 1.0, 32: 1.01, 64: 1.02, 128: 3.0, 256: 4.0}  # three finalists
+    tuner, _ = make_tuner(make_pool, tmp_path, configs(*blocks), by_block(screen))
+    benches: list[BudgetBench] = []
+
+    def factory(t: Any, args: Any, kw: Any) -> BudgetBench:
+        benches.append(BudgetBench(t, args, kw, by_block(screen), final_of=by_block(screen)))
+        return benches[-1]
+
+    tune(tuner, factory)
+    asks = benches[0].final_asks
+    finalists = ["BLOCK=16", "BLOCK=32", "BLOCK=64"]
+    assert sorted({label for label, _, _ in asks}) == finalists
+    for label in finalists:
+        mine = [(warmup, rep) for name, warmup, rep in asks if name == label]
+        assert len(mine) == tuner._final_passes
+        assert [w for w, _ in mine] == [tuner._warmup_ms] + [0.0] * (tuner._final_passes - 1)
+        assert sum(r for _, r in mine) == pytest.approx(tuner._rep_ms)
+    total_ms = sum(w + r for _, w, r in asks)
+    assert total_ms == pytest.approx(len(finalists) * (tuner._warmup_ms + tuner._rep_ms))
+
+
 class SampledBench(TwoPhaseBench):
     """The final round's passes send every run back (as both sandboxes do when asked)."""
 
@@ -528,3 +567,21 @@ def test_same_label_with_another_pre_hook_is_a_config_of_its_own(make_pool: Any,
     tune(tuner, bench)
     assert tuner.best_config is second
     assert len({label for label, _, _ in FakeBench.instances[-1].calls}) == 2
+
+
+def test_a_tuning_gives_the_callers_triton_kilns_key(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 21: the caller's own plain @triton.jit kernels paid Triton's key (hashing
+    libtriton.so). The first tuning needs kiln's key anyway, and hands it to the caller's Triton
+    (once per process), even where nothing was prewarmed (no GPU seen at definition)."""
+    from triton_kiln import triton_compat
+
+    seeded: list[Any] = []
+    monkeypatch.setattr(triton_compat.core, "_CALLER_SEEDED", False)
+    monkeypatch.setattr(triton_compat.core, "seed_triton_key", lambda key: seeded.append(key) or True)
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(16, 32), by_block({16: 1.0, 32: 2.0}))
+    tune(tuner, bench)
+    tune(tuner, bench, n=8192)  # another key: the caller's Triton was seeded once
+    assert len(seeded) == 1  # Triton asks kiln's triton_key (the stored key, or computed once)
+    assert seeded[0]() == triton_compat.triton_key(tuner._settings.triton_key_dir)

@@ -173,3 +173,110 @@ def test_the_stored_key_is_tied_to_libtriton_identity(
     os.replace(replacement, library)
     assert library.stat().st_ino != stat.st_ino
     assert triton_compat.core._fingerprint() != before
+
+
+# -- the caller's own Triton: kiln's stored key, no hashing ---------------------------------------
+
+_CALLER_CHILD = textwrap.dedent(
+    """
+    import builtins, io, json, os, sys, threading, time
+
+    opened = []
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if "libtriton" in os.fspath(file) if isinstance(file, (str, bytes, os.PathLike)) else False:
+            opened.append(os.fspath(file))
+        return real_open(file, *args, **kwargs)
+
+    builtins.open = counting_open
+    io.open = counting_open
+    sys.path.insert(0, sys.argv[1])
+    import triton
+    import triton_kiln as kiln
+    from triton_kiln import triton_compat
+    from triton_kiln.sandbox import registry
+
+    registry.gpu_present = lambda: True  # the only fake: kiln believes it runs on a GPU machine
+    # kiln's prewarm thread is held back until the compile is done: the key the caller's Triton
+    # uses must come from install() itself, in the foreground, not from a thread that may be late
+    import triton.runtime.cache as cache_mod
+    from triton_kiln.autotuner import prewarm as prewarm_mod
+
+    tritons_own = cache_mod.triton_key
+    release = threading.Event()
+    warm_pool = prewarm_mod._warm_pool
+    if sys.argv[2] == "held":
+        prewarm_mod._warm_pool = lambda: (release.wait(120), warm_pool())
+    kiln.install()
+    seeded_at_install = cache_mod.triton_key is not tritons_own
+    from kernels import add_kernel  # a plain @triton.jit kernel, compiled here, in the caller
+
+    src = triton_compat.ASTSource(
+        add_kernel,
+        {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+        {"BLOCK": 64},
+    )
+    started = time.perf_counter()
+    compiled = triton.compile(src, target=triton_compat.GPUTarget("cuda", 90, 32))
+    seconds = time.perf_counter() - started
+    release.set()
+    for thread in threading.enumerate():
+        if thread.name == "kiln-prewarm":
+            thread.join(timeout=120)
+    kiln.get_pool().shutdown(wait=True)
+    kiln.uninstall()
+    result = {"opened": opened, "hash": compiled.hash, "seconds": seconds, "seeded": seeded_at_install}
+    print(json.dumps(result))
+    """
+)
+
+
+def _caller_env(tmp_path: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+        "KILN_CACHE_DIR": str(tmp_path / "cache"),
+        "KILN_SANDBOX": "0",
+        "KILN_WORKERS": "1",
+        "TRITON_CACHE_DIR": str(tmp_path / "triton"),
+    }
+
+
+def _caller_process(env: dict[str, str], mode: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-c", _CALLER_CHILD, str(Path(__file__).resolve().parent), mode],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_the_callers_own_compile_uses_the_stored_key_without_hashing_libtriton(tmp_path: Path) -> None:
+    """Issue 21: a library's plain ``@triton.jit`` kernels compile in the caller, and the first one
+    paid Triton's key (~2 s hashing libtriton.so). After ``kiln.install()`` on a GPU machine with
+    a valid key file, the caller's Triton has kiln's key: the compile opens no libtriton.so."""
+    _key_process(tmp_path / "cache")  # a valid key file, as an earlier process on this machine left it
+    env = _caller_env(tmp_path)
+    result = _caller_process(env, "held")
+    assert result["hash"]
+    assert result["seeded"], "kiln.install() returned before the caller's Triton had kiln's key"
+    assert result["opened"] == [], f"the caller's compile hashed libtriton.so: {result['opened']}"
+
+
+def test_without_a_key_file_the_callers_compile_waits_for_kilns_hash_instead_of_hashing_again(
+    tmp_path: Path,
+) -> None:
+    """A machine's first process (no key file yet): kiln's prewarm thread hashes libtriton.so
+    from ``kiln.install()`` on; the caller's own compile, right after, waits for that hash
+    instead of running a second one beside it (libtriton.so read once in the process)."""
+    result = _caller_process(_caller_env(tmp_path), "free")
+    assert result["hash"]
+    assert result["seeded"]
+    assert len(result["opened"]) == 1, f"libtriton.so hashed {len(result['opened'])} times"
+    assert json.loads(next((tmp_path / "cache").glob("triton-key-v*.json")).read_text())["key"]

@@ -230,6 +230,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 provenance.from_memory(self.base_fn.__name__, key, config_label(self.cache[key]))
                 self._told.add(key)
             if key not in self.cache:
+                triton_compat.seed_caller_triton_key(self._settings.triton_key_dir)
                 pruned = self.prune_configs(kwargs)
                 started = time.time()
                 TuningSession(self).tune(key, pruned, args, kwargs, grid)

@@ -8,7 +8,9 @@ CPU-only machines start nothing); the key is computed once per process::
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
         └─ thread "kiln-prewarm":
               Triton's key (hashes libtriton.so, ~2 s of CPU once per machine; kept on disk,
-                            later processes read it: triton_compat.triton_key)
+                            later processes read it: triton_compat.triton_key); the caller's own
+                            Triton was already told, in prewarm itself, to ask kiln for it
+                            (seed_caller_triton_key: the stored key, or this computation's)
               -> the process's compile pool is made and started: its zygote spawns now, reads
                  the key from kiln's file, imports Triton and compiles its warm-up kernel
 
@@ -39,7 +41,13 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
     global _started
     from triton_kiln.sandbox.registry import gpu_present, prestart
 
-    if not (sandbox or pool) or not gpu_present():
+    if not gpu_present():
+        return False
+    # The caller's own Triton (plain @triton.jit kernels it compiles itself) asks kiln for its
+    # key from now on: the stored one (a few ms of stat calls, never a hash), or the one the
+    # thread below is computing (waited for, not computed twice).
+    triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir)
+    if not (sandbox or pool):
         return False
     if sandbox:
         prestart()

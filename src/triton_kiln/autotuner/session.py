@@ -241,7 +241,8 @@ class TuningSession:
         Only *contenders* (see :func:`contenders`: at least two when two configs are ok, so the
         screening taken while the CPU compiled never decides alone) are timed, in
         ``_final_passes`` alternating passes that share Triton's single ``rep`` between them
-        (clock and thermal drift during the round hits every finalist alike). Each pass is
+        (drift hits every finalist alike), each finalist warmed up once, on its first pass
+        (later ones: one call, the GPU busy): it costs do_bench's ``warmup + rep``. Each pass is
         do_bench's loop (an L2 flush of 256 MB before every run, events around each run); every
         run's time comes back and a finalist's time is do_bench's median (and 20th/80th
         percentiles) of all its runs pooled, the estimate ``triton.autotune`` would compute from
@@ -254,7 +255,7 @@ class TuningSession:
         self.progress.phase(f"final round: {len(finalists)} configs")
         passes_n = tuner._final_passes
         first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False, samples=True)
-        later = Phase(tuner._screen_ms[0], tuner._rep_ms / passes_n, check=False, samples=True)
+        later = Phase(0.0, tuner._rep_ms / passes_n, check=False, samples=True)  # one warm-up call
         passes: dict[str, list[list[float]]] = {c.label: [] for c in finalists}
         runs: dict[str, list[float] | None] = {c.label: [] for c in finalists}
         failed: dict[str, ConfigResult] = {}

@@ -119,7 +119,13 @@ from triton_kiln.triton_compat.core import (
     make_backend as make_backend,
 )
 from triton_kiln.triton_compat.core import (
+    seed_caller_triton_key as seed_caller_triton_key,
+)
+from triton_kiln.triton_compat.core import (
     seed_triton_key as seed_triton_key,
+)
+from triton_kiln.triton_compat.core import (
+    stored_triton_key as stored_triton_key,
 )
 from triton_kiln.triton_compat.core import (
     triton_env as triton_env,

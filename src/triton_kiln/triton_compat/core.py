@@ -9,6 +9,8 @@ import hashlib
 import json
 import os
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -112,6 +114,9 @@ def _fingerprint() -> str:
 
 
 _TRITON_KEY: str | None = None
+_TRITONS_OWN: Any = None  # Triton's own triton_key(), kept when kiln seeds its replacement
+_KEY_LOCK = threading.Lock()  # one computation per process: a second asker waits for the first
+os.register_at_fork(after_in_child=lambda: globals().update(_KEY_LOCK=threading.Lock()))
 
 
 def triton_key(cache_dir: Path | None = None) -> str:
@@ -123,23 +128,23 @@ def triton_key(cache_dir: Path | None = None) -> str:
     inode, the size and mtime of every other file it covers): a later process reads it and
     hashes nothing; a new Triton invalidates it.
     """
-    global _TRITON_KEY
-    if _TRITON_KEY is not None:
-        return _TRITON_KEY
-    fingerprint = _fingerprint()
-    path = None
-    if cache_dir is not None:
-        path = cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
-        try:
-            record = json.loads(path.read_text())
-            if record.get("fingerprint") == fingerprint and isinstance(record.get("key"), str):
-                _TRITON_KEY = record["key"]
-                return _TRITON_KEY
-        except (OSError, ValueError):
-            pass
-    from triton.runtime.cache import triton_key as _compute
+    with _KEY_LOCK:
+        return _triton_key(cache_dir)
 
-    key = str(_compute())
+
+def _triton_key(cache_dir: Path | None) -> str:
+    global _TRITON_KEY
+    stored = stored_triton_key(cache_dir)
+    if stored is not None:
+        return stored
+    fingerprint = _fingerprint()
+    path = None if cache_dir is None else cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
+    compute = _TRITONS_OWN
+    if compute is None:
+        import triton.runtime.cache as cache_mod
+
+        compute = cache_mod.triton_key
+    key = str(compute())
     _TRITON_KEY = key
     if path is not None:
         from triton_kiln.files import atomic_write
@@ -149,8 +154,46 @@ def triton_key(cache_dir: Path | None = None) -> str:
     return key
 
 
-def seed_triton_key(key: str) -> bool:
-    """Make Triton's own ``triton_key()`` return ``key`` in this process, without hashing.
+def stored_triton_key(cache_dir: Path | None) -> str | None:
+    """The key this process already holds, or the one kept in ``cache_dir`` when its fingerprint
+    still matches (a few ms of ``stat`` calls); ``None`` otherwise. Never hashes anything."""
+    global _TRITON_KEY
+    if _TRITON_KEY is not None:
+        return _TRITON_KEY
+    if cache_dir is None:
+        return None
+    try:
+        record = json.loads((cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("key"), str):
+        return None
+    if record.get("fingerprint") != _fingerprint():
+        return None
+    _TRITON_KEY = record["key"]
+    return _TRITON_KEY
+
+
+_CALLER_SEEDED = False
+
+
+def seed_caller_triton_key(cache_dir: Path | None) -> bool:
+    """Give this process's own Triton kiln's key (:func:`seed_triton_key`), once per process, so
+    that what the caller compiles itself (a library's plain ``@triton.jit`` kernels) never hashes
+    ``libtriton.so`` a second time. Nothing is read or hashed here: Triton's first ask gets
+    :func:`triton_key` (the key held, or kept in ``cache_dir`` with a matching fingerprint: a few
+    ms; else computed once, and a computation already under way in kiln's prewarm thread is
+    waited for rather than repeated). ``False`` when this Triton cannot be seeded."""
+    global _CALLER_SEEDED
+    if _CALLER_SEEDED:
+        return True
+    _CALLER_SEEDED = True
+    return seed_triton_key(functools.partial(triton_key, cache_dir))
+
+
+def seed_triton_key(key: str | Callable[[], str]) -> bool:
+    """Make Triton's own ``triton_key()`` return ``key`` (or ``key()``, asked once, at Triton's
+    first ask) in this process, without hashing.
 
     Triton computes its key on a process's first compile by hashing its sources and the
     500 MB ``libtriton.so`` (0.3-0.5 s of CPU). The zygote already holds that key, read from
@@ -170,10 +213,13 @@ def seed_triton_key(key: str) -> bool:
         return False
     if cache_info().currsize:
         return False  # already computed in this process: nothing to save
+    global _TRITONS_OWN
+    if _TRITONS_OWN is None:
+        _TRITONS_OWN = original  # kiln's triton_key computes with it (never with a seeded one)
 
     @functools.lru_cache
     def seeded() -> str:
-        return key
+        return key if isinstance(key, str) else key()
 
     for name, module in list(sys.modules.items()):
         is_triton = name == "triton" or name.startswith("triton.")
