@@ -135,6 +135,14 @@ for phase in "$@"; do
     ranks)  # #22: 8 processes on one GPU tuning the 72-config matmul, kiln and triton.autotune
       TAIL=20 run ranks 450 python3 bench/ranks.py --processes 8 --out "$out/ranks.json"
       TAIL=8 run node-gpu 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_tuning.py ;;
+    ray-part-a)  # Ray's wheel is larger than one carry: its first part waits in /tmp for ray-install
+      mkdir -p /tmp/raywhl && cp .whl_ray_a/* /tmp/raywhl/ && ls -la /tmp/raywhl ;;
+    ray-install)  # the second part, the wheel checked, Ray and its missing dependencies into /tmp/site
+      cp .whl_ray_b/* /tmp/raywhl/ && (cd /tmp/raywhl && cat ray.part.* > ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl \
+        && sha256sum -c ray.sha256) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target /tmp/site /tmp/raywhl/*.whl && python3 -c "import ray; print('ray', ray.__version__)" ;;
+    farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
+      TAIL=16 run farm 420 env PATH="/tmp/site/bin:$PATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
