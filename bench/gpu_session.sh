@@ -140,9 +140,10 @@ for phase in "$@"; do
     ray-install)  # the second part, the wheel checked, Ray and its missing dependencies into /tmp/site
       cp .whl_ray_b/* /tmp/raywhl/ && (cd /tmp/raywhl && cat ray.part.* > ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl \
         && sha256sum -c ray.sha256) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
-        --target /tmp/site /tmp/raywhl/*.whl && python3 -c "import ray; print('ray', ray.__version__)" ;;
+        --target /tmp/raysite /tmp/raywhl/*.whl && PYTHONPATH=/tmp/raysite:$PYTHONPATH python3 -c "import ray; print('ray', ray.__version__)" \
+        && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
-      TAIL=16 run farm 420 env PATH="/tmp/site/bin:$PATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
+      TAIL=16 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
