@@ -1,0 +1,139 @@
+"""Plain ``@triton.jit`` kernels (not autotuned) compile in kiln's pool under ``kiln.install()``
+(kiln.jit_routing): real compiles for sm_90, the GPU driver's target the only fake; the caller's
+own compile made to raise; real compiler faults (abort, segfault) in the pool's workers; the
+pool's processes counted after each test (make_pool)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import jit_fault_kernels
+import kernels
+import triton_kiln as kiln
+from jit_support import (
+    caller_cannot_compile,  # noqa: F401 - fixture
+    cubin_sha,
+    fake_driver,  # noqa: F401 - autouse fixture
+    route_on,  # noqa: F401 - fixture
+)
+from triton_kiln import CompilePool, jit_routing, settings
+from triton_kiln.jit_routing import JitCompileCrashedError
+from triton_kiln.triton_compat import jit_hook
+
+F32 = torch.float32
+SIGNAL = {"abort": "SIGABRT", "segv": "SIGSEGV"}
+
+
+def warm_add(block: int = 128, num_warps: int = 4) -> object:
+    """``add_kernel``'s compile for one specialization, as a first call makes it (no launch)."""
+    return kernels.add_kernel.warmup(F32, F32, F32, 1024, BLOCK=block, num_warps=num_warps, grid=(1,))
+
+
+@pytest.fixture(autouse=True)
+def fresh_jit_caches() -> None:
+    kernels.add_kernel.device_caches.clear()  # the in-memory cache of earlier tests' compiles
+
+
+def tritons_own_cubin(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> str:
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path) + "/own-triton-cache")
+    sha = cubin_sha(warm_add())
+    kernels.add_kernel.device_caches.clear()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path) + "/triton-cache")
+    return sha
+
+
+def test_a_plain_jit_kernel_compiles_in_the_pool_to_tritons_own_binary(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: object,
+) -> None:
+    own = tritons_own_cubin(monkeypatch, tmp_path)
+    pool = make_pool()
+    route_on(pool)
+    tried: list[str] = []
+
+    def refuse(self: object, *args: object, **kwargs: object) -> object:
+        tried.append(str(getattr(self, "name", self)))
+        raise AssertionError("compiled in the calling process")
+
+    import triton.compiler.compiler as triton_compiler
+
+    monkeypatch.setattr(triton_compiler.ASTSource, "make_ir", refuse)
+    kernel = warm_add()
+    assert tried == []  # nothing compiled in this process
+    assert pool.stats.compiled == 1
+    assert cubin_sha(kernel) == own
+    assert kernel.hash is not None
+
+
+def test_nothing_compiles_in_the_caller(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    caller_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    route_on(make_pool())
+    for block, warps in ((64, 2), (256, 8)):
+        warm_add(block, warps)
+    assert caller_cannot_compile == []
+
+
+def test_a_compile_triton_already_cached_is_not_dispatched(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    warm_add()  # Triton's own compile (not routed yet): Triton's disk cache has it
+    kernels.add_kernel.device_caches.clear()
+    pool = make_pool()
+    route_on(pool)
+    warm_add()
+    assert pool.stats.submitted == 0
+    warm_add(block=64)  # not in Triton's cache: this one goes to the pool
+    assert pool.stats.submitted == 1
+
+
+@pytest.mark.parametrize("mode", ["abort", "segv"])
+def test_a_compiler_crash_raises_kilns_error_and_the_caller_survives(
+    mode: str,
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    pool = make_pool(workers=2, preload=["inductor_faults_preload"])
+    route_on(pool)
+    kernel = getattr(jit_fault_kernels, f"copy_kilnfault_{mode}")
+    with pytest.raises(JitCompileCrashedError) as caught:
+        kernel.warmup(F32, F32, 1024, BLOCK=128, num_warps=8, grid=(1,))
+    assert f"copy_kilnfault_{mode}" in str(caught.value)
+    assert SIGNAL[mode] in str(caught.value)
+    assert caught.value.source_file.endswith("jit_fault_kernels.py")
+    # this process is alive, and the pool still compiles
+    assert kernel.warmup(F32, F32, 1024, BLOCK=128, num_warps=4, grid=(1,)) is not None
+    assert os.getpid() > 0
+
+
+def test_install_routes_jit_and_uninstall_restores_tritons_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = jit_hook.do_compile_current()
+    kiln.install()
+    try:
+        assert jit_routing.installed()
+        assert jit_hook.do_compile_current() is not original
+    finally:
+        kiln.uninstall()
+    assert not jit_routing.installed()
+    assert jit_hook.do_compile_current() is original
+
+
+def test_kiln_route_jit_0_leaves_plain_jit_to_triton(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = jit_hook.do_compile_current()
+    monkeypatch.setenv("KILN_ROUTE_JIT", "0")
+    assert settings.current().route_jit is False
+    kiln.install()
+    try:
+        assert not jit_routing.installed()
+        assert jit_hook.do_compile_current() is original
+    finally:
+        kiln.uninstall()
