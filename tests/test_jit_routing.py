@@ -5,11 +5,15 @@ pool's processes counted after each test (make_pool)."""
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 
 import pytest
 import torch
+import triton
+import triton.language as tl
+from triton.compiler.errors import CompilationError
 
 import jit_fault_kernels
 import kernels
@@ -20,7 +24,7 @@ from jit_support import (
     fake_driver,  # noqa: F401 - autouse fixture
     route_on,  # noqa: F401 - fixture
 )
-from triton_kiln import CompilePool, jit_routing, settings
+from triton_kiln import CompilePool, CompileTimeoutError, jit_routing, settings
 from triton_kiln.jit_routing import JitCompileCrashedError
 from triton_kiln.triton_compat import jit_hook
 
@@ -113,6 +117,54 @@ def test_a_compiler_crash_raises_kilns_error_and_the_caller_survives(
     # this process is alive, and the pool still compiles
     assert kernel.warmup(F32, F32, 1024, BLOCK=128, num_warps=4, grid=(1,)) is not None
     assert os.getpid() > 0
+
+
+def test_a_compiler_hang_raises_kilns_timeout_error(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    route_on(make_pool(workers=2, preload=["inductor_faults_preload"], job_timeout_s=20.0))
+    with pytest.raises(JitCompileCrashedError) as caught:
+        jit_fault_kernels.copy_kilnfault_hang.warmup(F32, F32, 1024, BLOCK=128, num_warps=8, grid=(1,))
+    assert "copy_kilnfault_hang" in str(caught.value)
+    assert "timed out" in str(caught.value)
+    assert isinstance(caught.value.__cause__, CompileTimeoutError)
+
+
+def test_a_kernels_compile_error_is_tritons_own_and_not_compiled_here(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    caller_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    pool = make_pool()
+    route_on(pool)
+    with pytest.raises(CompilationError, match="undefined_name"):
+        jit_fault_kernels.does_not_compile.warmup(F32, BLOCK=128, grid=(1,))
+    assert caller_cannot_compile == []
+    assert pool.stats.submitted == 1
+
+
+class Opaque:
+    """A value no worker can rebuild (a parameter default of the kernel below)."""
+
+
+def test_a_kernel_the_pool_cannot_ship_is_compiled_by_triton(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    @triton.jit
+    def local_store(x_ptr, BLOCK: tl.constexpr, UNUSED: tl.constexpr = Opaque()):  # noqa: B008
+        tl.store(x_ptr + tl.arange(0, BLOCK), 1.0)
+
+    pool = make_pool()
+    route_on(pool)
+    with caplog.at_level(logging.DEBUG, logger="kiln.install"):
+        kernel = local_store.warmup(F32, BLOCK=64, UNUSED=1, grid=(1,))
+    assert kernel is not None
+    assert kernel.asm["cubin"]
+    assert pool.stats.dispatched == 0
+    assert any("local_store is compiled by Triton in this process" in r.getMessage() for r in caplog.records)
 
 
 def test_install_routes_jit_and_uninstall_restores_tritons_own(monkeypatch: pytest.MonkeyPatch) -> None:

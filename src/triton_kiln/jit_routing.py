@@ -21,8 +21,10 @@ every ``@jit`` function and global it reads, signature, constexprs, attrs, optio
 Triton's version and key and environment (a kernel kiln cannot ship, e.g. a ``__main__`` kernel
 without source, raises building the request, and Triton compiles it itself, logged at DEBUG).
 
-A compile error of the kernel itself (a ``CompilationError``) comes back as kiln's
-:class:`~kiln.errors.RemoteCompileError` with Triton's type, message and traceback. kiln's own
+A compile error of the kernel itself (Triton's ``CompilationError``) is raised as itself, as
+``triton.compile`` raises it. Any other failure on kiln's side (the worker cannot import or
+rebuild the kernel, an error that could not be sent back) is logged at DEBUG and Triton's own
+compile runs here: the caller gets what it would have had without kiln. kiln's own
 processes (zygote, workers, sandboxes) never route, nor does a compile already inside a routed
 one (a thread-local guard); Triton's async compile mode is left to Triton.
 """
@@ -153,16 +155,27 @@ def _compile_in_pool(
         slot = triton_slot(inputs.src, inputs.backend, inputs.options)
         if slot.cached():
             return None  # Triton's cache has it: its own _do_compile loads it, nothing to dispatch
-        request = _request(inputs, pool)
+        # raises, in this thread, for a kernel the pool cannot ship (KernelSpecError)
+        future = pool.submit(_request(inputs, pool))
     except Exception as exc:
         log.debug("kiln: %s is compiled by Triton in this process, not in kiln's pool: %s", name, exc)
         return None
     try:
-        artifact = pool.submit(request).result(timeout=_wait_s(pool))
-    except RemoteCompileError:
-        raise  # the compile's own error (Triton's type, message and traceback), as Triton's would be
+        artifact = future.result(timeout=_wait_s(pool))
     except JobFailure as exc:
-        raise JitCompileCrashedError(name, compat.jit_kernel_file(fn), exc) from exc
+        if not isinstance(exc, RemoteCompileError):
+            raise JitCompileCrashedError(name, compat.jit_kernel_file(fn), exc) from exc
+        log.debug("kiln: %s: kiln's pool could not compile it (%s); Triton compiles it", name, exc)
+        return None
+    except TimeoutError:
+        raise  # the pool outlived its own job timeout: never compile here after a hang
+    except Exception as exc:
+        if compat.is_compile_error(exc):
+            raise  # Triton's own error about the kernel's code, as triton.compile raises it
+        # kiln's side failed (the worker could not import or rebuild the kernel...): Triton's
+        # own compile is what the caller would have had without kiln.
+        log.debug("kiln: %s: kiln's pool could not compile it (%r); Triton compiles it", name, exc)
+        return None
     seed_triton_cache(slot, artifact)
     return slot
 

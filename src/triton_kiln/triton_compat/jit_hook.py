@@ -94,6 +94,14 @@ def async_compile_active() -> bool:
     return _async_compile.active_mode.get() is not None
 
 
+def is_compile_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is Triton's own error about the kernel's code (``CompilationError`` and its
+    subclasses: what ``triton.compile`` raises for a kernel it cannot compile)."""
+    from triton.compiler.errors import CompilationError
+
+    return isinstance(exc, CompilationError)
+
+
 def compiled_kernel_hash(kernel: Any) -> str | None:
     """The cache hash a ``CompiledKernel`` was loaded or compiled under (``None`` for anything else)."""
     value = getattr(kernel, "hash", None)
