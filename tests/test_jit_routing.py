@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -189,3 +192,48 @@ def test_kiln_route_jit_0_leaves_plain_jit_to_triton(monkeypatch: pytest.MonkeyP
         assert jit_hook.do_compile_current() is original
     finally:
         kiln.uninstall()
+
+
+CALLER_KEY_SCRIPT = """
+import sys, torch, triton.runtime.cache as cache
+from triton.runtime import driver
+sys.path.insert(0, {tests!r})
+import jit_support, kernels
+from triton_kiln import CompilePool, jit_routing
+driver._active = jit_support.FakeDriver()
+tritons_own_key = cache.triton_key
+pool = CompilePool(workers=1, cache_dir={cache!r})
+jit_routing._pool = lambda: pool
+jit_routing.install()
+kernels.add_kernel.warmup(torch.float32, torch.float32, torch.float32, 1024, BLOCK=128, grid=(1,))
+pool.shutdown(wait=True)
+print("hashed", tritons_own_key.cache_info().currsize, "compiled", pool.stats.compiled)
+"""
+
+
+def test_the_caller_never_hashes_tritons_key(tmp_path: Path) -> None:
+    """kiln's key file (fingerprint-checked) stands in for Triton's key in the calling process:
+    hashing the compile's slot and Triton's own cache hit after it hash no libtriton.so."""
+    cache = tmp_path / "kiln-cache"
+    tests = str(Path(__file__).resolve().parent)
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton-cache"))
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join([src, tests, env.get("PYTHONPATH", "")])
+    # once per machine (per cache directory): kiln's key file is written
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import pathlib; from triton_kiln import triton_compat; "
+            f"triton_compat.triton_key(pathlib.Path({str(cache)!r}))",
+        ],
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    script = CALLER_KEY_SCRIPT.format(tests=tests, cache=str(cache))
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "hashed 0 compiled 1" in done.stdout, done.stdout + done.stderr[-2000:]
