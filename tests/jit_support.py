@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import triton
 import triton.compiler.compiler as triton_compiler
 from triton.runtime import driver
 
@@ -38,6 +39,10 @@ class FakeDriver:
 @pytest.fixture(autouse=True)
 def fake_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(driver, "_active", FakeDriver())
+    # Other test modules (faults.py) install a compile stage hook in this process when imported;
+    # with one, kiln leaves plain jit compiles to Triton (test_a_caller_stage_hook_...).
+    if hasattr(triton.knobs.runtime, "add_stages_inspection_hook"):
+        monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", None)
 
 
 def cubin_sha(kernel: Any) -> str:

@@ -170,6 +170,30 @@ def test_a_kernel_the_pool_cannot_ship_is_compiled_by_triton(
     assert any("local_store is compiled by Triton in this process" in r.getMessage() for r in caplog.records)
 
 
+def test_a_caller_stage_hook_leaves_the_compile_to_triton(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A process that rewrites Triton's pipeline (a stage hook kiln's workers may lack) keeps
+    its compiles: kiln's binary could differ from the one Triton would make here."""
+    if not hasattr(triton.knobs.runtime, "add_stages_inspection_hook"):
+        pytest.skip("this Triton has no stage hook knob")
+    from triton_kiln.triton_compat import install_stages_hook
+
+    remove = install_stages_hook(lambda *args: None, "kiln-tests-jit-routing")
+    pool = make_pool()
+    route_on(pool)
+    try:
+        with caplog.at_level(logging.DEBUG, logger="kiln.install"):
+            warm_add()
+    finally:
+        remove()
+    assert pool.stats.submitted == 0
+    assert any("stage hook" in r.getMessage() for r in caplog.records)
+
+
 def test_install_routes_jit_and_uninstall_restores_tritons_own(monkeypatch: pytest.MonkeyPatch) -> None:
     original = jit_hook.do_compile_current()
     kiln.install()

@@ -147,6 +147,8 @@ def _compile_in_pool(
     :class:`JitCompileCrashedError` when the compile died, the compile's own error otherwise."""
     name = compat.jit_kernel_name(fn)
     try:
+        if compat.caller_stages_hooked():
+            raise _Unroutable("this process rewrites Triton's compile pipeline (a stage hook)")
         inputs = compat.jit_compile_inputs(fn, device, signature, constexprs, options, attrs)
         if inputs.target.backend not in ("cuda", "hip"):
             raise _Unroutable(f"target {inputs.target.backend} is not one kiln compiles for")

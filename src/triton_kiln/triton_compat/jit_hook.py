@@ -94,6 +94,16 @@ def async_compile_active() -> bool:
     return _async_compile.active_mode.get() is not None
 
 
+def caller_stages_hooked() -> bool:
+    """Whether this process rewrites Triton's compile pipeline (``knobs.runtime.
+    add_stages_inspection_hook``, Triton >= 3.6; 3.5 has no such knob): kiln's workers may not
+    have the same hook, so the compile stays Triton's. (From 3.7 the hook also adds an entry to
+    the JIT's specialization, which is no argument of the kernel.)"""
+    import triton
+
+    return getattr(triton.knobs.runtime, "add_stages_inspection_hook", None) is not None
+
+
 def is_compile_error(exc: BaseException) -> bool:
     """Whether ``exc`` is Triton's own error about the kernel's code (``CompilationError`` and its
     subclasses: what ``triton.compile`` raises for a kernel it cannot compile)."""
