@@ -78,6 +78,31 @@ def test_a_plain_jit_kernel_compiles_in_the_pool_to_tritons_own_binary(
     assert kernel.hash is not None
 
 
+def test_a_gluon_kernel_compiles_in_the_pool_to_tritons_own_binary(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: object,
+) -> None:
+    """A ``@gluon.jit`` kernel (``GluonJITFunction``, a subclass) compiles from Gluon's own AST
+    source in the pool: the same binary as Gluon's own compile here."""
+    pytest.importorskip("triton.experimental.gluon")
+    import gluon_kernels
+
+    def warm() -> object:
+        return gluon_kernels.gluon_add.warmup(F32, F32, F32, 1024, BLOCK=256, grid=(1,))
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path) + "/own-triton-cache")
+    own = cubin_sha(warm())
+    gluon_kernels.gluon_add.device_caches.clear()
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path) + "/triton-cache")
+    pool = make_pool()
+    route_on(pool)
+    kernel = warm()
+    assert pool.stats.compiled == 1
+    assert cubin_sha(kernel) == own
+
+
 def test_nothing_compiles_in_the_caller(
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
