@@ -13,7 +13,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import torch
 import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
@@ -30,6 +29,8 @@ from jit_support import (
 from triton_kiln import CompilePool, CompileTimeoutError, jit_routing, settings
 from triton_kiln.jit_routing import JitCompileCrashedError
 from triton_kiln.triton_compat import jit_hook
+
+torch = pytest.importorskip("torch")  # warmup() takes torch dtypes for pointer arguments
 
 F32 = torch.float32
 SIGNAL = {"abort": "SIGABRT", "segv": "SIGSEGV"}
