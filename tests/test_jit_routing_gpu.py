@@ -64,9 +64,7 @@ def test_liger_moe_routing_kernels_compile_in_the_pool(routed: Any) -> None:
     pool, tried = routed
     torch.manual_seed(0)
     tokens, top_k, experts = 256, 2, 8
-    topk = torch.stack([torch.randperm(experts, device="cuda")[:top_k] for _ in range(tokens)]).to(
-        torch.int32
-    )
+    topk = torch.topk(torch.rand(tokens, experts, device="cuda"), top_k, dim=-1).indices
     routing(topk, experts)
     torch.cuda.synchronize()
     assert tried == []  # none of Liger's kernels compiled in this process
@@ -74,7 +72,14 @@ def test_liger_moe_routing_kernels_compile_in_the_pool(routed: Any) -> None:
 
 
 def _liger_routing_function(liger: Any) -> Callable[..., Any]:
-    for module in (liger, importlib.import_module("liger_kernel.ops.fused_moe")):
+    """Liger's host function that launches the three routing kernels, where this version has it."""
+    modules = [liger]
+    for name in ("liger_kernel.ops.fused_moe", "liger_kernel.ops.moe"):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    for module in modules:
         fn = getattr(module, "compute_routing_metadata", None)
         if fn is not None:
             return fn  # type: ignore[no-any-return]

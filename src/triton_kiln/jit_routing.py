@@ -178,7 +178,11 @@ def _compile_in_pool(
         # own compile is what the caller would have had without kiln.
         log.debug("kiln: %s: kiln's pool could not compile it (%r); Triton compiles it", name, exc)
         return None
-    seed_triton_cache(slot, artifact)
+    try:
+        seed_triton_cache(slot, artifact)
+    except OSError as exc:  # Triton's cache directory cannot take it: Triton compiles it here
+        log.debug("kiln: %s: Triton's cache could not be written (%s); Triton compiles it", name, exc)
+        return None
     return slot
 
 
@@ -190,8 +194,7 @@ def _request(inputs: compat.JitCompile, pool: Any) -> Any:
     arg_names = triton_compat.jit_arg_names(inputs.fn)
     hint = "by kiln's pool"
     allowed = triton_compat.backend_option_names(inputs.target)
-    # Only what differs from the backend's defaults: the worker's parse_options gives the rest
-    # (the hash check after the compile proves it).
+    # Only what differs from the backend's defaults: the worker's parse_options gives the rest.
     options = {
         k: v
         for k, v in inputs.options.items()
