@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,20 @@ def test_nothing_compiles_in_the_caller(
     for block, warps in ((64, 2), (256, 8)):
         warm_add(block, warps)
     assert caller_cannot_compile == []
+
+
+def test_threads_compiling_the_same_kernel_share_one_compile(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    caller_cannot_compile: list[str],  # noqa: F811
+) -> None:
+    pool = make_pool()
+    route_on(pool)
+    with ThreadPoolExecutor(4) as threads:
+        got = list(threads.map(lambda _: cubin_sha(warm_add(block=512)), range(4)))
+    assert len(set(got)) == 1
+    assert caller_cannot_compile == []
+    assert pool.stats.compiled == 1  # the others were served by the in-flight compile or its result
 
 
 def test_a_compile_triton_already_cached_is_not_dispatched(
