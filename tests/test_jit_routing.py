@@ -302,3 +302,18 @@ def test_the_caller_never_hashes_tritons_key(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "hashed 0 compiled 1" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("route_jit", "expected"), [(None, "True"), ("0", "False")])
+def test_kiln_autotune_1_at_import_routes_plain_jit(route_jit: str | None, expected: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env["KILN_AUTOTUNE"] = "1"
+    if route_jit is not None:
+        env["KILN_ROUTE_JIT"] = route_jit
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
+    code = "import triton_kiln; from triton_kiln import jit_routing; print(jit_routing.installed())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == expected
