@@ -49,6 +49,7 @@ _LAZY: dict[str, str] = {
     "CacheWarning": "triton_kiln.artifacts.store",
     "GPUTarget": "triton_kiln.triton_compat",
     "KernelLauncher": "triton_kiln.launch",
+    "JitCompileCrashedError": "triton_kiln.jit_routing",
     "install": "triton_kiln.routing",
     "uninstall": "triton_kiln.routing",
 }
@@ -99,6 +100,7 @@ if TYPE_CHECKING:
         ZygoteDiedError,
         ZygoteError,
     )
+    from triton_kiln.jit_routing import JitCompileCrashedError
     from triton_kiln.launch import KernelLauncher
     from triton_kiln.pool import CompilePool, PoolStats, get_pool
     from triton_kiln.settings import Settings
@@ -135,6 +137,7 @@ __all__ = [
     "CompiledArtifact",
     "Config",
     "GPUTarget",
+    "JitCompileCrashedError",
     "JobFailure",
     "KernelLauncher",
     "KernelSpecError",

@@ -15,6 +15,10 @@ What it routes, by rebinding names in Triton's modules (:func:`kiln.triton_compa
   A subclass that overrides a method kiln relies on is put back on Triton's class, with the
   reason logged (see :data:`kiln.autotuner.autotuner.TRITON_ONLY_METHODS`), never broken.
 
+* ``JITFunction._do_compile`` (unless ``KILN_ROUTE_JIT=0``): plain ``@triton.jit`` kernels,
+  whenever defined, compile in kiln's pool; a compiler crash raises
+  :class:`kiln.jit_routing.JitCompileCrashedError` (:mod:`kiln.jit_routing`, docs/JIT_ROUTING.md).
+
 What it does not route: kernels decorated before ``install()``, classes defined before it, and
 code that kept its own reference to Triton's ``autotune``/``Autotuner`` (``from triton import
 autotune`` executed earlier). ``uninstall()`` restores Triton's names; kernels already made stay
@@ -47,6 +51,8 @@ def install() -> None:
 
     current = settings.current()
     _route()
+    if current.route_jit:
+        _route_jit()
     _prewarm(current)
 
 
@@ -78,6 +84,8 @@ def install_from_environment() -> None:
         log.debug("kiln: %s Kernels triton.autotune makes raise it until the variable is fixed.", exc)
         return
     _route()
+    if current.route_jit:
+        _route_jit()
     _prewarm(current)
 
 
@@ -98,6 +106,13 @@ def _route() -> None:
     )
 
 
+def _route_jit() -> None:
+    # Plain @triton.jit kernels (not autotuned): their compiles in kiln's pool (kiln.jit_routing).
+    from triton_kiln import jit_routing
+
+    jit_routing.install()
+
+
 def _prewarm(current: Settings) -> None:
     # The libraries imported next define their kernels; on a GPU machine the sandbox, Triton's
     # key and the compile pool get ready meanwhile, in the background.
@@ -114,6 +129,9 @@ def uninstall() -> None:
         for module, name, value in reversed(_saved):
             setattr(module, name, value)
         _saved.clear()
+    from triton_kiln import jit_routing
+
+    jit_routing.uninstall()
     log.info("kiln: uninstalled: triton.autotune is Triton's again")
 
 

@@ -119,6 +119,11 @@ class Settings:
     """``KILN_INDUCTOR``: ``1`` routes torch Inductor's Triton compiles through kiln's pool at
     ``import triton_kiln`` (:func:`kiln.inductor.install`; docs/INDUCTOR.md)."""
 
+    route_jit: bool = True
+    """``KILN_ROUTE_JIT``: under :func:`kiln.install` (or ``KILN_AUTOTUNE=1``), plain
+    ``@triton.jit`` kernels compile in kiln's pool too; ``0`` leaves them to Triton
+    (docs/JIT_ROUTING.md)."""
+
     cache_max_mb: int | None = DEFAULT_CACHE_MAX_MB
     """``KILN_CACHE_MAX_MB``: MiB the artifact store may hold on disk before the least recently used
     entries are evicted (``0`` or ``unlimited``: no cap). The tuning database does not count."""
@@ -270,6 +275,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
     "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
+    "route_jit": ("KILN_ROUTE_JIT", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
     "remote_cache": (
         "KILN_REMOTE_CACHE",

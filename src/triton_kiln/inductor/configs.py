@@ -17,7 +17,6 @@ treats the config as failed. Any other error is the compile's own (a ``Compilati
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from concurrent.futures import Future, wait
@@ -25,7 +24,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from triton_kiln import triton_compat
+from triton_kiln.artifacts import triton_seed
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.artifacts.triton_seed import triton_slot
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
@@ -179,17 +180,8 @@ def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
     metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config."""
     inputs = job.compile
     src = triton_compat.ASTSource(inputs.fn, inputs.signature, inputs.constants, inputs.attrs or None)
-    slot = triton_compat.compile_hash(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
-    base = src.name[:150]  # as triton.compile names its files
-    metadata_name = f"{base}.json"
-    if triton_compat.triton_cache_group(slot, metadata_name) is not None:
-        return
-    metadata = dict(artifact.metadata)
-    metadata["hash"] = slot  # as triton.compile records it
-    files: dict[str, bytes | str] = {f"{base}.{ext}": text for ext, text in artifact.asm.items()}
-    files[f"{base}.{artifact.binary_ext}"] = artifact.binary
-    files[metadata_name] = json.dumps(metadata)
-    triton_compat.put_in_triton_cache(slot, files, metadata_name)
+    slot = triton_slot(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
+    triton_seed.seed_triton_cache(slot, artifact)
 
 
 def _label(cfg: Any) -> str:

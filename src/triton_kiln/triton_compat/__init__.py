@@ -11,7 +11,9 @@ use), so a process that only runs bundles can use the torch-side helpers without
 
 Modules: :mod:`.core` (targets, backends, environment, Triton's key), :mod:`.compiling` (the
 compile pool's and Helion adapter's needs, Gluon), :mod:`.autotuning` (the autotuner's,
-sandbox's and launcher's), :mod:`.versions` (version differences, validation). Every name is
+sandbox's and launcher's), :mod:`.versions` (version differences, validation); imported by
+module, not re-exported: :mod:`.inductor` (torch Inductor's names), :mod:`.jit_hook` (where
+:mod:`kiln.jit_routing` hooks Triton's JIT). Every name is
 re-exported here: callers write ``triton_compat.name``.
 """
 

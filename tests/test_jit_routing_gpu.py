@@ -1,0 +1,91 @@
+"""Plain ``@triton.jit`` kernels under ``kiln.install()`` on a GPU: compiled in kiln's pool (the
+calling process compiles nothing), launched by Triton, right results; Liger's MoE routing
+kernels (plain jit) the same, when liger_kernel is importable."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import kernels
+from triton_kiln import CompilePool, jit_routing
+
+pytestmark = pytest.mark.gpu
+
+LIGER_ROUTING_KERNELS = (
+    "_moe_router_histogram_kernel",
+    "_moe_router_prefix_sum_kernel",
+    "_moe_router_scatter_kernel",
+)
+
+
+@pytest.fixture
+def routed(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch) -> Any:
+    """kiln's jit routing on a fresh pool; a compile in this process is recorded and refused."""
+    import triton.compiler.compiler as triton_compiler
+
+    pool = make_pool()
+    monkeypatch.setattr(jit_routing, "_pool", lambda: pool)
+    tried: list[str] = []
+
+    def refuse(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tried.append(str(self.name))
+        raise AssertionError(f"{self.name} was compiled in the calling process")
+
+    monkeypatch.setattr(triton_compiler.ASTSource, "make_ir", refuse)
+    jit_routing.install()
+    yield pool, tried
+    jit_routing.uninstall()
+
+
+def test_a_plain_jit_kernel_launched_after_install_runs_right(routed: Any) -> None:
+    import torch
+
+    pool, tried = routed
+    n = 5000
+    x = torch.rand(n, device="cuda")
+    y = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    kernels.add_kernel[(triton_cdiv(n, 256),)](x, y, out, n, BLOCK=256)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * x + y)  # add_kernel: double(x) + y
+    assert tried == []
+    assert pool.stats.submitted >= 1
+
+
+def test_liger_moe_routing_kernels_compile_in_the_pool(routed: Any) -> None:
+    import torch
+
+    liger = pytest.importorskip("liger_kernel.ops.fused_moe_kernels")
+    routing = _liger_routing_function(liger)
+    pool, tried = routed
+    torch.manual_seed(0)
+    tokens, top_k, experts = 256, 2, 8
+    topk = torch.topk(torch.rand(tokens, experts, device="cuda"), top_k, dim=-1).indices
+    routing(topk, experts)
+    torch.cuda.synchronize()
+    assert tried == []  # none of Liger's kernels compiled in this process
+    assert pool.stats.submitted >= 2  # at least histogram and prefix sum went through kiln's pool
+
+
+def _liger_routing_function(liger: Any) -> Callable[..., Any]:
+    """Liger's host function that launches the three routing kernels, where this version has it."""
+    modules = [liger]
+    for name in ("liger_kernel.ops.fused_moe", "liger_kernel.ops.moe"):
+        try:
+            modules.append(importlib.import_module(name))
+        except ImportError:
+            continue
+    for module in modules:
+        fn = getattr(module, "compute_routing_metadata", None)
+        if fn is not None:
+            return fn  # type: ignore[no-any-return]
+    missing = [name for name in LIGER_ROUTING_KERNELS if not hasattr(liger, name)]
+    pytest.skip(f"this liger_kernel has no compute_routing_metadata (routing kernels missing: {missing})")
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
