@@ -25,8 +25,13 @@ LIGER_ROUTING_KERNELS = (
 @pytest.fixture
 def routed(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch) -> Any:
     """kiln's jit routing on a fresh pool; a compile in this process is recorded and refused."""
+    import triton
     import triton.compiler.compiler as triton_compiler
 
+    # Other test modules (faults.py) install a compile stage hook in this process when imported;
+    # with one, kiln leaves plain jit compiles to Triton (as jit_support.py's fixture, on CPU).
+    if hasattr(triton.knobs.runtime, "add_stages_inspection_hook"):
+        monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", None)
     pool = make_pool()
     monkeypatch.setattr(jit_routing, "_pool", lambda: pool)
     tried: list[str] = []
