@@ -167,7 +167,9 @@ def test_the_chosen_config_is_marked(database: dict[str, Any], page: Path) -> No
         assert bar.attrs["data-label"] == run.best_label
         assert [r.attrs["data-label"] for r in node.all("tr", class_="chosen")] == [run.best_label]
     a_tuner = database["tuners"][0]
-    assert by_kernel(database)["scale_kernel"][0].best_label.startswith("BLOCK=256")
+    first = by_kernel(database)["scale_kernel"][0]
+    statuses = [(r.label, r.status, r.reason, r.runtime_ms) for r in first.results]
+    assert first.best_label.startswith("BLOCK=256"), statuses
     assert a_tuner.best_config.kwargs == {"BLOCK": 256}
 
 
