@@ -45,8 +45,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
 
 import triton  # noqa: E402 - after the path above
 
-import kernels_bench  # noqa: E402
-from autotune import matmul_configs  # noqa: E402
+import ranks_set  # noqa: E402
 from ray_cluster import LocalRayCluster  # noqa: E402
 from triton_kiln import CompilePool, CompileRequest, GPUTarget  # noqa: E402
 from triton_kiln.cli_compile import failure_cause  # noqa: E402
@@ -60,29 +59,10 @@ def log(message: str) -> None:
     print(f"[farm] {message}", file=sys.stderr, flush=True)
 
 
-# How Triton's binder specializes the set's call (4096 x 4096 fp16, contiguous): unit strides as
-# constexpr 1, pointers and multiples of 16 with tt.divisibility 16. These are the compiles the
-# autotuner runs (unspecialized, the same configs compile 4-5x slower: scalar, unaligned loads).
-UNIT_STRIDES = ("stride_ak", "stride_bn", "stride_cn")
-DIVISIBLE = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")
-
-
 def requests() -> list[CompileRequest]:
-    """The 72 configs as tuning compiles them (made after the fresh TRITON_CACHE_DIR is set:
-    requests carry it)."""
-    signature = dict(kernels_bench.MATMUL_SIGNATURE)
-    signature.update(dict.fromkeys(UNIT_STRIDES, "constexpr"))
-    return [
-        CompileRequest(
-            kernels_bench.matmul_kernel,
-            signature,
-            {**c.kwargs, **dict.fromkeys(UNIT_STRIDES, 1)},
-            attrs={name: [["tt.divisibility", 16]] for name in DIVISIBLE},
-            options={"num_warps": c.num_warps, "num_stages": c.num_stages},
-            target=TARGET,
-        )
-        for c in matmul_configs()
-    ]
+    """The 72 configs as tuning compiles them (``ranks_set``; made after the fresh
+    TRITON_CACHE_DIR is set: requests carry it)."""
+    return ranks_set.matmul_requests(TARGET)
 
 
 @contextlib.contextmanager

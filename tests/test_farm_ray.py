@@ -57,21 +57,11 @@ def fault(mode: str) -> CompileRequest:
 
 
 def matmul_requests() -> list[CompileRequest]:
-    """bench/autotune.py's 72-config matmul set, for sm_90."""
+    """bench/autotune.py's 72-config matmul set, for sm_90, as tuning compiles it (ranks_set)."""
     sys.path.insert(0, str(BENCH))
-    import kernels_bench
-    from autotune import matmul_configs
+    import ranks_set
 
-    return [
-        CompileRequest(
-            kernels_bench.matmul_kernel,
-            kernels_bench.MATMUL_SIGNATURE,
-            dict(c.kwargs),
-            options={"num_warps": c.num_warps, "num_stages": c.num_stages},
-            target=SM90,
-        )
-        for c in matmul_configs()
-    ]
+    return ranks_set.matmul_requests(SM90)
 
 
 @pytest.mark.timeout(900)
