@@ -115,6 +115,21 @@ def test_a_hang_fails_with_kilns_timeout_and_the_ray_worker_serves_on(farm: RayC
 
 
 @pytest.mark.timeout(300)
+def test_compile_many_keeps_the_input_order_with_failures_in_place(farm: RayCompilePool) -> None:
+    requests = [add_request(512), fault("abort"), add_request(1024), add_request(512)]
+    results = farm.compile_many(requests, progress=False)
+    assert [type(r).__name__ for r in results] == [
+        "CompiledArtifact",
+        "WorkerCrashedError",
+        "CompiledArtifact",
+        "CompiledArtifact",
+    ]
+    assert results[0] is results[3] or results[0].binary == results[3].binary  # one request, once
+    with pytest.raises(WorkerCrashedError):
+        farm.compile_many(requests, progress=False, return_exceptions=False)
+
+
+@pytest.mark.timeout(300)
 def test_a_second_submit_is_served_from_the_local_store(farm: RayCompilePool, tmp_path: Path) -> None:
     request = add_request(4096)
     first = farm.compile(request)

@@ -45,6 +45,7 @@ from triton_kiln.compile.request import CompileRequest, guess_compile_cost
 from triton_kiln.errors import PoolClosedError, WorkerCrashedError
 from triton_kiln.farm import ray_api, wire
 from triton_kiln.farm.errors import FarmTaskError, NodeLostError
+from triton_kiln.pool.interface import gather
 from triton_kiln.pool.memory_cache import MemoryCache
 from triton_kiln.settings import Settings
 
@@ -193,29 +194,13 @@ class RayCompilePool:
         description: str = "compiling",
     ) -> list[CompiledArtifact | BaseException]:
         """Compile a batch on the cluster, results in input order (see :meth:`CompilePool.compile_many`)."""
-        from triton_kiln.progress import progress_bar
-
         reqs = list(requests)
         futures: list[Future[CompiledArtifact] | None] = [None] * len(reqs)
         for i in _longest_first(reqs):
             futures[i] = self.submit(reqs[i])
-        positions: dict[Future[CompiledArtifact], list[int]] = {}
-        for i, future in enumerate(futures):
-            assert future is not None
-            positions.setdefault(future, []).append(i)
-        results: list[CompiledArtifact | BaseException | None] = [None] * len(reqs)
         show = self.settings.progress if progress is None else progress
-        with progress_bar(total=len(reqs), description=description, enabled=show) as bar:
-            for done in as_completed(positions):
-                exc = done.exception()
-                for i in positions[done]:
-                    results[i] = exc if exc is not None else done.result()
-                    bar.advance(failed=exc is not None)
-        if not return_exceptions:
-            for item in results:
-                if isinstance(item, BaseException):
-                    raise item
-        return [r for r in results if r is not None]
+        submitted = [f for f in futures if f is not None]
+        return gather(submitted, show=show, description=description, return_exceptions=return_exceptions)
 
     def as_completed(
         self, requests: Iterable[CompileRequest]

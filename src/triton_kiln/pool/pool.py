@@ -49,6 +49,7 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.compile.request import CompileRequest, guess_compile_cost
 from triton_kiln.errors import PoolClosedError
+from triton_kiln.pool.interface import gather
 from triton_kiln.pool.jobs import Job, JobTable, PoolStats
 from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
 from triton_kiln.pool.memory_cache import MemoryCache
@@ -213,26 +214,9 @@ class CompilePool:
         With ``return_exceptions`` (the default) a failed job's exception takes its place in
         the list; otherwise the first failure is raised once every job has finished.
         """
-        from triton_kiln.progress import progress_bar
-
-        reqs = list(requests)
-        futures = [self.submit(r) for r in reqs]
-        positions: dict[Future[CompiledArtifact], list[int]] = {}
-        for i, future in enumerate(futures):
-            positions.setdefault(future, []).append(i)
-        results: list[CompiledArtifact | BaseException | None] = [None] * len(futures)
+        futures = [self.submit(r) for r in requests]
         show = self.settings.progress if progress is None else progress
-        with progress_bar(total=len(futures), description=description, enabled=show) as bar:
-            for done in as_completed(positions):
-                exc = done.exception()
-                for i in positions[done]:
-                    results[i] = exc if exc is not None else done.result()
-                    bar.advance(failed=exc is not None)
-        if not return_exceptions:
-            for item in results:
-                if isinstance(item, BaseException):
-                    raise item
-        return [r for r in results if r is not None]
+        return gather(futures, show=show, description=description, return_exceptions=return_exceptions)
 
     def as_completed(
         self, requests: Iterable[CompileRequest]
