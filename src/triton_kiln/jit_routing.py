@@ -37,6 +37,7 @@ import os
 import threading
 from typing import Any
 
+from triton_kiln import triton_compat
 from triton_kiln.artifacts.triton_seed import TritonSlot, seed_triton_cache, triton_slot
 from triton_kiln.errors import JobFailure, KilnError, RemoteCompileError
 from triton_kiln.triton_compat import jit_hook as compat
@@ -153,7 +154,8 @@ def _compile_in_pool(
         if inputs.target.backend not in ("cuda", "hip"):
             raise _Unroutable(f"target {inputs.target.backend} is not one kiln compiles for")
         pool = _pool()
-        _seed_triton_key(pool)
+        # the caller's Triton gets kiln's key (once per process; the same seeding prewarm does)
+        triton_compat.seed_caller_triton_key(pool.settings.triton_key_dir)
         slot = triton_slot(inputs.src, inputs.backend, inputs.options)
         if slot.cached():
             return None  # Triton's cache has it: its own _do_compile loads it, nothing to dispatch
@@ -187,7 +189,6 @@ def _compile_in_pool(
 
 
 def _request(inputs: compat.JitCompile, pool: Any) -> Any:
-    from triton_kiln import triton_compat
     from triton_kiln.compile.request import CompileRequest
 
     name = compat.jit_kernel_name(inputs.fn)
@@ -221,18 +222,3 @@ def _wait_s(pool: Any) -> float:
     """The pool fails a job past its timeout; the caller waits that, plus a zygote's start."""
     settings = pool.settings
     return float(settings.job_timeout_s + settings.zygote_start_timeout_s)
-
-
-_key_seeded = False
-
-
-def _seed_triton_key(pool: Any) -> None:
-    """Triton's key from kiln's file, installed in this process once: hashing the slot (and
-    Triton's own cache hit after it) then costs no hash of ``libtriton.so``."""
-    global _key_seeded
-    if _key_seeded:
-        return
-    from triton_kiln import triton_compat
-
-    triton_compat.seed_triton_key(triton_compat.triton_key(pool.settings.triton_key_dir))
-    _key_seeded = True
