@@ -57,3 +57,19 @@ def test_what_cannot_cross_the_boundary_is_that_calls_error(sandboxes: list[Call
     assert isinstance(back.failure, CallRaisedError)
     assert sandbox.call(fns.pid, label="pid").ok  # the process goes on
     assert len(sandbox.spawned_pids) == 1
+
+
+def test_kiln_inductor_1_is_not_installed_inside_the_sandbox(
+    sandboxes: list[CallSandbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sandbox inherits the caller's environment (KILN_INDUCTOR=1 included) and imports
+    triton_kiln: kiln.inductor must not install there (no pool, no routing in a benchmark process)."""
+    pytest.importorskip("torch._inductor")
+    import triton_kiln.inductor as kiln_inductor
+
+    monkeypatch.setenv("KILN_INDUCTOR", "1")
+    sandbox = CallSandbox(timeout_s=120)
+    sandboxes.append(sandbox)
+    outcome = sandbox.call(kiln_inductor.installed, label="installed")
+    assert outcome.ok, outcome.failure
+    assert outcome.value is False
