@@ -4,13 +4,16 @@
 ``benchmark()`` runs in whatever process unpickles it (kiln's sandbox) and faults there: ``abort``
 (libc ``abort()``, SIGABRT), ``segv`` (reads address 0), ``exit`` (``os._exit(7)``),
 ``hang`` (sleeps forever), ``raise`` (a Python error), ``ima`` (raises the error torch raises after
-an illegal memory access: the one fake, as there is no GPU here), ``ok`` (returns its time and
-notes the pid it ran in, in ``pid_file`` when given).
+an illegal memory access: the one fake, as there is no GPU here), ``ok`` (returns its time). Each
+notes where it ran in ``pid_file`` when given: one JSON line with its pid and the variables
+Inductor's benchmark process needs (``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``,
+``TORCH_WARM_POOL``).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import time
 from typing import Any
@@ -36,8 +39,10 @@ class FaultyRequest(BenchmarkRequest):
 
     def benchmark(self, *input_tensors: Any, out: Any = None) -> float:
         if self.pid_file:
+            names = ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TORCH_WARM_POOL")
+            seen = {"pid": os.getpid(), **{name: os.environ.get(name) for name in names}}
             with open(self.pid_file, "a") as handle:
-                handle.write(f"{os.getpid()}\n")
+                handle.write(json.dumps(seen) + "\n")
         if self.mode == "abort":
             os.write(2, b"python: bench.cpp:1: run: Assertion `injected' failed.\n")
             ctypes.CDLL(None).abort()

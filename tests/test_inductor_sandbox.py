@@ -8,6 +8,7 @@ the sticky error is raised as torch raises it (tests/test_inductor_gpu.py has th
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -142,9 +143,13 @@ def test_gpu_template_choices_are_timed_in_the_sandbox(sandboxed: list[int], tmp
     second = choice("triton_mm_1", FaultyRequest("ok", 0.5, str(pid_file)))
     timings = benchmark([first, second])
     assert timings == {first: 1.25, second: 0.5}
-    ran_in = {int(line) for line in pid_file.read_text().split()}
-    assert ran_in == set(sandboxed)
-    assert os.getpid() not in ran_in
+    seen = [json.loads(line) for line in pid_file.read_text().splitlines()]
+    assert {s["pid"] for s in seen} == set(sandboxed)  # one sandbox process, not this one
+    assert os.getpid() not in set(sandboxed)
+    for one in seen:  # what Inductor's own benchmark process gets, at the time of each benchmark
+        assert one["TRITON_CACHE_DIR"] == os.environ["TRITON_CACHE_DIR"]
+        assert one["TORCHINDUCTOR_CACHE_DIR"] == os.environ["TORCHINDUCTOR_CACHE_DIR"]
+        assert one["TORCH_WARM_POOL"] == "0"
     benchmarks = inductor_routing.current_benchmarks()
     assert benchmarks is not None
     assert benchmarks.stats.sandboxed == 2

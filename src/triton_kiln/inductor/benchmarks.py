@@ -176,4 +176,6 @@ class _Context:
 
 def make_sandbox(timeout_s: float) -> CallSandbox:
     """The sandbox process the benchmarks run in (torch imported and CUDA ready when it says so)."""
-    return CallSandbox(timeout_s=timeout_s, warmup=compat.init_benchmark_process)
+    return CallSandbox(
+        timeout_s=timeout_s, warmup=compat.init_benchmark_process, env=dict(compat.BENCHMARK_PROCESS_ENV)
+    )

@@ -331,13 +331,15 @@ def benchmark_call(choice: Any) -> Any:
 
 
 def benchmark_env() -> dict[str, str]:
-    """The variables Inductor sends with each benchmark to its subprocess (its caches), plus the
-    one that keeps Inductor's compile pool from starting there."""
+    """The variables Inductor sends with each benchmark to its subprocess: its caches."""
     import os
 
-    env = {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if v in os.environ}
-    env["TORCH_WARM_POOL"] = "0"
-    return env
+    return {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if v in os.environ}
+
+
+BENCHMARK_PROCESS_ENV = {"TORCH_WARM_POOL": "0"}
+"""Set in the benchmark process before torch is imported, as Inductor sets it for its own: no
+compile pool of Inductor's is started there."""
 
 
 def choice_label(choice: Any) -> str:
