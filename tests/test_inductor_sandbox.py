@@ -158,7 +158,9 @@ def test_gpu_template_choices_are_timed_in_the_sandbox(sandboxed: list[int], tmp
 def test_collective_choices_keep_inductors_own_benchmarker(sandboxed: list[int]) -> None:
     picked = AlgorithmSelectorCache.make_benchmark_fn([], [], None, None, is_collective=True)
     assert picked.func == AlgorithmSelectorCache.benchmark_in_current_process
-    assert sandboxed == []  # nothing was sent to the sandbox
+    benchmarks = inductor_routing.current_benchmarks()
+    assert benchmarks is not None
+    assert benchmarks.sandbox.calls == 0  # nothing was sent to the sandbox
 
 
 @pytest.mark.parametrize("mode", sorted(REASONS))
@@ -189,3 +191,29 @@ def test_a_faulting_benchmark_skips_its_choice_only(
     replaced = mode != "raise"  # a Python error keeps the process; every other fault replaces it
     assert len(sandboxed) == (2 if replaced else 1)
     assert len(spawned_alive(sandboxed)) == 1  # the dead one is gone, its replacement serves
+
+
+def test_a_real_inductor_benchmark_request_runs_in_the_sandbox(sandboxed: list[int]) -> None:
+    """Inductor's own TritonGPUBenchmarkRequest for the mm template fixture crosses to the sandbox
+    and runs Inductor's benchmark there: on this machine (no GPU) making its CUDA inputs fails,
+    which is that choice's CallRaisedError, with Inductor's frames in its reason."""
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the benchmark would run (tests/test_inductor_gpu.py)")
+    from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
+    from torch._inductor.codecache import PyCodeCache
+
+    from inductor_support import source
+
+    name, text = source("template_mm")
+    key, path = PyCodeCache.write(text)
+    meta = TensorMeta(torch.device("cuda", 0), torch.bfloat16, (1024, 1024), (1024, 1), 0)
+    request = TritonGPUBenchmarkRequest(name, [meta, meta], meta, [], path, key, num_stages=3, num_warps=4)
+    mm = choice(name, request)
+    timings = benchmark([mm])
+    assert math.isinf(timings[mm])
+    benchmarks = inductor_routing.current_benchmarks()
+    assert benchmarks is not None
+    [skipped] = benchmarks.stats.skipped
+    assert type(skipped.failure) is CallRaisedError
+    assert "rand_strided" in str(skipped.failure)  # Inductor's benchmark made its inputs there
+    assert len(sandboxed) == 1
