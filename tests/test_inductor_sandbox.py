@@ -46,15 +46,17 @@ REASONS: dict[str, tuple[type[Exception], str]] = {
 }
 
 
-def choice(name: str, request: Any, device: str = "cuda") -> Any:
+LAYOUT = FixedLayout(torch.device("cuda"), torch.float32, [64, 64])
+
+
+def choice(name: str, request: Any) -> Any:
     """A real Inductor template choice (a ``TritonTemplateCaller``) around ``request``."""
-    layout = FixedLayout(torch.device(device), torch.float32, [64, 64])
-    return TritonTemplateCaller(name, [], layout, None, f"{name} config", request)
+    return TritonTemplateCaller(name, [], LAYOUT, None, f"{name} config", request)
 
 
 def benchmark(choices: list[Any], **kwargs: Any) -> dict[Any, float]:
     """What ``AlgorithmSelectorCache.benchmark`` does with ``choices``."""
-    fn = AlgorithmSelectorCache.make_benchmark_fn(choices, [], None, None, **kwargs)
+    fn = AlgorithmSelectorCache.make_benchmark_fn(choices, [], LAYOUT, None, **kwargs)
     return dict(fn(choices))
 
 
@@ -156,7 +158,7 @@ def test_gpu_template_choices_are_timed_in_the_sandbox(sandboxed: list[int], tmp
 
 
 def test_collective_choices_keep_inductors_own_benchmarker(sandboxed: list[int]) -> None:
-    picked = AlgorithmSelectorCache.make_benchmark_fn([], [], None, None, is_collective=True)
+    picked = AlgorithmSelectorCache.make_benchmark_fn([], [], LAYOUT, None, is_collective=True)
     assert picked.func == AlgorithmSelectorCache.benchmark_in_current_process
     benchmarks = inductor_routing.current_benchmarks()
     assert benchmarks is not None
