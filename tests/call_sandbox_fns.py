@@ -19,3 +19,20 @@ def warmup_fails() -> None:
 
 def unpicklable_result() -> object:
     return lambda: None
+
+
+class OnlyThere:
+    """Unpickles only in a process where ``KILN_TEST_CALL_VALUE`` is set (the sandbox, here)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, ())
+
+
+def _rebuild() -> OnlyThere:
+    if not os.environ.get("KILN_TEST_CALL_VALUE"):
+        raise RuntimeError("this class cannot be rebuilt in this process")
+    return OnlyThere()
+
+
+def result_only_there() -> OnlyThere:
+    return OnlyThere()

@@ -55,6 +55,9 @@ def test_what_cannot_cross_the_boundary_is_that_calls_error(sandboxes: list[Call
     assert sandbox.spawned_pids == []  # refused here, before any process
     back = sandbox.call(fns.unpicklable_result, label="result")
     assert isinstance(back.failure, CallRaisedError)
+    there = sandbox.call(fns.result_only_there, label="result", env={"KILN_TEST_CALL_VALUE": "1"})
+    assert isinstance(there.failure, CallRaisedError)
+    assert "cannot be read in this process" in str(there.failure)
     assert sandbox.call(fns.pid, label="pid").ok  # the process goes on
     assert len(sandbox.spawned_pids) == 1
 

@@ -134,6 +134,9 @@ class CallSandbox:
                 self.restarts += 1
                 detail = f"no answer within {timeout:g} s"
                 return self._failed(CallTimeoutError(label, time.monotonic() - began, detail), started)
+            except Exception as exc:  # the reply arrived but cannot be unpickled in this process
+                detail = f"its result cannot be read in this process: {type(exc).__name__}: {exc}"
+                return self._failed(CallRaisedError(label, time.monotonic() - began, detail), started)
             seconds = time.monotonic() - began
             if isinstance(reply, CallReturned):
                 return CallOutcome(reply.value, None, seconds)
