@@ -36,3 +36,15 @@ def _rebuild() -> OnlyThere:
 
 def result_only_there() -> OnlyThere:
     return OnlyThere()
+
+
+def start_helper_and_hang() -> None:
+    """Starts a helper process (its pid in ``KILN_TEST_CALL_PID_FILE``), then hangs."""
+    import subprocess
+    import time
+
+    helper = subprocess.Popen(["sleep", "1000"])
+    with open(os.environ["KILN_TEST_CALL_PID_FILE"], "w") as handle:
+        handle.write(str(helper.pid))
+    while True:
+        time.sleep(1)

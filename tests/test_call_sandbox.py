@@ -6,13 +6,15 @@ error. Every process it started is counted after each test."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import call_sandbox_fns as fns
 from triton_kiln.sandbox.call_client import CallSandbox, spawned_alive
-from triton_kiln.sandbox.calls import CallRaisedError, SandboxStartError
+from triton_kiln.sandbox.calls import CallRaisedError, CallTimeoutError, SandboxStartError
 
 
 @pytest.fixture
@@ -76,3 +78,19 @@ def test_kiln_inductor_1_is_not_installed_inside_the_sandbox(
     outcome = sandbox.call(kiln_inductor.installed, label="installed")
     assert outcome.ok, outcome.failure
     assert outcome.value is False
+
+
+def test_a_timeout_kills_what_the_call_started(sandboxes: list[CallSandbox], tmp_path: Path) -> None:
+    sandbox = CallSandbox(timeout_s=3)
+    sandboxes.append(sandbox)
+    pid_file = tmp_path / "helper.pid"
+    hung = sandbox.call(
+        fns.start_helper_and_hang, label="hang", env={"KILN_TEST_CALL_PID_FILE": str(pid_file)}
+    )
+    assert isinstance(hung.failure, CallTimeoutError)
+    helper = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while spawned_alive([helper]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert spawned_alive([helper]) == [], "the call's helper process outlived the timeout"
+    assert sandbox.call(fns.pid, label="pid").ok  # a fresh process serves the next call

@@ -24,7 +24,10 @@ it spawned is in :attr:`CallSandbox.spawned_pids` (tests count the ones left).
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
+import signal
 import sys
 import threading
 import time
@@ -141,6 +144,7 @@ class CallSandbox:
             if isinstance(reply, CallReturned):
                 return CallOutcome(reply.value, None, seconds)
             if isinstance(reply, CallRaised) and reply.sticky:
+                _kill_group(proc.pid)
                 proc.wait(10)
                 self._discard()
                 self.restarts += 1
@@ -202,6 +206,7 @@ class CallSandbox:
 
     def _crashed(self, proc: WorkerProcess, label: str, died: Died, began: float) -> CallCrashedError:
         seconds = time.monotonic() - began
+        _kill_group(proc.pid)  # what it started dies with it (it is not reaped yet: the id is its)
         code = proc.wait(10)
         tail = proc.stderr_tail()
         self._discard()
@@ -210,17 +215,27 @@ class CallSandbox:
         return CallCrashedError(label, seconds, detail, tail, code)
 
     def _discard(self, wait_s: float = 0.0) -> None:
+        """Forget the process: closed (``wait_s``: given that long to exit on EOF), or killed with
+        its whole process group."""
         proc, self._proc = self._proc, None
         self._ready = False
         if proc is None:
             return
         if wait_s:
-            proc.close(wait_s)
-        else:
-            proc.kill()
+            proc.close(wait_s)  # it exits on EOF (and is reaped: its id is no longer its group's)
+            return
+        if proc.proc.returncode is None:  # not reaped yet: the id is still its group's
+            _kill_group(proc.pid)
+        proc.kill()
 
     def _failed(self, failure: CallFailure, started: float) -> CallOutcome:
         return CallOutcome(None, failure, time.monotonic() - started)
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the process group ``pid`` leads (the worker's, made at its start), if it exists."""
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 def _last_frames(tb: str, lines: int = 6) -> str:

@@ -13,7 +13,9 @@ A callable that raises (an ``Exception``) is that call's :class:`~kiln.sandbox.c
 and the process goes on; after a sticky CUDA error (an illegal memory access: this process's
 context is gone for good) it replies, then exits with ``STICKY_EXIT``. A callable that ends the
 process (``abort()``, a segfault, ``sys.exit``) or hangs is the client's to see: it watches the
-process and the deadline. The process dies with its parent (parent-death signal).
+process and the deadline, and kills the process's whole group (it leads its own), so what a
+call started (a compiler, a helper process) goes with it. The process dies with its parent
+(parent-death signal).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ def run_one(item: CallItem) -> tuple[bytes, bool]:
 
 
 def main() -> None:
+    os.setpgid(0, 0)  # its own process group: a timeout kills what it started too
     chan, _parent = procs.parent_channel(ENV_FD, ENV_PARENT)
     init: CallInit = recv_frame(chan)
     sys.path[:] = init.sys_path
