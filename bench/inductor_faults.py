@@ -149,6 +149,7 @@ def run_arm(name: str, case: Case, arm: str, root: Path, args: argparse.Namespac
         "error": child.get("error"),
         "process_wall_s": time.perf_counter() - started,
         "first_s": child.get("first_s"),
+        "sandbox": child.get("sandbox"),
         **fault_summary(log, child.get("pid")),
     }
     if row["error"] is None and code != 0:

@@ -117,6 +117,24 @@ def run(args: argparse.Namespace, result: dict[str, Any], checkpoint: Callable[[
     result["second_call"] = check(ref, again)
     split = inductor_models.inductor_split(result["first_s"])
     result["counters"] = split.get("counters", {})
+    if args.arm == "kiln_sandbox":
+        result["sandbox"] = sandbox_report()
+
+
+def sandbox_report() -> dict[str, Any] | None:
+    """What kiln's sandbox benchmarker did: choices timed there, those skipped and why, restarts."""
+    from triton_kiln.inductor.routing import current_benchmarks
+
+    benchmarks = current_benchmarks()
+    if benchmarks is None:
+        return None
+    stats = benchmarks.stats
+    return {
+        "sandboxed": stats.sandboxed,
+        "in_parent": stats.in_parent,
+        "skipped": [{"choice": s.choice, "reason": str(s.failure)} for s in stats.skipped],
+        "restarts": benchmarks.sandbox.restarts,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

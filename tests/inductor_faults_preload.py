@@ -5,13 +5,18 @@ A kernel whose name holds ``kilnfault_<mode>`` (``abort``, ``segv``, ``hang``: s
 :func:`faults.detonate`) faults in its cubin stage (after LLVM, before ptxas) when compiled
 with ``num_warps=8``; its other configs compile normally. With ``KILN_TEST_INDUCTOR_ABORT_PREFIX``
 set (comma-separated prefixes of names Inductor makes: ``triton_tem_`` on torch 2.13, ``triton_mm``
-on 2.11), every 8-warp compile of a kernel whose name starts with one of them aborts. Only the
-pool's workers import this module: the test process never installs the hook.
+on 2.11), every 8-warp compile of a kernel whose name starts with one of them aborts. With
+``BENCH_FAULT`` set, ``bench/inductor_fault_hook/bench_fault.py``'s hook is installed too (its
+``ima``: a store to address 0 added to the chosen kernels' PTX, so their binary compiles and its
+launch is an illegal memory access). Only the pool's workers import this module: the test process
+never installs a hook.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 from typing import Any
 
 import faults
@@ -38,3 +43,9 @@ def _hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, cap
 
 
 install_stages_hook(_hook, "kiln-tests-inductor-faults")
+
+if os.environ.get("BENCH_FAULT"):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "inductor_fault_hook"))
+    import bench_fault
+
+    bench_fault.install_from_env()

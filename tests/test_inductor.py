@@ -197,12 +197,6 @@ def test_uninstall_gives_inductor_back_its_own_objects(
     kiln_inductor.uninstall()  # a second uninstall changes nothing
 
 
-def test_sandbox_benchmarks_is_not_built() -> None:
-    with pytest.raises(NotImplementedError, match="sandbox_benchmarks"):
-        kiln_inductor.install(sandbox_benchmarks=True)
-    assert not kiln_inductor.installed()
-
-
 def _child(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
     src = str(Path(__file__).resolve().parents[1] / "src")
     full = {**os.environ, **env, "PYTHONPATH": src}

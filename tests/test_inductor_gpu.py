@@ -1,6 +1,8 @@
 """kiln.inductor on a GPU (torch 2.11 on the GPU machine): torch.compile with kiln's pool gives
 stock Inductor's outputs, compiles nothing in the parent, survives a config whose compile
-aborts, and max-autotune's template choices and coordinate descent go through kiln.
+aborts, and max-autotune's template choices and coordinate descent go through kiln; with
+``sandbox_benchmarks=True`` a template choice whose benchmark is an illegal memory access is
+skipped in kiln's sandbox and the parent's CUDA context lives on.
 
 Run: ``python -m pytest tests/test_inductor_gpu.py -q -p no:cacheprovider`` (needs a CUDA GPU)."""
 
@@ -26,6 +28,8 @@ import triton
 import triton.language as tl
 from torch._inductor.utils import fresh_cache
 
+import triton_kiln.inductor as kiln_inductor
+import triton_kiln.inductor.routing as inductor_routing
 from triton_kiln import CompilePool
 
 pytestmark = pytest.mark.gpu
@@ -161,3 +165,54 @@ def test_max_autotune_template_choices_that_abort_are_skipped(
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert skipped
     assert all("SIGABRT" in line for line in skipped)
+
+
+def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_sandbox(
+    make_pool: Callable[..., CompilePool],
+    fresh: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """The mm template choice with num_warps=2, num_stages=1 (BLOCK 32x32x16) is compiled by kiln's
+    workers with a store to address 0 added to its PTX (bench/inductor_fault_hook's ``ima``): its
+    benchmark is a real illegal memory access, in kiln's sandbox. That choice is skipped with
+    kiln's reason, the sandbox replaced, the other choices timed; the model compiles, its output
+    is right, and this process's CUDA context is alive (a second call, a fresh kernel)."""
+    fault_log = tmp_path / "fault.log"
+    monkeypatch.setenv("BENCH_FAULT", "ima")  # read by the workers' preloaded hook
+    monkeypatch.setenv("BENCH_FAULT_NAMES", "triton_mm,triton_tem_")  # 2.11, 2.13 names
+    monkeypatch.setenv("BENCH_FAULT_WARPS", "2")
+    monkeypatch.setenv("BENCH_FAULT_STAGES", "1")
+    monkeypatch.setenv("BENCH_FAULT_LOG", str(fault_log))
+    pool = make_pool(workers=8, preload=[PRELOAD])
+    monkeypatch.setattr(inductor_routing, "_kiln_pool", lambda: pool)
+    kiln_inductor.install(sandbox_benchmarks=True)
+    try:
+        a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
+        with inductor_config.patch(max_autotune_gemm_backends="TRITON"):
+            compiled = torch.compile(torch.mm, mode="max-autotune-no-cudagraphs")
+            got = compiled(a, b)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(got, a @ b, atol=5e-2, rtol=5e-2)
+        assert fault_log.exists(), "the fault never fired: no mm choice had num_warps=2, num_stages=1"
+        benchmarks = inductor_routing.current_benchmarks()
+        assert benchmarks is not None
+        skipped = benchmarks.stats.skipped
+        assert skipped, "the illegal memory access was compiled in, but no choice was skipped"
+        for one in skipped:
+            assert "num_stages=1" in one.choice
+            assert "num_warps=2" in one.choice
+            assert "sticky CUDA error" in str(one.failure)
+            assert "illegal memory access" in str(one.failure)
+        assert benchmarks.sandbox.restarts >= 1
+        assert benchmarks.stats.sandboxed > len(skipped)  # the other choices were timed
+        logged = [r.getMessage() for r in caplog.records if r.name == "kiln.inductor"]
+        assert any("skipped (time inf)" in line for line in logged)
+        again = compiled(a, b)  # this process's CUDA context never ran the bad kernel
+        torch.cuda.synchronize()
+        torch.testing.assert_close(again, a @ b, atol=5e-2, rtol=5e-2)
+        assert float((torch.ones(8, device="cuda") * 2).sum()) == 16.0
+    finally:
+        kiln_inductor.uninstall()

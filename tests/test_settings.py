@@ -77,6 +77,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_FAST_LAUNCH": "0",
         "KILN_AUTOTUNE": "1",
         "KILN_INDUCTOR": "1",
+        "KILN_INDUCTOR_SANDBOX": "1",
         "KILN_ROUTE_JIT": "0",
         "KILN_CACHE_MAX_MB": "500",
         "KILN_REMOTE_CACHE": "redis://127.0.0.1:6379/2",
@@ -116,6 +117,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.fast_launch is False
     assert current.autotune is True
     assert current.inductor is True
+    assert current.inductor_sandbox is True
     assert current.route_jit is False
     assert current.cache_max_mb == 500
     assert current.remote_cache == "redis://127.0.0.1:6379/2"

@@ -193,7 +193,7 @@ def _in_kiln_child() -> bool:
     import torch, so ``KILN_INDUCTOR`` is for the caller only."""
     import os
 
-    children = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD")
+    children = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD", "KILN_CALL_SANDBOX_FD")
     return any(var in os.environ for var in children)
 
 

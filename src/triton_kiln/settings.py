@@ -119,6 +119,11 @@ class Settings:
     """``KILN_INDUCTOR``: ``1`` routes torch Inductor's Triton compiles through kiln's pool at
     ``import triton_kiln`` (:func:`kiln.inductor.install`; docs/INDUCTOR.md)."""
 
+    inductor_sandbox: bool = False
+    """``KILN_INDUCTOR_SANDBOX``: ``1`` makes :func:`kiln.inductor.install` (without
+    ``sandbox_benchmarks``) run Inductor's max-autotune template benchmarks in a kiln sandbox
+    process, each under ``KILN_BENCH_TIMEOUT_S`` (docs/INDUCTOR.md)."""
+
     route_jit: bool = True
     """``KILN_ROUTE_JIT``: under :func:`kiln.install` (or ``KILN_AUTOTUNE=1``), plain
     ``@triton.jit`` kernels compile in kiln's pool too; ``0`` leaves them to Triton
@@ -275,6 +280,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
     "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
+    "inductor_sandbox": ("KILN_INDUCTOR_SANDBOX", _bool, "0 or 1"),
     "route_jit": ("KILN_ROUTE_JIT", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
     "remote_cache": (
@@ -488,6 +494,8 @@ INTERNAL_VARIABLES = frozenset(
         "KILN_SANDBOX_PARENT",
         "KILN_NATIVE_SANDBOX_FD",  # the torch-free sandbox's (sandbox/native_worker.py)
         "KILN_NATIVE_SANDBOX_PARENT",
+        "KILN_CALL_SANDBOX_FD",  # the call sandbox's (sandbox/call_worker.py)
+        "KILN_CALL_SANDBOX_PARENT",
     }
 )
 """Variables kiln sets in its own child processes: not settings, never reported as unknown."""

@@ -18,6 +18,12 @@ It replaces four attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
   first ring, every tunable field) start compiling in kiln's pool at once, then Inductor's own
   tuning runs and finds each compile done or in flight.
 
+With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) a fifth:
+
+* ``AlgorithmSelectorCache.make_benchmark_fn``: max-autotune's GPU template choices are timed in a
+  kiln sandbox process (:mod:`~kiln.inductor.benchmarks`), so an illegal memory access or a hang
+  costs one choice (time ``inf``), never the parent's CUDA context.
+
 Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
 through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
 """
@@ -31,18 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from triton_kiln.errors import KilnError
+from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
 from triton_kiln.inductor.configs import ConfigCompiler
 from triton_kiln.inductor.jobs import InductorPool
 from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
-
-SANDBOX_BENCHMARKS_NOT_BUILT = (
-    "kiln.inductor.install(sandbox_benchmarks=True) is not built yet: Inductor's template "
-    "benchmarks still run where Inductor runs them (issue 20, item 3: benchmarks in kiln's GPU "
-    "sandbox, so an illegal memory access skips one choice). Call install() without it."
-)
 
 
 class InductorUnavailableError(KilnError, ImportError):
@@ -54,57 +55,93 @@ class _Installed:
     saved: list[tuple[compat.PatchPoint, Any]]
     pool: InductorPool
     compiler: ConfigCompiler
+    benchmarks: _Benchmarks | None = None
+
+
+@dataclass
+class _Benchmarks:
+    """The sandbox benchmarks' patch point, what it held, and the benchmarker."""
+
+    point: compat.PatchPoint
+    saved: Any
+    benchmarks: SandboxBenchmarks
 
 
 _lock = threading.Lock()
 _state: _Installed | None = None
 
 
-def install(*, sandbox_benchmarks: bool = False) -> None:
+def install(*, sandbox_benchmarks: bool | None = None) -> None:
     """Route every Triton compile torch Inductor starts through kiln's compile pool (idempotent).
 
-    Raises :class:`NotImplementedError` for ``sandbox_benchmarks=True`` (not built),
-    :class:`~kiln.errors.SettingsError` naming a malformed ``KILN_*`` variable, and
-    :class:`InductorUnavailableError` without torch; nothing is routed then.
+    ``sandbox_benchmarks``: time max-autotune's GPU template choices in a kiln sandbox process
+    (``None``: the ``KILN_INDUCTOR_SANDBOX`` setting); calling again with another value turns the
+    sandbox on or off. Raises :class:`~kiln.errors.SettingsError` naming a malformed ``KILN_*``
+    variable, and :class:`InductorUnavailableError` without torch; nothing is routed then.
     """
     global _state
-    if sandbox_benchmarks:
-        raise NotImplementedError(SANDBOX_BENCHMARKS_NOT_BUILT)
     from triton_kiln import settings
 
     current = settings.current()
+    sandboxed = current.inductor_sandbox if sandbox_benchmarks is None else bool(sandbox_benchmarks)
     if not compat.inductor_available():
         raise InductorUnavailableError(
             "kiln.inductor.install() needs torch with Inductor (torch._inductor could not be "
             "imported); install torch, or leave KILN_INDUCTOR unset."
         )
     with _lock:
-        if _state is not None:
-            return
-        compat.set_worker_paths()
-        kiln_pool = _kiln_pool()
-        compiler = ConfigCompiler(kiln_pool)
-        points = [
-            compat.process_pool_point(),
-            compat.precompile_worker_point(),
-            compat.precompile_config_point(),
-            compat.coordinate_descent_point(),
-        ]
-        saved = [(point, point.current()) for point in points]
-        original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
-        # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
-        # pickling) between them: twice kiln's workers keeps every worker busy.
-        pool = InductorPool(original_pool, threads=max(8, 2 * current.workers))
-        points[0].set(staticmethod(_process_pool(pool)))
-        points[1].set(_precompile_worker(saved[1][1], compiler))
-        points[2].set(_precompile_config(saved[2][1], compiler))
-        points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
-        compat.reset_ready_future()
-        _state = _Installed(saved, pool, compiler)
+        if _state is None:
+            compat.set_worker_paths()
+            kiln_pool = _kiln_pool()
+            compiler = ConfigCompiler(kiln_pool)
+            points = [
+                compat.process_pool_point(),
+                compat.precompile_worker_point(),
+                compat.precompile_config_point(),
+                compat.coordinate_descent_point(),
+            ]
+            saved = [(point, point.current()) for point in points]
+            original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
+            # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
+            # pickling) between them: twice kiln's workers keeps every worker busy.
+            pool = InductorPool(original_pool, threads=max(8, 2 * current.workers))
+            points[0].set(staticmethod(_process_pool(pool)))
+            points[1].set(_precompile_worker(saved[1][1], compiler))
+            points[2].set(_precompile_config(saved[2][1], compiler))
+            points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
+            compat.reset_ready_future()
+            _state = _Installed(saved, pool, compiler)
+            log.info(
+                "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
+                compat.torch_version(),
+            )
+        if sandboxed and _state.benchmarks is None:
+            _state.benchmarks = _sandbox_on(current.bench_timeout_s)
+        elif not sandboxed and _state.benchmarks is not None:
+            _sandbox_off(_state.benchmarks)
+            _state.benchmarks = None
+
+
+def _sandbox_on(timeout_s: float) -> _Benchmarks:
+    from triton_kiln.sandbox.registry import gpu_present
+
+    point = compat.make_benchmark_fn_point()
+    saved = point.current()
+    benchmarks = SandboxBenchmarks(make_sandbox(timeout_s))
+    point.set(benchmarks.make_benchmark_fn(saved))
+    if gpu_present():
+        benchmarks.start()  # torch's import and the CUDA context, while Inductor traces and compiles
     log.info(
-        "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
-        compat.torch_version(),
+        "kiln: Inductor's template benchmarks now run in a kiln sandbox process (%g s each at most)",
+        timeout_s,
     )
+    return _Benchmarks(point, saved, benchmarks)
+
+
+def _sandbox_off(record: _Benchmarks) -> None:
+    record.point.set(record.saved)
+    record.benchmarks.close()
+    log.info("kiln: Inductor's template benchmarks run where Inductor runs them again")
 
 
 def uninstall() -> None:
@@ -114,6 +151,8 @@ def uninstall() -> None:
         state, _state = _state, None
         if state is None:
             return
+        if state.benchmarks is not None:
+            _sandbox_off(state.benchmarks)
         for point, value in reversed(state.saved):
             point.set(value)
         compat.reset_ready_future()
@@ -144,6 +183,12 @@ def current_pool() -> InductorPool | None:
     """The pool Inductor is given while installed (for tests and benchmarks)."""
     state = _state
     return state.pool if state is not None else None
+
+
+def current_benchmarks() -> SandboxBenchmarks | None:
+    """The sandbox benchmarker while installed with ``sandbox_benchmarks`` (for tests and benchmarks)."""
+    state = _state
+    return state.benchmarks.benchmarks if state is not None and state.benchmarks is not None else None
 
 
 def _kiln_pool() -> CompilePool:

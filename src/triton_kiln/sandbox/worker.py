@@ -50,7 +50,7 @@ ENV_FD = "KILN_SANDBOX_FD"
 ENV_PARENT = "KILN_SANDBOX_PARENT"
 STICKY_EXIT = 3
 
-_STICKY_MARKERS = (
+STICKY_MARKERS = (
     "illegal memory access",
     "illegal instruction",
     "misaligned address",
@@ -196,7 +196,7 @@ class _State:
 
 def _classify(exc: BaseException) -> tuple[str, bool]:
     text = f"{type(exc).__name__}: {exc}"
-    sticky = any(marker.lower() in text.lower() for marker in _STICKY_MARKERS)
+    sticky = any(marker.lower() in text.lower() for marker in STICKY_MARKERS)
     if is_out_of_resources(exc):
         return "out_of_resources", False
     return ("sticky" if sticky else "error"), sticky

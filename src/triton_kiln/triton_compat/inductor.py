@@ -20,7 +20,13 @@ What kiln uses, and where it lives in both versions:
   ``get_neighbour_values``, ``is_valid_config``; ``coordinate_descent_tuner.get_field`` /
   ``set_field``): the neighbours coordinate descent will ask for, compiled ahead;
 * ``torch._inductor.codecache.PyCodeCache.write`` and ``compile_tasks._reload_python_module``
-  (a kernel's module written where Inductor writes it, and loaded privately).
+  (a kernel's module written where Inductor writes it, and loaded privately);
+* ``torch._inductor.select_algorithm.AlgorithmSelectorCache``: ``make_benchmark_fn`` (a
+  classmethod: which benchmarker times a list of choices), ``_is_extern`` and
+  ``benchmark_in_current_process`` (ATen/extern choices, timed in the parent as Inductor's own
+  subprocess mode does); a choice's ``bmreq`` (its picklable ``BenchmarkRequest``, whose
+  ``benchmark()`` makes its own inputs: what ``autotune_in_subproc`` ships to its subprocess), with
+  the ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` Inductor sends with it.
 
 Version differences (each handled here, nowhere else):
 
@@ -30,7 +36,10 @@ Version differences (each handled here, nowhere else):
   only;
 * whether a kernel is coordinate-descent tuned: 2.13's ``_should_coordesc_tune`` property, 2.11's
   same test inline in ``coordinate_descent_tuning``; reloading the function: 2.13's
-  ``_ensure_kernel_loaded``, 2.11's inline ``self.fn = self._reload_kernel().fn``.
+  ``_ensure_kernel_loaded``, 2.11's inline ``self.fn = self._reload_kernel().fn``;
+* ``make_benchmark_fn``: the same signature in both; 2.13 also sends CUTLASS choices to its
+  subprocess unasked (2.11 only with ``autotune_in_subproc``): kiln's sandbox takes every
+  non-extern choice on a GPU in both.
 """
 
 from __future__ import annotations
@@ -283,3 +292,69 @@ def coordesc_neighbours(autotuner: Any, config: Any) -> list[Any]:
             if tuner.is_valid_config(candidate):
                 found.append(candidate)
     return found
+
+
+# --- template benchmarks (kiln.inductor.benchmarks) ---
+
+
+def make_benchmark_fn_point() -> PatchPoint:
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    return PatchPoint(AlgorithmSelectorCache, "make_benchmark_fn")
+
+
+def is_extern_choice(selector_cls: Any, choice: Any) -> bool:
+    """An ATen/extern (or subgraph) choice: Inductor times these in the parent in every mode."""
+    return bool(selector_cls._is_extern(choice))
+
+
+def is_gpu_request_choice(choice: Any) -> bool:
+    """A choice with a ``BenchmarkRequest`` whose output lives on a GPU (what kiln's sandbox runs)."""
+    from torch._inductor.utils import is_gpu
+
+    if getattr(choice, "bmreq", None) is None:
+        return False
+    device = getattr(getattr(choice, "layout", None), "device", None)
+    return device is not None and bool(is_gpu(device.type))
+
+
+def benchmark_in_parent(selector_cls: Any, choices: list[Any], **kwargs: Any) -> dict[Any, float]:
+    """``benchmark_in_current_process`` (``input_nodes``, ``layout``, ``input_gen_fns``,
+    ``hint_override`` in ``kwargs``)."""
+    return dict(selector_cls.benchmark_in_current_process(choices, **kwargs))
+
+
+def benchmark_call(choice: Any) -> Any:
+    """The zero-argument, picklable call that times ``choice`` in another process (ms), as
+    ``TuningProcessPool.target`` sends it: ``choice.bmreq.benchmark``."""
+    return choice.bmreq.benchmark
+
+
+def benchmark_env() -> dict[str, str]:
+    """The variables Inductor sends with each benchmark to its subprocess: its caches."""
+    import os
+
+    return {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if v in os.environ}
+
+
+BENCHMARK_PROCESS_ENV = {"TORCH_WARM_POOL": "0"}
+"""Set in the benchmark process before torch is imported, as Inductor sets it for its own: no
+compile pool of Inductor's is started there."""
+
+
+def choice_label(choice: Any) -> str:
+    """``triton_mm_3 (BLOCK_M=32, ..., num_stages=1, num_warps=2)``: a choice as logs name it."""
+    name = getattr(choice, "name", None) or type(choice).__name__
+    description = getattr(choice, "description", "")
+    return f"{name} ({description})" if description else str(name)
+
+
+def init_benchmark_process() -> None:
+    """The sandbox's warm-up: import torch's Inductor and, when a GPU is visible, create this
+    process's CUDA context (as Inductor's ``_init_autotune_subprocess`` does)."""
+    import torch
+    import torch._inductor.autotune_process
+
+    if torch.cuda.is_available():
+        torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()

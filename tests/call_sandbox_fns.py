@@ -1,0 +1,50 @@
+"""Picklable callables for tests/test_call_sandbox.py (the sandbox process imports this module)."""
+
+from __future__ import annotations
+
+import os
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def variable() -> str | None:
+    return os.environ.get("KILN_TEST_CALL_VALUE")
+
+
+def warmup_fails() -> None:
+    raise OSError("no device here (the warm-up's own error)")
+
+
+def unpicklable_result() -> object:
+    return lambda: None
+
+
+class OnlyThere:
+    """Unpickles only in a process where ``KILN_TEST_CALL_VALUE`` is set (the sandbox, here)."""
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, ())
+
+
+def _rebuild() -> OnlyThere:
+    if not os.environ.get("KILN_TEST_CALL_VALUE"):
+        raise RuntimeError("this class cannot be rebuilt in this process")
+    return OnlyThere()
+
+
+def result_only_there() -> OnlyThere:
+    return OnlyThere()
+
+
+def start_helper_and_hang() -> None:
+    """Starts a helper process (its pid in ``KILN_TEST_CALL_PID_FILE``), then hangs."""
+    import subprocess
+    import time
+
+    helper = subprocess.Popen(["sleep", "1000"])
+    with open(os.environ["KILN_TEST_CALL_PID_FILE"], "w") as handle:
+        handle.write(str(helper.pid))
+    while True:
+        time.sleep(1)
