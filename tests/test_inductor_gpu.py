@@ -201,11 +201,17 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
         assert benchmarks is not None
         skipped = benchmarks.stats.skipped
         assert skipped, "the illegal memory access was compiled in, but no choice was skipped"
-        for one in skipped:
-            assert "num_stages=1" in one.choice
-            assert "num_warps=2" in one.choice
-            assert "sticky CUDA error" in str(one.failure)
-            assert "illegal memory access" in str(one.failure)
+        # Only the faulted choice hits the illegal memory access. Other choices may be skipped for
+        # their own reasons, as stock Inductor skips them (on torch 2.11 a 1024^2 mm has a choice
+        # that needs more shared memory than the H100 has: "out of resource", raised, not sticky).
+        sticky = [one for one in skipped if "sticky CUDA error" in str(one.failure)]
+        assert len(sticky) == 1, [(one.choice, str(one.failure)[:200]) for one in skipped]
+        assert "num_stages=1" in sticky[0].choice
+        assert "num_warps=2" in sticky[0].choice
+        assert "illegal memory access" in str(sticky[0].failure)
+        for other in skipped:
+            if other is not sticky[0]:
+                assert "illegal memory access" not in str(other.failure)
         assert benchmarks.sandbox.restarts >= 1
         assert benchmarks.stats.sandboxed > len(skipped)  # the other choices were timed
         logged = [r.getMessage() for r in caplog.records if r.name == "kiln.inductor"]
