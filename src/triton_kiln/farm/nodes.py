@@ -125,18 +125,25 @@ class NodeActors:
 
     def lost(self, actor: NodeActor, reason: str) -> None:
         """``actor`` died (or its node did): forget it; a live node gets a new one at the next refresh."""
-        if self.actors.get(actor.node.node_id) is actor:
-            with self._lock:
-                del self.actors[actor.node.node_id]
+        if self._drop(actor):
             log.warning("kiln farm: the node actor on %s was lost (%s)", actor.label, reason)
-        ray_api.kill(actor.actor)
 
     def _failed(self, actor: NodeActor, now: float, reason: str) -> None:
         self.failures = [*self.failures[-4:], f"{actor.node.address} ({actor.node.node_id[:8]}): {reason}"]
         log.warning("kiln farm: no compile actor on node %s: %s", actor.label, reason)
         self.resting[actor.node.node_id] = now + REST_S
         actor.ready_ref = None
-        self.lost(actor, reason)
+        self._drop(actor)
+
+    def _drop(self, actor: NodeActor) -> bool:
+        """Forget and kill ``actor``; ``False`` if it was forgotten already."""
+        with self._lock:
+            known = self.actors.get(actor.node.node_id) is actor
+            if known:
+                del self.actors[actor.node.node_id]
+        if known:
+            ray_api.kill(actor.actor)
+        return known
 
     def snapshot(self) -> list[NodeActor]:
         """The ready node actors now (any thread)."""
