@@ -14,7 +14,8 @@ matmul configs (``bench/kernels_bench.py``) for ``GPUTarget("cuda", 90, 32)`` (n
   and stopped outside the timed region, fresh each run so no Ray worker process is warm from
   the run before); the timed region joins it (``ray.init``), creates
   :class:`kiln.farm.RayCompilePool` and waits for every artifact verified in the local store.
-  Each Ray worker process starts its own kiln pool on its first task (that start-up is timed).
+  The pool starts one node actor (the node's kiln pool, ``--cores`` workers) when it is made:
+  that start-up (Ray worker process, zygote, warm-up) is timed, as the local pool's is.
 
 Rows: ``arm``, ``cores``, ``configs``, ``wall_s``, ``failed`` (failures by cause); the summary
 has the medians and ``ray / local`` (acceptance: <= 1.2). The full JSON goes to stdout (and
@@ -128,6 +129,8 @@ def run_ray(cores: int) -> dict[str, Any]:
                 "first_result_s": round(min(first) - started, 3) if first else None,
                 "nodes_used": len(pool.stats.nodes),
                 "dispatched": pool.stats.dispatched,
+                "actor_starts": pool.stats.actor_starts,
+                "node_retries": pool.stats.node_retries,
             }
         finally:
             pool.shutdown(wait=True)

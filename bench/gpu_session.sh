@@ -144,6 +144,9 @@ for phase in "$@"; do
         && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
       TAIL=16 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
+    farm-tests)  # #23: the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
+      TAIL=12 run farm-tests 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 -m pytest -q \
+        -p no:cacheprovider -rfEs tests/test_farm.py tests/test_farm_ray.py ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 import subprocess
 import sys
@@ -110,9 +109,40 @@ def test_a_bad_reply_is_rejected(artifact: Any, change: str, reason: str) -> Non
     assert reason in str(back)
 
 
-def test_an_error_reply_is_kilns_typed_error() -> None:
-    exc = CompileTimeoutError(JobInfo("k", (("BLOCK", 64),)), 4.2, (), -9, detail="the limit is 4 s")
-    back = wire.read_reply(wire.error_reply(exc, 4.2, "node-a"), "0" * 64, JOB)
+def test_an_error_reply_is_kilns_typed_error_about_the_callers_job() -> None:
+    # The node knew the job as its sealed request describes it (odd values as their reprs); the
+    # caller's error describes the caller's own request.
+    told = JobInfo("k", (("BLOCK", "Odd(64)"),))
+    exc = CompileTimeoutError(told, 4.2, (), -9, detail="the limit is 4 s")
+    mine = JobInfo("k", (("BLOCK", 64),))
+    back = wire.read_reply(wire.error_reply(exc, 4.2, "node-a"), "0" * 64, mine)
     assert isinstance(back, CompileTimeoutError)
-    assert str(back) == str(exc)
-    assert dataclasses.asdict(back.job) == dataclasses.asdict(exc.job)
+    assert str(back) == str(CompileTimeoutError(mine, 4.2, (), -9, detail="the limit is 4 s"))
+    assert back.job == mine
+    assert back.returncode == -9
+
+
+@pytest.mark.timeout(120)
+def test_a_sealed_request_is_opened_only_in_a_kiln_worker(tmp_path: Path) -> None:
+    # What the node actor does with a request: its constexpr segfaults whoever unpickles it, so
+    # were it unpickled in this process, this test's process would die.
+    import faults
+    from conftest import SM90
+    from triton_kiln import CompilePool, CompileRequest, WorkerCrashedError
+    from triton_kiln.pool.sealed import SealedRequest
+
+    request = CompileRequest(
+        faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": faults.Detonator("segv")}, target=SM90
+    )
+    sealed = SealedRequest.of(request)
+    assert sealed.key == request.key
+    assert sealed.job.constexprs == (("BLOCK", "Detonator('segv')"),)  # plain data only
+    assert sealed.module is None  # the kernel travels as source
+    with CompilePool(workers=1, cache_dir=tmp_path / "cache") as pool:
+        exc = pool.submit(sealed).exception(timeout=100)
+        assert isinstance(exc, WorkerCrashedError), repr(exc)
+        assert exc.signal_name == "SIGSEGV"
+        again = SealedRequest.of(add_request(128))
+        assert pool.submit(again).result(timeout=100).key == again.key
+        assert pool.submit(again).result().key == again.key  # a memory hit, as for a request
+        assert pool.stats.memory_hits == 1

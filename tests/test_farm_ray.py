@@ -1,14 +1,15 @@
 """The compile farm on a real local Ray cluster (``ray start --head`` on 127.0.0.1, a free port).
 
 The cluster has 2 CPUs (this machine's), no dashboard; every process it started is counted
-after the tests (:mod:`ray_cluster`). Faults are the crash matrix's real ones (``faults.py``:
-``abort()``, a read of address 0, a sleep forever inside Triton's compile), preloaded in the
-nodes' zygotes.
+after the tests (:mod:`ray_cluster`); each pool starts one node actor (the node's kiln pool).
+Faults are the crash matrix's real ones (``faults.py``: ``abort()``, a read of address 0, a
+sleep forever inside Triton's compile), preloaded in the nodes' zygotes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -88,22 +89,80 @@ def test_72_matmul_configs_with_an_abort_a_segfault_and_a_hang(
     assert_no_stray_kiln_processes(cluster)
 
 
+def kiln_pools(cluster: LocalRayCluster) -> dict[str, list[psutil.Process]]:
+    """The cluster's kiln processes (zygotes and kiln workers), by the kiln pool they belong to."""
+    pools: dict[str, list[psutil.Process]] = {}
+    for proc in cluster.processes():
+        with contextlib.suppress(psutil.Error):
+            pool_id = proc.environ().get(ENV_POOL_ID)
+            if pool_id:
+                pools.setdefault(pool_id, []).append(proc)
+    return pools
+
+
+def shape(procs: list[psutil.Process]) -> tuple[int, int]:
+    """A kiln pool's zygotes and kiln workers (their children, ptxas, not counted)."""
+    pids = {p.pid for p in procs}
+    parents = {}
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            parents[proc.pid] = proc.ppid()
+    zygotes = {pid for pid, ppid in parents.items() if ppid not in pids}
+    return len(zygotes), sum(1 for ppid in parents.values() if ppid in zygotes)
+
+
 def assert_no_stray_kiln_processes(cluster: LocalRayCluster) -> None:
-    """Each Ray worker's kiln pool holds its zygote and one idle worker, nothing more: the
-    crashed and the hung workers are gone (reaped, their process groups killed)."""
+    """One kiln pool on the node (its actor's): one zygote and at most one worker per CPU,
+    nothing more; the crashed and the hung workers are gone (reaped, their groups killed)."""
     deadline = time.monotonic() + 30
     while True:
-        pools: dict[str, list[psutil.Process]] = {}
-        for proc in cluster.processes():
-            with contextlib.suppress(psutil.Error):
-                pool_id = proc.environ().get(ENV_POOL_ID)
-                if pool_id:
-                    pools.setdefault(pool_id, []).append(proc)
-        crowded = {k: [(p.pid, p.name()) for p in v] for k, v in pools.items() if len(v) > 2}
-        if pools and not crowded:
+        pools = kiln_pools(cluster)
+        shapes = {k: shape(v) for k, v in pools.items()}
+        if len(pools) == 1 and all(z == 1 and w <= cluster.num_cpus for z, w in shapes.values()):
             return
-        assert time.monotonic() < deadline, crowded or "no kiln pool found in the cluster's processes"
+        assert time.monotonic() < deadline, f"kiln pools (zygotes, workers): {shapes}"
         time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_one_kiln_pool_per_node_however_many_jobs_run_at_once(
+    farm: RayCompilePool, cluster: LocalRayCluster
+) -> None:
+    # Before: each Ray worker process made its own kiln pool (one zygote each, 2 on 2 CPUs).
+    requests = [add_request(n) for n in (32, 64, 128, 256, 512, 1024)]
+    futures = [farm.submit(r) for r in requests]
+    seen: dict[str, tuple[int, int]] = {}  # pool -> most zygotes, most workers at once
+    while not all(f.done() for f in futures):
+        for pool_id, procs in kiln_pools(cluster).items():
+            zygotes, workers = shape(procs)
+            most = seen.get(pool_id, (0, 0))
+            seen[pool_id] = (max(most[0], zygotes), max(most[1], workers))
+        time.sleep(0.05)
+    assert all(is_cubin(f.result().binary) for f in futures)
+    assert len(seen) == 1, seen  # one kiln pool on the node, whatever ran
+    ((zygotes, workers),) = seen.values()
+    assert zygotes == 1
+    assert workers <= cluster.num_cpus  # one kiln worker per CPU at most
+    assert_no_stray_kiln_processes(cluster)
+
+
+@pytest.mark.timeout(300)
+def test_the_nodes_kiln_pool_is_warm_before_the_first_job(cluster: LocalRayCluster, tmp_path: Path) -> None:
+    # Before: a Ray worker's kiln pool started with its first task, so nothing ran here.
+    earlier = set(kiln_pools(cluster))  # (before: other pools' Ray workers kept theirs)
+    pool = RayCompilePool(cluster.address, cache_dir=tmp_path / "cache")
+    try:
+        deadline = time.monotonic() + 120
+        while not set(kiln_pools(cluster)) - earlier:
+            assert time.monotonic() < deadline, "no kiln pool started on the node"
+            time.sleep(0.1)
+        (node,) = pool.wait_ready(120)
+        assert node["warm"]
+        assert node["zygote"] is not None
+        assert node["workers"] == cluster.num_cpus == len(node["kiln_workers"])
+        assert pool.stats.dispatched == 0
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 @pytest.mark.timeout(300)
@@ -143,17 +202,52 @@ def test_a_second_submit_is_served_from_the_local_store(farm: RayCompilePool, tm
 
 
 @pytest.mark.timeout(300)
-def test_a_ray_worker_that_dies_is_not_retried(farm: RayCompilePool) -> None:
-    # The request's constexpr segfaults the Ray worker process while it unpickles the request:
-    # a crash that would crash again, so Ray's retries are off and kiln does not re-run it.
+def test_a_request_whose_unpickling_crashes_fails_alone_and_is_not_retried(farm: RayCompilePool) -> None:
+    # The request's constexpr segfaults whoever unpickles it: only a kiln worker of the node's
+    # pool does (the node actor passes the sealed request on unopened), so kiln's typed error,
+    # and the actor serves on. (Before: the Ray worker process unpickled it, and died.)
+    (before,) = farm.wait_ready(120)
     request = CompileRequest(
         faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": faults.Detonator("segv")}, target=SM90
     )
     exc = farm.submit(request).exception(timeout=120)
     assert isinstance(exc, WorkerCrashedError), repr(exc)
-    assert "Ray worker process running it died" in str(exc)
+    assert exc.signal_name == "SIGSEGV"
+    assert "BLOCK=Detonator('segv')" in str(exc)  # the caller's own description of the job
     assert farm.stats.node_retries == 0
     assert is_cubin(farm.compile(add_request(8192)).binary)  # the farm goes on
+    (after,) = farm.wait_ready(120)
+    assert after["pid"] == before["pid"]  # the same node actor
+    assert farm.stats.actor_starts == 1
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_node_actors_jobs_run_again(farm: RayCompilePool, cluster: LocalRayCluster) -> None:
+    (first,) = farm.wait_ready(120)
+    slow = [
+        CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": b}, target=SM90)
+        for b in (32, 64, 128, 256)
+    ]  # each compile sleeps 2 s (faults' stage hook)
+    futures = [farm.submit(r, timeout_s=120) for r in slow]
+    time.sleep(1.0)  # the actor's two workers each compiling one
+    assert farm.stats.dispatched == 4
+    os.kill(first["pid"], signal.SIGKILL)
+    for future in futures:
+        assert is_cubin(future.result(timeout=240).binary)
+    assert farm.stats.node_retries >= 2  # at least the two running jobs ran again
+    assert farm.stats.failed == 0
+    assert farm.stats.actor_starts == 2  # a new actor on the same (live) node
+    (second,) = farm.wait_ready(120)
+    assert second["pid"] != first["pid"]
+    # the killed actor's zygote and kiln workers died with it (parent-death signals)
+    old = [first["zygote"], *first["kiln_workers"]]
+    deadline = time.monotonic() + 30
+    while alive := [
+        pid for pid in old if psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
+    ]:
+        assert time.monotonic() < deadline, alive
+        time.sleep(0.2)
+    assert_no_stray_kiln_processes(cluster)
 
 
 def _raylets(cluster: LocalRayCluster) -> set[int]:

@@ -20,7 +20,11 @@ class NodeLostError(JobFailure):
 
 
 class FarmTaskError(JobFailure):
-    """The Ray task around this job failed for a reason of Ray's (not the compile's)."""
+    """The Ray call running this job failed for a reason of Ray's (not the compile's)."""
 
-    what = "failed in its Ray task"
+    what = "failed in its Ray call"
     advice = "the job was skipped; the Ray error is above"
+
+
+class NoNodeError(FarmError):
+    """No node of the Ray cluster can compile: none has a CPU, or none could start kiln's actor."""

@@ -2,51 +2,60 @@
 
 Data flow::
 
-    caller threads                      collector thread (one per pool)          Ray cluster
-    --------------                      -------------------------------          -----------
-    submit(request) -> key -> memory,
-      disk (ArtifactStore), in flight
-      -> Ray task (pickled request) -------------------------------------------> any node's Ray
-    Future <---- verify (wire.py), store.put <---- ray.wait / ray.get <-------- worker process:
-                                                                                 task.py, its own
-                                                                                 kiln CompilePool
+    caller threads                  scheduler thread (one per pool)            Ray nodes
+    --------------                  -------------------------------            ---------
+    submit(request) -> key ->
+      memory, disk (and remote)
+      store, in flight (lookup.py)
+      -> SealedRequest, queue ----> longest first, to the node actor    ----> NodeCompiler (one
+                                    with the most free slots (nodes.py)        per node; its kiln
+                                                                               CompilePool with the
+    Future <---- verify (wire.py), store.put <---- ray.wait / ray.get <------- node's CPUs; the
+                                                                               request opened only
+                                                                               in a kiln worker)
 
-* Each job is one Ray task (:mod:`kiln.farm.task`) that compiles in a kiln pool inside the Ray
-  worker, so an abort, a segfault or a hang in Triton fails only that job, with kiln's typed
-  error, and the Ray worker lives on. Ray's retries are off (``max_retries=0``).
-* A job whose node died (``NodeDiedError``, ``ObjectLostError``) is submitted again, up to
-  ``node_retries`` times, and Ray places it on a live node; after that it fails with
-  :class:`~kiln.farm.errors.NodeLostError`. A job whose Ray worker process died while its node
-  lives (something killed it, or unpickling the request crashed it) fails at once with
-  :class:`~kiln.errors.WorkerCrashedError`: it would crash again.
-* Replies are plain data, verified (key, sha256, launch metadata) before the artifact is stored
-  in the local :class:`~kiln.artifacts.store.ArtifactStore` (and so in any remote store behind
-  it) and returned. A rejected reply fails its job with :class:`~kiln.errors.ArtifactError`.
-* Ray has no priorities: :meth:`compile_many` and :meth:`as_completed` submit the longest
-  guessed compiles first; :meth:`submit`'s ``priority`` is accepted and not used.
+* One actor per node (:mod:`kiln.farm.node_actor`), started with the pool (its kiln pool's
+  zygote warms then) and on nodes that join later; it holds the node's CPUs (``cpus_per_node``)
+  and its pool has as many workers: one zygote per node, never one per Ray worker process.
+* An abort, a segfault or a hang in Triton kills only a kiln worker: the job fails with kiln's
+  typed error, the actor serves on. Ray restarts no actor and re-runs no call.
+* A lost actor (killed, or its node died or left) fails its calls with a Ray actor error: those
+  jobs are queued again (``node_retries`` times at most, then
+  :class:`~kiln.farm.errors.NodeLostError`) for the other nodes' actors or the node's new one.
+  No config can kill an actor (it never unpickles a request), so a re-run repeats no crash.
+* Replies are plain data, verified (wire.py) before the artifact is stored in the local
+  :class:`~kiln.artifacts.store.ArtifactStore` (and any remote store behind it); a rejected
+  reply fails its job with :class:`~kiln.errors.ArtifactError`.
+* Jobs wait here, highest ``priority`` first (default :func:`guess_compile_cost`); a node gets
+  as many as its workers plus a short queue (nodes.py).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-import pickle
+import math
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, as_completed
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_kiln import settings as settings_mod
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.artifacts.store import ArtifactStore
-from triton_kiln.compile.request import CompileRequest, guess_compile_cost
-from triton_kiln.errors import PoolClosedError, WorkerCrashedError
+from triton_kiln.compile.request import CompileRequest
+from triton_kiln.errors import ArtifactError, PoolClosedError
 from triton_kiln.farm import ray_api, wire
-from triton_kiln.farm.errors import FarmTaskError, NodeLostError
+from triton_kiln.farm.errors import FarmTaskError, NodeLostError, NoNodeError
+from triton_kiln.farm.jobs import FarmJob, FarmStats, longest_first
+from triton_kiln.farm.nodes import NodeActors
 from triton_kiln.pool.interface import gather
+from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.memory_cache import MemoryCache
+from triton_kiln.pool.pool import open_store
+from triton_kiln.pool.sealed import SealedRequest
 from triton_kiln.settings import Settings
 
 if TYPE_CHECKING:
@@ -56,36 +65,12 @@ __all__ = ["FarmStats", "RayCompilePool"]
 log = logging.getLogger("kiln.farm")
 
 _POLL_S = 0.05
-
-
-@dataclass
-class FarmStats:
-    """Counters a :class:`RayCompilePool` keeps."""
-
-    submitted: int = 0
-    memory_hits: int = 0
-    disk_hits: int = 0
-    deduplicated: int = 0
-    dispatched: int = 0
-    compiled: int = 0
-    failed: int = 0
-    rejected: int = 0  # replies that failed verification
-    node_retries: int = 0  # jobs submitted again because their node was lost
-    nodes: dict[str, int] = field(default_factory=dict)  # replies per node (hostname)
-
-
-@dataclass
-class _Job:
-    request: CompileRequest
-    future: Future[CompiledArtifact]
-    payload: bytes
-    timeout_s: float
-    started: float
-    attempts: int = 1
+_REFRESH_S = 1.0  # how often the scheduler looks for nodes that joined or left
+_CLOSE_WAIT_S = 10.0  # how long shutdown() lets the node actors end their pools
 
 
 class RayCompilePool:
-    """A compile pool whose workers are Ray tasks on a cluster (``pip install 'triton-kiln[ray]'``).
+    """A compile pool whose workers are kiln pools on a Ray cluster's nodes (``triton-kiln[ray]``).
 
     Args:
         address: the cluster (``"host:port"`` of ``ray start --head``, ``"auto"``, or ``None`` for
@@ -93,7 +78,11 @@ class RayCompilePool:
         job_timeout_s, memory_limit_mb, cache_dir, use_disk_cache: as for
             :class:`~kiln.pool.CompilePool` (each job's limits are enforced on its node).
         preload: modules the nodes' zygotes import (for instance one that installs Triton hooks).
-        node_retries: how many times a job of a lost node runs again elsewhere.
+        node_retries: how many times a job of a lost node (or node actor) runs again.
+        cpus_per_node: the CPUs each node's actor holds and compiles with (``None``: all of the
+            node's; Ray work of others cannot use them while the pool lives).
+        node_start_timeout_s: how long a node's actor may take to start (its CPUs held by
+            another pool, say) before that node is left alone a while.
         ray_init: more keyword arguments for ``ray.init``.
     """
 
@@ -107,6 +96,8 @@ class RayCompilePool:
         use_disk_cache: bool | None = None,
         preload: Iterable[str] = (),
         node_retries: int = 3,
+        cpus_per_node: int | None = None,
+        node_start_timeout_s: float = 60.0,
         settings: Settings | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
@@ -118,24 +109,29 @@ class RayCompilePool:
             "use_disk_cache": use_disk_cache,
         }
         self.settings = base.replace(**{k: v for k, v in overrides.items() if v is not None})
-        cap = self.settings.cache_max_mb
-        self.store = (
-            ArtifactStore(self.settings.cache_dir, max_bytes=None if cap is None else cap << 20)
-            if self.settings.use_disk_cache
-            else None
-        )
+        if cpus_per_node is not None and cpus_per_node < 1:
+            raise ValueError(f"cpus_per_node must be at least 1, got {cpus_per_node}")
+        self.store = open_store(self.settings)
         self.preload = tuple(preload)
         self.node_retries = node_retries
         self.stats = FarmStats()
         self._memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
         self._lock = threading.Lock()
-        self._inflight: dict[str, _Job] = {}  # key -> job
-        self._refs: dict[Any, _Job] = {}  # Ray ref -> job
+        self._inflight: dict[str, FarmJob] = {}  # key -> job (queued or running)
+        self._queue: list[tuple[float, int, FarmJob]] = []  # (-priority, order, job), under _lock
+        self._order = itertools.count()
         self._closing = False
+        self._cancel = False
         self._owns_ray = ray_api.connect(address, dict(ray_init or {}))
-        self._remote = ray_api.remote_compile()
-        self._collector = threading.Thread(target=self._collect, name="kiln-farm-collector", daemon=True)
-        self._collector.start()
+        self._nodes = NodeActors(
+            cpus_per_node=cpus_per_node,
+            preload=self.preload,
+            memory_limit_mb=self.settings.memory_limit_mb,
+            start_timeout_s=node_start_timeout_s,
+        )
+        self._running: dict[Any, FarmJob] = {}  # Ray ref -> job (the scheduler thread's)
+        self._scheduler = threading.Thread(target=self._schedule, name="kiln-farm-scheduler", daemon=True)
+        self._scheduler.start()
 
     # ---------------------------------------------------------------- the CompilePool interface
 
@@ -145,41 +141,32 @@ class RayCompilePool:
         """Compile ``request`` on the cluster; a future of its verified, stored artifact."""
         if not isinstance(request, CompileRequest):
             raise TypeError(f"submit() takes a CompileRequest, got {type(request).__name__}")
-        key = request.key
-        with self._lock:
-            self._check_open()
-            self.stats.submitted += 1
-            hit = self._memory.get(key)
-            if hit is not None:
-                self.stats.memory_hits += 1
-                return _done(hit)
-            job = self._inflight.get(key)
-            if job is not None:
-                self.stats.deduplicated += 1
-                return job.future
-        stored = self.store.get(key) if self.store is not None else None
-        with self._lock:
-            self._check_open()
-            if stored is not None:
-                self.stats.disk_hits += 1
-                self._memory.put(stored)
-                return _done(stored)
-            job = self._inflight.get(key)
-            if job is not None:
-                self.stats.deduplicated += 1
-                return job.future
-            request.spec.check_shippable()
-            job = _Job(
+
+        def new_job() -> FarmJob:
+            sealed = SealedRequest.of(request)
+            job = FarmJob(
                 request=request,
+                sealed=sealed,
                 future=Future(),
-                payload=pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL),
                 timeout_s=timeout_s if timeout_s is not None else self.settings.job_timeout_s,
+                priority=sealed.cost if priority is None else priority,
                 started=time.monotonic(),
             )
             job.future.set_running_or_notify_cancel()
-            self._inflight[key] = job
-            self._dispatch(job)
-        return job.future
+            heapq.heappush(self._queue, (-job.priority, next(self._order), job))
+            return job
+
+        future, _ = find_or_add(
+            request.key,
+            lock=self._lock,
+            memory=self._memory,
+            inflight=self._inflight,
+            store=self.store,
+            counts=self.stats,
+            check_open=self._check_open,
+            new_job=new_job,
+        )
+        return future
 
     def compile(self, request: CompileRequest, *, timeout_s: float | None = None) -> CompiledArtifact:
         """Compile one request and wait for it (raises what the job raised)."""
@@ -196,7 +183,7 @@ class RayCompilePool:
         """Compile a batch on the cluster, results in input order (see :meth:`CompilePool.compile_many`)."""
         reqs = list(requests)
         futures: list[Future[CompiledArtifact] | None] = [None] * len(reqs)
-        for i in _longest_first(reqs):
+        for i in longest_first(reqs):
             futures[i] = self.submit(reqs[i])
         show = self.settings.progress if progress is None else progress
         submitted = [f for f in futures if f is not None]
@@ -208,33 +195,39 @@ class RayCompilePool:
         """Submit ``requests`` (longest guessed first) and yield ``(request, future)`` as each finishes."""
         reqs = list(requests)
         by_future: dict[Future[CompiledArtifact], list[CompileRequest]] = {}
-        for i in _longest_first(reqs):
+        for i in longest_first(reqs):
             by_future.setdefault(self.submit(reqs[i]), []).append(reqs[i])
         for future in as_completed(by_future):
             for request in by_future[future]:
                 yield request, future
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        """Stop accepting jobs; wait for (or cancel) those in flight; leave Ray if this pool joined it.
+    def wait_ready(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
+        """Wait until the node actors' kiln pools are warm (zygote and workers up); what each
+        node runs (host, actor pid, workers, zygote and kiln worker pids). ``[]`` if no node
+        actor started within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while not self._nodes.snapshot():
+            if time.monotonic() > deadline or not self._scheduler.is_alive():
+                return []
+            time.sleep(_POLL_S)
+        left = max(1.0, deadline - time.monotonic())
+        return [{"node": a.label, **ray_api.call(a.actor.warm, left, left)} for a in self._nodes.snapshot()]
 
-        With ``wait=False`` and no ``cancel_futures``, jobs in flight go on and Ray stays joined.
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop accepting jobs; wait for (or cancel) those queued and running; end the node
+        actors; leave Ray if this pool joined it.
+
+        With ``wait=False`` and no ``cancel_futures``, jobs go on (the actors end after the
+        last) and Ray stays joined.
         """
         with self._lock:
             self._closing = True
-            jobs = list(self._refs.items())
-            if cancel_futures:
-                self._refs.clear()
-        if cancel_futures:
-            for ref, job in jobs:
-                ray_api.cancel(ref)
-                if not job.future.done():
-                    job.future.set_exception(PoolClosedError("the farm pool was shut down"))
-        del jobs  # Ray's object refs must all be gone before Ray is
+            self._cancel = self._cancel or cancel_futures
         if not wait and not cancel_futures:
             return
-        if threading.current_thread() is not self._collector:
-            self._collector.join()  # it ends once no task is in flight, dropping its refs
-        if self._owns_ray and not self._collector.is_alive():
+        if threading.current_thread() is not self._scheduler:
+            self._scheduler.join()  # it ends the actors and drops every Ray ref it held
+        if self._owns_ray and not self._scheduler.is_alive():
             self._owns_ray = False
             ray_api.disconnect()
 
@@ -248,72 +241,112 @@ class RayCompilePool:
     def closing(self) -> bool:
         return self._closing
 
-    # ---------------------------------------------------------------- internals
+    # ---------------------------------------------------------------- the scheduler thread
 
     def _check_open(self) -> None:
         if self._closing:
             raise PoolClosedError("this RayCompilePool was shut down; create a new one to compile more")
 
-    def _dispatch(self, job: _Job) -> None:
-        """Start ``job``'s Ray task (call with the lock held)."""
-        ref = self._remote.remote(job.payload, job.timeout_s, self.preload, self.settings.memory_limit_mb)
-        self._refs[ref] = job
-        self.stats.dispatched += 1
-
-    def _collect(self) -> None:
-        """The collector thread: turn each finished Ray task into its job's result."""
-        while True:
-            with self._lock:
-                refs = list(self._refs)
-                if not refs and self._closing:
-                    return
-            if not refs:
-                time.sleep(_POLL_S)
-                continue
-            try:
-                ready = ray_api.wait(refs, _POLL_S * 4)
-            except Exception:
-                if self._closing:
-                    return  # Ray was shut down under a pool told not to wait
-                log.exception("kiln farm: waiting for Ray tasks failed")
-                time.sleep(_POLL_S)
-                continue
-            for ref in ready:
+    def _schedule(self) -> None:
+        """Start node actors, hand them queued jobs, turn their replies into results."""
+        next_refresh = 0.0
+        try:
+            while True:
+                now = time.monotonic()
                 with self._lock:
-                    job = self._refs.pop(ref, None)
-                if job is None:
+                    if self._cancel or (self._closing and not self._queue and not self._running):
+                        return
+                if now >= next_refresh:
+                    self._refresh(now)
+                    next_refresh = now + (_REFRESH_S if self._nodes.any_ready else _POLL_S * 4)
+                self._dispatch()
+                starting = self._nodes.starting_refs()
+                refs = [*self._running, *starting]
+                if not refs:
+                    time.sleep(_POLL_S)
                     continue
                 try:
-                    self._finish(job, ref)
-                except BaseException as exc:  # never lose a job's future to a bug here
-                    log.exception("kiln farm: finishing %s failed", job.request.label())
-                    self._fail(job, exc)
+                    ready = ray_api.wait(refs, _POLL_S)
+                except Exception:
+                    log.exception("kiln farm: waiting for Ray failed")
+                    time.sleep(_POLL_S)
+                    continue
+                del refs
+                for ref in ready:
+                    if ref in starting:
+                        self._nodes.started(starting[ref], time.monotonic())
+                        continue
+                    job = self._running.pop(ref)
+                    try:
+                        if self._finish(job, ref):
+                            next_refresh = 0.0  # a lost actor: look at the nodes now
+                    except BaseException as exc:  # never lose a job's future to a bug here
+                        log.exception("kiln farm: finishing %s failed", job.request.label())
+                        self._fail(job, exc)
+                del ready, starting  # no Ray ref outlives Ray (shutdown disconnects)
+        finally:
+            self._end()
 
-    def _finish(self, job: _Job, ref: Any) -> None:
+    def _refresh(self, now: float) -> None:
+        try:
+            self._nodes.refresh(now)
+        except Exception:
+            log.exception("kiln farm: listing the Ray cluster's nodes failed")
+            return
+        self.stats.actor_starts = self._nodes.starts
+        if self._nodes.any_ready or self._nodes.any_starting:
+            return
+        with self._lock:
+            queued = [entry[2] for entry in self._queue]
+            self._queue.clear()
+        if not queued:
+            return
+        failures = "; ".join(self._nodes.failures)
+        why = f"no node could start kiln's actor: {failures}" if failures else "no live node has a CPU"
+        for job in queued:
+            self._fail(job, NoNodeError(f"{job.request.label()}: not compiled: {why}"))
+
+    def _dispatch(self) -> None:
+        """Queued jobs, highest priority first, each to the node actor with the most free slots."""
+        while True:
+            node = self._nodes.pick()
+            if node is None:
+                return
+            with self._lock:
+                if not self._queue:
+                    return
+                job = heapq.heappop(self._queue)[2]
+            ref = node.actor.compile.remote(job.sealed, job.timeout_s)
+            node.busy += 1
+            job.node = node
+            self._running[ref] = job
+            self.stats.dispatched += 1
+
+    def _finish(self, job: FarmJob, ref: Any) -> bool:
+        """End ``job`` with its call's reply, or queue it again; ``True`` if its actor was lost."""
+        node = job.node
+        assert node is not None
+        node.busy -= 1
         reply, outcome, message = ray_api.fetch(ref)
         info = job.request.info()
         seconds = time.monotonic() - job.started
-        if outcome is ray_api.Outcome.NODE_LOST and job.attempts <= self.node_retries:
+        if outcome is ray_api.Outcome.ACTOR_LOST:
+            self._nodes.lost(node, message)
             with self._lock:
-                if not self._closing:
+                again = job.attempts <= self.node_retries and not self._cancel
+                if again:
                     job.attempts += 1
                     self.stats.node_retries += 1
-                    self._dispatch(job)
-                    return
+                    heapq.heappush(self._queue, (-math.inf, next(self._order), job))
+            if not again:
+                detail = f"{job.attempts} tries; Ray said: {message}"
+                self._fail(job, NodeLostError(info, seconds, detail=detail))
+            return True
         result: CompiledArtifact | BaseException
         if outcome is None:
             result = wire.read_reply(reply, job.request.key, info)
-            node = str(reply.get("node", "?")) if isinstance(reply, dict) else "?"
             with self._lock:
-                self.stats.nodes[node] = self.stats.nodes.get(node, 0) + 1
-        elif outcome is ray_api.Outcome.NODE_LOST:
-            result = NodeLostError(info, seconds, detail=f"{job.attempts} tries; Ray said: {message}")
-        elif outcome is ray_api.Outcome.WORKER_DIED:
-            result = WorkerCrashedError(
-                info,
-                seconds,
-                detail=f"the Ray worker process running it died (its node lives); Ray said: {message}",
-            )
+                self.stats.nodes[node.label] = self.stats.nodes.get(node.label, 0) + 1
         elif outcome is ray_api.Outcome.CANCELLED:
             result = PoolClosedError(f"{info.label()}: cancelled when the farm pool was shut down")
         else:
@@ -322,8 +355,22 @@ class RayCompilePool:
             self._complete(job, result)
         else:
             self._fail(job, result)
+        return False
 
-    def _complete(self, job: _Job, artifact: CompiledArtifact) -> None:
+    def _end(self) -> None:
+        """The scheduler's last act: cancelled jobs failed, node actors ended, Ray refs dropped."""
+        with self._lock:
+            left = [entry[2] for entry in self._queue] + list(self._running.values())
+            self._queue.clear()
+        self._running.clear()
+        for job in left:
+            self._fail(job, PoolClosedError(f"{job.request.label()}: cancelled: the farm pool was shut down"))
+        try:
+            self._nodes.close(0.0 if self._cancel else _CLOSE_WAIT_S)
+        except Exception:
+            log.exception("kiln farm: ending the node actors failed")
+
+    def _complete(self, job: FarmJob, artifact: CompiledArtifact) -> None:
         if self.store is not None:
             try:
                 self.store.put(artifact)
@@ -336,9 +383,7 @@ class RayCompilePool:
         if not job.future.done():
             job.future.set_result(artifact)
 
-    def _fail(self, job: _Job, exc: BaseException) -> None:
-        from triton_kiln.errors import ArtifactError
-
+    def _fail(self, job: FarmJob, exc: BaseException) -> None:
         with self._lock:
             self._inflight.pop(job.request.key, None)
             self.stats.failed += 1
@@ -346,17 +391,6 @@ class RayCompilePool:
                 self.stats.rejected += 1
         if not job.future.done():
             job.future.set_exception(exc)
-
-
-def _longest_first(requests: list[CompileRequest]) -> list[int]:
-    """Indices of ``requests``, longest guessed compile first (Ray runs tasks in submission order)."""
-    return sorted(range(len(requests)), key=lambda i: -guess_compile_cost(requests[i]))
-
-
-def _done(artifact: CompiledArtifact) -> Future[CompiledArtifact]:
-    future: Future[CompiledArtifact] = Future()
-    future.set_result(artifact)
-    return future
 
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
-"""What crosses Ray's object store between a farm task and the caller, and its checks.
+"""What crosses Ray's object store between a node actor and the caller, and its checks.
 
-A task answers with plain data only, built here and read back here::
+A node actor answers with plain data only, built here and read back here::
 
-    Ray worker (task.py)                                  caller (pool.py)
+    node actor (node_actor.py)                            caller (pool.py)
     artifact --artifact_reply--> {"ok": True, key, name,  --read_reply--> CompiledArtifact, verified:
                                   binary, metadata_json,     the key is the one asked for, the
                                   asm, compile_s, sha256}    binary's sha256 matches, the launch
@@ -11,7 +11,7 @@ A task answers with plain data only, built here and read back here::
                                   RemoteError}               (kiln.pool.failures' one codec)
 
 The artifact is never pickled as an object: a verified reply is rebuilt field by field, so a
-task can send back nothing but bytes, strings and numbers the caller checks.
+actor can send back nothing but bytes, strings and numbers the caller checks.
 """
 
 from __future__ import annotations
@@ -22,14 +22,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.errors import ArtifactError, JobInfo, RemoteCompileError
+from triton_kiln.errors import ArtifactError, JobFailure, JobInfo, RemoteCompileError
 from triton_kiln.pool.failures import RemoteError
 
 Reply = dict[str, Any]
 
 
 def artifact_reply(artifact: CompiledArtifact, node: str) -> Reply:
-    """The reply of a task whose compile succeeded (in the Ray worker)."""
+    """The reply of a call whose compile succeeded (in the node actor)."""
     return {
         "ok": True,
         "node": node,
@@ -45,23 +45,28 @@ def artifact_reply(artifact: CompiledArtifact, node: str) -> Reply:
 
 
 def error_reply(exc: BaseException, seconds: float, node: str) -> Reply:
-    """The reply of a task whose compile failed (kiln's typed error or the job's own exception)."""
+    """The reply of a call whose compile failed (kiln's typed error or the job's own exception)."""
     return {"ok": False, "node": node, "error": RemoteError.capture(exc), "seconds": seconds}
 
 
 def read_reply(reply: object, key: str, job: JobInfo) -> CompiledArtifact | BaseException:
-    """The artifact (verified) or exception a task's ``reply`` stands for (in the caller).
+    """The artifact (verified) or exception a node actor's ``reply`` stands for (in the caller).
 
     A reply that fails a check is an :class:`~kiln.errors.ArtifactError` saying which: it is
     never stored nor returned as an artifact.
     """
     if not isinstance(reply, Mapping) or not isinstance(reply.get("ok"), bool):
-        return ArtifactError(f"{job.label()}: the farm task sent back {type(reply).__name__}, not a reply")
+        return ArtifactError(f"{job.label()}: the node actor sent back {type(reply).__name__}, not a reply")
     if not reply["ok"]:
         error = reply.get("error")
         if not isinstance(error, RemoteError):
-            return ArtifactError(f"{job.label()}: the farm task's error reply holds no error")
+            return ArtifactError(f"{job.label()}: the node actor's error reply holds no error")
         exc = error.rebuild(job, float(reply.get("seconds", 0.0)), ())
+        if isinstance(exc, JobFailure):
+            # kiln's failure, told by the node about the sealed request: told again about the
+            # caller's own (its constexprs as they are, not as their reprs)
+            cls, args = exc.__reduce__()[:2]
+            exc = cls(job, *args[1:])
         if isinstance(exc, RemoteCompileError):
             return exc
         if exc.__cause__ is not None and type(exc).__module__ == "triton_kiln.errors":

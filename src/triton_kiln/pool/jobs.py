@@ -26,22 +26,20 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import KilnError, PoolClosedError
+from triton_kiln.pool.lookup import LookupCounts
 from triton_kiln.pool.memory_cache import MemoryCache
 
 if TYPE_CHECKING:
     from triton_kiln.pool.node_jobs import NodeJobs
+    from triton_kiln.pool.sealed import SealedRequest
 
 log = logging.getLogger("kiln.pool")
 
 
 @dataclass
-class PoolStats:
+class PoolStats(LookupCounts):
     """Counters a pool keeps (read them from :attr:`CompilePool.stats`)."""
 
-    submitted: int = 0
-    deduplicated: int = 0
-    memory_hits: int = 0
-    disk_hits: int = 0
     dispatched: int = 0
     compiled: int = 0
     failed: int = 0
@@ -60,11 +58,12 @@ class PoolStats:
 @dataclass
 class Job:
     id: int
-    request: CompileRequest
+    request: CompileRequest | SealedRequest
     future: Future[CompiledArtifact]
     payload: bytes
     timeout_s: float
     priority: float = 0.0
+    module: str | None = None  # what a worker imports for the kernel (None: rebuilt from source)
     attempts: int = 0
     started: float = 0.0
     slot: object = None  # the node slot held while it runs (kiln.pool.node_jobs)

@@ -51,8 +51,10 @@ from triton_kiln.compile.request import CompileRequest, guess_compile_cost
 from triton_kiln.errors import PoolClosedError
 from triton_kiln.pool.interface import gather
 from triton_kiln.pool.jobs import Job, JobTable, PoolStats
+from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
 from triton_kiln.pool.memory_cache import MemoryCache
+from triton_kiln.pool.sealed import SealedRequest
 from triton_kiln.settings import Settings
 from triton_kiln.triton_compat import GPUTarget
 
@@ -144,7 +146,7 @@ class CompilePool:
 
     def submit(
         self,
-        request: CompileRequest,
+        request: CompileRequest | SealedRequest,
         *,
         timeout_s: float | None = None,
         priority: float | None = None,
@@ -154,47 +156,44 @@ class CompilePool:
         Identical requests in flight share one future; a request compiled before (in this
         pool, or by any pool using the same cache directory) returns at once from the cache.
         Queued jobs start highest ``priority`` first (default: :func:`guess_compile_cost`, so a
-        batch runs its longest compiles first).
+        batch runs its longest compiles first). A :class:`~kiln.pool.sealed.SealedRequest` is
+        compiled without being unpickled in this process (only its worker opens it).
         """
-        if not isinstance(request, CompileRequest):
+        if not isinstance(request, (CompileRequest, SealedRequest)):
             raise TypeError(f"submit() takes a CompileRequest, got {type(request).__name__}")
-        key = request.key
         table = self._table
-        with table.lock:
-            table.check_open()
-            table.stats.submitted += 1
-            hit = table.memory.get(key)
-            if hit is not None:
-                table.stats.memory_hits += 1
-                return _done(hit)
-            job = table.inflight.get(key)
-            if job is not None:
-                table.stats.deduplicated += 1
-                return job.future
-        stored = self.store.get(key) if self.store is not None else None
-        with table.lock:
-            table.check_open()
-            if stored is not None:
-                table.stats.disk_hits += 1
-                table.remember(stored)
-                return _done(stored)
-            job = table.inflight.get(key)
-            if job is not None:
-                table.stats.deduplicated += 1
-                return job.future
-            request.spec.check_shippable()
-            future: Future[CompiledArtifact] = Future()
-            job = Job(
+
+        def new_job() -> Job:
+            if isinstance(request, SealedRequest):
+                payload, module, cost = request.payload, request.module, request.cost
+            else:
+                request.spec.check_shippable()
+                payload = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+                module = None if request.spec.by_source else request.spec.module
+                cost = guess_compile_cost(request)
+            return Job(
                 id=next(self._job_ids),
                 request=request,
-                future=future,
-                payload=pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL),
+                future=Future(),
+                payload=payload,
                 timeout_s=timeout_s if timeout_s is not None else self.settings.job_timeout_s,
-                priority=guess_compile_cost(request) if priority is None else priority,
+                priority=cost if priority is None else priority,
+                module=module,
             )
-            table.inflight[key] = job
-        self.start()
-        self._manager.send(Submit(job))
+
+        future, job = find_or_add(
+            request.key,
+            lock=table.lock,
+            memory=table.memory,
+            inflight=table.inflight,
+            store=self.store,
+            counts=table.stats,
+            check_open=table.check_open,
+            new_job=new_job,
+        )
+        if job is not None:
+            self.start()
+            self._manager.send(Submit(job))
         return future
 
     def compile(self, request: CompileRequest, *, timeout_s: float | None = None) -> CompiledArtifact:
@@ -298,12 +297,6 @@ def open_store(settings: Settings) -> ArtifactStore | None:
         remote = remote_artifacts(settings)
     cap = settings.cache_max_mb
     return ArtifactStore(settings.cache_dir, max_bytes=None if cap is None else cap << 20, remote=remote)
-
-
-def _done(artifact: CompiledArtifact) -> Future[CompiledArtifact]:
-    future: Future[CompiledArtifact] = Future()
-    future.set_result(artifact)
-    return future
 
 
 _DEFAULT_POOL: CompilePool | None = None

@@ -222,9 +222,8 @@ class Workers:
             if node is not None and not node.take_slot(job):
                 self.pending.push(job, front=True)  # every node slot is busy: at the next turn
                 return
-            spec = job.request.spec
-            if not spec.by_source:
-                self.supervisor.request_preload([spec.module])
+            if job.module is not None:
+                self.supervisor.request_preload([job.module])
             # The previous job's output (written before its reply) is drained and forgotten, so
             # this job's errors quote only what this job printed.
             self.read_err(worker)

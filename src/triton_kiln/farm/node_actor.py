@@ -1,0 +1,73 @@
+"""The farm's node actor: one per Ray node, holding that node's one warm kiln compile pool.
+
+::
+
+    caller (RayCompilePool)                Ray node
+    -----------------------                --------
+    start_node_actor(node, cpus) --------> NodeCompiler (a Ray actor: one process, threaded,
+                                             many calls at once); its __init__ starts a kiln
+                                             CompilePool of ``workers`` (the CPUs Ray gave it):
+                                             zygote spawned now (Triton imported, Triton's key
+                                             read from the node's kiln cache, warm-up compile)
+    compile(SealedRequest, timeout) -----> pool.submit(sealed) --> zygote --fork--> kiln worker:
+                                             unpickles the request, triton.compile
+    <--- wire reply (plain data) --------- artifact, or kiln's typed error: abort / segfault /
+                                             hang / memory kill only that kiln worker
+
+This process never unpickles a request (the sealed request's payload is opened only in a kiln
+worker) and never compiles, so no config can crash it: a call always returns a reply. The pool
+keeps no artifacts on the node's disk (the caller's store is the cache); its memory cache
+answers a repeated key. The pool's zygote and workers die with this process (parent-death
+signals), so a killed actor leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from typing import Any
+
+from triton_kiln.farm.wire import Reply, artifact_reply, error_reply
+from triton_kiln.pool.pool import CompilePool
+from triton_kiln.pool.sealed import SealedRequest
+
+
+class NodeCompiler:
+    """A Ray node's kiln compile pool, as an actor (made by :func:`kiln.farm.ray_api.start_node_actor`)."""
+
+    def __init__(self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None) -> None:
+        self.host = socket.gethostname()
+        self.started = time.monotonic()
+        self.pool = CompilePool(
+            workers=workers,
+            use_disk_cache=False,
+            memory_limit_mb=memory_limit_mb,
+            preload=preload,
+        )  # started now, in the background: the zygote warms while the caller sends jobs
+
+    def ready(self) -> dict[str, Any]:
+        """This actor runs: where, and with how many workers."""
+        return {"host": self.host, "pid": os.getpid(), "workers": self.pool.settings.workers}
+
+    def warm(self, timeout_s: float) -> dict[str, Any]:
+        """Wait until the pool's zygote and workers are up; what they are (pids, seconds)."""
+        ready = self.pool.wait_ready(timeout_s)
+        return {**self.ready(), "warm": ready, **self.processes()}
+
+    def processes(self) -> dict[str, Any]:
+        """The pids of this node's kiln processes (for tests and diagnostics)."""
+        return {"zygote": self.pool.zygote_pid, "kiln_workers": self.pool.worker_pids()}
+
+    def compile(self, sealed: SealedRequest, timeout_s: float) -> Reply:
+        """Compile one sealed request in the node's pool (blocks this call's thread)."""
+        started = time.perf_counter()
+        try:
+            artifact = self.pool.submit(sealed, timeout_s=timeout_s).result()
+        except BaseException as exc:
+            return error_reply(exc, time.perf_counter() - started, self.host)
+        return artifact_reply(artifact, self.host)
+
+    def close(self) -> None:
+        """End the pool (its zygote and workers) before Ray ends this process."""
+        self.pool.shutdown(wait=True, cancel_futures=True)
