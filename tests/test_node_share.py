@@ -67,7 +67,7 @@ def _kill_all(children: list[subprocess.Popen[str]]) -> None:
 
 
 def _run(
-    cache: Path, gpus: list[tuple[str, str] | None], bench_s: float = 0.4, **env: str
+    cache: Path, gpus: list[tuple[str, str] | None], bench_s: float = 0.8, **env: str
 ) -> list[dict[str, Any]]:
     """Processes started together, one per entry of ``gpus`` (its fake GPU); their reports."""
     go = cache.parent / "go"
@@ -97,9 +97,12 @@ def _runs(cache: Path) -> list[Any]:
         return list(database.runs())
 
 
-def test_four_processes_on_four_gpus_split_the_configs_and_choose_the_same(tmp_path: Path) -> None:
+@pytest.mark.parametrize("bench_s", [0.8, 0.02])  # screening slower than compiles, and faster (a GPU)
+def test_four_processes_on_four_gpus_split_the_configs_and_choose_the_same(
+    tmp_path: Path, bench_s: float
+) -> None:
     cache = tmp_path / "cache"
-    results = _run(cache, [("FakeGPU", f"gpu-{i}") for i in range(4)])
+    results = _run(cache, [("FakeGPU", f"gpu-{i}") for i in range(4)], bench_s)
     _split(results)
     assert sum(r["compiled"] for r in results) == CONFIGS  # each config compiled once on the node
     runs = _runs(cache)
@@ -175,7 +178,7 @@ def test_no_split_on_one_gpu_or_with_sharing_off(tmp_path: Path, case: str) -> N
     cache = tmp_path / "cache"
     gpus = [("FakeGPU", "gpu-0")] * 2 if case == "same-gpu" else [("FakeGPU", "gpu-0"), ("FakeGPU", "gpu-1")]
     env = {"share-off": {"KILN_NODE_SHARE": "0"}, "node-off": {"KILN_NODE": "0"}}.get(case, {})
-    results = _run(cache, gpus, 0.1, **env)
+    results = _run(cache, gpus, **env)
     screened = sorted(r["benched"] for r in results)
     if case == "node-off":
         assert screened == [CONFIGS, CONFIGS]  # each tunes alone

@@ -63,6 +63,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("kiln.autotune")
 
+GRACE_POLLS = 10
+"""Polls (``KILN_NODE_POLL_S``) the leader leaves an unclaimed config to the helpers once it has
+nothing else to do, before screening it itself."""
+
 
 def _name(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:32]
@@ -79,6 +83,33 @@ class Share:
     wait_s: float
     poll_s: float
     claims: dict[str, FileLock] = field(default_factory=dict)
+    turn: int = 0  # the leader's count of compiled configs: it screens every (helpers + 1)-th
+
+    def helpers(self) -> int:
+        """Processes of the share on other GPUs now (their GPU's lock is held), this one left out."""
+        count = 0
+        for path in (self.directory / "gpus").glob("*.lock"):
+            if path == self.gpu.path:
+                continue
+            probe = FileLock(path)
+            try:
+                if probe.try_acquire():
+                    probe.release(remove=False)
+                else:
+                    count += 1
+            except OSError:
+                continue
+        return count
+
+    def take_turn(self, label: str) -> bool:
+        """The leader's part as each config compiles: with ``n`` helpers it claims every
+        ``(n + 1)``-th config at once and leaves the others to them (:meth:`gather` takes back
+        any that no helper claims in time)."""
+        self.turn += 1
+        shares = self.helpers() + 1
+        if shares > 1 and (self.turn - 1) % shares != 0:
+            return False
+        return self.claim(label)
 
     @classmethod
     def open(
@@ -146,16 +177,18 @@ class Share:
         take: Callable[[Candidate, dict[str, Any]], None],
     ) -> None:
         """The leader's wait for the configs it deferred: each helper's result is taken; a config
-        whose claim is free without a result (its helper died) or held past ``wait_s`` (it lags)
-        is screened here."""
+        that no helper claimed within ``GRACE_POLLS`` polls (none is left, or each is busy) or whose
+        claim freed without a result (its helper died) is screened here, as is one held past
+        ``wait_s`` (its helper lags)."""
         waiting = list(deferred)
         since = time.monotonic()
         while waiting:
+            grace = self.helpers() == 0 or time.monotonic() - since > GRACE_POLLS * self.poll_s
             for candidate in list(waiting):
                 record = self.result(candidate.label)
                 if record is not None:
                     take(candidate, record)
-                elif self.claim(candidate.label) or time.monotonic() - since > self.wait_s:
+                elif (grace and self.claim(candidate.label)) or time.monotonic() - since > self.wait_s:
                     if candidate.label not in self.claims:
                         log.warning("kiln: %s: waited %.0f s (KILN_NODE_SHARE_WAIT_S) for another GPU's "
                                     "process to benchmark it; benchmarking it here", candidate.label,

@@ -199,7 +199,7 @@ class TuningSession:
         deferred: list[Candidate] = []
         for future in as_completed(by_future):
             for candidate in [c for c in candidates if c.future is future]:
-                if share is not None and not share.claim(candidate.label):
+                if share is not None and not share.take_turn(candidate.label):
                     deferred.append(candidate)  # another GPU's process is benchmarking it
                     continue
                 screen(candidate)
