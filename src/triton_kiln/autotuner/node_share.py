@@ -14,12 +14,14 @@ contenders on its own GPU, finishes the run, and every process adopts it from th
       leader.json -------------------> leader.json                          gpus/<uuid1>.lock (held:
     compiles all (the pool: once                                            another process of its
       per node), and as each is       claims/<h>.lock (flock): who          GPU is in: it just waits)
-      compiled: claims it? bench,       benchmarks config <h> now          compiles all (store hits),
-      put results/<h>.json; else                                            as each is compiled:
-      defer it                        results/<h>.json: its result,         claims it? bench on its
+      compiled: its turn (every         benchmarks config <h> now          compiles all (store hits),
+      (helpers+1)-th)? claim, bench,                                        as each is compiled:
+      put results/<h>.json; else      results/<h>.json: its result,         claims it? bench on its
+      defer it to the helpers
     deferred: result there? take it;    verdict and timings (helpers)       GPU, put its result
-      claim free and no result (its                                         (ConfigResult, timings,
-      helper died)? bench it here;                                          verdict); else skip it
+      unclaimed after a grace, or                                           (ConfigResult, timings,
+      claim freed without a result                                          verdict); else skip it
+      (its helper died)? bench here;
       held past KILN_NODE_SHARE_WAIT_S                                     lets go of its GPU, waits
       (lags)? bench it here too                                            for the run in the database
     output rule (each process's verdicts apart: they ran on its own inputs), final round
