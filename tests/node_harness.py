@@ -10,8 +10,8 @@ test kills it there.
 
 ``python tests/node_harness.py tune CACHE GO_FILE SEED BENCH_S [GPU_NAME GPU_UUID]``: a
 kiln.autotune'd kernel (real compiles, a stand-in for the GPU whose timings depend on SEED: each
-process would pick another config alone; each benchmark sleeps BENCH_S) tuned once GO_FILE
-exists; prints its choice and the configs it benchmarked. GPU_NAME and GPU_UUID fake the GPU's
+process would pick another config alone; each benchmark sleeps BENCH_S; ``raise``: its bencher
+fails) tuned once GO_FILE exists; prints its choice and the configs it benchmarked. GPU_NAME and GPU_UUID fake the GPU's
 identity (the autotuner's ``_device``: its kind, and which GPU it is), so that processes on
 "different GPUs" of one machine share the tuning (tests/test_node_share.py).
 """
@@ -150,10 +150,17 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (64, 128, 256, 512) for w in (2, 4)]
     target = None if on_gpu else GPUTarget("cuda", 90, 32)
     tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=target)(node_scale_kernel)
+    failing = bench_s == "raise"  # its bencher cannot be made (a helper's failure, node_share)
     bench: SeededBench | CountingBench = SeededBench(
-        int(seed), 0.0 if on_gpu else float(bench_s), Path(cache) / f"benching-{seed}"
+        int(seed), 0.0 if on_gpu or failing else float(bench_s), Path(cache) / f"benching-{seed}"
     )
-    if not on_gpu:
+    if failing:
+
+        def cannot(*_: object) -> object:
+            raise RuntimeError("the stand-in GPU cannot benchmark")
+
+        tuner._bencher_factory = cannot
+    elif not on_gpu:
         tuner._bencher_factory = lambda *_: bench
     else:
 

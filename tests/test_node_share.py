@@ -159,6 +159,29 @@ def test_a_helper_that_dies_or_lags_its_config_is_rerun(tmp_path: Path, fault: s
         assert not wait_no_processes(pool, timeout=15), "a process left something running"
 
 
+def test_a_helper_that_cannot_benchmark_still_adopts_the_run(tmp_path: Path) -> None:
+    """Helping is best effort: a helper whose bencher fails lets its GPU go and waits for the run."""
+    cache, go, later = tmp_path / "cache", tmp_path / "go", tmp_path / "go-helper"
+    leader = _spawn(cache, go, 0, 0.5, ("FakeGPU", "gpu-0"))
+    helper = _spawn(cache, later, 1, "raise", ("FakeGPU", "gpu-1"))
+    try:
+        pools = [_pool_id(child) for child in (leader, helper)]
+        go.touch()
+        deadline = time.monotonic() + 120
+        while not list((cache / "node" / "tune").glob("*.share/leader.json")):
+            assert time.monotonic() < deadline, "the leader never opened its share"
+            time.sleep(0.02)
+        later.touch()
+        results = [_result(leader, 120), _result(helper, 120)]
+    finally:
+        _kill_all([leader, helper])
+    assert [r["loaded_from"] for r in results] == [None, "node"], results
+    assert len(results[0]["benched_labels"]) == CONFIGS
+    assert results[0]["best"] == results[1]["best"]
+    for pool in pools:
+        assert not wait_no_processes(pool, timeout=15)
+
+
 def test_different_gpu_kinds_are_never_mixed(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     gpus = [("FakeH100", "h-0"), ("FakeA100", "a-0"), ("FakeH100", "h-1"), ("FakeA100", "a-1")]

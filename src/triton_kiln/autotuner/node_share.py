@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triton_kiln.autotuner.bench import make_bencher, screen_phase
+from triton_kiln.autotuner.bench import Bencher, make_bencher, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks
 from triton_kiln.autotuner.run_identity import LocalDevice
 from triton_kiln.autotuner.specialize import Candidate
@@ -214,12 +214,13 @@ def help_tune(
     share; returns how many it benchmarked. The leader finishes the run."""
     tuner = session.tuner
     pool = tuner._get_pool()
-    bencher = make_bencher(tuner, args, kwargs)
-    reference = bencher.user_reference()
-    checker = OutputChecks(reference is not None, InProcessCheck(tuner._tolerances, reference))
-    phase = screen_phase(tuner, bencher)
+    bencher: Bencher | None = None
     benched = 0
     try:
+        bencher = make_bencher(tuner, args, kwargs)
+        reference = bencher.user_reference()
+        checker = OutputChecks(reference is not None, InProcessCheck(tuner._tolerances, reference))
+        phase = screen_phase(tuner, bencher)
         for candidate in candidates:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
         futures = {c.future for c in candidates if c.future is not None}
@@ -230,8 +231,12 @@ def help_tune(
                 result, times = session.evaluate(candidate, future, bencher, grid, checker, phase)
                 share.put(candidate.label, record(result, times, checker.verdicts.get(candidate.label)))
                 benched += 1
-    finally:  # a claim let go without a result (this raised) is the leader's to benchmark
-        bencher.finish()
+    except Exception as exc:  # helping is best effort: the leader screens what this did not
+        log.warning("kiln: %s: helping another GPU's process tune it failed (%s: %s); waiting for its run",
+                    session.name, type(exc).__name__, exc)  # fmt: skip
+    finally:  # a claim let go without a result is the leader's to screen
+        if bencher is not None:
+            bencher.finish()
         share.release()
     return benched
 
