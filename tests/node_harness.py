@@ -11,9 +11,10 @@ test kills it there.
 ``python tests/node_harness.py tune CACHE GO_FILE SEED BENCH_S [GPU_NAME GPU_UUID]``: a
 kiln.autotune'd kernel (real compiles, a stand-in for the GPU whose timings depend on SEED: each
 process would pick another config alone; each benchmark sleeps BENCH_S; ``raise``: its bencher
-fails) tuned once GO_FILE exists; prints its choice and the configs it benchmarked. GPU_NAME and GPU_UUID fake the GPU's
-identity (the autotuner's ``_device``: its kind, and which GPU it is), so that processes on
-"different GPUs" of one machine share the tuning (tests/test_node_share.py).
+fails) tuned once GO_FILE exists; prints its choice and the configs it benchmarked. GPU_NAME
+and GPU_UUID fake the GPU's identity (the autotuner's ``_device``: its kind, and which GPU it
+is), so that processes on "different GPUs" of one machine share the tuning
+(tests/test_node_share.py).
 """
 
 from __future__ import annotations
