@@ -146,11 +146,15 @@ class Share:
                 return False
         except OSError:
             return False
-        if self.result(label) is not None:  # finished between the look and the lock
-            lock.release()
+        if self.result(label) is not None or self.closed():  # finished between the look and the lock
+            lock.release()  # (or the run is: the leader removes leader.json before the results)
             return False
         self.claims[label] = lock
         return True
+
+    def closed(self) -> bool:
+        """A helper's view: the leader no longer shares (its run is finished, or it failed)."""
+        return not self.leader and not (self.directory / "leader.json").exists()
 
     def put(self, label: str, record: dict[str, Any]) -> None:
         """``label``'s result (the record is JSON), then its claim is let go."""
@@ -225,6 +229,8 @@ def help_tune(
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
         futures = {c.future for c in candidates if c.future is not None}
         for future in as_completed(futures):
+            if share.closed():
+                break  # nothing left to help with: the run is finished (or its tuner failed)
             for candidate in [c for c in candidates if c.future is future]:
                 if not share.claim(candidate.label):
                     continue
