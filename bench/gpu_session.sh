@@ -8,7 +8,7 @@
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
-# record (bench/record_tuning.sh).
+# record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs).
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -135,6 +135,12 @@ for phase in "$@"; do
     ranks)  # #22: 8 processes on one GPU tuning the 72-config matmul, kiln and triton.autotune
       TAIL=20 run ranks 450 python3 bench/ranks.py --processes 8 --out "$out/ranks.json"
       TAIL=8 run node-gpu 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_tuning.py ;;
+    ranks-gpus)  # #22 item 3: the node-share GPU tests (1 GPU: no split; >= 2: split), then two
+      # ranks on two GPUs tuning Liger's MoE vs one alone (a skip row with fewer than two GPUs)
+      TAIL=8 run node-share-gpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/test_node_share.py tests/test_node_tuning.py
+      TAIL=20 run ranks-gpus 560 python3 bench/ranks.py --op liger_moe_fwd --gpus 2 --arms kiln,triton \
+        --out "$out/ranks-gpus.json" ;;
     ray-part-a)  # Ray's wheel is larger than one carry: its first part waits in /tmp for ray-install
       mkdir -p /tmp/raywhl && cp .whl_ray_a/* /tmp/raywhl/ && ls -la /tmp/raywhl ;;
     ray-install)  # the second part, the wheel checked, Ray and its missing dependencies into /tmp/site

@@ -20,6 +20,19 @@ and how many compiles it ran. One row per arm and case: ``arm``, ``processes``, 
 process's numbers). The issue's bar: kiln's 8 processes compile 72 in all, each first call
 <= 1.3x the lone process's, and all choose the same config.
 
+``--op liger_moe_fwd --gpus 2`` (or ``fla_chunk_gla_fwd``: ops of ``bench/realworld_ops.py``, the
+library installed) is the issue's two-GPU case: per arm, one rank alone on GPU 0, then two ranks
+started together, each on its own GPU (``CUDA_VISIBLE_DEVICES=0`` and ``=1``, as torchrun gives
+them), sharing one cache and database; each builds the op's seeded inputs, times its first call
+(every autotuned kernel the op reaches tuned, kiln through ``kiln.install()``) and reports its
+choices per kernel and a digest of its outputs. Rows as above (``configs``: the autotuned kernels'
+configs summed), plus ``outputs_equal`` and ``first_over_lone`` (the issue's bar: kiln's two
+ranks <= 0.65x the lone rank, the same choice, equal outputs). With fewer than two GPUs it prints
+one row saying it was skipped, and exits 0::
+
+    python bench/ranks.py --op liger_moe_fwd --gpus 2 --arms kiln,triton \
+        --out bench/results/ranks-2gpu-h100-$(date +%F).json
+
 ``--cpu`` runs the kiln arm's compile half without a GPU: N processes compile the 72 requests for
 ``GPUTarget("cuda", 90, 32)`` at once through one cache (no tuning, so no choice).
 """
@@ -96,17 +109,110 @@ def child(arm: str, go: Path, every: int = 1) -> dict[str, Any]:
     return row
 
 
+def op_child(arm: str, op_name: str, go: Path) -> dict[str, Any]:
+    """One rank of the op case: ``arm`` (kiln: ``kiln.install()`` before the library's import)
+    tuning every autotuned kernel ``op_name`` reaches, on its one visible GPU."""
+    import hashlib
+    import importlib
+
+    sys.path.insert(0, str(BENCH))
+    import realworld_child
+    import realworld_ops
+
+    fallbacks: list[dict[str, str]] = []
+    if arm == "kiln":
+        realworld_child.route_to_kiln(False, fallbacks)
+    op = realworld_ops.OPS[op_name]
+    for module in op.modules:
+        importlib.import_module(module)
+    tuners = list(realworld_child._autotuners())
+    import torch
+    import triton
+
+    misses = [0]
+    if arm == "triton":
+
+        def listener(**kw: Any) -> None:
+            misses[0] += not kw["cache_hit"]
+
+        triton.knobs.compilation.listener = listener
+    torch.manual_seed(0)
+    case = op.build()
+    torch.cuda.synchronize()
+    print("READY", flush=True)
+    _wait(go)
+    started = time.perf_counter()
+    case.run()
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - started
+    outputs = case.run()
+    torch.cuda.synchronize()
+    digest = hashlib.sha256()
+    for name in sorted(outputs):
+        digest.update(name.encode())
+        digest.update(outputs[name].detach().contiguous().view(torch.uint8).cpu().numpy().tobytes())
+    invoked = realworld_child._invoked(tuners)
+    choice = {realworld_child._name(t): realworld_child._chosen(t) for t in invoked}
+    row: dict[str, Any] = {"first_s": first_s, "choice": json.dumps(choice, sort_keys=True),
+                           "configs": sum(len(t.configs) for t in invoked), "outputs": digest.hexdigest(),
+                           "gpu": str(torch.cuda.get_device_properties(0).uuid),
+                           "refused": fallbacks}  # fmt: skip
+    if arm == "kiln":
+        import triton_kiln as kiln
+
+        row["compiles"] = kiln.get_pool().stats.dispatched
+        row["loaded_from"] = sorted({str(getattr(t, "loaded_from", None)) for t in invoked})
+    else:
+        row["compiles"] = misses[0]
+    return row
+
+
+def op_row(arm: str, lone: dict[str, Any], case: dict[str, Any], gpus: int) -> dict[str, Any]:
+    """A row of the op case: ``case`` (two ranks on two GPUs) of ``arm`` against its lone rank."""
+    reports = case["reports"]
+    lone_s = lone["reports"][0]["first_s"]
+    first_max = max(r["first_s"] for r in reports)
+    return {
+        "arm": arm,
+        "processes": case["processes"],
+        "gpus": gpus,
+        "configs": max(r["configs"] for r in reports),
+        "compiles_total": sum(r["compiles"] for r in reports),  # kiln: its output-check kernel too
+        "lone_first_s": lone_s,
+        "first_s_max": first_max,
+        "first_over_lone": first_max / lone_s,
+        "same_choice": len({r["choice"] for r in reports}) == 1,
+        "outputs_equal": len({r["outputs"] for r in [*reports, *lone["reports"]]}) == 1,
+        "distinct_gpus": len({r["gpu"] for r in reports}) == len(reports),
+        "per_process": reports,
+    }
+
+
+def skip_row(arm: str, gpus: int, processes: int) -> dict[str, Any]:
+    return {"arm": arm, "processes": processes, "gpus": gpus, "configs": 0, "compiles_total": 0,
+            "lone_first_s": 0.0, "first_s_max": 0.0, "first_over_lone": 0.0, "same_choice": False,
+            "skipped": f"needs {processes} GPUs, found {gpus}"}  # fmt: skip
+
+
 def _wait(go: Path) -> None:
     while not go.exists():
         time.sleep(0.005)
 
 
-def run_case(arm: str, processes: int, every: int = 1) -> dict[str, Any]:
-    """``processes`` processes of ``arm`` started together on fresh caches; their reports."""
+def run_case(arm: str, processes: int, every: int = 1, op: str | None = None) -> dict[str, Any]:
+    """``processes`` processes of ``arm`` started together on fresh caches; their reports. With
+    ``op``: the op case, process ``i`` on GPU ``i`` alone (``CUDA_VISIBLE_DEVICES``)."""
     root = Path(tempfile.mkdtemp(prefix=f"kiln-ranks-{arm}-{processes}-"))
     env = dict(os.environ)
     env.update(TRITON_CACHE_DIR=str(root / "triton"), KILN_CACHE_DIR=str(root / "kiln"),
                KILN_TUNING_DB=str(root / "kiln" / "tuning.sqlite3"))  # fmt: skip
+    if op is not None:
+        import realworld_ops
+
+        env.update(realworld_ops.OPS[op].env)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(BENCH.parent / "src"), *filter(None, [env.get("PYTHONPATH")])]
+        )
     go = root / "go"
     command = [
         sys.executable,
@@ -118,9 +224,16 @@ def run_case(arm: str, processes: int, every: int = 1) -> dict[str, Any]:
         "--every",
         str(every),
     ]
+    command += ["--op", op] if op is not None else []
     children = [
-        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-        for _ in range(processes)
+        subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env if op is None else {**env, "CUDA_VISIBLE_DEVICES": str(i)},
+        )
+        for i in range(processes)
     ]
     try:
         for proc in children:
@@ -136,14 +249,18 @@ def run_case(arm: str, processes: int, every: int = 1) -> dict[str, Any]:
             if proc.returncode != 0 or not found:
                 raise RuntimeError(f"a {arm} process failed ({proc.returncode}): {err[-3000:]}")
             reports.append(json.loads(found[-1][7:]))
-        if arm.startswith("kiln"):  # what the node's store holds, by kernel: the set's and kiln's own
+        if arm.startswith("kiln") and op is None:  # what the node's store holds, by kernel
             names = _stored_kernels(root / "kiln")
     finally:
         for proc in children:
             if proc.poll() is None:
                 proc.kill()
         shutil.rmtree(root, ignore_errors=True)
-    return {"processes": processes, "reports": reports, "stored": names if arm.startswith("kiln") else {}}
+    return {
+        "processes": processes,
+        "reports": reports,
+        "stored": names if arm.startswith("kiln") and op is None else {},
+    }
 
 
 def _stored_kernels(cache: Path) -> dict[str, int]:
@@ -197,6 +314,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         "arm       processes  gpus  configs  compiles_total  lone_first_s  first_s_max  x lone  same_choice"
     ]
     for r in rows:
+        if r.get("skipped"):
+            lines.append(f"{r['arm']:9} {r['processes']:9d} {r['gpus']:5d}  skipped: {r['skipped']}")
+            continue
         lines.append(
             f"{r['arm']:9} {r['processes']:9d} {r['gpus']:5d} {r['configs']:8d} {r['compiles_total']:15d} "
             f"{r['lone_first_s']:13.2f} {r['first_s_max']:12.2f} {r['first_over_lone']:7.2f}  "
@@ -214,12 +334,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--every", type=int, default=1, help="with --cpu: every N-th config only (a quick look)"
     )
+    parser.add_argument("--op", default=None, help="a bench/realworld_ops.py op: the multi-GPU case")
+    parser.add_argument("--gpus", type=int, default=2, help="with --op: ranks, one per GPU")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--go", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        print("RESULT " + json.dumps(child(args.child, args.go, args.every)), flush=True)
+        report = op_child(args.child, args.op, args.go) if args.op else child(args.child, args.go, args.every)
+        print("RESULT " + json.dumps(report), flush=True)
         return 0
+    if args.op is not None:
+        return main_op(args)
     arms = ["kiln-cpu"] if args.cpu else [a.strip() for a in args.arms.split(",") if a.strip()]
     device = "cpu"
     if not args.cpu:
@@ -238,6 +363,30 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row(arm, lone, lone, gpus, configs))
         print(f"[ranks] {arm}: {args.processes} processes", file=sys.stderr, flush=True)
         rows.append(row(arm, lone, run_case(arm, args.processes, every), gpus, configs))
+    return _write(args, rows, device)
+
+
+def main_op(args: argparse.Namespace) -> int:
+    """The op case (see the module docstring): per arm, one rank alone, then ``--gpus`` ranks."""
+    import torch
+
+    sys.path.insert(0, str(BENCH))
+    arms = [a.strip() for a in args.arms.split(",") if a.strip()]
+    found = torch.cuda.device_count()
+    device = torch.cuda.get_device_name() if found else "no GPU"
+    if found < args.gpus or args.gpus < 2:
+        print(f"[ranks] {args.op}: needs {max(2, args.gpus)} GPUs, found {found}: skipped", file=sys.stderr)
+        return _write(args, [skip_row(arm, found, max(2, args.gpus)) for arm in arms], device)
+    rows = []
+    for arm in arms:
+        print(f"[ranks] {args.op} {arm}: 1 rank on GPU 0", file=sys.stderr, flush=True)
+        lone = run_case(arm, 1, op=args.op)
+        print(f"[ranks] {args.op} {arm}: {args.gpus} ranks, one per GPU", file=sys.stderr, flush=True)
+        rows.append(op_row(arm, lone, run_case(arm, args.gpus, op=args.op), args.gpus))
+    return _write(args, rows, device)
+
+
+def _write(args: argparse.Namespace, rows: list[dict[str, Any]], device: str) -> int:
     import triton
 
     result = {
@@ -247,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
             "triton_version": triton.__version__,
             "cores": os.cpu_count(),
+            "op": args.op,
         },
         "rows": rows,
     }

@@ -8,9 +8,13 @@ its counters.
 sleeps KILN_TEST_SLOW_S) and prints its pool id and ``dispatched`` once a worker runs it; the
 test kills it there.
 
-``python tests/node_harness.py tune CACHE GO_FILE SEED BENCH_S``: a kiln.autotune'd kernel (real
-compiles, a stand-in for the GPU whose timings depend on SEED: each process would pick another
-config alone; each benchmark sleeps BENCH_S) tuned once GO_FILE exists; prints its choice.
+``python tests/node_harness.py tune CACHE GO_FILE SEED BENCH_S [GPU_NAME GPU_UUID]``: a
+kiln.autotune'd kernel (real compiles, a stand-in for the GPU whose timings depend on SEED: each
+process would pick another config alone; each benchmark sleeps BENCH_S; ``raise``: its bencher
+fails) tuned once GO_FILE exists; prints its choice and the configs it benchmarked. GPU_NAME
+and GPU_UUID fake the GPU's identity (the autotuner's ``_device``: its kind, and which GPU it
+is), so that processes on "different GPUs" of one machine share the tuning
+(tests/test_node_share.py).
 """
 
 from __future__ import annotations
@@ -47,11 +51,13 @@ class SeededBench:
         self.bench_s = bench_s
         self.flag = flag
         self.calls = 0
+        self.labels: list[str] = []  # the configs it screened (first pass), in order
 
     def bench(self, candidate: object, artifact: object, grid: object, phase: object = None) -> object:
         from triton_kiln.sandbox import BenchOutcome
 
         self.calls += 1
+        self.labels.append(str(getattr(candidate, "label", "?")))
         self.flag.touch()  # this process is benchmarking (the tests may kill it now)
         time.sleep(self.bench_s)
         ms = self.rng.uniform(1.0, 2.0)
@@ -109,7 +115,29 @@ def hold(cache: str) -> None:
     print("DONE", flush=True)
 
 
-def tune(cache: str, go_file: str, seed: str, bench_s: str) -> None:
+class CountingBench:
+    """The real bencher (kiln's sandbox on the GPU), counting the configs it screens."""
+
+    def __init__(self, real: object) -> None:
+        self.real = real
+        self.owns_timing = real.owns_timing  # type: ignore[attr-defined]
+        self.calls = 0
+        self.labels: list[str] = []
+
+    def bench(self, candidate: object, artifact: object, grid: object, phase: object) -> object:
+        if getattr(phase, "check", False):  # the screening (the final round does not check)
+            self.calls += 1
+            self.labels.append(str(getattr(candidate, "label", "?")))
+        return self.real.bench(candidate, artifact, grid, phase)  # type: ignore[attr-defined]
+
+    def user_reference(self) -> object:
+        return self.real.user_reference()  # type: ignore[attr-defined]
+
+    def finish(self) -> None:
+        self.real.finish()  # type: ignore[attr-defined]
+
+
+def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", gpu_uuid: str = "") -> None:
     import torch
 
     import triton_kiln as kiln
@@ -123,9 +151,39 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str) -> None:
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (64, 128, 256, 512) for w in (2, 4)]
     target = None if on_gpu else GPUTarget("cuda", 90, 32)
     tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=target)(node_scale_kernel)
-    bench = SeededBench(int(seed), 0.0 if on_gpu else float(bench_s), Path(cache) / f"benching-{seed}")
-    if not on_gpu:
+    failing = bench_s == "raise"  # its bencher cannot be made (a helper's failure, node_share)
+    bench: SeededBench | CountingBench = SeededBench(
+        int(seed), 0.0 if on_gpu or failing else float(bench_s), Path(cache) / f"benching-{seed}"
+    )
+    if failing:
+
+        def cannot(*_: object) -> object:
+            raise RuntimeError("the stand-in GPU cannot benchmark")
+
+        tuner._bencher_factory = cannot
+    elif not on_gpu:
         tuner._bencher_factory = lambda *_: bench
+    else:
+
+        def counting(tuner_: object, args: object, kwargs: object) -> object:
+            nonlocal bench
+            from triton_kiln.autotuner.bench import make_bencher
+
+            tuner._bencher_factory = None
+            try:
+                bench = CountingBench(make_bencher(tuner, args, kwargs))  # type: ignore[arg-type]
+            finally:
+                tuner._bencher_factory = counting
+            return bench
+
+        tuner._bencher_factory = counting
+    if gpu_name:
+        try:  # a kiln without node sharing across GPUs has no LocalDevice: the fake is not set
+            from triton_kiln.autotuner.run_identity import LocalDevice
+        except ImportError:
+            pass
+        else:
+            tuner._device = LocalDevice(gpu_name, "9.0", gpu_uuid)
     print("POOL", pool.pool_id, flush=True)
     while not Path(go_file).exists():
         time.sleep(0.01)
@@ -142,9 +200,9 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str) -> None:
     row = {
         "best": str(tuner.best_config),
         "loaded_from": tuner.loaded_from,
-        "benched": bench.calls
-        if not on_gpu
-        else len(tuner.last_run.results if tuner.loaded_from is None else ()),
+        "benched": bench.calls,
+        "benched_labels": bench.labels,
+        "device": tuner.last_run.device_name if tuner.last_run is not None else None,
         "compiled": pool.stats.compiled,
         "seconds": seconds,
     }

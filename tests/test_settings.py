@@ -34,6 +34,8 @@ ALL_VARS = [
     "KILN_NODE_SLOTS",
     "KILN_NODE_POLL_S",
     "KILN_NODE_WAIT_S",
+    "KILN_NODE_SHARE",
+    "KILN_NODE_SHARE_WAIT_S",
 ]
 
 
@@ -90,6 +92,8 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_NODE_SLOTS": "3",
         "KILN_NODE_POLL_S": "0.2",
         "KILN_NODE_WAIT_S": "60",
+        "KILN_NODE_SHARE": "0",
+        "KILN_NODE_SHARE_WAIT_S": "5",
     }
     (tmp_path / "kiln.key").write_bytes(b"k" * 32)
     (tmp_path / "kiln.key").chmod(0o600)
@@ -130,6 +134,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         0.2,
         60.0,
     )
+    assert (current.node_share, current.node_share_wait_s) == (False, 5.0)
     # Each variable moved its field away from the default.
     defaults = Settings()
     fields = [f.name for f in dataclasses.fields(Settings)]

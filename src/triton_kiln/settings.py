@@ -173,6 +173,15 @@ class Settings:
     """``KILN_NODE_WAIT_S``: the longest a process waits for another live process's compile or
     tuning before doing it itself (a dead one's work is taken over at the next poll)."""
 
+    node_share: bool = True
+    """``KILN_NODE_SHARE``: with ``KILN_NODE`` on, processes on different GPUs of one kind tuning
+    the same kernel and key split its configs' benchmarks (docs/NODE.md); ``0``: one tunes, the
+    others wait for its run."""
+
+    node_share_wait_s: float = 60.0
+    """``KILN_NODE_SHARE_WAIT_S``: how long the tuning process waits for a config another GPU's
+    process is benchmarking before benchmarking it itself (a dead one's is re-run at once)."""
+
     def __post_init__(self) -> None:
         _check_ranges(self)
 
@@ -297,6 +306,8 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "node_slots": ("KILN_NODE_SLOTS", _positive_int, "a positive integer"),
     "node_poll_s": ("KILN_NODE_POLL_S", _positive_float, "a positive, finite number of seconds"),
     "node_wait_s": ("KILN_NODE_WAIT_S", _positive_float, "a positive, finite number of seconds"),
+    "node_share": ("KILN_NODE_SHARE", _bool, "0 or 1"),
+    "node_share_wait_s": ("KILN_NODE_SHARE_WAIT_S", _positive_float, "a positive, finite number of seconds"),
 }
 
 
@@ -397,6 +408,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "node_slots": lambda v: None if v is None else _int_range(1, 1 << 16, "a number of slots")(v),
     "node_poll_s": _seconds_range(0.001, 10.0),
     "node_wait_s": _seconds_range(0.001),
+    "node_share_wait_s": _seconds_range(0.001),
 }
 
 

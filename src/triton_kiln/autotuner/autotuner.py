@@ -14,12 +14,10 @@ the contract and hands the work to one module each::
 
 ``kernel[grid](...)`` returns Triton's ``CompiledKernel`` of the launched config on every path
 (see :mod:`.variants`). Settings are resolved once, when the autotuner is made, and passed down.
-User callables that must run in the caller's process (a custom ``do_bench``,
-``pre_hook``/``post_hook``, a config's ``pre_hook``) switch that kernel to in-process
-benchmarking, as does ``sandbox=False``.
-
-A library's subclass whose ``run`` drives its own search and times configs with ``self._bench``
-(FlagGems' ``LibTuner``) is served by :meth:`Autotuner._bench` (:mod:`.library_search`).
+User callables that must run in the caller's process (a custom ``do_bench``, ``pre_hook`` /
+``post_hook``, a config's ``pre_hook``) switch it to in-process benchmarking, as does
+``sandbox=False``. A library's subclass whose ``run`` drives its own search and times configs
+with ``self._bench`` (FlagGems' ``LibTuner``) is served by :meth:`_bench` (:mod:`.library_search`).
 """
 
 from __future__ import annotations
@@ -40,6 +38,7 @@ from triton_kiln.autotuner.bench import BencherFactory
 from triton_kiln.autotuner.calls import CallShape, unwrap
 from triton_kiln.autotuner.library_search import LibrarySearch, place_subclass
 from triton_kiln.autotuner.prewarm import prewarm
+from triton_kiln.autotuner.run_identity import LocalDevice
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
 from triton_kiln.autotuner.variants import TuningCache, Variants
@@ -148,6 +147,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._database = database
         self._target: Any = target
         self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
+        self._device: LocalDevice | None = None  # and the GPU's identity here (run_identity.py)
         self._lock = threading.RLock()
         self._requests = RequestCache()  # the full path builds a request once per kind of call
         self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning

@@ -324,3 +324,11 @@ class InProcessBencher:
 
     def finish(self) -> None:
         self._restore()
+
+
+def screen_phase(tuner: Autotuner, bencher: Bencher) -> Phase:
+    """The first pass over the configs: kiln's short screening when it owns the timing (a final
+    round follows), else one full pass with the tuner's lengths, as ``triton.autotune``."""
+    if bencher.owns_timing:
+        return Phase(*tuner._screen_ms, check=True)
+    return Phase(tuner._warmup_ms, tuner._rep_ms, True)

@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from triton_kiln.autotuner import provenance
+from triton_kiln.autotuner.node_share import Share
+from triton_kiln.autotuner.run_identity import LocalDevice
 from triton_kiln.node.locks import FileLock, node_dir
 from triton_kiln.settings import Settings
 from triton_kiln.tuning.results import TuningRun
@@ -41,13 +43,18 @@ log = logging.getLogger("kiln.autotune")
 
 @dataclass
 class Claim:
-    """What :func:`claim` decided: tune here (``lock`` held, or ``None``: alone), or adopt ``run``."""
+    """What :func:`claim` decided: tune here (``lock`` held, or ``None``: alone; ``share``: with
+    processes on other GPUs), adopt ``run``, or help the tuning process (``helper``), then wait."""
 
     lock: FileLock | None
     run: TuningRun | None = None
     waited_s: float = 0.0
+    share: Share | None = None
+    helper: Share | None = None
 
     def release(self) -> None:
+        if self.share is not None:
+            self.share.release()
         if self.lock is not None:
             self.lock.release()
 
@@ -58,12 +65,23 @@ def lock_path(database_path: Path, lookup: dict[str, str]) -> Path:
     return node_dir(Path(database_path).parent) / "tune" / f"{hashlib.sha256(text.encode()).hexdigest()}.lock"
 
 
-def claim(settings: Settings, database: Any, lookup: dict[str, str], name: str) -> Claim:
-    """Take the identity's node lock, or wait for the process that holds it to finish its run."""
+def claim(
+    settings: Settings,
+    database: Any,
+    lookup: dict[str, str],
+    name: str,
+    device: LocalDevice | None = None,
+    helping: bool = True,
+) -> Claim:
+    """Take the identity's node lock, or wait for the process that holds it to finish its run;
+    with ``KILN_NODE_SHARE`` and a ``device`` another than the tuning process's, help it first
+    (``helping``: the caller has not helped yet)."""
     path = getattr(database, "path", None)
     if not settings.node or path is None:
         return Claim(None)
     lock = FileLock(lock_path(path, lookup))
+    sharing = settings.node_share
+    wait_s, poll_s = settings.node_share_wait_s, settings.node_poll_s
     started = time.monotonic()
     told = False
     while True:
@@ -80,11 +98,16 @@ def claim(settings: Settings, database: Any, lookup: dict[str, str], name: str) 
                 return Claim(None, run, time.monotonic() - started)
             if told:
                 log.info("kiln: %s: the process tuning it ended without a result; tuning it here", name)
-            return Claim(lock, None, time.monotonic() - started)
+            share = Share.open(lock.path, device, True, wait_s, poll_s) if sharing else None
+            return Claim(lock, None, time.monotonic() - started, share=share)
         run = database.lookup(**lookup)
         waited = time.monotonic() - started
         if run is not None:
             return Claim(None, run, waited)
+        helper = Share.open(lock.path, device, False, wait_s, poll_s) if sharing and helping else None
+        if helper is not None:
+            log.info("kiln: %s: another process of this node is tuning it on another GPU; helping", name)
+            return Claim(None, None, waited, helper=helper)
         if not told:
             log.info("kiln: %s: another process of this node is tuning it; waiting for its result", name)
             told = True

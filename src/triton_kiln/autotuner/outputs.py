@@ -36,13 +36,20 @@ outputs could be confirmed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 from triton_kiln.sandbox.compare import OutputCheck, Representatives, Verdict
 from triton_kiln.tuning.configs import CONFIG_OPTIONS
-from triton_kiln.tuning.results import FLAGGED
+from triton_kiln.tuning.results import FLAGGED, ConfigResult
+
+if TYPE_CHECKING:
+    from triton_kiln.autotuner.specialize import Candidate
+
+log = logging.getLogger("kiln.autotune")
 
 MIN_MAJORITY = 3
 """Configs that must agree before a config that disagrees with them is rejected."""
@@ -262,3 +269,47 @@ def _same(a: Any, b: Any) -> bool:
     import torch
 
     return _same_shape(a, b) and bool(torch.equal(a, b.to(a.device)))
+
+
+@dataclass
+class OutputChecks:
+    """One run's output checks: whether the user gave a reference, and every config's verdict;
+    ``groups``: verdicts of configs another process benchmarked on its own inputs (another GPU
+    of the node, :mod:`.node_share`), by process: each group is decided on its own."""
+
+    user_reference: bool
+    in_process: InProcessCheck
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+    groups: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+
+
+def apply_rule(
+    name: str,
+    candidates: Sequence[Candidate],
+    results: dict[str, ConfigResult],
+    timings: dict[Any, Any],
+    checker: OutputChecks,
+    record: Callable[[ConfigResult], None],
+) -> None:
+    """Reject or flag the configs of kernel ``name`` by every checked config's outputs (the rule:
+    :func:`decide`), each group of verdicts (this process's, each other GPU's) on its own: their
+    outputs came from different inputs. A changed result goes to ``record``."""
+    for verdicts in [checker.verdicts, *checker.groups.values()]:
+        checked = {label: v for label, v in verdicts.items() if results[label].status == "ok"}
+        if not checked:
+            continue
+        decision = decide(checked, {label: config_params(results[label].config) for label in checked})
+        for candidate in candidates:
+            label = candidate.label
+            if label not in checked:
+                continue
+            status, why = decision.reason(label)
+            if why is None:
+                continue
+            results[label] = replace(results[label], status=status, reason=why)
+            if status != "ok":
+                timings[candidate.config] = [math.inf] * 3
+            record(results[label])
+        for argument, parameter in decision.scratch.items():
+            log.info("kiln: %s: %s differs between configs as %s does; treated as config-dependent "
+                     "scratch (not checked)", name, argument, parameter)  # fmt: skip

@@ -5,18 +5,49 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.autotuner.specialize import Candidate
 
 
+@dataclass(frozen=True)
+class LocalDevice:
+    """The GPU a process tunes on: its kind (``name``, ``capability``: what a run is keyed by) and
+    which physical GPU it is (``uuid``; ``""`` when unknown). Tests stand in a fake one here
+    (``Autotuner._device``), with the bencher."""
+
+    name: str
+    capability: str
+    uuid: str = ""
+
+
+def local_device(target: Any) -> LocalDevice:
+    """The current GPU (name, capability, uuid); without one (a bencher that needs none), the target."""
+    name, capability = device_identity(target)
+    uuid = ""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+    except (ImportError, AttributeError, RuntimeError):
+        uuid = ""
+    return LocalDevice(name, capability, uuid)
+
+
 def run_identity(
-    name: str, candidates: Sequence[Candidate], key: tuple[Any, ...], target: Any
+    name: str,
+    candidates: Sequence[Candidate],
+    key: tuple[Any, ...],
+    target: Any,
+    device: LocalDevice | None = None,
 ) -> dict[str, str]:
     """The database's columns for a run of kernel ``name`` over ``candidates`` for ``key``: the
-    kernel's source and configs (``kernel_key``), the key, the GPU and Triton's version."""
-    device_name, capability = device_identity(target)
+    kernel's source and configs (``kernel_key``), the key, the GPU (``device``, else the current
+    one) and Triton's version."""
+    device_name, capability = (device.name, device.capability) if device else device_identity(target)
     spec = candidates[0].request.spec
     configs = json.dumps([c.label for c in candidates])
     kernel_key = hashlib.sha256(f"{spec.identity}|{configs}".encode()).hexdigest()

@@ -31,17 +31,17 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner import node_tuning, provenance
-from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason
-from triton_kiln.autotuner.outputs import InProcessCheck, config_params, decide
+from triton_kiln.autotuner import node_share, node_tuning, provenance
+from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
+from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import contenders, eligible, pooled_estimate
-from triton_kiln.autotuner.run_identity import run_identity
+from triton_kiln.autotuner.run_identity import local_device, run_identity
 from triton_kiln.autotuner.specialize import Candidate, candidate_result, distinct, launch_grid
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.compile.request import guess_compile_cost
@@ -61,15 +61,6 @@ _FAILED = [_INF, _INF, _INF]
 
 class AutotuneError(KilnError):
     """Every config of a tuning run failed; the message lists each with its reason."""
-
-
-@dataclass
-class OutputChecks:
-    """One run's output checks: whether the user gave a reference, and every config's verdict."""
-
-    user_reference: bool
-    in_process: InProcessCheck
-    verdicts: dict[str, Verdict] = field(default_factory=dict)
 
 
 class TuningSession:
@@ -94,7 +85,8 @@ class TuningSession:
         tuner = self.tuner
         started = time.monotonic()
         candidates, duplicates = distinct([tuner._candidate(c, args, kwargs) for c in configs])
-        identity = run_identity(self.name, candidates, key, tuner._local_target())
+        device = tuner._device or local_device(tuner._local_target())
+        identity = run_identity(self.name, candidates, key, tuner._local_target(), device)
         database = tuner._get_database()
         lookup = {k: v for k, v in identity.items() if k != "kernel"}
         recorded = database.lookup(**lookup) if database is not None else None
@@ -111,7 +103,13 @@ class TuningSession:
                 len(recorded.results),
             )
             return
-        claimed = node_tuning.claim(tuner._settings, database, lookup, self.name) if database else None
+        settings = tuner._settings
+        claimed = node_tuning.claim(settings, database, lookup, self.name, device) if database else None
+        if claimed is not None and claimed.helper is not None:  # another GPU's process tunes it: help
+            node_share.help_tune(self, claimed.helper, candidates, args, kwargs, grid)
+            waited = claimed.waited_s
+            claimed = node_tuning.claim(settings, database, lookup, self.name, device, helping=False)
+            claimed.waited_s += waited
         if claimed is not None and claimed.run is not None and self.adopt(key, candidates, claimed.run):
             node_tuning.adopt(tuner, key, claimed.run, claimed.waited_s, database)
             return
@@ -123,7 +121,8 @@ class TuningSession:
             # is interrupted, left as the run's last line when it finds a best config.
             with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
                 self.progress = progress
-                self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid)
+                share = claimed.share if claimed is not None else None
+                self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid, share)
                 progress.finish(time.monotonic() - started)
         finally:
             if claimed is not None:
@@ -142,8 +141,10 @@ class TuningSession:
         args: Sequence[Any],
         kwargs: dict[str, Any],
         grid: Any,
+        share: node_share.Share | None = None,
     ) -> None:
-        """The run itself: compile, screen, check outputs, final round, best config."""
+        """The run itself: compile, screen (``share``: with other GPUs' processes), check outputs,
+        final round, best config."""
         tuner = self.tuner
         progress = self.progress
 
@@ -172,24 +173,41 @@ class TuningSession:
         # compile (the CPU is busy, so timings are rough), then the best few are timed again
         # in full once every compile is done. With a user do_bench, one full pass, as Triton.
         two_phase = bencher.owns_timing
-        first_pass = (
-            Phase(*tuner._screen_ms, check=True)
-            if two_phase
-            else Phase(tuner._warmup_ms, tuner._rep_ms, True)
-        )
+        first_pass = screen_phase(tuner, bencher)
+
+        def screen(candidate: Candidate) -> None:
+            nonlocal first_result_s
+            assert candidate.future is not None
+            if self.verbose:
+                progress.write(provenance.triton_config_line(self.name, candidate.config))
+            result, times = self.evaluate(candidate, candidate.future, bencher, grid, checker, first_pass)
+            if self.verbose and result.status != "ok":
+                progress.write(provenance.triton_failed_line(result.status, result.reason))
+            results[candidate.label] = result
+            timings[candidate.config] = times
+            if first_result_s is None:
+                first_result_s = time.monotonic() - started
+            record(result)
+
+        def take(candidate: Candidate, shared: dict[str, Any]) -> None:  # another GPU's result
+            result, times, verdict, by = node_share.taken(shared)
+            results[candidate.label], timings[candidate.config] = result, times
+            if verdict is not None and result.status == "ok":
+                checker.groups.setdefault(by, {})[candidate.label] = verdict
+            record(result)
+
+        deferred: list[Candidate] = []
         for future in as_completed(by_future):
             for candidate in [c for c in candidates if c.future is future]:
-                if self.verbose:
-                    progress.write(provenance.triton_config_line(self.name, candidate.config))
-                result, times = self.evaluate(candidate, future, bencher, grid, checker, first_pass)
-                if self.verbose and result.status != "ok":
-                    progress.write(provenance.triton_failed_line(result.status, result.reason))
-                results[candidate.label] = result
-                timings[candidate.config] = times
-                if first_result_s is None:
-                    first_result_s = time.monotonic() - started
-                record(result)
-        self.apply_output_rule(candidates, results, timings, checker, record)
+                if share is not None and not share.take_turn(candidate.label):
+                    deferred.append(candidate)  # another GPU's process is benchmarking it
+                    continue
+                screen(candidate)
+                if share is not None:
+                    share.put(candidate.label, {"by": "leader"})
+        if share is not None:
+            share.gather(deferred, screen, take)
+        apply_rule(self.name, candidates, results, timings, checker, record)
         if two_phase:
             with self.split.phase("final_s"):
                 self.final_round(candidates, results, timings, bencher, grid, record)
@@ -300,7 +318,7 @@ class TuningSession:
         """Benchmark and check one compiled (or failed) config; returns its result and timings.
 
         Its outputs' verdict goes to ``checker``: a mismatch with the user's reference rejects
-        it here; anything else is decided for all configs at once (:meth:`apply_output_rule`).
+        it here; anything else is decided for all configs at once (:func:`.outputs.apply_rule`).
         """
         failed = list(_FAILED)
         exc = future.exception()
@@ -329,39 +347,6 @@ class TuningSession:
                 checker.verdicts[candidate.label] = verdict
         raw = outcome.raw if outcome.raw is not None else times  # what do_bench returned, as Triton keeps it
         return candidate_result(candidate, "ok", None, artifact.compile_s, times, max_diff), raw
-
-    def apply_output_rule(
-        self,
-        candidates: list[Candidate],
-        results: dict[str, ConfigResult],
-        timings: dict[Any, Any],
-        checker: OutputChecks,
-        record: Any,
-    ) -> None:
-        """Reject or flag configs by every checked config's outputs (the rule: :mod:`.outputs`)."""
-        checked = {label: v for label, v in checker.verdicts.items() if results[label].status == "ok"}
-        if not checked:
-            return
-        decision = decide(checked, {label: config_params(results[label].config) for label in checked})
-        for candidate in candidates:
-            label = candidate.label
-            if label not in checked:
-                continue
-            status, why = decision.reason(label)
-            if why is None:
-                continue
-            results[label] = replace(results[label], status=status, reason=why)
-            if status != "ok":
-                timings[candidate.config] = list(_FAILED)
-            record(results[label])
-        for argument, parameter in decision.scratch.items():
-            log.info(
-                "kiln: %s: %s differs between configs as %s does; treated as config-dependent scratch "
-                "(not checked)",
-                self.name,
-                argument,
-                parameter,
-            )
 
     def adopt(self, key: tuple[Any, ...], candidates: list[Candidate], recorded: TuningRun) -> bool:
         """Take a finished run's best config and timings (``False``: its best is not among ours)."""
