@@ -8,6 +8,11 @@ and writes the result into Triton's cache under the hash ``triton.compile`` give
 arguments. Inductor's own ``_precompile_config`` then runs unchanged and finds a cache hit: the
 ``CompiledKernel``, the static launcher's cubin and every object Inductor makes are its own.
 
+A config Triton's cache already holds (a warm process: the binary an earlier compile left under
+the hash ``triton.compile`` computes) is not sent to kiln's pool: Inductor's own
+``_precompile_config`` loads it, as stock Inductor does. Loading is not compiling, and no
+compiler runs in this process.
+
 A config whose compile dies (a signal, the job timeout, the memory limit) is a
 :class:`~kiln.errors.JobFailure`: the kernel loses that config (:func:`compile_all`), or, where
 Inductor compiles one config alone, :class:`InductorConfigCrashedError` is raised and Inductor
@@ -26,7 +31,7 @@ from typing import Any
 from triton_kiln import triton_compat
 from triton_kiln.artifacts import triton_seed
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.artifacts.triton_seed import triton_slot
+from triton_kiln.artifacts.triton_seed import TritonSlot, triton_slot
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
@@ -50,6 +55,7 @@ class ConfigJob:
 
     config: Any
     compile: compat.ConfigCompile
+    slot: TritonSlot
     request: CompileRequest
     future: Future[CompiledArtifact]
 
@@ -62,16 +68,23 @@ class ConfigCompiler:
         self.pool = pool
         self._errors: dict[str, BaseException] = {}
         self._lock = threading.Lock()
+        self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
 
     # -- one config ---------------------------------------------------------------------------
 
     def submit(self, autotuner: Any, cfg: Any) -> ConfigJob | None:
-        """Start ``cfg``'s compile; ``None`` for a device kiln does not compile for, or a kernel
-        kiln cannot describe (logged): Inductor's own compile then runs in this process."""
+        """Start ``cfg``'s compile; ``None`` when Inductor's own code is to run here: the config
+        is in Triton's cache already (a load, no compile), the device is one kiln does not compile
+        for, or kiln cannot describe the kernel (logged)."""
         try:
             inputs = compat.config_compile(autotuner, cfg)
             if inputs.target.backend not in ROUTED_BACKENDS:
                 return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
+            slot = _slot(inputs)
+            if slot.cached():
+                with self._lock:
+                    self.triton_cache_hits += 1
+                return None  # Triton's cache holds the binary: Inductor's own code only loads it
             request = self._request(inputs)
             error = self.take_error(request.key)
             future = _failed(error) if error is not None else self.pool.submit(request)
@@ -84,7 +97,7 @@ class ConfigCompiler:
                 exc,
             )
             return None
-        return ConfigJob(cfg, inputs, request, future)
+        return ConfigJob(cfg, inputs, slot, request, future)
 
     def _request(self, inputs: compat.ConfigCompile) -> CompileRequest:
         """kiln's request for exactly the compile ``triton.compile`` would make of ``inputs``."""
@@ -178,10 +191,13 @@ class ConfigCompiler:
 def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
     """Write ``artifact`` into Triton's cache (``TRITON_CACHE_DIR``, Triton's layout: binary,
     metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config."""
-    inputs = job.compile
+    triton_seed.seed_triton_cache(job.slot, artifact)
+
+
+def _slot(inputs: compat.ConfigCompile) -> TritonSlot:
+    """Where ``triton.compile`` keeps this config's binary in Triton's cache."""
     src = triton_compat.ASTSource(inputs.fn, inputs.signature, inputs.constants, inputs.attrs or None)
-    slot = triton_slot(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
-    triton_seed.seed_triton_cache(slot, artifact)
+    return triton_slot(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
 
 
 def _label(cfg: Any) -> str:

@@ -30,6 +30,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
 from triton_kiln.inductor.configs import ConfigCompiler
 from triton_kiln.inductor.jobs import InductorPool
@@ -83,6 +84,10 @@ def install(*, sandbox_benchmarks: bool = False) -> None:
             return
         compat.set_worker_paths()
         kiln_pool = _kiln_pool()
+        # This process's own Triton asks for its key when Inductor loads a cached binary and when
+        # kiln computes a config's cache slot: kiln's stored key then, not a 0.3-0.8 s hash of
+        # libtriton.so (nothing is read here: the first ask reads it).
+        triton_compat.seed_caller_triton_key(kiln_pool.settings.triton_key_dir)
         compiler = ConfigCompiler(kiln_pool)
         points = [
             compat.process_pool_point(),
