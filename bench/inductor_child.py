@@ -101,8 +101,10 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             with torch.no_grad():
                 return compiled(*inputs)
 
-        result["runtime_ms"], times = inductor_models.runtime_ms(call, device, args.iters, args.warmup)
-        result["runtime_iters"] = len(times)
+        stats = inductor_models.runtime_stats(
+            call, device, args.iters, args.warmup, args.blocks, args.block_iters
+        )
+        result.update(stats)
         result["split_after_runtime"] = {
             "counters": inductor_models.inductor_split().get("counters", {})  # recompiles show here
         }
@@ -126,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--iters", type=int, default=100, help="timed calls for the runtime (0: none)")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--blocks", type=int, default=20, help="blocks of back-to-back calls (runtime_ms)")
+    parser.add_argument("--block-iters", type=int, default=50, help="calls per block")
     parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")
     parser.add_argument("--reference", action="store_true", help="also save the float64 eager output")
     args = parser.parse_args(argv)
