@@ -81,6 +81,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["settings"] = inductor_models.inductor_settings()
 
     result["stage"] = "compile"
+    threads_before = inductor_models.thread_cpu_s()
     started = time.perf_counter()
     if args.arm == "kiln":
         result["stage"] = "kiln install"
@@ -92,6 +93,11 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         out = compiled(*inputs)
     inductor_models.sync(device)
     result["first_s"] = time.perf_counter() - started
+    # CPU seconds this process's threads spent in the first call, summed by thread family (the
+    # main thread; kiln's job threads and pool manager; Inductor's and torch's own threads)
+    result["threads_cpu_first_call_s"] = inductor_models.thread_families(
+        inductor_models.cpu_since(threads_before)
+    )
     result["split"] = inductor_models.inductor_split(result["first_s"])
 
     if args.iters > 0:

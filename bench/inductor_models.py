@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -214,12 +215,26 @@ def runtime_stats(
         "loadavg_after": list(os.getloadavg()),
         # CPU seconds each thread of this process spent during the measurement (by thread name):
         # a background thread that wakes up while the model runs shows here
-        "threads_cpu_during_runtime_s": {
-            name: round(threads_after.get(name, 0.0) - spent, 6)
-            for name, spent in threads_before.items()
-            if threads_after.get(name, 0.0) - spent > 0
-        },
+        "threads_cpu_during_runtime_s": cpu_since(threads_before, threads_after),
     }
+
+
+def cpu_since(before: dict[str, float], after: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds each thread spent between two :func:`thread_cpu_s` snapshots (threads that
+    started since count from zero; only those that spent any)."""
+    after = thread_cpu_s() if after is None else after
+    spent = {name: round(total - before.get(name, 0.0), 6) for name, total in after.items()}
+    return {name: value for name, value in spent.items() if value > 0}
+
+
+def thread_families(spent: dict[str, float]) -> dict[str, float]:
+    """``spent`` summed by thread family: the name without its ``[tid]`` and trailing number
+    (``kiln-inductor_3[812]`` -> ``kiln-inductor``)."""
+    families: dict[str, float] = {}
+    for name, value in spent.items():
+        family = re.sub(r"[_-]?\d*$", "", name.split("[")[0]) or name
+        families[family] = round(families.get(family, 0.0) + value, 6)
+    return families
 
 
 def _p10_p90(times: list[float]) -> list[float]:

@@ -85,6 +85,7 @@ def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
     assert cold["runtime_clock"] == "wall"
     assert len(cold["loadavg_before"]) == 3
     assert len(data["meta"]["loadavg"]) == 3
+    assert cold["threads_cpu_first_call_s"]["MainThread"] > 0
     assert "tiny default: stock" in proc.stderr
 
 
@@ -187,3 +188,13 @@ def test_thread_cpu_names_python_threads() -> None:
     names = inductor_models.thread_cpu_s()
     assert any(name.startswith(f"{threading.main_thread().name}[") for name in names)
     assert all(seconds >= 0 for seconds in names.values())
+
+
+def test_first_call_thread_cpu_is_summed_by_family() -> None:
+    spent = {"kiln-inductor_3[812]": 0.5, "kiln-inductor_12[813]": 0.25, "MainThread[1]": 1.0}
+    assert inductor_models.thread_families(spent) == {"kiln-inductor": 0.75, "MainThread": 1.0}
+    before = {"MainThread[1]": 1.0, "gone[2]": 3.0}
+    assert inductor_models.cpu_since(before, {"MainThread[1]": 1.5, "new[3]": 0.2, "idle[4]": 0.0}) == {
+        "MainThread[1]": 0.5,
+        "new[3]": 0.2,
+    }
