@@ -101,3 +101,55 @@ def test_install_seeds_this_processs_triton_key(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["True"]
+
+
+def test_a_config_compile_all_settled_is_not_checked_again(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Inductor's own loop, after compile_all seeded Triton's cache, only loads: each config goes
+    through kiln's request and slot computation once, not a second time in _precompile_config."""
+    from triton_kiln.inductor.configs import ConfigCompiler
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    calls: list[object] = []
+    submit_config = ConfigCompiler.submit
+
+    def counting(self: ConfigCompiler, autotuner: object, cfg: object) -> object:
+        calls.append(cfg)
+        return submit_config(self, autotuner, cfg)
+
+    monkeypatch.setattr(ConfigCompiler, "submit", counting)
+    pool = make_pool()
+    install_on(pool)
+    kernel, _ = submit(*source("pointwise")).result(timeout=300)
+    assert len(kernel.compile_results) == 2
+    assert len(calls) == 2  # compile_all's; Inductor's loop then loaded them
+    assert pool.stats.submitted == 2
+    assert parent_cannot_compile == []
+
+
+def test_a_config_whose_compile_raised_raises_its_error_not_a_parent_compile(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The compile's own error (here a ``tl.static_assert``) reaches Inductor as itself, from
+    kiln's worker: Inductor's loop is not let through to compile that config in this process."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    name, text = source("pointwise", rename="triton_poi_fused_assert_0")
+    text = text.replace("    xnumel = 1048576\n", "    xnumel = 1048576\n    tl.static_assert(XBLOCK < 0)\n")
+    pool = make_pool()
+    install_on(pool)
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="static_assert"):
+        submit(name, text).result(timeout=300)
+    assert parent_cannot_compile == []
+    assert pool.stats.compiled == 0
+    assert pool.stats.failed >= 1

@@ -22,8 +22,10 @@ treats the config as failed. Any other error is the compile's own (a ``Compilati
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +62,13 @@ class ConfigJob:
     future: Future[CompiledArtifact]
 
 
+class _Settled(threading.local):
+    """The configs this thread's ``compile_all`` settled, while Inductor's own loop loads them."""
+
+    def __init__(self) -> None:
+        self.ids: frozenset[int] = frozenset()
+
+
 class ConfigCompiler:
     """Compiles Inductor configs in ``pool``; remembers a compile's own error for the moment
     Inductor's ``_precompile_config`` asks for that config (it is raised then, not compiled again)."""
@@ -69,6 +78,7 @@ class ConfigCompiler:
         self._errors: dict[str, BaseException] = {}
         self._lock = threading.Lock()
         self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
+        self._settled = _Settled()
 
     # -- one config ---------------------------------------------------------------------------
 
@@ -150,25 +160,46 @@ class ConfigCompiler:
 
     # -- every config of a kernel -----------------------------------------------------------
 
-    def compile_all(self, autotuner: Any) -> None:
+    @contextlib.contextmanager
+    def loading(self, settled: list[Any]) -> Iterator[None]:
+        """While Inductor's own loop runs in this thread: ``settled`` (what :meth:`compile_all`
+        returned) go straight to Inductor's ``_precompile_config`` (:meth:`is_settled`)."""
+        previous = self._settled.ids
+        self._settled.ids = frozenset(id(cfg) for cfg in settled)
+        try:
+            yield
+        finally:
+            self._settled.ids = previous
+
+    def is_settled(self, cfg: Any) -> bool:
+        """Whether ``cfg`` was settled by this thread's :meth:`compile_all` (in Triton's cache
+        now, or not kiln's to compile): checking it again would find the same."""
+        return id(cfg) in self._settled.ids
+
+    def compile_all(self, autotuner: Any) -> list[Any]:
         """Compile every config ``_precompile_worker`` is about to compile, at once; drop those
         whose compile died (logged with kiln's reason); :class:`InductorKernelError` if none is
-        left. A config that raised stays, with its error kept for ``_precompile_config``."""
+        left. A config that raised stays, with its error kept for ``_precompile_config``.
+        Returns the configs settled: in Triton's cache now, or left to Inductor (not one that
+        raised, whose error ``_precompile_config`` must raise)."""
         configs = compat.kernel_configs(autotuner)
         if not configs:
-            return
+            return []
         jobs = [(cfg, self.submit(autotuner, cfg)) for cfg in configs]
         wait([job.future for _, job in jobs if job is not None])
         kept: list[Any] = []
+        settled: list[Any] = []
         crashes: list[tuple[str, JobFailure]] = []
         for cfg, job in jobs:
             if job is None:
                 kept.append(cfg)
+                settled.append(cfg)
                 continue
             exc = job.future.exception()
             if exc is None:
                 seed_triton_cache(job, job.future.result())
                 kept.append(cfg)
+                settled.append(cfg)
             elif is_crash(exc):
                 assert isinstance(exc, JobFailure)
                 crashes.append((_label(cfg), exc))
@@ -186,6 +217,7 @@ class ConfigCompiler:
             raise InductorKernelError(compat.kernel_name(autotuner), compat.kernel_file(autotuner), crashes)
         if crashes:
             compat.keep_configs(autotuner, kept)
+        return settled
 
 
 def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:

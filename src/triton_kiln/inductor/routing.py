@@ -174,8 +174,9 @@ def _process_pool(pool: InductorPool) -> Any:
 def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
     @functools.wraps(original)
     def _precompile_worker(self: Any) -> Any:
-        compiler.compile_all(self)
-        return original(self)
+        settled = compiler.compile_all(self)
+        with compiler.loading(settled):  # Inductor's loop: those configs only load
+            return original(self)
 
     return _precompile_worker
 
@@ -201,6 +202,8 @@ def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
 def _precompile_config(original: Any, compiler: ConfigCompiler) -> Any:
     @functools.wraps(original)
     def _precompile_config(self: Any, cfg: Any) -> Any:
+        if compiler.is_settled(cfg):  # compile_all put it in Triton's cache a moment ago
+            return original(self, cfg)
         job = compiler.submit(self, cfg)
         if job is not None:
             compiler.finish(self, job)
