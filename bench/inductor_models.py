@@ -138,6 +138,17 @@ def fp64_reference(model: Any, inputs: tuple[Any, ...]) -> Any:
     return out
 
 
+def import_inductor() -> None:
+    """Import what ``torch.compile`` imports on every path, a cached graph's included: Dynamo,
+    Inductor's code cache, async compile and Triton heuristics (what ``kiln.inductor.install()``
+    needs too)."""
+    import torch._dynamo
+    import torch._inductor.async_compile
+    import torch._inductor.codecache
+    import torch._inductor.runtime.compile_tasks
+    import torch._inductor.runtime.triton_heuristics  # noqa: F401
+
+
 def sync(device: str) -> None:
     import torch
 

@@ -86,6 +86,7 @@ def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
     assert len(cold["loadavg_before"]) == 3
     assert len(data["meta"]["loadavg"]) == 3
     assert cold["threads_cpu_first_call_s"]["MainThread"] > 0
+    assert cold["import_inductor_s"] > 0  # inside first_s, before install and torch.compile
     assert "tiny default: stock" in proc.stderr
 
 
