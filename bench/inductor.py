@@ -103,7 +103,8 @@ def run_child(
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode, "--phase", phase]
     cmd += ["--dir", str(out_dir), "--device", args.device, "--attention", args.attention]
-    cmd += ["--iters", str(args.iters if phase == "cold" else 0), "--warmup", str(args.warmup)]
+    cmd += ["--iters", str(args.iters), "--warmup", str(args.warmup)]
+    cmd += ["--blocks", str(args.blocks), "--block-iters", str(args.block_iters)]
     if args.batch is not None:
         cmd += ["--batch", str(args.batch)]
     if arm == "kiln" and args.kiln_sandbox:
@@ -166,6 +167,9 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "cores": os.cpu_count(),
         "iters": args.iters,
+        "blocks": args.blocks,
+        "block_iters": args.block_iters,
+        "loadavg": list(os.getloadavg()),
         "smoke": args.smoke,
         "kiln_sandbox": args.kiln_sandbox,
     }
@@ -200,6 +204,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--first-run", type=int, default=0, help="index of the first run (for --merge)")
     parser.add_argument("--iters", type=int, default=100, help="timed calls per runtime measurement")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--blocks", type=int, default=20, help="blocks of back-to-back calls (runtime_ms)")
+    parser.add_argument("--block-iters", type=int, default=50, help="calls per block")
     parser.add_argument("--batch", type=int, default=None, help="default: resnet50 32, block 8")
     parser.add_argument("--attention", choices=("flex", "manual"), default="flex", help="the block's")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -225,6 +231,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.smoke:
         args.models, args.modes = ["tiny"], ["default"]
         args.runs, args.iters, args.warmup = 1, min(args.iters, 5), min(args.warmup, 2)
+        args.blocks, args.block_iters = min(args.blocks, 3), min(args.block_iters, 3)
     else:
         args.models = list(MODELS) if args.model == "all" else [args.model]
         args.modes = list(MODES) if args.mode == "all" else [args.mode]

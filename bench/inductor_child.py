@@ -81,17 +81,28 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["settings"] = inductor_models.inductor_settings()
 
     result["stage"] = "compile"
+    threads_before = inductor_models.thread_cpu_s()
     started = time.perf_counter()
+    # Inductor's modules, which torch.compile imports on every path (a warm process's cached
+    # graph included): imported first in both arms, so kiln_install_s is kiln's own work only
+    inductor_models.import_inductor()
+    result["import_inductor_s"] = time.perf_counter() - started
     if args.arm == "kiln":
         result["stage"] = "kiln install"
+        installing = time.perf_counter()
         result["kiln"] = install_kiln(args.kiln_sandbox)
-        result["kiln_install_s"] = time.perf_counter() - started
+        result["kiln_install_s"] = time.perf_counter() - installing
         result["stage"] = "compile"
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
         out = compiled(*inputs)
     inductor_models.sync(device)
     result["first_s"] = time.perf_counter() - started
+    # CPU seconds this process's threads spent in the first call, summed by thread family (the
+    # main thread; kiln's job threads and pool manager; Inductor's and torch's own threads)
+    result["threads_cpu_first_call_s"] = inductor_models.thread_families(
+        inductor_models.cpu_since(threads_before)
+    )
     result["split"] = inductor_models.inductor_split(result["first_s"])
 
     if args.iters > 0:
@@ -101,8 +112,10 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             with torch.no_grad():
                 return compiled(*inputs)
 
-        result["runtime_ms"], times = inductor_models.runtime_ms(call, device, args.iters, args.warmup)
-        result["runtime_iters"] = len(times)
+        stats = inductor_models.runtime_stats(
+            call, device, args.iters, args.warmup, args.blocks, args.block_iters
+        )
+        result.update(stats)
         result["split_after_runtime"] = {
             "counters": inductor_models.inductor_split().get("counters", {})  # recompiles show here
         }
@@ -126,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--iters", type=int, default=100, help="timed calls for the runtime (0: none)")
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--blocks", type=int, default=20, help="blocks of back-to-back calls (runtime_ms)")
+    parser.add_argument("--block-iters", type=int, default=50, help="calls per block")
     parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")
     parser.add_argument("--reference", action="store_true", help="also save the float64 eager output")
     args = parser.parse_args(argv)

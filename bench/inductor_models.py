@@ -23,6 +23,8 @@ the numbers in ``torch._inductor.metrics``; each part present only where this to
 from __future__ import annotations
 
 import copy
+import os
+import re
 import statistics
 import time
 from collections.abc import Callable
@@ -136,6 +138,17 @@ def fp64_reference(model: Any, inputs: tuple[Any, ...]) -> Any:
     return out
 
 
+def import_inductor() -> None:
+    """Import what ``torch.compile`` imports on every path, a cached graph's included: Dynamo,
+    Inductor's code cache, async compile and Triton heuristics (what ``kiln.inductor.install()``
+    needs too)."""
+    import torch._dynamo
+    import torch._inductor.async_compile
+    import torch._inductor.codecache
+    import torch._inductor.runtime.compile_tasks
+    import torch._inductor.runtime.triton_heuristics  # noqa: F401
+
+
 def sync(device: str) -> None:
     import torch
 
@@ -155,6 +168,115 @@ def runtime_ms(fn: Callable[[], Any], device: str, iters: int, warmup: int) -> t
         sync(device)
         times.append((time.perf_counter() - started) * 1e3)
     return statistics.median(times), times
+
+
+def block_runtime_ms(fn: Callable[[], Any], device: str, blocks: int, block_iters: int) -> list[float]:
+    """Milliseconds per call of ``blocks`` blocks of ``block_iters`` calls run back to back (no
+    sync inside a block): on CUDA, CUDA events recorded on the stream around each block (the GPU's
+    own clock: kernel time, and the gaps where the GPU waited for the host to launch, which is
+    what a launch-bound model costs); elsewhere the wall clock around the block."""
+    per_call: list[float] = []
+    if device == "cuda":
+        import torch
+
+        for _ in range(blocks):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            for _ in range(block_iters):
+                fn()
+            end.record()
+            end.synchronize()
+            per_call.append(start.elapsed_time(end) / block_iters)
+        return per_call
+    for _ in range(blocks):
+        started = time.perf_counter()
+        for _ in range(block_iters):
+            fn()
+        per_call.append((time.perf_counter() - started) * 1e3 / block_iters)
+    return per_call
+
+
+def runtime_stats(
+    fn: Callable[[], Any], device: str, iters: int, warmup: int, blocks: int, block_iters: int
+) -> dict[str, Any]:
+    """Both runtime measures, the host's load and this process's threads around them.
+
+    ``runtime_ms`` (the headline): the median over blocks of :func:`block_runtime_ms`. It is a
+    median of ``blocks`` means of ``block_iters`` calls each, so one slow call (a host hiccup, a
+    page fault) moves it by 1/``block_iters``; it counts the GPU's time between the block's first
+    and last kernel, host launch gaps included, and no per-call synchronization.
+    ``runtime_wall_ms``: the median of ``iters`` calls each synchronized (host launch, the GPU's
+    run and the synchronization's wake-up latency: noisier, kept as it was measured before).
+    """
+    loadavg_before = os.getloadavg()
+    threads_before = thread_cpu_s()
+    wall, wall_times = runtime_ms(fn, device, iters, warmup)
+    block_times = block_runtime_ms(fn, device, blocks, block_iters)
+    threads_after = thread_cpu_s()
+    return {
+        "runtime_ms": statistics.median(block_times),
+        "runtime_blocks_ms": block_times,
+        "runtime_block_iters": block_iters,
+        "runtime_clock": "cuda_events" if device == "cuda" else "wall",
+        "runtime_wall_ms": wall,
+        "runtime_wall_iters": len(wall_times),
+        "runtime_wall_p10_p90_ms": _p10_p90(wall_times),
+        "loadavg_before": list(loadavg_before),
+        "loadavg_after": list(os.getloadavg()),
+        # CPU seconds each thread of this process spent during the measurement (by thread name):
+        # a background thread that wakes up while the model runs shows here
+        "threads_cpu_during_runtime_s": cpu_since(threads_before, threads_after),
+    }
+
+
+def cpu_since(before: dict[str, float], after: dict[str, float] | None = None) -> dict[str, float]:
+    """CPU seconds each thread spent between two :func:`thread_cpu_s` snapshots (threads that
+    started since count from zero; only those that spent any)."""
+    after = thread_cpu_s() if after is None else after
+    spent = {name: round(total - before.get(name, 0.0), 6) for name, total in after.items()}
+    return {name: value for name, value in spent.items() if value > 0}
+
+
+def thread_families(spent: dict[str, float]) -> dict[str, float]:
+    """``spent`` summed by thread family: the name without its ``[tid]`` and trailing number
+    (``kiln-inductor_3[812]`` -> ``kiln-inductor``)."""
+    families: dict[str, float] = {}
+    for name, value in spent.items():
+        family = re.sub(r"[_-]?\d*$", "", name.split("[")[0]) or name
+        families[family] = round(families.get(family, 0.0) + value, 6)
+    return families
+
+
+def _p10_p90(times: list[float]) -> list[float]:
+    ordered = sorted(times)
+    if not ordered:
+        return []
+    return [ordered[len(ordered) // 10], ordered[min(len(ordered) - 1, (len(ordered) * 9) // 10)]]
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """CPU seconds (user + system) of each OS thread of this process, by ``name[tid]``: the
+    Python thread's name where it is one, else the OS's (``/proc/self/task``; empty without it)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    found: dict[str, float] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return found
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        name = names.get(int(tid)) or stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        found[f"{name}[{tid}]"] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return found
 
 
 def _plain(value: Any) -> Any:

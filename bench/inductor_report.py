@@ -152,10 +152,20 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
         row[f"{arm}_warm_matches_cold_runs"] = [
             run.get("compare", {}).get(f"{arm}_warm_vs_cold", {}).get("match") for run in runs if arm in run
         ]
+    # the other runtime measures: each call synchronized (the measure before CUDA-event blocks),
+    # and the warm process's blocks (the same binaries, a second sample of the host's noise)
+    for arm in ARMS:
+        for name, phase, field in (
+            ("runtime_wall_ms", "cold", "runtime_wall_ms"),
+            ("warm_runtime_ms", "warm", "runtime_ms"),
+        ):
+            values = _field(runs, arm, phase, field)
+            row[f"{arm}_{name}"] = _median(values)
+            row[f"{arm}_{name}_runs"] = values
     row["stock_split"] = median_split([run.get("stock", {}).get("cold", {}).get("split", {}) for run in runs])
     row["kiln_split"] = median_split([run.get("kiln", {}).get("cold", {}).get("split", {}) for run in runs])
     ratios = {}
-    for name in ("first_s", "warm_s", "runtime_ms"):
+    for name in ("first_s", "warm_s", "runtime_ms", "runtime_wall_ms", "warm_runtime_ms"):
         stock, kiln = row[f"stock_{name}"], row[f"kiln_{name}"]
         ratios[f"kiln/stock {name}"] = kiln / stock if stock and kiln is not None else None
     row["ratios"] = ratios

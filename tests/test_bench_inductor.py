@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -21,6 +22,7 @@ sys.path.insert(0, str(BENCH))
 
 import inductor  # noqa: E402  (bench/ is not a package)
 import inductor_child  # noqa: E402
+import inductor_models  # noqa: E402
 import inductor_report  # noqa: E402
 
 
@@ -60,6 +62,8 @@ def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
     assert row["stock_first_s"] > 0
     assert row["stock_warm_s"] > 0
     assert row["stock_runtime_ms"] > 0
+    assert row["stock_runtime_wall_ms"] > 0  # the per-call synchronized measure, kept beside it
+    assert row["stock_warm_runtime_ms"] > 0  # the warm process measures its runtime too
     assert row["kiln_first_s"] is None  # no kiln arm ran
     assert row["outputs_match"] is None
     assert len(row["stock_first_s_runs"]) == 1
@@ -76,6 +80,13 @@ def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
     ]
     assert 1 in hits, warm_split["counters"]  # the warm process reused the cold one's caches
     assert run["stock"]["cold"]["exit_code"] == 0
+    cold = run["stock"]["cold"]
+    assert len(cold["runtime_blocks_ms"]) == 3
+    assert cold["runtime_clock"] == "wall"
+    assert len(cold["loadavg_before"]) == 3
+    assert len(data["meta"]["loadavg"]) == 3
+    assert cold["threads_cpu_first_call_s"]["MainThread"] > 0
+    assert cold["import_inductor_s"] > 0  # inside first_s, before install and torch.compile
     assert "tiny default: stock" in proc.stderr
 
 
@@ -133,3 +144,58 @@ def test_split_table_sums_per_op_template_phases() -> None:
     assert lines[3].split()[:4] == ["(all", "*_template_autotuning)", "7", "7.00"]  # largest first
     assert "70.0%" in lines[3]
     assert any(line.startswith("inductor.x") for line in lines)
+
+
+def test_runtime_stats_has_both_measures_the_load_and_busy_threads() -> None:
+    """runtime_ms is the median of block means; the synchronized per-call wall stays beside it;
+    the host's load and a thread of this process busy during the measurement are recorded."""
+    import threading
+    import time
+
+    stop = threading.Event()
+
+    def spin() -> None:
+        while not stop.is_set():
+            sum(range(1000))
+
+    busy = threading.Thread(target=spin, name="busy-background")
+    busy.start()
+    calls = []
+
+    def call() -> None:
+        calls.append(1)
+        time.sleep(0.002)
+
+    try:
+        stats = inductor_models.runtime_stats(call, "cpu", iters=5, warmup=1, blocks=4, block_iters=3)
+    finally:
+        stop.set()
+        busy.join()
+    assert len(calls) == 1 + 5 + 4 * 3
+    assert len(stats["runtime_blocks_ms"]) == 4
+    assert stats["runtime_block_iters"] == 3
+    assert stats["runtime_ms"] == statistics.median(stats["runtime_blocks_ms"])
+    assert stats["runtime_ms"] >= 2.0
+    assert stats["runtime_wall_ms"] >= 2.0
+    assert stats["runtime_wall_iters"] == 5
+    assert stats["runtime_clock"] == "wall"
+    assert len(stats["loadavg_before"]) == len(stats["loadavg_after"]) == 3
+    assert any(name.startswith("busy-background[") for name in stats["threads_cpu_during_runtime_s"])
+
+
+def test_thread_cpu_names_python_threads() -> None:
+    import threading
+
+    names = inductor_models.thread_cpu_s()
+    assert any(name.startswith(f"{threading.main_thread().name}[") for name in names)
+    assert all(seconds >= 0 for seconds in names.values())
+
+
+def test_first_call_thread_cpu_is_summed_by_family() -> None:
+    spent = {"kiln-inductor_3[812]": 0.5, "kiln-inductor_12[813]": 0.25, "MainThread[1]": 1.0}
+    assert inductor_models.thread_families(spent) == {"kiln-inductor": 0.75, "MainThread": 1.0}
+    before = {"MainThread[1]": 1.0, "gone[2]": 3.0}
+    assert inductor_models.cpu_since(before, {"MainThread[1]": 1.5, "new[3]": 0.2, "idle[4]": 0.0}) == {
+        "MainThread[1]": 0.5,
+        "new[3]": 0.2,
+    }

@@ -22,6 +22,7 @@ ALL_VARS = [
     "KILN_ZYGOTE_START_TIMEOUT_S",
     "KILN_ZYGOTE_RESTARTS",
     "KILN_STDERR_TAIL_LINES",
+    "KILN_WORKER_NICE",
     "KILN_PROGRESS",
     "KILN_TUNING_DB",
     "KILN_USE_TUNING_DB",
@@ -70,6 +71,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_ZYGOTE_START_TIMEOUT_S": "30",
         "KILN_ZYGOTE_RESTARTS": "5",
         "KILN_STDERR_TAIL_LINES": " 7 ",
+        "KILN_WORKER_NICE": "4",
         "KILN_PROGRESS": "yes",
         "KILN_TUNING_DB": "~/tuning.sqlite3",
         "KILN_USE_TUNING_DB": "0",
@@ -112,6 +114,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.zygote_start_timeout_s == 30.0
     assert current.zygote_restarts == 5
     assert current.stderr_tail_lines == 7
+    assert current.worker_nice == 4
     assert current.progress is True
     assert current.tuning_db == tmp_path / "tuning.sqlite3"
     assert current.use_tuning_db is False

@@ -91,6 +91,12 @@ class Settings:
     stderr_tail_lines: int = 20
     """``KILN_STDERR_TAIL_LINES``: lines of a dead worker's stderr quoted in its error."""
 
+    worker_nice: int = 10
+    """``KILN_WORKER_NICE``: how far below the caller's CPU priority the zygote, its workers and
+    their compilers (ptxas) run (a ``nice`` increment, 0-19; 0 = the caller's): a compile gives a
+    shared core to the caller's own threads (tracing, codegen, launching kernels) and still takes
+    every idle core."""
+
     progress: bool | None = None
     """``KILN_PROGRESS``: ``1`` always shows progress bars, ``0`` never; unset = on a terminal only."""
 
@@ -201,6 +207,13 @@ def _positive_int(value: str) -> int:
     return number
 
 
+def _nonnegative_int(value: str) -> int:
+    number = int(value)
+    if number < 0:
+        raise ValueError(value)
+    return number
+
+
 def _positive_float(value: str) -> float:
     number = float(value)
     if not (number > 0 and math.isfinite(number)):
@@ -280,6 +293,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     ),
     "zygote_restarts": ("KILN_ZYGOTE_RESTARTS", _positive_int, "a positive integer"),
     "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", _positive_int, "a positive integer"),
+    "worker_nice": ("KILN_WORKER_NICE", _nonnegative_int, "an integer from 0 to 19"),
     "progress": ("KILN_PROGRESS", _bool, "0 or 1"),
     "tuning_db": ("KILN_TUNING_DB", lambda v: Path(v).expanduser(), "a file path"),
     "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
@@ -396,6 +410,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "zygote_start_timeout_s": _seconds_range(0.001),
     "zygote_restarts": _int_range(1, 1000, "a number of restarts"),
     "stderr_tail_lines": _int_range(1, 100_000, "a number of lines"),
+    "worker_nice": _int_range(0, 19, "a nice increment"),
     "tuning_db": _file_usable,
     "bench_timeout_s": _seconds_range(0.001),
     "cache_max_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),

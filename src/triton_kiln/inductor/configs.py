@@ -8,6 +8,11 @@ and writes the result into Triton's cache under the hash ``triton.compile`` give
 arguments. Inductor's own ``_precompile_config`` then runs unchanged and finds a cache hit: the
 ``CompiledKernel``, the static launcher's cubin and every object Inductor makes are its own.
 
+A config Triton's cache already holds (a warm process: the binary an earlier compile left under
+the hash ``triton.compile`` computes) is not sent to kiln's pool: Inductor's own
+``_precompile_config`` loads it, as stock Inductor does. Loading is not compiling, and no
+compiler runs in this process.
+
 A config whose compile dies (a signal, the job timeout, the memory limit) is a
 :class:`~kiln.errors.JobFailure`: the kernel loses that config (:func:`compile_all`), or, where
 Inductor compiles one config alone, :class:`InductorConfigCrashedError` is raised and Inductor
@@ -17,8 +22,10 @@ treats the config as failed. Any other error is the compile's own (a ``Compilati
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +33,7 @@ from typing import Any
 from triton_kiln import triton_compat
 from triton_kiln.artifacts import triton_seed
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.artifacts.triton_seed import triton_slot
+from triton_kiln.artifacts.triton_seed import TritonSlot, triton_slot
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
@@ -50,8 +57,16 @@ class ConfigJob:
 
     config: Any
     compile: compat.ConfigCompile
+    slot: TritonSlot
     request: CompileRequest
     future: Future[CompiledArtifact]
+
+
+class _Settled(threading.local):
+    """The configs this thread's ``compile_all`` settled, while Inductor's own loop loads them."""
+
+    def __init__(self) -> None:
+        self.ids: frozenset[int] = frozenset()
 
 
 class ConfigCompiler:
@@ -62,16 +77,24 @@ class ConfigCompiler:
         self.pool = pool
         self._errors: dict[str, BaseException] = {}
         self._lock = threading.Lock()
+        self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
+        self._settled = _Settled()
 
     # -- one config ---------------------------------------------------------------------------
 
     def submit(self, autotuner: Any, cfg: Any) -> ConfigJob | None:
-        """Start ``cfg``'s compile; ``None`` for a device kiln does not compile for, or a kernel
-        kiln cannot describe (logged): Inductor's own compile then runs in this process."""
+        """Start ``cfg``'s compile; ``None`` when Inductor's own code is to run here: the config
+        is in Triton's cache already (a load, no compile), the device is one kiln does not compile
+        for, or kiln cannot describe the kernel (logged)."""
         try:
             inputs = compat.config_compile(autotuner, cfg)
             if inputs.target.backend not in ROUTED_BACKENDS:
                 return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
+            slot = _slot(inputs)
+            if slot.cached():
+                with self._lock:
+                    self.triton_cache_hits += 1
+                return None  # Triton's cache holds the binary: Inductor's own code only loads it
             request = self._request(inputs)
             error = self.take_error(request.key)
             future = _failed(error) if error is not None else self.pool.submit(request)
@@ -84,7 +107,7 @@ class ConfigCompiler:
                 exc,
             )
             return None
-        return ConfigJob(cfg, inputs, request, future)
+        return ConfigJob(cfg, inputs, slot, request, future)
 
     def _request(self, inputs: compat.ConfigCompile) -> CompileRequest:
         """kiln's request for exactly the compile ``triton.compile`` would make of ``inputs``."""
@@ -137,25 +160,46 @@ class ConfigCompiler:
 
     # -- every config of a kernel -----------------------------------------------------------
 
-    def compile_all(self, autotuner: Any) -> None:
+    @contextlib.contextmanager
+    def loading(self, settled: list[Any]) -> Iterator[None]:
+        """While Inductor's own loop runs in this thread: ``settled`` (what :meth:`compile_all`
+        returned) go straight to Inductor's ``_precompile_config`` (:meth:`is_settled`)."""
+        previous = self._settled.ids
+        self._settled.ids = frozenset(id(cfg) for cfg in settled)
+        try:
+            yield
+        finally:
+            self._settled.ids = previous
+
+    def is_settled(self, cfg: Any) -> bool:
+        """Whether ``cfg`` was settled by this thread's :meth:`compile_all` (in Triton's cache
+        now, or not kiln's to compile): checking it again would find the same."""
+        return id(cfg) in self._settled.ids
+
+    def compile_all(self, autotuner: Any) -> list[Any]:
         """Compile every config ``_precompile_worker`` is about to compile, at once; drop those
         whose compile died (logged with kiln's reason); :class:`InductorKernelError` if none is
-        left. A config that raised stays, with its error kept for ``_precompile_config``."""
+        left. A config that raised stays, with its error kept for ``_precompile_config``.
+        Returns the configs settled: in Triton's cache now, or left to Inductor (not one that
+        raised, whose error ``_precompile_config`` must raise)."""
         configs = compat.kernel_configs(autotuner)
         if not configs:
-            return
+            return []
         jobs = [(cfg, self.submit(autotuner, cfg)) for cfg in configs]
         wait([job.future for _, job in jobs if job is not None])
         kept: list[Any] = []
+        settled: list[Any] = []
         crashes: list[tuple[str, JobFailure]] = []
         for cfg, job in jobs:
             if job is None:
                 kept.append(cfg)
+                settled.append(cfg)
                 continue
             exc = job.future.exception()
             if exc is None:
                 seed_triton_cache(job, job.future.result())
                 kept.append(cfg)
+                settled.append(cfg)
             elif is_crash(exc):
                 assert isinstance(exc, JobFailure)
                 crashes.append((_label(cfg), exc))
@@ -173,15 +217,19 @@ class ConfigCompiler:
             raise InductorKernelError(compat.kernel_name(autotuner), compat.kernel_file(autotuner), crashes)
         if crashes:
             compat.keep_configs(autotuner, kept)
+        return settled
 
 
 def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
     """Write ``artifact`` into Triton's cache (``TRITON_CACHE_DIR``, Triton's layout: binary,
     metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config."""
-    inputs = job.compile
+    triton_seed.seed_triton_cache(job.slot, artifact)
+
+
+def _slot(inputs: compat.ConfigCompile) -> TritonSlot:
+    """Where ``triton.compile`` keeps this config's binary in Triton's cache."""
     src = triton_compat.ASTSource(inputs.fn, inputs.signature, inputs.constants, inputs.attrs or None)
-    slot = triton_slot(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
-    triton_seed.seed_triton_cache(slot, artifact)
+    return triton_slot(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
 
 
 def _label(cfg: Any) -> str:

@@ -10,6 +10,7 @@
                                                precompile(warm_cache_only=True):
                                                  every config -> CompileRequest -------> workers
                                                  (Inductor's helpers)          <------- binaries
+                                                 (a config in Triton's cache: loaded, not sent)
                                                  seed Triton's cache; Inductor's own
                                                  _precompile_config: cache hits
     Future <-------------------------------    the kernel, pickled and unpickled as a

@@ -36,6 +36,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
 from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
 from triton_kiln.inductor.configs import ConfigCompiler
@@ -93,6 +94,10 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
         if _state is None:
             compat.set_worker_paths()
             kiln_pool = _kiln_pool()
+            # This process's own Triton asks for its key when Inductor loads a cached binary and
+            # when kiln computes a config's cache slot: kiln's stored key then, not a 0.3-0.8 s
+            # hash of libtriton.so (nothing is read here: the first ask reads it).
+            triton_compat.seed_caller_triton_key(kiln_pool.settings.triton_key_dir)
             compiler = ConfigCompiler(kiln_pool)
             points = [
                 compat.process_pool_point(),
@@ -214,8 +219,9 @@ def _process_pool(pool: InductorPool) -> Any:
 def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
     @functools.wraps(original)
     def _precompile_worker(self: Any) -> Any:
-        compiler.compile_all(self)
-        return original(self)
+        settled = compiler.compile_all(self)
+        with compiler.loading(settled):  # Inductor's loop: those configs only load
+            return original(self)
 
     return _precompile_worker
 
@@ -241,6 +247,8 @@ def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
 def _precompile_config(original: Any, compiler: ConfigCompiler) -> Any:
     @functools.wraps(original)
     def _precompile_config(self: Any, cfg: Any) -> Any:
+        if compiler.is_settled(cfg):  # compile_all put it in Triton's cache a moment ago
+            return original(self, cfg)
         job = compiler.submit(self, cfg)
         if job is not None:
             compiler.finish(self, job)

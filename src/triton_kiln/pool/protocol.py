@@ -52,6 +52,7 @@ class ZygoteInit:
     warmup_target: tuple[str, Any, int] | None  # (backend, arch, warp_size)
     preload: list[str]
     tmp_root: str | None = None  # each worker gets a private TMPDIR under it, removed at its reaping
+    nice: int = 0  # added to the zygote's niceness at start; its workers and compilers inherit it
 
 
 @dataclass(frozen=True)

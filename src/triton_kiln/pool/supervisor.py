@@ -106,6 +106,7 @@ class Supervisor:
                 warmup_target=(target.backend, target.arch, target.warp_size) if target else None,
                 preload=[m for m in dict.fromkeys(self.preload) if m not in self.unsafe_modules],
                 tmp_root=self.tmp_root,
+                nice=self.settings.worker_nice,
             )
         )
         self.zygote = zygote

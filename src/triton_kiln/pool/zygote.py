@@ -293,6 +293,11 @@ def main() -> None:
     sys.path[:] = init.sys_path
     with contextlib.suppress(OSError):
         os.chdir(init.cwd)
+    if init.nice:
+        # Below the caller's priority from the start (Triton's import and the warm-up compile
+        # overlap the caller's tracing); every fork and its ptxas inherit it.
+        with contextlib.suppress(OSError):
+            os.nice(init.nice)
     started = time.perf_counter()
     from triton_kiln import triton_compat
 

@@ -1,0 +1,155 @@
+"""kiln.inductor in a warm process: what Triton's cache already holds is loaded by Inductor's own
+code (no round trip through kiln's pool, nothing compiled), and this process's Triton key comes
+from kiln's stored key rather than a hash of libtriton.so."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from inductor_support import (
+    cubin_hashes,
+    fake_gpu,  # noqa: F401 - autouse fixture
+    install_on,  # noqa: F401 - fixture
+    parent_cannot_compile,  # noqa: F401 - fixture
+    source,
+    submit,
+)
+
+pytest.importorskip("torch._inductor.async_compile")
+
+import triton_kiln.inductor as kiln_inductor
+from triton_kiln import CompilePool
+
+
+def test_a_config_in_tritons_cache_is_loaded_not_sent_to_kiln(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """A warm process: Triton's cache holds every config's binary. Stock Inductor only loads them;
+    kiln used to send each config to its pool twice (the job's compile_all, then
+    ``_precompile_config``) and check Triton's cache again before loading."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    name, text = source("reduction")
+    cold_pool = make_pool()
+    install_on(cold_pool)
+    cold, _ = submit(name, text).result(timeout=300)  # the cold process: compiled in kiln, seeded
+    assert cold_pool.stats.compiled == len(cold.compile_results)
+    kiln_inductor.uninstall()
+
+    warm_pool = make_pool()  # a new process's pool: kiln's own cache is empty, Triton's is not
+    install_on(warm_pool)
+    request_parent_cannot_compile = parent_cannot_compile_now(monkeypatch)
+    warm, _ = submit(name, text).result(timeout=300)
+    assert cubin_hashes(warm) == cubin_hashes(cold)
+    assert warm_pool.stats.submitted == 0  # no request reached kiln's pool
+    assert request_parent_cannot_compile == []  # and nothing compiled here: a cache load
+
+
+def parent_cannot_compile_now(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    import triton.compiler.compiler as triton_compiler
+
+    tried: list[str] = []
+
+    def refuse(self: object, *args: object, **kwargs: object) -> object:
+        tried.append(str(getattr(self, "name", "?")))
+        raise AssertionError("compiled in the parent process")
+
+    monkeypatch.setattr(triton_compiler.ASTSource, "make_ir", refuse)
+    return tried
+
+
+def test_a_config_not_in_tritons_cache_still_goes_to_kiln(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "empty-triton-cache"))
+    pool = make_pool()
+    install_on(pool)
+    kernel, _ = submit(*source("pointwise")).result(timeout=300)
+    assert pool.stats.compiled == len(kernel.compile_results) == 2
+    assert parent_cannot_compile == []
+
+
+def test_install_seeds_this_processs_triton_key(tmp_path: Path) -> None:
+    """After install(), this process's ``triton_key()`` is kiln's stored key (a file read), not
+    Triton's own hash of its sources and libtriton.so (0.3-0.8 s on a warm process's path)."""
+    code = (
+        "import torch._inductor.async_compile, triton.runtime.cache as c\n"
+        "import triton_kiln.inductor as k\n"
+        "from triton_kiln.triton_compat import core\n"
+        "from triton_kiln.pool import get_pool\n"
+        "k.install()\n"
+        "own = core._TRITONS_OWN\n"
+        "print(own is not None and c.triton_key is not own)\n"
+        "k.uninstall(); get_pool().shutdown(wait=True, cancel_futures=True)\n"
+    )
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {**os.environ, "PYTHONPATH": src, "KILN_CACHE_DIR": str(tmp_path), "KILN_WORKERS": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True"]
+
+
+def test_a_config_compile_all_settled_is_not_checked_again(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """Inductor's own loop, after compile_all seeded Triton's cache, only loads: each config goes
+    through kiln's request and slot computation once, not a second time in _precompile_config."""
+    from triton_kiln.inductor.configs import ConfigCompiler
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    calls: list[object] = []
+    submit_config = ConfigCompiler.submit
+
+    def counting(self: ConfigCompiler, autotuner: object, cfg: object) -> object:
+        calls.append(cfg)
+        return submit_config(self, autotuner, cfg)
+
+    monkeypatch.setattr(ConfigCompiler, "submit", counting)
+    pool = make_pool()
+    install_on(pool)
+    kernel, _ = submit(*source("pointwise")).result(timeout=300)
+    assert len(kernel.compile_results) == 2
+    assert len(calls) == 2  # compile_all's; Inductor's loop then loaded them
+    assert pool.stats.submitted == 2
+    assert parent_cannot_compile == []
+
+
+def test_a_config_whose_compile_raised_raises_its_error_not_a_parent_compile(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """The compile's own error (here a ``tl.static_assert``) reaches Inductor as itself, from
+    kiln's worker: Inductor's loop is not let through to compile that config in this process."""
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    name, text = source("pointwise", rename="triton_poi_fused_assert_0")
+    text = text.replace("    xnumel = 1048576\n", "    xnumel = 1048576\n    tl.static_assert(XBLOCK < 0)\n")
+    pool = make_pool()
+    install_on(pool)
+    from triton.compiler.errors import CompilationError
+
+    with pytest.raises(CompilationError, match="static_assert"):
+        submit(name, text).result(timeout=300)
+    assert parent_cannot_compile == []
+    assert pool.stats.compiled == 0
+    assert pool.stats.failed >= 1
