@@ -207,7 +207,7 @@ _CALLER_CHILD = textwrap.dedent(
     release = threading.Event()
     warm_pool = prewarm_mod._warm_pool
     if sys.argv[2] == "held":
-        prewarm_mod._warm_pool = lambda: (release.wait(120), warm_pool())
+        prewarm_mod._warm_pool = lambda *a: (release.wait(120), warm_pool(*a))
     kiln.install()
     seeded_at_install = cache_mod.triton_key is not tritons_own
     from kernels import add_kernel  # a plain @triton.jit kernel, compiled here, in the caller
@@ -280,3 +280,47 @@ def test_without_a_key_file_the_callers_compile_waits_for_kilns_hash_instead_of_
     assert result["seeded"]
     assert len(result["opened"]) == 1, f"libtriton.so hashed {len(result['opened'])} times"
     assert json.loads(next((tmp_path / "cache").glob("triton-key-v*.json")).read_text())["key"]
+
+
+# -- the output check's kernel: compiled while the caller imports, not on the first call --------
+
+
+def test_install_compiles_the_output_checks_kernel_before_the_first_call(
+    gpu_machine: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Measured on an H100 (bench/first_call_timeline.py): each tuning run that met a dtype first
+    waited 0.4-1 s before its first benchmark for this kernel's compile. Now ``kiln.install()``
+    queues every variant in the pool; a tuning run's submit finds them done (the GPU is faked:
+    its capability, and no sandbox process)."""
+    from triton_kiln.autotuner import compare_kernels
+    from triton_kiln.sandbox.compare_kernel import VARIANTS
+
+    sm90 = triton_compat.GPUTarget("cuda", 90, 32)
+    monkeypatch.setattr(registry, "prestart", lambda: None)
+    monkeypatch.setattr(prewarm_mod, "gpu_targets", lambda: [sm90], raising=False)
+    monkeypatch.setattr(prewarm_mod, "compare_futures", [], raising=False)
+    with settings.scope(sandbox=True):
+        kiln.install()
+        try:
+            _join_prewarm()
+            for future in getattr(prewarm_mod, "compare_futures", []):
+                future.result(timeout=300)
+            made = pool_mod._DEFAULT_POOL
+            assert made is not None
+            submitted = compare_kernels.submit(made, sm90, ["torch.bfloat16", "torch.float32", "torch.int32"])
+            assert len(submitted) == 3
+            assert all(f.done() for f in submitted.values()), "a first tuning run would wait for it"
+            assert len(compare_kernels.requests(sm90, VARIANTS)) >= 8
+        finally:
+            kiln.uninstall()
+
+
+def test_gpu_targets_from_nvidia_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    smi = tmp_path / "nvidia-smi"  # the GPU is what is faked: the tool reporting it
+    smi.write_text("#!/bin/sh\nprintf '9.0\\n9.0\\n8.6\\n'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    targets = prewarm_mod.gpu_targets()
+    assert [(t.backend, t.arch, t.warp_size) for t in targets] == [("cuda", 90, 32), ("cuda", 86, 32)]
+    smi.write_text("#!/bin/sh\nexit 9\n")
+    assert prewarm_mod.gpu_targets() == []

@@ -132,7 +132,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._bench_lengths_given = warmup is not None or rep is not None
         self._warmup_ms = 25.0 if warmup is None else float(warmup)
         self._rep_ms = 100.0 if rep is None else float(rep)
-        self._screen_ms = (5.0, 20.0)  # warm-up and timing of the first, rough pass
+        self._screen_ms = (2.0, 10.0)  # rough first pass: picks contenders only (docs/TIMING.md)
         # the final round times the screened configs within 10% of the fastest (2 to 5 of them:
         # the screening alone never decides between two ok configs) in 3 passes sharing one rep,
         # their runs pooled into do_bench's median (session.final_round, race.contenders)

@@ -24,6 +24,7 @@ from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.compile.kernel_spec import KernelSpec
+from triton_kiln.compile.unroll import static_unroll
 from triton_kiln.compile.values import canonical_value
 from triton_kiln.errors import JobInfo, RequestError, TargetError
 from triton_kiln.settings import default_triton_key_dir
@@ -294,7 +295,10 @@ def guess_compile_cost(request: CompileRequest) -> float:
 
     Compile time grows with tile sizes (power-of-two constexprs of 16 or more) and pipeline
     stages; the pool starts the most expensive guesses first so that the longest compile does
-    not start last and set the batch's tail.
+    not start last and set the batch's tail. A kernel whose ``tl.static_range`` loops unroll by
+    constexprs (:mod:`kiln.compile.unroll`) compiles in time proportional to the copies they
+    make, whatever the tile: there the copies count first (small tiles, many copies: the
+    longest compiles) and the tiles only break ties (their tenth root).
     """
     cost = 1.0
     for value in request.constexprs.values():
@@ -305,6 +309,9 @@ def guess_compile_cost(request: CompileRequest) -> float:
             and value & (value - 1) == 0
         ):
             cost *= value
+    copies = static_unroll(request.spec.src, request.constexprs)
+    if copies > 1:
+        cost = copies * cost**0.1
     stages = request.options.get("num_stages", 3)
     warps = request.options.get("num_warps", 4)
     if isinstance(stages, int) and stages > 0:
