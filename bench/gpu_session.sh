@@ -150,6 +150,18 @@ for phase in "$@"; do
         && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
       TAIL=16 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
+    inductor-default)  # #20: default mode, 2 runs (~6 min), the runtime by CUDA-event blocks (next: the block)
+      TAIL=6 run inductor-default 560 python3 bench/inductor.py --model resnet50 --mode default --runs 2 \
+        --out "$out/inductor-default.json" ;;
+    inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
+      TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
+        --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
+    gla)  # #21: FLA chunk_gla with the per-kernel choice harness (~200 s)
+      TAIL=8 run gla 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --arms triton,kiln,harness \
+        --out "$out/realworld-gla.json" --md "$out/realworld-gla.md" ;;
+    node-share)  # #22: tuning shared across GPUs (with one GPU: no split, the same choice)
+      TAIL=8 run node-share 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_share.py \
+        tests/test_node_tuning.py ;;
     farm-tests)  # #23: the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
       TAIL=12 run farm-tests 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 -m pytest -q \
         -p no:cacheprovider -rfEs tests/test_farm.py tests/test_farm_ray.py ;;
