@@ -281,7 +281,7 @@ class OutputChecks:
     in_process: InProcessCheck
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     groups: dict[str, dict[str, Verdict]] = field(default_factory=dict)
-    ruled: set[str] = field(default_factory=set)  # this process's configs the rule decided
+    ruled: set[str] = field(default_factory=set)  # configs decided by this process's verdicts
 
 
 def apply_rule(
@@ -323,9 +323,10 @@ def apply_here(
 ) -> None:
     """Decide the configs ``labels`` another process benchmarked (already decided in their own
     group) by the verdicts of their outputs checked here as well: with this process's configs
-    the rule decided, as if this process had screened them. A rejection here rejects; a flag
-    here flags; ``note`` is added to each one's reason."""
-    checked = {k: v for k, v in checker.verdicts.items() if k in checker.ruled or k in labels}
+    the rule decided and those checked here before, as if this process had screened them. A
+    rejection here rejects; a flag here flags; ``note`` is added to each one's reason."""
+    checker.ruled.update(labels)
+    checked = {k: v for k, v in checker.verdicts.items() if k in checker.ruled}
     decision = decide(checked, {k: config_params(results[k].config) for k in checked})
     for label in labels:
         if results[label].status != "ok":
