@@ -24,8 +24,9 @@ contenders on its own GPU, finishes the run, and every process adopts it from th
       (its helper died)? bench here;
       held past KILN_NODE_SHARE_WAIT_S                                     lets go of its GPU, waits
       (lags)? bench it here too                                            for the run in the database
-    output rule (each process's verdicts apart: they ran on its own inputs), final round
-      on GPU 0, finish the run; removes leader.json and results/ -> all adopt the run
+    output rule (each process's verdicts apart: they ran on its own inputs); a contender or
+      winner a helper screened: checked again on GPU 0, decided with its own (check_here);
+      final round on GPU 0, finish the run; removes leader.json and results/ -> all adopt the run
 
 Processes on the same GPU never split (``gpus/<uuid>.lock``: their timings would disturb each
 other): the second waits for the run, as without sharing. A GPU of another kind has another run
