@@ -15,6 +15,12 @@ fails) tuned once GO_FILE exists; prints its choice and the configs it benchmark
 and GPU_UUID fake the GPU's identity (the autotuner's ``_device``: its kind, and which GPU it
 is), so that processes on "different GPUs" of one machine share the tuning
 (tests/test_node_share.py).
+
+``python tests/node_harness.py tune-modes CACHE GO_FILE SEED OWNS_TIMING GATE_FILE GPU_NAME
+GPU_UUID``: issue 19's ``add_modes_kernel`` configs (real compiles; one writes zeros and is the
+fastest, one adds 1) on inputs drawn from SEED; the stand-in GPU returns what each config's
+kernel writes into ``out`` (its outputs are checked as on a GPU) and issue 19's timings; with
+GATE_FILE (not ``-``) the stand-in GPU is busy until that file exists.
 """
 
 from __future__ import annotations
@@ -199,6 +205,7 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
     pool.shutdown()
     row = {
         "best": str(tuner.best_config),
+        "best_label": tuner.last_run.best_label if tuner.last_run is not None else None,
         "loaded_from": tuner.loaded_from,
         "benched": bench.calls,
         "benched_labels": bench.labels,
@@ -209,6 +216,83 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
     print("RESULT " + json.dumps(row), flush=True)
 
 
+class ModesBench:
+    """Stands in for the GPU running ``add_modes_kernel``: each config's output (what its MODE
+    writes into ``out`` from this process's ``x`` and ``y``) and issue 19's timings."""
+
+    def __init__(self, x: object, y: object, owns_timing: bool) -> None:
+        self.x, self.y = x, y
+        self.owns_timing = owns_timing
+        self.calls = 0
+        self.labels: list[str] = []  # every config it ran with its outputs checked
+
+    def bench(self, candidate: object, artifact: object, grid: object, phase: object = None) -> object:
+        from kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER
+        from triton_kiln.sandbox import BenchOutcome
+
+        config = candidate.config  # type: ignore[attr-defined]
+        mode = config.kwargs["MODE"]
+        shape = (config.kwargs["BLOCK"], mode, config.num_warps)
+        ms = {ZERO_WRITER: 0.5, OFF_BY_ONE: 0.8}.get(mode, 1.0 + ISSUE_19_SHAPES.index(shape) / 100)
+        if not getattr(phase, "check", True):  # the final round: timings only
+            return BenchOutcome("ok", timings=[ms, ms, ms])
+        self.calls += 1
+        self.labels.append(str(candidate.label))  # type: ignore[attr-defined]
+        out = self.x * 0.0 if mode == ZERO_WRITER else self.x + self.y + (1.0 if mode == OFF_BY_ONE else 0.0)
+        return BenchOutcome("ok", timings=[ms, ms, ms], outputs={"out_ptr": out})
+
+    def user_reference(self) -> None:
+        return None
+
+    def finish(self) -> None:
+        return None
+
+
+def tune_modes(
+    cache: str, go_file: str, seed: str, owns_timing: str, gate: str, gpu_name: str, gpu_uuid: str
+) -> None:
+    import torch
+
+    import triton_kiln as kiln
+    from kernels import ISSUE_19_SHAPES, add_modes_kernel
+    from triton_kiln import CompilePool
+    from triton_kiln.autotuner.run_identity import LocalDevice
+    from triton_kiln.triton_compat import GPUTarget
+    from triton_kiln.tuning import TuningDatabase
+
+    pool = CompilePool(cache_dir=cache, workers=1)
+    database = TuningDatabase(Path(cache) / "tuning.sqlite3")
+    configs = [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in ISSUE_19_SHAPES]
+    target = GPUTarget("cuda", 90, 32)
+    tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=target)(add_modes_kernel)
+    n = 4096
+    generator = torch.Generator().manual_seed(int(seed))
+    x, y = torch.randn(n, generator=generator), torch.randn(n, generator=generator)
+    bench = ModesBench(x, y, owns_timing == "1")
+
+    def factory(*_: object) -> ModesBench:
+        while gate != "-" and not Path(gate).exists():  # the stand-in GPU is busy until then
+            time.sleep(0.01)
+        return bench
+
+    tuner._bencher_factory = factory
+    tuner._device = LocalDevice(gpu_name, "9.0", gpu_uuid)
+    print("POOL", pool.pool_id, flush=True)
+    while not Path(go_file).exists():
+        time.sleep(0.01)
+    out = torch.full((n,), -7.0)
+    tuner.run(x, y, out, n, grid=lambda meta: (triton.cdiv(n, meta["BLOCK"]),), warmup=True)
+    pool.shutdown()
+    run = tuner.last_run
+    row = {
+        "best": str(tuner.best_config),
+        "loaded_from": tuner.loaded_from,
+        "benched_labels": bench.labels,
+        "results": {r.label: [r.status, r.reason] for r in run.results} if run is not None else {},
+    }
+    print("RESULT " + json.dumps(row), flush=True)
+
+
 if __name__ == "__main__":
     command, *rest = sys.argv[1:]
-    {"compile-set": compile_set, "hold": hold, "tune": tune}[command](*rest)
+    {"compile-set": compile_set, "hold": hold, "tune": tune, "tune-modes": tune_modes}[command](*rest)

@@ -83,9 +83,20 @@ def _run(
     return results
 
 
+def _screened(results: list[dict[str, Any]]) -> list[str]:
+    """The configs ``results``'s processes screened, each as often as it was screened: the
+    tuning process's check of a winner another GPU's process screened (its outputs checked on
+    the tuning process's inputs, ``node_share.check_here``) is left out, once."""
+    leader = next(r for r in results if r["loaded_from"] is None)
+    helped = [label for r in results if r is not leader for label in r["benched_labels"]]
+    rechecked = [label for label in leader["benched_labels"] if label in helped]
+    assert rechecked in ([], [leader["best_label"]]), (rechecked, leader["best_label"])
+    return [label for label in leader["benched_labels"] if label not in helped] + helped
+
+
 def _split(results: list[dict[str, Any]]) -> None:
     """The screened configs of ``results`` form disjoint shares whose union is every config."""
-    labels = [label for r in results for label in r["benched_labels"]]
+    labels = _screened(results)
     assert len(labels) == len(set(labels)) == CONFIGS, [r["benched_labels"] for r in results]
     assert sum(bool(r["benched_labels"]) for r in results) >= 2, results  # split, not one alone
     assert sum(r["loaded_from"] is None for r in results) == 1, results  # one finished the run...
@@ -147,7 +158,7 @@ def test_a_helper_that_dies_or_lags_its_config_is_rerun(tmp_path: Path, fault: s
         _kill_all(children)
     assert finished_s < 60, finished_s
     assert [r["loaded_from"] for r in results] == [None, "node"], results
-    labels = results[0]["benched_labels"] + results[1]["benched_labels"]
+    labels = _screened(results)
     assert sorted(set(labels)) == sorted(labels)
     assert len(labels) == CONFIGS
     assert len({r["best"] for r in results}) == 1
@@ -234,3 +245,78 @@ def test_on_the_gpus_two_ranks_split_only_across_gpus(tmp_path: Path) -> None:
         _split(results)
     else:
         assert sorted(r["benched"] for r in results) == [0, CONFIGS], results
+
+
+ZERO = "BLOCK=1024, MODE=5, num_warps=4, num_stages=3, num_ctas=1"  # kernels.ZERO_WRITER: writes zeros
+PLUS_ONE = "BLOCK=512, MODE=1, num_warps=4, num_stages=3, num_ctas=1"  # kernels.OFF_BY_ONE: adds 1
+
+
+@pytest.mark.parametrize("owns_timing", ["0", "1"])  # the winner alone, or a final round's contenders
+def test_a_wrong_config_a_helper_benchmarked_alone_is_checked_here_and_never_wins(
+    tmp_path: Path, owns_timing: str
+) -> None:
+    """Issue 19's configs (``add_modes_kernel``: six compute x + y; the zero-writer, the fastest,
+    and an off-by-one are wrong) split so that a helper benchmarks only the zero-writer (the other
+    configs' claims are held, as by helpers that lag): among its one config nothing disagrees, so
+    its own verdict trusts it. The leader checks it on its own inputs before it may race or win:
+    it differs from the 6 of 8 configs that agree, is rejected, and every rank adopts the fastest
+    correct config."""
+    from triton_kiln.autotuner.node_share import CHECKED_HERE, _name
+    from triton_kiln.node.locks import FileLock
+
+    cache, go, later, gate = tmp_path / "cache", tmp_path / "go", tmp_path / "go-helper", tmp_path / "gate"
+    env = {"KILN_NODE_SHARE_WAIT_S": "2"}
+    command = ["tune-modes", str(cache)]
+    children = []
+    for seed, (start, gate_) in enumerate([(go, str(gate)), (later, "-")]):
+        args = [*command, str(start), str(seed), owns_timing, gate_, "FakeGPU", f"gpu-{seed}"]
+        environ = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+            **env,
+        }
+        children.append(subprocess.Popen([sys.executable, str(HARNESS), *args], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=environ))  # fmt: skip
+    held: list[FileLock] = []
+    try:
+        pools = [_pool_id(child) for child in children]
+        go.touch()  # the leader opens its share; its stand-in GPU stays busy until the gate opens
+        deadline = time.monotonic() + 120
+        while (
+            not (shares := list((cache / "node" / "tune").glob("*.share")))
+            or not (shares[0] / "leader.json").exists()
+        ):
+            assert time.monotonic() < deadline, "the leader never opened its share"
+            time.sleep(0.02)
+        labels = [f"BLOCK={b}, MODE={m}, num_warps={w}, num_stages=3, num_ctas=1"
+                  for b, m, w in __import__("kernels").ISSUE_19_SHAPES]  # fmt: skip
+        for label in labels:
+            if label != ZERO:  # held, as by helpers that lag: only the zero-writer is left to claim
+                lock = FileLock(shares[0] / "claims" / f"{_name(label)}.lock")
+                assert lock.try_acquire()
+                held.append(lock)
+        later.touch()  # the helper joins, claims the zero-writer and puts its result
+        while not (shares[0] / "results" / f"{_name(ZERO)}.json").exists():
+            assert time.monotonic() < deadline, "the helper never benchmarked the zero-writer"
+            time.sleep(0.02)
+        gate.touch()
+        leader, helper = (_result(child, 150) for child in children)
+    finally:
+        for lock in held:
+            lock.release()
+        _kill_all(children)
+    for pool in pools:
+        assert not wait_no_processes(pool, timeout=15), "a process left something running"
+    assert helper["benched_labels"] == [ZERO]
+    assert [leader["loaded_from"], helper["loaded_from"]] == [None, "node"]
+    for report in (leader, helper):  # the same choice on every rank: the fastest correct config
+        assert report["best"].startswith("BLOCK: 256, MODE: 0, num_warps: 2"), report["best"]
+        status, why = report["results"][ZERO]
+        assert status == "wrong_output", report["results"][ZERO]
+        assert "out_ptr: differs from the 6 of 8 configs that agree" in why
+        assert CHECKED_HERE in why
+        assert report["results"][PLUS_ONE][0] == "wrong_output"
+    assert sorted(leader["benched_labels"]) == sorted(labels)  # its 7, and the zero-writer checked here
+    runs = _runs(cache)
+    assert len(runs) == 1
+    assert runs[0].finished

@@ -495,3 +495,31 @@ def test_produced_nonfinite_on_huge_finite_values_and_on_inf() -> None:
     assert not compare_np.produced_nonfinite(big, lambda: pytest.fail("read"))
     bad = compare_np.HostArray("torch.float64", np.array([1.7e308, 1.7e308, np.inf]))
     assert compare_np.produced_nonfinite(bad, lambda: compare_np.HostArray("torch.float64", np.zeros(3)))
+
+
+def test_configs_checked_here_for_another_gpu_are_decided_with_all_checked_here_before() -> None:
+    """Issue 22, item 3 (node sharing): the leader checks another GPU's contenders one round at a
+    time (``node_share.check_here``). Its own two configs agree; a helper's correct config checked
+    in a first round makes three; a helper's wrong one checked in a later round is decided with
+    all of them (3 of 4 agree: rejected), not with the leader's own two alone (2 of 3: flagged)."""
+    from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_here
+    from triton_kiln.tuning.configs import config_json, config_label
+    from triton_kiln.tuning.results import ConfigResult
+
+    configs = grid_configs((64, 128), (2, 4))
+    labels = [config_label(c) for c in configs]
+    results = {
+        label: ConfigResult(label, config_json(c), "ok") for label, c in zip(labels, configs, strict=True)
+    }
+    checker = OutputChecks(False, InProcessCheck(None, None))
+    before = {"out_ptr": torch.full((N,), -7.0)}
+    for label in labels:  # own, own, the helper's correct one, the helper's wrong one
+        out = good(None)["out_ptr"] + (100.0 if label == labels[3] else 0.0)
+        checker.verdicts[label] = checker.in_process.check({"out_ptr": out}, before)
+    checker.ruled = set(labels[:2])  # the rule ran on the leader's own two
+    apply_here([labels[2]], results, checker, "checked here")
+    assert (results[labels[2]].status, results[labels[2]].reason) == ("ok", "checked here")
+    apply_here([labels[3]], results, checker, "checked here")
+    assert results[labels[3]].status == "wrong_output", results[labels[3]]
+    assert "out_ptr: differs from the 3 of 4 configs that agree" in (results[labels[3]].reason or "")
+    assert (results[labels[3]].reason or "").endswith("; checked here")

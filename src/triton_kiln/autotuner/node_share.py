@@ -24,8 +24,9 @@ contenders on its own GPU, finishes the run, and every process adopts it from th
       (its helper died)? bench here;
       held past KILN_NODE_SHARE_WAIT_S                                     lets go of its GPU, waits
       (lags)? bench it here too                                            for the run in the database
-    output rule (each process's verdicts apart: they ran on its own inputs), final round
-      on GPU 0, finish the run; removes leader.json and results/ -> all adopt the run
+    output rule (each process's verdicts apart: they ran on its own inputs); a contender or
+      winner a helper screened: checked again on GPU 0, decided with its own (check_here);
+      final round on GPU 0, finish the run; removes leader.json and results/ -> all adopt the run
 
 Processes on the same GPU never split (``gpus/<uuid>.lock``: their timings would disturb each
 other): the second waits for the run, as without sharing. A GPU of another kind has another run
@@ -47,12 +48,12 @@ import shutil
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_kiln.autotuner.bench import Bencher, make_bencher, screen_phase
-from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks
+from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_here
 from triton_kiln.autotuner.run_identity import LocalDevice
 from triton_kiln.autotuner.specialize import Candidate
 from triton_kiln.compile.request import guess_compile_cost
@@ -64,6 +65,10 @@ if TYPE_CHECKING:
     from triton_kiln.autotuner.session import TuningSession
 
 log = logging.getLogger("kiln.autotune")
+
+CHECKED_HERE = "benchmarked on another GPU; its outputs checked on the tuning process's GPU too"
+"""The note on a config another GPU's process benchmarked that the leader checked before it
+could race or win (:func:`check_here`)."""
 
 GRACE_POLLS = 10
 """Polls (``KILN_NODE_POLL_S``) the leader leaves an unclaimed config to the helpers once it has
@@ -273,3 +278,35 @@ def taken(record_: dict[str, Any]) -> tuple[ConfigResult, list[float], Verdict |
                                       tuple(v["details"])) for k, v in raw[3].items()}  # fmt: skip
             verdict = Verdict(bool(raw[0]), float(raw[1]), str(raw[2]), outputs)
     return result, timings, verdict, str(record_.get("by", "?"))
+
+
+def check_here(
+    finalists: Sequence[Candidate],
+    shared: set[str],
+    results: dict[str, ConfigResult],
+    timings: dict[Any, Any],
+    checker: OutputChecks,
+    evaluate: Callable[[Candidate], tuple[ConfigResult, Any]],
+    record: Callable[[ConfigResult], None],
+) -> bool:
+    """The leader's check of the ``finalists`` (final-round contenders, or the winner) whose
+    result another GPU's process sent (``shared``): their verdicts there were decided among that
+    process's few configs, on its inputs, so each runs here once more (``evaluate``: the same
+    check as this process's own configs, on its inputs, in its sandbox) and is decided by this
+    process's verdicts (:func:`~.outputs.apply_here`); one that fails here is dropped with its
+    reason. Returns whether any was checked (the contenders, or the winner, may change)."""
+    todo = [c for c in finalists if c.label in shared and results[c.label].status == "ok"]
+    for candidate in todo:
+        shared.discard(candidate.label)
+        result, _ = evaluate(candidate)  # the timings stay the other GPU's: the final round retimes
+        if result.status != "ok":
+            results[candidate.label] = replace(result, reason=f"{result.reason}; {CHECKED_HERE}")
+    apply_here([c.label for c in todo], results, checker, CHECKED_HERE)
+    for candidate in todo:
+        if results[candidate.label].status != "ok":
+            timings[candidate.config] = [math.inf] * 3
+        record(results[candidate.label])
+    if todo:
+        log.info("kiln: %d configs benchmarked on other GPUs checked here before they may win: %s",
+                 len(todo), ", ".join(c.label for c in todo))  # fmt: skip
+    return bool(todo)

@@ -281,6 +281,7 @@ class OutputChecks:
     in_process: InProcessCheck
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     groups: dict[str, dict[str, Verdict]] = field(default_factory=dict)
+    ruled: set[str] = field(default_factory=set)  # configs decided by this process's verdicts
 
 
 def apply_rule(
@@ -296,6 +297,8 @@ def apply_rule(
     outputs came from different inputs. A changed result goes to ``record``."""
     for verdicts in [checker.verdicts, *checker.groups.values()]:
         checked = {label: v for label, v in verdicts.items() if results[label].status == "ok"}
+        if verdicts is checker.verdicts:
+            checker.ruled = set(checked)
         if not checked:
             continue
         decision = decide(checked, {label: config_params(results[label].config) for label in checked})
@@ -313,3 +316,29 @@ def apply_rule(
         for argument, parameter in decision.scratch.items():
             log.info("kiln: %s: %s differs between configs as %s does; treated as config-dependent "
                      "scratch (not checked)", name, argument, parameter)  # fmt: skip
+
+
+def apply_here(
+    labels: Sequence[str], results: dict[str, ConfigResult], checker: OutputChecks, note: str
+) -> None:
+    """Decide the configs ``labels`` another process benchmarked (already decided in their own
+    group) by the verdicts of their outputs checked here as well: with this process's configs
+    the rule decided and those checked here before, as if this process had screened them. A
+    rejection here rejects; a flag here flags; ``note`` is added to each one's reason."""
+    checker.ruled.update(labels)
+    checked = {k: v for k, v in checker.verdicts.items() if k in checker.ruled}
+    decision = decide(checked, {k: config_params(results[k].config) for k in checked})
+    for label in labels:
+        if results[label].status != "ok":
+            continue
+        status, why = decision.reason(label) if label in checked else ("ok", None)
+        before = results[label].reason
+        if status != "ok":
+            reason = why
+        elif why is not None and why.startswith(FLAGGED):
+            reason = "; ".join(x for x in (why, before) if x)
+        else:
+            reason = "; ".join(x for x in (before, why) if x)
+        if label in checked or checker.user_reference:
+            reason = "; ".join(x for x in (reason, note) if x)
+        results[label] = replace(results[label], status=status, reason=reason)

@@ -189,12 +189,20 @@ class TuningSession:
                 first_result_s = time.monotonic() - started
             record(result)
 
-        def take(candidate: Candidate, shared: dict[str, Any]) -> None:  # another GPU's result
-            result, times, verdict, by = node_share.taken(shared)
+        shared: set[str] = set()  # another GPU's ok configs: checked here before they race or win
+
+        def take(candidate: Candidate, record_: dict[str, Any]) -> None:  # another GPU's result
+            result, times, verdict, by = node_share.taken(record_)
             results[candidate.label], timings[candidate.config] = result, times
             if verdict is not None and result.status == "ok":
                 checker.groups.setdefault(by, {})[candidate.label] = verdict
+            if result.status == "ok":
+                shared.add(candidate.label)
             record(result)
+
+        def confirm(finalists: list[Candidate]) -> bool:  # another GPU's finalists: checked here
+            evaluate = lambda c: self.evaluate(c, c.future, bencher, grid, checker, first_pass)  # noqa: E731
+            return node_share.check_here(finalists, shared, results, timings, checker, evaluate, record)
 
         deferred: list[Candidate] = []
         for future in as_completed(by_future):
@@ -209,12 +217,18 @@ class TuningSession:
             share.gather(deferred, screen, take)
         apply_rule(self.name, candidates, results, timings, checker, record)
         if two_phase:
+            margin, top_k = tuner._final_margin, tuner._final_top_k
+            while confirm(contenders(candidates, results, margin, top_k)):
+                pass
             with self.split.phase("final_s"):
                 self.final_round(candidates, results, timings, bencher, grid, record)
-        bencher.finish()
-
         # The fastest trusted config wins; flagged ones only when every ok config is flagged.
-        ok = {c.config: timings[c.config] for c in eligible(candidates, results)}
+        while True:
+            ok = {c.config: timings[c.config] for c in eligible(candidates, results)}
+            best = builtins.min(ok, key=ok.__getitem__) if ok else None
+            if not confirm([c for c in candidates if best is not None and c.config is best]):
+                break
+        bencher.finish()
         if not ok:
             lines = [f"  {c.label}: {results[c.label].status}: {results[c.label].reason}" for c in candidates]
             raise AutotuneError(f"every config of {self.name} failed for key {key}:\n" + "\n".join(lines))
