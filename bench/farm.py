@@ -94,11 +94,18 @@ def run_local(cores: int) -> dict[str, Any]:
             workers=cores, cache_dir=kiln_dir, job_timeout_s=JOB_TIMEOUT_S, warmup_target=TARGET
         )
         try:
+            first: list[float] = []
             futures = [pool.submit(r) for r in reqs]
+            for f in futures:
+                f.add_done_callback(lambda _f: first.append(time.perf_counter()))
             wait(futures)
             wall = time.perf_counter() - started
             compiled, failed = outcome(futures)
-            extra = {"zygote_ready_s": pool.stats.zygote_ready_s, "compiled": compiled}
+            extra = {
+                "zygote_ready_s": pool.stats.zygote_ready_s,
+                "compiled": compiled,
+                "first_result_s": round(min(first) - started, 3) if first else None,
+            }
         finally:
             pool.shutdown(wait=True)
     return {
@@ -124,13 +131,23 @@ def run_ray(cores: int) -> dict[str, Any]:
             wait(futures)
             wall = time.perf_counter() - started
             compiled, failed = outcome(futures)
+            pool.wait_ready(30.0)  # after the wall: the node's zygote timings, for the timeline
+            stats = pool.stats
             extra = {
                 "compiled": compiled,
                 "first_result_s": round(min(first) - started, 3) if first else None,
-                "nodes_used": len(pool.stats.nodes),
-                "dispatched": pool.stats.dispatched,
-                "actor_starts": pool.stats.actor_starts,
-                "node_retries": pool.stats.node_retries,
+                "nodes_used": len(stats.nodes),
+                "dispatched": stats.dispatched,
+                "actor_starts": stats.actor_starts,
+                "node_retries": stats.node_retries,
+                "timeline": {
+                    "connect_s": stats.connect_s,
+                    "actor_created_s": stats.actor_created_s,
+                    **{f"actor_{k}": v for k, v in stats.actor_timeline.items()},
+                    "actor_ready_s": stats.actor_ready_s,
+                    "first_dispatch_s": stats.first_dispatch_s,
+                    "first_reply_s": stats.first_result_s,
+                },
             }
         finally:
             pool.shutdown(wait=True)

@@ -37,6 +37,7 @@ class NodeCompiler:
     """A Ray node's kiln compile pool, as an actor (made by :func:`kiln.farm.ray_api.start_node_actor`)."""
 
     def __init__(self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None) -> None:
+        self.times = {"process": _process_started(), "constructor": time.time()}
         self.host = socket.gethostname()
         self.started = time.monotonic()
         self.pool = CompilePool(
@@ -45,15 +46,31 @@ class NodeCompiler:
             memory_limit_mb=memory_limit_mb,
             preload=preload,
         )  # started now, in the background: the zygote warms while the caller sends jobs
+        self.times["pool"] = time.time()
 
     def ready(self) -> dict[str, Any]:
         """This actor runs: where, and with how many workers."""
-        return {"host": self.host, "pid": os.getpid(), "workers": self.pool.settings.workers}
+        return {
+            "host": self.host,
+            "pid": os.getpid(),
+            "workers": self.pool.settings.workers,
+            "times": dict(self.times),
+        }
 
     def warm(self, timeout_s: float) -> dict[str, Any]:
         """Wait until the pool's zygote and workers are up; what they are (pids, seconds)."""
         ready = self.pool.wait_ready(timeout_s)
-        return {**self.ready(), "warm": ready, **self.processes()}
+        return {**self.ready(), "warm": ready, **self.processes(), "times": self.timeline()}
+
+    def timeline(self) -> dict[str, float]:
+        """When this actor's process started, its constructor ran, its kiln pool was made and
+        its zygote was ready (wall clock; the zygote's time is its pool's start plus the
+        zygote's start-up as the pool measured it)."""
+        times = dict(self.times)
+        ready_s = self.pool.stats.zygote_ready_s
+        if ready_s:
+            times["zygote_ready"] = times["pool"] + ready_s[0]
+        return times
 
     def processes(self) -> dict[str, Any]:
         """The pids of this node's kiln processes (for tests and diagnostics)."""
@@ -71,3 +88,13 @@ class NodeCompiler:
     def close(self) -> None:
         """End the pool (its zygote and workers) before Ray ends this process."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _process_started() -> float:
+    """When this process started (wall clock), for the farm's start-up timeline."""
+    import psutil
+
+    try:
+        return float(psutil.Process().create_time())
+    except psutil.Error:
+        return time.time()
