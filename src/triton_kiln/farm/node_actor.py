@@ -60,7 +60,14 @@ class NodeCompiler:
     def warm(self, timeout_s: float) -> dict[str, Any]:
         """Wait until the pool's zygote and workers are up; what they are (pids, seconds)."""
         ready = self.pool.wait_ready(timeout_s)
-        return {**self.ready(), "warm": ready, **self.processes(), "times": self.timeline()}
+        zygote = self.pool.zygote_info
+        return {
+            **self.ready(),
+            "warm": ready,
+            **self.processes(),
+            "times": self.timeline(),
+            "zygote_s": {k: zygote[k] for k in ("key_s", "warmup_s", "startup_s") if k in zygote},
+        }
 
     def timeline(self) -> dict[str, float]:
         """When this actor's process started, its constructor ran, its kiln pool was made and
@@ -91,10 +98,13 @@ class NodeCompiler:
 
 
 def _process_started() -> float:
-    """When this process started (wall clock), for the farm's start-up timeline."""
-    import psutil
-
+    """When this process started (wall clock, to the kernel's clock tick), for the farm's
+    start-up timeline (``psutil``'s create time is off by up to a second: boot time in whole
+    seconds)."""
     try:
-        return float(psutil.Process().create_time())
-    except psutil.Error:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            up = float(uptime.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):  # not Linux
         return time.time()
