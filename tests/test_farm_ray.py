@@ -162,6 +162,13 @@ def test_the_nodes_kiln_pool_is_warm_before_the_first_job(cluster: LocalRayClust
         assert node["zygote"] is not None
         assert node["workers"] == cluster.num_cpus == len(node["kiln_workers"])
         assert pool.stats.dispatched == 0
+        # Ray's workers run at niceness 15; the node's kiln pool compiles at the caller's (as a
+        # local pool does) where the node allows it (root, or RLIMIT_NICE)
+        if os.geteuid() == 0:
+            mine = os.getpriority(os.PRIO_PROCESS, 0)
+            kiln = [node["zygote"], *node["kiln_workers"]]
+            assert {psutil.Process(pid).nice() for pid in kiln} == {mine}
+            assert node["niceness"] == mine
         # the start-up's timeline, seconds since the pool was made (bench/farm.py's rows)
         stats = pool.stats
         assert stats.connect_s is not None

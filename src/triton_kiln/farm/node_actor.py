@@ -23,6 +23,7 @@ signals), so a killed actor leaves nothing behind.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -32,13 +33,20 @@ from triton_kiln.farm.wire import Reply, artifact_reply, error_reply
 from triton_kiln.pool.pool import CompilePool
 from triton_kiln.pool.sealed import SealedRequest
 
+log = logging.getLogger("kiln.farm")
+
 
 class NodeCompiler:
     """A Ray node's kiln compile pool, as an actor (made by :func:`kiln.farm.ray_api.start_node_actor`)."""
 
-    def __init__(self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None) -> None:
+    def __init__(
+        self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None, niceness: int | None = None
+    ) -> None:
         self.times = {"process": _process_started(), "constructor": time.time()}
         self.host = socket.gethostname()
+        # Ray runs its workers at niceness 15; the pool's manager thread, zygote and kiln
+        # workers inherit this thread's, so they compile at the caller's, as a local pool does.
+        self.niceness = _set_niceness(niceness)
         self.started = time.monotonic()
         self.pool = CompilePool(
             workers=workers,
@@ -54,6 +62,7 @@ class NodeCompiler:
             "host": self.host,
             "pid": os.getpid(),
             "workers": self.pool.settings.workers,
+            "niceness": self.niceness,
             "times": dict(self.times),
         }
 
@@ -108,3 +117,20 @@ def _process_started() -> float:
         return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):  # not Linux
         return time.time()
+
+
+def _set_niceness(niceness: int | None) -> int:
+    """Give this thread (and so the threads and processes it starts) ``niceness``; the niceness
+    it has. Raising priority needs root or ``RLIMIT_NICE``: without, Ray's stays (logged)."""
+    if niceness is not None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)  # Linux: the calling thread
+        except OSError as exc:
+            log.warning(
+                "kiln farm: the node's kiln pool stays at niceness %d (Ray's), not %d: %s; allow it "
+                "with `ulimit -e` (RLIMIT_NICE) where `ray start` runs, or pass niceness=None",
+                os.getpriority(os.PRIO_PROCESS, 0),
+                niceness,
+                exc,
+            )
+    return os.getpriority(os.PRIO_PROCESS, 0)

@@ -68,10 +68,12 @@ class NodeActors:
         preload: tuple[str, ...],
         memory_limit_mb: int | None,
         start_timeout_s: float,
+        niceness: int | None,
     ) -> None:
         self.cpus_per_node = cpus_per_node
         self.preload = preload
         self.memory_limit_mb = memory_limit_mb
+        self.niceness = niceness
         self.start_timeout_s = start_timeout_s
         self.actors: dict[str, NodeActor] = {}  # node id -> its actor (changed under _lock)
         self._lock = threading.Lock()  # for snapshot() from other threads
@@ -97,7 +99,7 @@ class NodeActors:
     def _start(self, node: ray_api.NodeInfo, now: float) -> None:
         cpus = min(node.cpus, self.cpus_per_node or node.cpus)
         handle = ray_api.start_node_actor(
-            node, cpus, slots_for(cpus) + 4, (cpus, self.preload, self.memory_limit_mb)
+            node, cpus, slots_for(cpus) + 4, (cpus, self.preload, self.memory_limit_mb, self.niceness)
         )
         actor = NodeActor(node=node, workers=cpus, actor=handle, started=now)
         actor.ready_ref = handle.ready.remote()

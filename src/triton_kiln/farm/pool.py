@@ -40,6 +40,7 @@ import heapq
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Iterable
@@ -87,6 +88,9 @@ class RayCompilePool(BatchMethods):
             node's; Ray work of others cannot use them while the pool lives).
         node_start_timeout_s: how long a node's actor may take to start (its CPUs held by
             another pool, say) before that node is left alone a while.
+        niceness: the nodes' kiln pools' niceness (``None``: this process's; Ray's worker
+            processes run at 15, below every other process on the node). Raising priority
+            needs root or ``RLIMIT_NICE`` on the node; without, the pools stay at Ray's.
         ray_init: more keyword arguments for ``ray.init``.
     """
 
@@ -102,6 +106,7 @@ class RayCompilePool(BatchMethods):
         node_retries: int = 3,
         cpus_per_node: int | None = None,
         node_start_timeout_s: float = 60.0,
+        niceness: int | None = None,
         settings: Settings | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
@@ -134,6 +139,7 @@ class RayCompilePool(BatchMethods):
             preload=self.preload,
             memory_limit_mb=self.settings.memory_limit_mb,
             start_timeout_s=node_start_timeout_s,
+            niceness=os.getpriority(os.PRIO_PROCESS, 0) if niceness is None else niceness,
         )
         self._running: dict[Any, FarmJob] = {}  # Ray ref -> job (the scheduler thread's)
         self._scheduler = threading.Thread(target=self._schedule, name="kiln-farm-scheduler", daemon=True)
