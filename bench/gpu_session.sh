@@ -143,7 +143,7 @@ for phase in "$@"; do
         --target /tmp/raysite /tmp/raywhl/*.whl && PYTHONPATH=/tmp/raysite:$PYTHONPATH python3 -c "import ray; print('ray', ray.__version__)" \
         && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
-      TAIL=16 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
+      TAIL=20 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
     farm-tests)  # #23: the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
       TAIL=12 run farm-tests 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 -m pytest -q \
         -p no:cacheprovider -rfEs tests/test_farm.py tests/test_farm_ray.py ;;
