@@ -17,9 +17,13 @@ matmul configs (``bench/kernels_bench.py``) for ``GPUTarget("cuda", 90, 32)`` (n
   The pool starts one node actor (the node's kiln pool, ``--cores`` workers) when it is made:
   that start-up (Ray worker process, zygote, warm-up) is timed, as the local pool's is.
 
-Rows: ``arm``, ``cores``, ``configs``, ``wall_s``, ``failed`` (failures by cause); the summary
-has the medians and ``ray / local`` (acceptance: <= 1.2). The full JSON goes to stdout (and
-``--json``); a short table to stderr.
+Rows: ``arm``, ``cores``, ``configs``, ``wall_s``, ``failed`` (failures by cause),
+``first_result_s`` (the first job done, from the pool's creation), ``zygote_s`` (the zygote's
+own start-up: Triton's key, warm-up compile, in all); Ray rows add ``timeline``, seconds from
+the pool's creation: Ray joined, the node actor asked for, its process started, its
+constructor, its kiln pool, its zygote ready, its ready() reply, the first job sent, the first
+reply (``RayCompilePool.stats``). The summary has the medians and ``ray / local`` (acceptance:
+<= 1.2). The full JSON goes to stdout (and ``--json``); a short table to stderr.
 """
 
 from __future__ import annotations
@@ -86,6 +90,11 @@ def outcome(futures: list[Any]) -> tuple[int, dict[str, int]]:
     return len(futures) - sum(failed.values()), dict(failed)
 
 
+def zygote_times(info: dict[str, Any]) -> dict[str, float]:
+    """A zygote's own start-up: Triton's key (read, or hashed), warm-up compile, in all."""
+    return {k: round(info[k], 3) for k in ("key_s", "warmup_s", "startup_s") if k in info}
+
+
 def run_local(cores: int) -> dict[str, Any]:
     with fresh_caches("local") as kiln_dir:
         reqs = requests()
@@ -94,11 +103,19 @@ def run_local(cores: int) -> dict[str, Any]:
             workers=cores, cache_dir=kiln_dir, job_timeout_s=JOB_TIMEOUT_S, warmup_target=TARGET
         )
         try:
+            first: list[float] = []
             futures = [pool.submit(r) for r in reqs]
+            for f in futures:
+                f.add_done_callback(lambda _f: first.append(time.perf_counter()))
             wait(futures)
             wall = time.perf_counter() - started
             compiled, failed = outcome(futures)
-            extra = {"zygote_ready_s": pool.stats.zygote_ready_s, "compiled": compiled}
+            extra = {
+                "zygote_ready_s": pool.stats.zygote_ready_s,
+                "compiled": compiled,
+                "first_result_s": round(min(first) - started, 3) if first else None,
+                "zygote_s": zygote_times(pool.zygote_info),
+            }
         finally:
             pool.shutdown(wait=True)
     return {
@@ -124,13 +141,24 @@ def run_ray(cores: int) -> dict[str, Any]:
             wait(futures)
             wall = time.perf_counter() - started
             compiled, failed = outcome(futures)
+            nodes = pool.wait_ready(30.0)  # after the wall: the node's zygote timings, for the timeline
+            stats = pool.stats
             extra = {
                 "compiled": compiled,
                 "first_result_s": round(min(first) - started, 3) if first else None,
-                "nodes_used": len(pool.stats.nodes),
-                "dispatched": pool.stats.dispatched,
-                "actor_starts": pool.stats.actor_starts,
-                "node_retries": pool.stats.node_retries,
+                "nodes_used": len(stats.nodes),
+                "dispatched": stats.dispatched,
+                "actor_starts": stats.actor_starts,
+                "node_retries": stats.node_retries,
+                "timeline": {
+                    "connect_s": stats.connect_s,
+                    "actor_created_s": stats.actor_created_s,
+                    **{f"actor_{k}": v for k, v in stats.actor_timeline.items()},
+                    "actor_ready_s": stats.actor_ready_s,
+                    "first_dispatch_s": stats.first_dispatch_s,
+                    "first_reply_s": stats.first_result_s,
+                },
+                "zygote_s": nodes[0].get("zygote_s") if nodes else None,
             }
         finally:
             pool.shutdown(wait=True)
@@ -192,12 +220,16 @@ def main() -> int:
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-    print(f"{'arm':<6} {'cores':>5} {'configs':>7} {'wall_s':>8}  failed", file=sys.stderr)
+    print(f"{'arm':<6} {'cores':>5} {'configs':>7} {'wall_s':>8} {'first_s':>8}  failed", file=sys.stderr)
     for row in rows:
+        first = row.get("first_result_s")
         print(
-            f"{row['arm']:<6} {row['cores']:>5} {row['configs']:>7} {row['wall_s']:>8.1f}  {row['failed']}",
+            f"{row['arm']:<6} {row['cores']:>5} {row['configs']:>7} {row['wall_s']:>8.1f} "
+            f"{first if first is not None else float('nan'):>8.2f}  {row['failed']}",
             file=sys.stderr,
         )
+        if "timeline" in row:
+            print(f"       start-up: {row['timeline']}; zygote {row.get('zygote_s')}", file=sys.stderr)
     print(f"median: {medians}  {summary.get('ray_over_local', '')} (target <= 1.2)", file=sys.stderr)
     return 0 if summary.get("ok", True) else 1
 

@@ -30,6 +30,7 @@ from test_crash_matrix import check_failure
 from triton_kiln import CompileRequest, CompileTimeoutError, WorkerCrashedError
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.farm import RayCompilePool
+from triton_kiln.farm.errors import NoNodeError
 from triton_kiln.pool.handles import ENV_POOL_ID
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
@@ -161,8 +162,53 @@ def test_the_nodes_kiln_pool_is_warm_before_the_first_job(cluster: LocalRayClust
         assert node["zygote"] is not None
         assert node["workers"] == cluster.num_cpus == len(node["kiln_workers"])
         assert pool.stats.dispatched == 0
+        # Ray's workers run at niceness 15; the node's kiln pool compiles at the caller's (as a
+        # local pool does) where the node allows it (root, or RLIMIT_NICE)
+        if os.geteuid() == 0:
+            mine = os.getpriority(os.PRIO_PROCESS, 0)
+            kiln = [node["zygote"], *node["kiln_workers"]]
+            assert {psutil.Process(pid).nice() for pid in kiln} == {mine}
+            assert node["niceness"] == mine
+        # the start-up's timeline, seconds since the pool was made (bench/farm.py's rows)
+        stats = pool.stats
+        assert stats.connect_s is not None
+        assert stats.actor_created_s is not None
+        assert stats.actor_ready_s is not None
+        assert 0 <= stats.connect_s <= stats.actor_created_s <= stats.actor_ready_s
+        times = stats.actor_timeline
+        assert set(times) == {"process_s", "constructor_s", "pool_s", "zygote_ready_s"}, times
+        assert times["process_s"] <= times["constructor_s"] <= times["pool_s"] <= times["zygote_ready_s"]
+        assert stats.first_dispatch_s is None
+        assert stats.first_result_s is None
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.timeout(300)
+def test_jobs_go_to_a_starting_node_actor_and_come_back_if_it_never_starts(
+    farm: RayCompilePool, cluster: LocalRayCluster, tmp_path: Path
+) -> None:
+    # Before: jobs waited in the caller until the actor's ready() came back (one round trip
+    # after its constructor); now they are sent at once and Ray holds them. Here the actor
+    # cannot start (the first pool holds the node's CPUs): its jobs come back, no try counted.
+    farm.wait_ready(120)
+    second = RayCompilePool(cluster.address, cache_dir=tmp_path / "second", node_start_timeout_s=3.0)
+    try:
+        futures = [second.submit(add_request(n)) for n in (32, 64)]
+        deadline = time.monotonic() + 2.5
+        while second.stats.dispatched < 2:
+            assert time.monotonic() < deadline, second.stats
+            time.sleep(0.02)
+        assert second.stats.actor_ready_s is None  # sent before the actor ran
+        for future in futures:
+            exc = future.exception(timeout=120)
+            assert isinstance(exc, NoNodeError), repr(exc)
+            assert "not running after 3 s" in str(exc)
+        assert second.stats.node_retries == 0
+        assert second.stats.first_dispatch_s is not None
+    finally:
+        second.shutdown(wait=True, cancel_futures=True)
+    assert farm.compile(add_request(128)).binary  # the first pool's actor serves on
 
 
 @pytest.mark.timeout(300)

@@ -1,10 +1,10 @@
 """kiln's compile farm: the compile pool on a Ray cluster (``pip install 'triton-kiln[ray]'``).
 
-Modules: ``pool`` (:class:`RayCompilePool`, the caller's side), ``jobs`` (its jobs and counters),
-``nodes`` (its node actors: started, fed, replaced), ``node_actor`` (one per Ray node: that
-node's warm kiln CompilePool), ``wire`` (the plain-data replies and their checks), ``ray_api``
-(every use of Ray; the only module importing it), ``errors``. See
-docs/DISTRIBUTED.md. Importing this package does not import Ray: making a pool does.
+Modules: ``pool`` (:class:`RayCompilePool`, the caller's side), ``batch`` (its batch methods),
+``jobs`` (its jobs, counters and start-up clock), ``nodes`` (its node actors: started, fed,
+replaced), ``node_actor`` (one per Ray node: that node's warm kiln CompilePool), ``wire`` (the
+plain-data replies and their checks), ``ray_api`` (every use of Ray; the only module importing
+it), ``errors``. See docs/DISTRIBUTED.md. Importing this package does not import Ray: making a pool does.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ signals), so a killed actor leaves nothing behind.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -32,12 +33,20 @@ from triton_kiln.farm.wire import Reply, artifact_reply, error_reply
 from triton_kiln.pool.pool import CompilePool
 from triton_kiln.pool.sealed import SealedRequest
 
+log = logging.getLogger("kiln.farm")
+
 
 class NodeCompiler:
     """A Ray node's kiln compile pool, as an actor (made by :func:`kiln.farm.ray_api.start_node_actor`)."""
 
-    def __init__(self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None) -> None:
+    def __init__(
+        self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None, niceness: int | None = None
+    ) -> None:
+        self.times = {"process": _process_started(), "constructor": time.time()}
         self.host = socket.gethostname()
+        # Ray runs its workers at niceness 15; the pool's manager thread, zygote and kiln
+        # workers inherit this thread's, so they compile at the caller's, as a local pool does.
+        self.niceness = _set_niceness(niceness)
         self.started = time.monotonic()
         self.pool = CompilePool(
             workers=workers,
@@ -45,15 +54,39 @@ class NodeCompiler:
             memory_limit_mb=memory_limit_mb,
             preload=preload,
         )  # started now, in the background: the zygote warms while the caller sends jobs
+        self.times["pool"] = time.time()
 
     def ready(self) -> dict[str, Any]:
         """This actor runs: where, and with how many workers."""
-        return {"host": self.host, "pid": os.getpid(), "workers": self.pool.settings.workers}
+        return {
+            "host": self.host,
+            "pid": os.getpid(),
+            "workers": self.pool.settings.workers,
+            "niceness": self.niceness,
+            "times": dict(self.times),
+        }
 
     def warm(self, timeout_s: float) -> dict[str, Any]:
         """Wait until the pool's zygote and workers are up; what they are (pids, seconds)."""
         ready = self.pool.wait_ready(timeout_s)
-        return {**self.ready(), "warm": ready, **self.processes()}
+        zygote = self.pool.zygote_info
+        return {
+            **self.ready(),
+            "warm": ready,
+            **self.processes(),
+            "times": self.timeline(),
+            "zygote_s": {k: zygote[k] for k in ("key_s", "warmup_s", "startup_s") if k in zygote},
+        }
+
+    def timeline(self) -> dict[str, float]:
+        """When this actor's process started, its constructor ran, its kiln pool was made and
+        its zygote was ready (wall clock; the zygote's time is its pool's start plus the
+        zygote's start-up as the pool measured it)."""
+        times = dict(self.times)
+        ready_s = self.pool.stats.zygote_ready_s
+        if ready_s:
+            times["zygote_ready"] = times["pool"] + ready_s[0]
+        return times
 
     def processes(self) -> dict[str, Any]:
         """The pids of this node's kiln processes (for tests and diagnostics)."""
@@ -71,3 +104,33 @@ class NodeCompiler:
     def close(self) -> None:
         """End the pool (its zygote and workers) before Ray ends this process."""
         self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _process_started() -> float:
+    """When this process started (wall clock, to the kernel's clock tick), for the farm's
+    start-up timeline (``psutil``'s create time is off by up to a second: boot time in whole
+    seconds)."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime
+            up = float(uptime.read().split()[0])
+        return time.time() - (up - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):  # not Linux
+        return time.time()
+
+
+def _set_niceness(niceness: int | None) -> int:
+    """Give this thread (and so the threads and processes it starts) ``niceness``; the niceness
+    it has. Raising priority needs root or ``RLIMIT_NICE``: without, Ray's stays (logged)."""
+    if niceness is not None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, niceness)  # Linux: the calling thread
+        except OSError as exc:
+            log.warning(
+                "kiln farm: the node's kiln pool stays at niceness %d (Ray's), not %d: %s; allow it "
+                "with `ulimit -e` (RLIMIT_NICE) where `ray start` runs, or pass niceness=None",
+                os.getpriority(os.PRIO_PROCESS, 0),
+                niceness,
+                exc,
+            )
+    return os.getpriority(os.PRIO_PROCESS, 0)

@@ -4,11 +4,15 @@
 
     refresh() (every second)    ray.nodes(): a live node with CPUs and no actor -> start one there
                                 (hard node affinity, the node's CPUs); a node that left -> dropped
-    a starting actor's ready()  done -> READY: ``slots`` jobs at once (its workers, plus a few
-                                queued there so no worker waits for the caller's next job);
-                                failed, or not running after ``start_timeout_s`` -> killed, the
-                                node rested ``REST_S`` before another try
-    pick()                      the READY node with the most free slots
+    a starting actor            takes jobs at once: ``slots`` of them (its workers, plus a few
+                                queued there so no worker waits for the caller's next job); Ray
+                                holds its calls until its constructor has run, and its kiln pool
+                                queues them while its zygote starts
+    its ready() call            done -> READY; failed, or not running after ``start_timeout_s``
+                                -> killed, the node rested ``REST_S`` before another try (the
+                                jobs it held go back to the caller's queue, no try counted:
+                                none ran)
+    pick()                      the node (READY or starting) with the most free slots
     lost(node)                  its actor died (or its node): killed, forgotten; the next
                                 refresh starts a new one if the node lives
 
@@ -47,7 +51,7 @@ class NodeActor:
 
     @property
     def slots(self) -> int:
-        return slots_for(self.workers) if self.ready else 0
+        return slots_for(self.workers)
 
     @property
     def label(self) -> str:
@@ -64,10 +68,12 @@ class NodeActors:
         preload: tuple[str, ...],
         memory_limit_mb: int | None,
         start_timeout_s: float,
+        niceness: int | None,
     ) -> None:
         self.cpus_per_node = cpus_per_node
         self.preload = preload
         self.memory_limit_mb = memory_limit_mb
+        self.niceness = niceness
         self.start_timeout_s = start_timeout_s
         self.actors: dict[str, NodeActor] = {}  # node id -> its actor (changed under _lock)
         self._lock = threading.Lock()  # for snapshot() from other threads
@@ -93,7 +99,7 @@ class NodeActors:
     def _start(self, node: ray_api.NodeInfo, now: float) -> None:
         cpus = min(node.cpus, self.cpus_per_node or node.cpus)
         handle = ray_api.start_node_actor(
-            node, cpus, slots_for(cpus) + 4, (cpus, self.preload, self.memory_limit_mb)
+            node, cpus, slots_for(cpus) + 4, (cpus, self.preload, self.memory_limit_mb, self.niceness)
         )
         actor = NodeActor(node=node, workers=cpus, actor=handle, started=now)
         actor.ready_ref = handle.ready.remote()
@@ -119,7 +125,7 @@ class NodeActors:
         log.info("kiln farm: node actor on %s ready (%d workers)", actor.label, actor.workers)
 
     def pick(self) -> NodeActor | None:
-        """The ready node actor with the most free slots (``None``: every one is full)."""
+        """The node actor (ready or starting) with the most free slots (``None``: every one is full)."""
         best = max(self.actors.values(), key=lambda a: a.slots - a.busy, default=None)
         return best if best is not None and best.slots > best.busy else None
 
@@ -127,6 +133,11 @@ class NodeActors:
         """``actor`` died (or its node did): forget it; a live node gets a new one at the next refresh."""
         if self._drop(actor):
             log.warning("kiln farm: the node actor on %s was lost (%s)", actor.label, reason)
+
+    def start_failed(self, actor: NodeActor, now: float, reason: str) -> None:
+        """A call to ``actor`` failed before its ready() was seen: it failed to start (once)."""
+        if self.actors.get(actor.node.node_id) is actor:
+            self._failed(actor, now, reason)
 
     def _failed(self, actor: NodeActor, now: float, reason: str) -> None:
         self.failures = [*self.failures[-4:], f"{actor.node.address} ({actor.node.node_id[:8]}): {reason}"]

@@ -27,7 +27,11 @@ Data flow::
   :class:`~kiln.artifacts.store.ArtifactStore` (and any remote store behind it); a rejected
   reply fails its job with :class:`~kiln.errors.ArtifactError`.
 * Jobs wait here, highest ``priority`` first (default :func:`guess_compile_cost`); a node gets
-  as many as its workers plus a short queue (nodes.py).
+  as many as its workers plus a short queue (nodes.py), from the moment its actor is asked
+  for: Ray holds the calls until the actor runs, its kiln pool queues them while its zygote
+  starts, so no reply is waited for before the first job goes. ``stats`` has the start-up's
+  timeline (``connect_s``, ``actor_created_s``, ``actor_ready_s``, ``first_dispatch_s``,
+  ``first_result_s``, the first actor's own ``actor_timeline``).
 """
 
 from __future__ import annotations
@@ -36,10 +40,11 @@ import heapq
 import itertools
 import logging
 import math
+import os
 import threading
 import time
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, as_completed
+from collections.abc import Iterable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,10 +53,10 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import ArtifactError, PoolClosedError
 from triton_kiln.farm import ray_api, wire
+from triton_kiln.farm.batch import BatchMethods
 from triton_kiln.farm.errors import FarmTaskError, NodeLostError, NoNodeError
-from triton_kiln.farm.jobs import FarmJob, FarmStats, longest_first
-from triton_kiln.farm.nodes import NodeActors
-from triton_kiln.pool.interface import gather
+from triton_kiln.farm.jobs import FarmJob, FarmStats, StartClock
+from triton_kiln.farm.nodes import NodeActor, NodeActors
 from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.memory_cache import MemoryCache
 from triton_kiln.pool.pool import open_store
@@ -69,7 +74,7 @@ _REFRESH_S = 1.0  # how often the scheduler looks for nodes that joined or left
 _CLOSE_WAIT_S = 10.0  # how long shutdown() lets the node actors end their pools
 
 
-class RayCompilePool:
+class RayCompilePool(BatchMethods):
     """A compile pool whose workers are kiln pools on a Ray cluster's nodes (``triton-kiln[ray]``).
 
     Args:
@@ -83,6 +88,9 @@ class RayCompilePool:
             node's; Ray work of others cannot use them while the pool lives).
         node_start_timeout_s: how long a node's actor may take to start (its CPUs held by
             another pool, say) before that node is left alone a while.
+        niceness: the nodes' kiln pools' niceness (``None``: this process's; Ray's worker
+            processes run at 15, below every other process on the node). Raising priority
+            needs root or ``RLIMIT_NICE`` on the node; without, the pools stay at Ray's.
         ray_init: more keyword arguments for ``ray.init``.
     """
 
@@ -98,6 +106,7 @@ class RayCompilePool:
         node_retries: int = 3,
         cpus_per_node: int | None = None,
         node_start_timeout_s: float = 60.0,
+        niceness: int | None = None,
         settings: Settings | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
@@ -115,6 +124,7 @@ class RayCompilePool:
         self.preload = tuple(preload)
         self.node_retries = node_retries
         self.stats = FarmStats()
+        self._clock = StartClock(self.stats)
         self._memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
         self._lock = threading.Lock()
         self._inflight: dict[str, FarmJob] = {}  # key -> job (queued or running)
@@ -123,11 +133,13 @@ class RayCompilePool:
         self._closing = False
         self._cancel = False
         self._owns_ray = ray_api.connect(address, dict(ray_init or {}))
+        self._clock.mark("connect_s")
         self._nodes = NodeActors(
             cpus_per_node=cpus_per_node,
             preload=self.preload,
             memory_limit_mb=self.settings.memory_limit_mb,
             start_timeout_s=node_start_timeout_s,
+            niceness=os.getpriority(os.PRIO_PROCESS, 0) if niceness is None else niceness,
         )
         self._running: dict[Any, FarmJob] = {}  # Ray ref -> job (the scheduler thread's)
         self._scheduler = threading.Thread(target=self._schedule, name="kiln-farm-scheduler", daemon=True)
@@ -168,39 +180,6 @@ class RayCompilePool:
         )
         return future
 
-    def compile(self, request: CompileRequest, *, timeout_s: float | None = None) -> CompiledArtifact:
-        """Compile one request and wait for it (raises what the job raised)."""
-        return self.submit(request, timeout_s=timeout_s).result()
-
-    def compile_many(
-        self,
-        requests: Iterable[CompileRequest],
-        *,
-        return_exceptions: bool = True,
-        progress: bool | None = None,
-        description: str = "compiling",
-    ) -> list[CompiledArtifact | BaseException]:
-        """Compile a batch on the cluster, results in input order (see :meth:`CompilePool.compile_many`)."""
-        reqs = list(requests)
-        futures: list[Future[CompiledArtifact] | None] = [None] * len(reqs)
-        for i in longest_first(reqs):
-            futures[i] = self.submit(reqs[i])
-        show = self.settings.progress if progress is None else progress
-        submitted = [f for f in futures if f is not None]
-        return gather(submitted, show=show, description=description, return_exceptions=return_exceptions)
-
-    def as_completed(
-        self, requests: Iterable[CompileRequest]
-    ) -> Iterator[tuple[CompileRequest, Future[CompiledArtifact]]]:
-        """Submit ``requests`` (longest guessed first) and yield ``(request, future)`` as each finishes."""
-        reqs = list(requests)
-        by_future: dict[Future[CompiledArtifact], list[CompileRequest]] = {}
-        for i in longest_first(reqs):
-            by_future.setdefault(self.submit(reqs[i]), []).append(reqs[i])
-        for future in as_completed(by_future):
-            for request in by_future[future]:
-                yield request, future
-
     def wait_ready(self, timeout_s: float = 120.0) -> list[dict[str, Any]]:
         """Wait until the node actors' kiln pools are warm (zygote and workers up); what each
         node runs (host, actor pid, workers, zygote and kiln worker pids). ``[]`` if no node
@@ -211,7 +190,10 @@ class RayCompilePool:
                 return []
             time.sleep(_POLL_S)
         left = max(1.0, deadline - time.monotonic())
-        return [{"node": a.label, **ray_api.call(a.actor.warm, left, left)} for a in self._nodes.snapshot()]
+        warm = [{"node": a.label, **ray_api.call(a.actor.warm, left, left)} for a in self._nodes.snapshot()]
+        if warm and "zygote_ready_s" not in self.stats.actor_timeline:
+            self._clock.actor_times(warm[0].get("times"))
+        return warm
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop accepting jobs; wait for (or cancel) those queued and running; end the node
@@ -274,7 +256,7 @@ class RayCompilePool:
                 del refs
                 for ref in ready:
                     if ref in starting:
-                        self._nodes.started(starting[ref], time.monotonic())
+                        self._started(starting[ref])
                         continue
                     job = self._running.pop(ref)
                     try:
@@ -287,6 +269,12 @@ class RayCompilePool:
         finally:
             self._end()
 
+    def _started(self, node: NodeActor) -> None:
+        self._nodes.started(node, time.monotonic())
+        if node.ready and self.stats.actor_ready_s is None:
+            self._clock.mark("actor_ready_s")
+            self._clock.actor_times(node.info.get("times"))
+
     def _refresh(self, now: float) -> None:
         try:
             self._nodes.refresh(now)
@@ -294,6 +282,8 @@ class RayCompilePool:
             log.exception("kiln farm: listing the Ray cluster's nodes failed")
             return
         self.stats.actor_starts = self._nodes.starts
+        if self._nodes.starts:
+            self._clock.mark("actor_created_s")
         if self._nodes.any_ready or self._nodes.any_starting:
             return
         with self._lock:
@@ -321,6 +311,7 @@ class RayCompilePool:
             job.node = node
             self._running[ref] = job
             self.stats.dispatched += 1
+            self._clock.mark("first_dispatch_s")
 
     def _finish(self, job: FarmJob, ref: Any) -> bool:
         """End ``job`` with its call's reply, or queue it again; ``True`` if its actor was lost."""
@@ -328,15 +319,21 @@ class RayCompilePool:
         assert node is not None
         node.busy -= 1
         reply, outcome, message = ray_api.fetch(ref)
+        self._clock.mark("first_result_s")
         info = job.request.info()
         seconds = time.monotonic() - job.started
         if outcome is ray_api.Outcome.ACTOR_LOST:
-            self._nodes.lost(node, message)
+            started = node.ready  # else the actor never ran: no try of the job is counted
+            if started:
+                self._nodes.lost(node, message)
+            else:
+                self._nodes.start_failed(node, time.monotonic(), message)
             with self._lock:
-                again = job.attempts <= self.node_retries and not self._cancel
-                if again:
+                again = (job.attempts <= self.node_retries or not started) and not self._cancel
+                if again and started:
                     job.attempts += 1
                     self.stats.node_retries += 1
+                if again:
                     heapq.heappush(self._queue, (-math.inf, next(self._order), job))
             if not again:
                 detail = f"{job.attempts} tries; Ray said: {message}"
