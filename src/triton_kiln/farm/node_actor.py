@@ -29,6 +29,7 @@ import socket
 import time
 from typing import Any
 
+from triton_kiln import settings
 from triton_kiln.farm.wire import Reply, artifact_reply, error_reply
 from triton_kiln.pool.pool import CompilePool
 from triton_kiln.pool.sealed import SealedRequest
@@ -53,6 +54,9 @@ class NodeCompiler:
             use_disk_cache=False,
             memory_limit_mb=memory_limit_mb,
             preload=preload,
+            # a node's pool is the node's compile service, with no main thread of its own to
+            # yield to (KILN_WORKER_NICE is for a pool sharing its cores with the caller's work)
+            settings=settings.current().replace(worker_nice=0),
         )  # started now, in the background: the zygote warms while the caller sends jobs
         self.times["pool"] = time.time()
 
