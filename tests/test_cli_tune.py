@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,9 +29,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The one fake: torch says a GPU is there (the command's checks after it are what is tested)."""
+def fake_gpu(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The one fake: torch says a GPU is there (the command's checks after it are what is tested).
+
+    The command takes the process's pool (``kiln.get_pool()``) on the test's cache: a pool of its
+    own here, shut down after, so later tests get a fresh one."""
+    from triton_kiln.pool import pool as pool_mod
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(pool_mod, "_DEFAULT_POOL", None)
+    yield
+    made = pool_mod._DEFAULT_POOL
+    if made is not None:
+        made.shutdown(wait=True, cancel_futures=True)
 
 
 def _tune(*args: str) -> object:
