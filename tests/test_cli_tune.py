@@ -239,3 +239,14 @@ def test_kiln_compiles_binaries_are_the_ones_the_autotuner_looks_up(tmp_path: Pa
             f"{len(missing)} of {len(wanted)} requests of a real call are not in the cache; a real "
             f"call's attrs: {dict(missing[0].attrs)}"
         )
+
+
+@pytest.mark.usefixtures("fake_gpu")
+def test_with_a_remote_cache_the_output_says_runs_go_there_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KILN_REMOTE_CACHE", "redis://kiln:s3cret@127.0.0.1:1/0")
+    result = _tune("tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache"))
+    assert result.exit_code == 0, result.output
+    assert "tuning results also in the remote cache redis://kiln:***@127.0.0.1:1/0" in result.output
+    assert "s3cret" not in result.output

@@ -38,11 +38,14 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
 from triton_kiln.cli_compile import resolve
+
+if TYPE_CHECKING:
+    from triton_kiln.tuning.recent import RunOutcome
 
 NO_GPU = (
     "kiln tune needs a GPU: it times every config on the GPU it runs on, and {why}. "
@@ -229,9 +232,8 @@ def tune_command(
             names = list(kernels) or sorted({o.kernel for o in outcomes if o.best_label is not None})
             written = _bundle(Path(bundle_path), current.cache_dir, names)
         if current.remote_cache is not None and any(o.finished for o in outcomes):
-            click.echo(
-                f"tuning results also in the remote cache {settings.redacted_url(current.remote_cache)}"
-            )
+            where = settings.redacted_url(current.remote_cache)
+            click.echo(f"tuning results also in the remote cache {where} (runs taken from it are listed too)")
     if json_path:
         summary = {
             "function": function_spec,
@@ -252,7 +254,7 @@ def tune_command(
         sys.exit(1)
 
 
-def _report(current: Any, started: float, wall_s: float) -> list[Any]:
+def _report(current: Any, started: float, wall_s: float) -> list[RunOutcome]:
     """Print the runs begun since ``started`` in the tuning database ``current`` names; return them."""
     from triton_kiln.tuning import TuningDatabase, default_database_path
     from triton_kiln.tuning.recent import RunOutcome, runs_since
@@ -268,7 +270,7 @@ def _report(current: Any, started: float, wall_s: float) -> list[Any]:
     return outcomes
 
 
-def format_report(outcomes: list[Any], wall_s: float, path: Path) -> str:
+def format_report(outcomes: list[RunOutcome], wall_s: float, path: Path) -> str:
     """The report: a header line, then each run (:meth:`RunOutcome.lines`)."""
     if not outcomes:
         return (
