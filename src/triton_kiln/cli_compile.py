@@ -159,7 +159,7 @@ def failure_cause(exc: BaseException) -> str:
     "--bundle",
     "bundle_path",
     default=None,
-    help="Write a bundle (needs tuning on a GPU: not done by this command).",
+    help="Refused: a bundle needs tuning on a GPU (`kiln tune MODULE:FUNCTION --bundle PATH`).",
 )
 @click.option(
     "--json",
@@ -188,8 +188,10 @@ def compile_command(
     if bundle_path is not None:
         raise click.ClickException(
             "--bundle: a bundle holds one tuned config per tuning key, chosen by timing on a GPU, and "
-            "compiling alone chooses none. Compile into the cache here (or on --ray), tune on the GPU "
-            "machine with the same cache (kiln.autotune), then write the bundle with `kiln bundle save`."
+            "compiling alone chooses none. Compile into the cache here (or on --ray, with "
+            "KILN_REMOTE_CACHE shared), then on a GPU of each target kind run `kiln tune "
+            "MODULE:FUNCTION --bundle PATH` (FUNCTION: your workload calling the kernels) with the same "
+            "cache; or tune with kiln.autotune there and write it with `kiln bundle save`."
         )
     requests = build_requests(kernel_spec, signature, configs, constexprs, targets or ("cuda:90",))
     pool = _make_pool(ray_address, workers, timeout_s, preload, cache_dir)
