@@ -8,7 +8,9 @@
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
-# record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs).
+# record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
+# and the later ones documented at their case below (inductor-default, inductor-block-1, gla, node-share,
+# cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -162,6 +164,9 @@ for phase in "$@"; do
     node-share)  # #22: tuning shared across GPUs (with one GPU: no split, the same choice)
       TAIL=8 run node-share 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_share.py \
         tests/test_node_tuning.py ;;
+    cli-tune)  # #23 item 3: kiln tune on this GPU (report, --bundle run with Triton's compiler blocked)
+      TAIL=8 run cli-tune 300 python3 -m pytest -q -p no:cacheprovider -rfEsxX tests/test_cli_tune_gpu.py \
+        tests/test_cli_tune.py ;;
     farm-tests)  # #23: the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
       TAIL=12 run farm-tests 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 -m pytest -q \
         -p no:cacheprovider -rfEs tests/test_farm.py tests/test_farm_ray.py ;;
