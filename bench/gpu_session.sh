@@ -152,9 +152,9 @@ for phase in "$@"; do
         && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
       TAIL=30 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --json "$out/farm.json" ;;
-    inductor-default)  # #20: default mode, 2 runs (~6 min), the runtime by CUDA-event blocks (next: the block)
-      TAIL=6 run inductor-default 560 python3 bench/inductor.py --model resnet50 --mode default --runs 2 \
-        --out "$out/inductor-default.json" ;;
+    inductor-default)  # #20: default mode, ID_RUNS runs (2: ~6 min) from run ID_FIRST (0), runtime by CUDA-event blocks
+      TAIL=6 run inductor-default 560 python3 bench/inductor.py --model resnet50 --mode default --runs "${ID_RUNS:-2}" \
+        --first-run "${ID_FIRST:-0}" --out "$out/inductor-default-${ID_FIRST:-0}.json" ;;
     inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
