@@ -93,6 +93,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         result["kiln"] = install_kiln(args.kiln_sandbox)
         result["kiln_install_s"] = time.perf_counter() - installing
         result["stage"] = "compile"
+    # after kiln's install (which wraps the same method): every coordinate descent, either arm
+    coordesc = inductor_models.record_coordinate_descent()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
         out = compiled(*inputs)
@@ -104,6 +106,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         inductor_models.cpu_since(threads_before)
     )
     result["split"] = inductor_models.inductor_split(result["first_s"])
+    result["coordinate_descent"] = list(coordesc)  # in the first call
 
     if args.iters > 0:
         result["stage"] = "runtime"

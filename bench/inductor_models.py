@@ -285,6 +285,36 @@ def _plain(value: Any) -> Any:
     return repr(value)
 
 
+def record_coordinate_descent() -> list[dict[str, Any]]:
+    """Record each coordinate-descent tuning Inductor runs in this process (kernel, seconds,
+    start and end configs), whoever installed what: the list fills as the model compiles and
+    runs. A warm process re-running one is a result the cold process did not leave in the
+    autotune cache (``found_by_coordesc``)."""
+    from torch._inductor.runtime import triton_heuristics
+
+    cls = triton_heuristics.CachingAutotuner
+    inner = cls.coordinate_descent_tuning
+    seen: list[dict[str, Any]] = []
+
+    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        found = inner(self, launcher, *args, **kwargs)
+        meta = getattr(self, "inductor_meta", {}) or {}
+        seen.append(
+            {
+                "kernel": meta.get("kernel_name") or getattr(getattr(self, "fn", None), "__name__", "?"),
+                "seconds": round(time.perf_counter() - started, 4),
+                "from": _plain(dict(getattr(launcher.config, "kwargs", {}))),
+                "to": _plain(dict(getattr(getattr(found, "config", None), "kwargs", {}) or {})),
+                "save_hook": getattr(self, "save_cache_hook", None) is not None,
+            }
+        )
+        return found
+
+    cls.coordinate_descent_tuning = coordinate_descent_tuning
+    return seen
+
+
 def inductor_split(first_call_s: float | None = None) -> dict[str, Any]:
     """What this process's torch recorded about its compiles so far (see the module docstring)."""
     split: dict[str, Any] = {}
