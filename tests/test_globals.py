@@ -348,3 +348,28 @@ def test_autotune_reports_it_once_not_as_a_compile_error_per_config(make_pool: A
         kiln.precompile(tuner, torch.randn(256), 256)
     assert pool.stats.dispatched == 0
     assert pool.zygote_pid is None
+
+
+SCALE_FOR_BATCH = 2
+
+
+@triton.jit
+def _batch_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * SCALE_FOR_BATCH, mask=offs < n)
+
+
+def test_a_batch_describes_a_kernel_once_and_only_inside_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton_kiln.compile.kernel_spec import KernelSpec
+
+    with KernelSpec.batch():
+        first = KernelSpec.of(_batch_kernel)
+        assert KernelSpec.of(_batch_kernel) is first  # the configs of one kernel: read once
+    monkeypatch.setattr(sys.modules[__name__], "SCALE_FOR_BATCH", 3)
+    after = KernelSpec.of(_batch_kernel)  # outside a batch the globals are read again
+    assert after is not first
+    assert dict(after.globals)["SCALE_FOR_BATCH"] != dict(first.globals)["SCALE_FOR_BATCH"]
+    with KernelSpec.batch():
+        with pytest.raises(KernelSpecError):
+            KernelSpec.of(object())
+        assert KernelSpec.of(_batch_kernel) == after

@@ -58,6 +58,8 @@ def static_unroll(src: str, constexprs: Mapping[str, Any]) -> int:
 @functools.lru_cache(maxsize=256)
 def _static_loops(src: str) -> tuple[tuple[tuple[ast.expr, ...], ...], ...]:
     """Each ``static_range`` loop as the chain of ``static_range`` argument lists around and at it."""
+    if "static_range" not in src:
+        return ()  # most kernels: no parse (a loop is found by that name only, see _is_static_range)
     try:
         tree = ast.parse(textwrap.dedent(src))
     except SyntaxError:

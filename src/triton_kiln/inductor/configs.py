@@ -34,6 +34,7 @@ from triton_kiln import triton_compat
 from triton_kiln.artifacts import triton_seed
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.triton_seed import TritonSlot, triton_slot
+from triton_kiln.compile.kernel_spec import KernelSpec
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
@@ -145,9 +146,10 @@ class ConfigCompiler:
         """Start these configs' compiles now, without waiting (coordinate descent's neighbours):
         when Inductor asks for one, its compile is done or in flight. Returns how many started."""
         started = 0
-        for cfg in configs:
-            if self.submit(autotuner, cfg) is not None:
-                started += 1
+        with KernelSpec.batch():
+            for cfg in configs:
+                if self.submit(autotuner, cfg) is not None:
+                    started += 1
         return started
 
     def remember_error(self, job: ConfigJob, exc: BaseException) -> None:
@@ -185,7 +187,8 @@ class ConfigCompiler:
         configs = compat.kernel_configs(autotuner)
         if not configs:
             return []
-        jobs = [(cfg, self.submit(autotuner, cfg)) for cfg in configs]
+        with KernelSpec.batch():  # one kernel, its configs together: described once
+            jobs = [(cfg, self.submit(autotuner, cfg)) for cfg in configs]
         wait([job.future for _, job in jobs if job is not None])
         kept: list[Any] = []
         settled: list[Any] = []
