@@ -29,17 +29,15 @@ import __future__
 
 import ast
 import contextlib
-import contextvars
 import hashlib
 import inspect
 import json
 import sys
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from triton_kiln.compile import gluon
+from triton_kiln.compile import gluon, spec_batch
 from triton_kiln.compile.values import GlobalValue, canonical
 from triton_kiln.errors import KernelSpecError
 from triton_kiln.triton_compat import is_jit_function, jit_parts
@@ -188,12 +186,6 @@ def _resolve(chain: tuple[str, ...], scope: dict[str, Any]) -> tuple[str, Any] |
 # ----------------------------------------------------------------------------- the spec
 
 
-_BATCH: contextvars.ContextVar[dict[int, KernelSpec] | None] = contextvars.ContextVar(
-    "kiln_kernel_spec_batch", default=None
-)
-"""The descriptions made inside :meth:`KernelSpec.batch`, by ``id`` of the function."""
-
-
 @dataclass(frozen=True)
 class KernelSpec:
     """A kernel's identity and how to rebuild it in another process.
@@ -220,17 +212,7 @@ class KernelSpec:
 
     # -- construction -------------------------------------------------------------------
 
-    @staticmethod
-    @contextlib.contextmanager
-    def batch() -> Iterator[None]:
-        """Within this block (this thread or task), each ``@jit`` function is described once:
-        for the requests of one kernel's configs, made together, whose globals cannot change
-        in between (Inductor's configs of a kernel: a few ms each saved)."""
-        token = _BATCH.set({})
-        try:
-            yield
-        finally:
-            _BATCH.reset(token)
+    batch = staticmethod(spec_batch.batch)  # see kiln.compile.spec_batch
 
     @classmethod
     def of(cls, fn: Any, *, _seen: dict[int, KernelSpec] | None = None) -> KernelSpec:
@@ -240,14 +222,12 @@ class KernelSpec:
                 f"{fn!r} is not a @triton.jit or @gluon.jit function; kiln compiles Triton and Gluon "
                 f"kernels only."
             )
-        if _seen is None:
-            batch = _BATCH.get()
-            if batch is not None:
-                try:
-                    return cls.of(fn, _seen=batch)
-                except BaseException:
-                    batch.clear()  # no placeholder of a description that failed is kept
-                    raise
+        if _seen is None and (batch := spec_batch.current()) is not None:
+            try:
+                return cls.of(fn, _seen=batch)
+            except BaseException:
+                batch.clear()  # no placeholder of a description that failed is kept
+                raise
         seen = {} if _seen is None else _seen
         if id(fn) in seen:
             return seen[id(fn)]
