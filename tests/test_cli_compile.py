@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from triton_kiln.artifacts.store import ArtifactStore
@@ -50,7 +52,9 @@ def test_failures_are_summarized_by_cause_and_fail_the_exit_only_with_strict(tmp
     assert result.exit_code == 0, result.output
     assert "2 of 3 compiled" in result.output
     assert "1 failed: crashed: SIGABRT" in result.output
-    assert "faulty_scale[BLOCK=64, FAULT=4, num_warps=2] cuda:90: compile of" in result.output
+    # a --config is a triton.Config: Triton's defaults for the options it leaves out, as tuning has
+    label = "faulty_scale[BLOCK=64, FAULT=4, num_warps=2, num_stages=3, num_ctas=1] cuda:90"
+    assert f"{label}: compile of" in result.output
     strict = CliRunner().invoke(main, [*args, "--strict"])
     assert strict.exit_code == 1, strict.output
     assert "1 failed: crashed: SIGABRT" in strict.output
@@ -82,3 +86,91 @@ def test_bad_arguments_are_one_error_line(tmp_path: Path) -> None:
     )
     assert bundle.exit_code == 1
     assert "kiln bundle save" in bundle.output
+
+
+ROWS_TYPES = "x_ptr=*fp32:1,out_ptr=*fp32,n_rows=i32,n_cols=i32,stride=i32"
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("spec", "rows", "cols", "offset"),
+    [
+        (["--signature", ROWS_TYPES, "--value", "n_rows=1,n_cols=32,stride=33"], 1, 32, 1),
+        (["--signature", "x_ptr=*fp32:1,out_ptr=*fp32:16,n_rows=i32:1,n_cols=i32:16,stride=i32"], 1, 32, 1),
+        (["--signature", "x_ptr=*fp32,out_ptr=*fp32,n_rows=i32,n_cols=i32,stride=i32"], 3, 33, 0),
+    ],
+    ids=["values", "hints", "defaults"],
+)
+def test_the_autotuner_finds_every_binary_kiln_compile_made(
+    spec: list[str], rows: int, cols: int, offset: int, tmp_path: Path, make_pool: Any
+) -> None:
+    """``kiln compile`` then a real call's compile requests (``kiln.precompile`` on CPU tensors:
+    the requests a GPU call would build) on the same cache: every one is a cache hit. The calls
+    specialize every way Triton does: a view at an odd offset (``x[:, 1:]``, not 16-byte aligned)
+    or aligned tensors, an integer equal to 1, one that is a multiple of 16, ones that are
+    neither ("defaults": the plain types, torch's aligned pointers, unspecialized integers)."""
+    import triton_kiln as kiln
+    from conftest import SM90
+    from farm_kernels import tuned_rows
+
+    cache = tmp_path / "cache"
+    result = CliRunner().invoke(
+        main,
+        ["compile", "farm_kernels:tuned_rows", *spec, "--target", "cuda:90", "--workers", "2",
+         "--cache-dir", str(cache)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "2 of 2 compiled" in result.output
+    x = torch.randn(rows, cols + 1)[:, offset : offset + cols]
+    assert (x.data_ptr() % 16 == 0) == (offset == 0)
+    out = torch.empty(rows, cols)
+    pool = make_pool(cache_dir=cache)
+    tuner = kiln.autotune(
+        tuned_rows.configs, key=["n_rows", "n_cols"], pool=pool, target=SM90, database=False
+    )(tuned_rows.fn)
+    futures = kiln.precompile(tuner, x, out, rows, cols, x.stride(0))
+    assert all(f.result(timeout=120).binary for f in futures)
+    assert len(futures) == 2
+    assert pool.stats.disk_hits == 2, pool.stats
+    assert pool.stats.dispatched == 0, pool.stats  # nothing compiled again
+
+
+@pytest.mark.timeout(300)
+def test_calls_that_specialize_alike_compile_once(tmp_path: Path) -> None:
+    args = ["compile", "farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--workers", "2",
+            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    alike = CliRunner().invoke(main, [*args, "--value", "n=4096", "--value", "n=64"])
+    assert alike.exit_code == 0, alike.output
+    assert "3 of 3 compiled" in alike.output  # both multiples of 16: one call's requests
+    unlike = CliRunner().invoke(main, [*args, "--value", "n=4096", "--value", "n=17", "--value", "n=1"])
+    assert unlike.exit_code == 0, unlike.output
+    assert "9 of 9 compiled" in unlike.output
+
+
+@pytest.mark.parametrize(
+    ("signature", "values", "expected"),
+    [
+        ("x_ptr=*fp16:7,out_ptr=*fp32,n=i32", [],
+         "x_ptr=*fp16:7: ':7' is not a hint; write x_ptr=*fp16 or x_ptr=*fp16:16 (16-byte aligned, "
+         "the default), x_ptr=*fp16:1 (not aligned)"),
+        ("x_ptr=*fp32,out_ptr=*fp32,n=i32:8", [],
+         "n=i32:8: ':8' is not a hint; write n=i32 (unspecialized), n=i32:16 (a multiple of 16), "
+         "n=i32:1 (equal to 1)"),
+        ("x_ptr=*fp32,out_ptr=*fp32,n=i32:16", ["n=17"], "n: --signature says i32:16, --value gives 17"),
+        ("x_ptr=*fp32,out_ptr=*fp32,n=i64", ["n=4096"],
+         "n: --signature says i64, but Triton passes 4096 as i32"),
+        ("x_ptr=*fp32,out_ptr=*fp32", [], "no type for n"),
+        ("x_ptr=*fp32,out_ptr=*fp32,n=i32", ["x_ptr=0"],
+         "x_ptr is a pointer (*fp32); --value gives integers"),
+    ],
+    ids=["pointer-hint", "int-hint", "value-against-hint", "int-type-by-value", "missing", "pointer-value"],
+)  # fmt: skip
+def test_a_bad_signature_or_value_is_one_error_line(signature: str, values: list[str], expected: str) -> None:
+    args = ["compile", "farm_kernels:tuned_scale", "--signature", signature]
+    for value in values:
+        args += ["--value", value]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    assert expected in errors[0], result.output

@@ -3,13 +3,16 @@
 ::
 
     kiln compile mylib.kernels:matmul --signature 'a_ptr=*fp16,b_ptr=*fp16,c_ptr=*fp16,M=i32,...' \\
-        --target cuda:90 --target cuda:100 [--config 'BLOCK_M=64,num_warps=4' ...] [--ray HOST:PORT]
+        --value M=4096,N=4096,K=4096 --target cuda:90 --target cuda:100 \\
+        [--config 'BLOCK_M=64,num_warps=4' ...] [--ray HOST:PORT]
 
 The configs are the kernel's own (a ``triton.autotune`` / ``kiln.autotune`` kernel's list),
 or those given with ``--config`` (which replace them); ``--constexpr NAME=VALUE`` adds values
-common to every config. One request per config and target goes to the local
-:class:`~kiln.pool.CompilePool`, or with ``--ray`` to a
-:class:`~kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
+common to every config. ``--signature`` (Triton's notation: ``*fp16``, ``*fp16:1``, ``i32:16``,
+``i32:1``) and ``--value`` describe the calls tuning will make; their requests are built as a
+real call's (:mod:`kiln.cli_signature`), so tuning finds these binaries in the cache. One request
+per config, target and call goes to the local :class:`~kiln.pool.CompilePool`, or with ``--ray``
+to a :class:`~kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
 a remote cache configured, in it too). A progress bar runs on a terminal; the end is a summary
 of failures by cause. The exit status is 0 unless ``--strict`` is given and a config failed.
 """
@@ -85,16 +88,15 @@ def resolve(spec: str) -> Any:
     return obj
 
 
-def kernel_and_configs(obj: Any) -> tuple[Any, list[tuple[dict[str, Any], dict[str, Any]]]]:
-    """The ``@triton.jit`` function under ``obj`` and its autotuner's configs as (constexprs, options)."""
+def kernel_and_configs(obj: Any) -> tuple[Any, list[Any]]:
+    """The ``@triton.jit`` function under ``obj`` and its autotuner's configs (``triton.Config``s)."""
     from triton_kiln.triton_compat import is_jit_function
-    from triton_kiln.tuning.configs import config_options
 
-    configs: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    configs: list[Any] = []
     inner = obj
     while not is_jit_function(inner):
         if hasattr(inner, "configs") and not configs:
-            configs = [(dict(c.kwargs), config_options(c)) for c in inner.configs]
+            configs = list(inner.configs)
         if not hasattr(inner, "fn"):
             raise click.ClickException(f"{obj!r} is not a @triton.jit kernel nor an autotuned one")
         inner = inner.fn
@@ -125,7 +127,18 @@ def failure_cause(exc: BaseException) -> str:
 @click.command("compile")
 @click.argument("kernel_spec", metavar="MODULE:KERNEL")
 @click.option(
-    "--signature", default=None, help="Argument types: 'x_ptr=*fp32,n=i32', or MODULE:DICT naming a dict."
+    "--signature",
+    default=None,
+    help="Argument types in Triton's notation, or MODULE:DICT naming a dict: 'x_ptr=*fp32,n=i32:16'. "
+    "*fp32 is a 16-byte aligned pointer (torch's; = *fp32:16), *fp32:1 one not aligned; i32 an "
+    "unspecialized integer, i32:16 a multiple of 16, i32:1 equal to 1.",
+)
+@click.option(
+    "--value",
+    "values",
+    multiple=True,
+    help="One call's integers, 'M=4096,N=4096,K=4096' (repeat for more calls): each value "
+    "specializes as in a real call (a multiple of 16, 1, or neither).",
 )
 @click.option(
     "--config",
@@ -172,6 +185,7 @@ def failure_cause(exc: BaseException) -> str:
 def compile_command(
     kernel_spec: str,
     signature: str | None,
+    values: tuple[str, ...],
     configs: tuple[str, ...],
     constexprs: tuple[str, ...],
     targets: tuple[str, ...],
@@ -184,7 +198,10 @@ def compile_command(
     json_path: str | None,
     strict: bool,
 ) -> None:
-    """Compile a kernel's configs for each --target into the kiln cache, here or on a Ray cluster."""
+    """Compile a kernel's configs for each --target into the kiln cache, here or on a Ray cluster.
+
+    The binaries are those a real call with these argument types (and --value integers) looks
+    up: 'kiln tune' and kiln.autotune then find them compiled."""
     if bundle_path is not None:
         raise click.ClickException(
             "--bundle: a bundle holds one tuned config per tuning key, chosen by timing on a GPU, and "
@@ -193,7 +210,7 @@ def compile_command(
             "MODULE:FUNCTION --bundle PATH` (FUNCTION: your workload calling the kernels) with the same "
             "cache; or tune with kiln.autotune there and write it with `kiln bundle save`."
         )
-    requests = build_requests(kernel_spec, signature, configs, constexprs, targets or ("cuda:90",))
+    requests = build_requests(kernel_spec, signature, configs, constexprs, targets or ("cuda:90",), values)
     pool = _make_pool(ray_address, workers, timeout_s, preload, cache_dir)
     started = time.perf_counter()
     try:
@@ -231,11 +248,16 @@ def build_requests(
     configs: tuple[str, ...],
     constexprs: tuple[str, ...],
     targets: tuple[str, ...],
+    values: tuple[str, ...] = (),
 ) -> list[Any]:
-    from triton_kiln.compile.request import CompileRequest
+    """One request per config, target and ``--value`` call, as the autotuner builds a real call's
+    (module :mod:`kiln.cli_signature`); requests that come out the same are listed once."""
+    import triton
+
+    from triton_kiln.cli_signature import call_requests, distinct, parse_types, parse_values
     from triton_kiln.tuning.configs import COMPILE_OPTIONS
 
-    kernel, own = kernel_and_configs(resolve(kernel_spec))
+    kernel, chosen = kernel_and_configs(resolve(kernel_spec))
     if signature is None:
         raise click.UsageError(
             "--signature is required: the type of each non-constexpr argument, 'x_ptr=*fp32,n=i32'"
@@ -249,23 +271,26 @@ def build_requests(
     else:
         types = _pairs(signature, "--signature")
     common = {k: _value(v) for item in constexprs for k, v in _pairs(item, "--constexpr").items()}
-    chosen = own
     if configs:
         chosen = []
         for text in configs:
-            values = {k: _value(v) for k, v in _pairs(text, "--config").items()}
-            chosen.append(
-                ({k: v for k, v in values.items() if k not in COMPILE_OPTIONS},
-                 {k: v for k, v in values.items() if k in COMPILE_OPTIONS})
-            )  # fmt: skip
+            values_ = {k: _value(v) for k, v in _pairs(text, "--config").items()}
+            kwargs = {k: v for k, v in values_.items() if k not in COMPILE_OPTIONS}
+            options = {k: v for k, v in values_.items() if k in COMPILE_OPTIONS}
+            chosen.append(triton.Config(kwargs, **options))
     if not chosen:
-        chosen = [({}, {})]  # a plain @triton.jit kernel: one compile with --constexpr values
+        chosen = [triton.Config({})]  # a plain @triton.jit kernel: one compile with --constexpr values
+    arg_types = parse_types(kernel, {str(k): str(v) for k, v in types.items()})
+    calls = parse_values(values, _pairs)
     try:
-        return [
-            CompileRequest(kernel, types, {**common, **kwargs}, options=options, target=parse_target(target))
-            for target in targets
-            for kwargs, options in chosen
-        ]
+        return distinct(
+            [
+                request
+                for target in targets
+                for call in calls
+                for request in call_requests(kernel, arg_types, call, chosen, common, parse_target(target))
+            ]
+        )
     except KilnError as exc:
         raise click.ClickException(str(exc)) from None
 

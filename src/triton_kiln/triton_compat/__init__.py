@@ -22,6 +22,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from triton_kiln.triton_compat.autotuning import (
+    StandInTensor as StandInTensor,
+)
+from triton_kiln.triton_compat.autotuning import (
     after_config_hook as after_config_hook,
 )
 from triton_kiln.triton_compat.autotuning import (

@@ -117,6 +117,36 @@ def pack_args(
     return packed[0], packed[1], packed[2], packed[3]
 
 
+_ELEMENT_TYPES: dict[str, str] = {}  # every element type name handed out, kept alive (see below)
+
+
+class StandInTensor:
+    """What Triton's argument specializer reads of a tensor, and nothing else: ``dtype``,
+    ``data_ptr()`` and ``ptr_range()`` (checked on Triton 3.6.0 and 3.7.1).
+
+    ``dtype`` is the element type's name (``"fp16"``, ``"i32"``...), which Triton canonicalises
+    as it does ``str(torch.float16)``. Triton 3.7's native specializer caches a dtype's type
+    string by the dtype object's identity, so each name is one string object kept alive for
+    the process (a freed object's identity, reused, would read another type). ``data_ptr()`` is
+    0 (16-byte aligned, as every torch allocation) or 8 (not aligned: a view at an odd offset);
+    ``ptr_range()`` is 0, a buffer under 2 GiB (AMD's buffer-op specialization), as
+    Triton's own ``MockTensor`` assumes.
+    """
+
+    def __init__(self, element_type: str, aligned: bool) -> None:
+        self.dtype = _ELEMENT_TYPES.setdefault(element_type, element_type)
+        self._address = 0 if aligned else 8
+
+    def data_ptr(self) -> int:
+        return self._address
+
+    def ptr_range(self) -> int:
+        return 0
+
+    def __repr__(self) -> str:
+        return f"StandInTensor({self.dtype!r}, aligned={self._address == 0})"
+
+
 def wrap_dtypes(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """Arguments where a ``torch.dtype`` stands for a tensor of it (as ``JITFunction.warmup``)."""
     from triton.runtime.jit import MockTensor
