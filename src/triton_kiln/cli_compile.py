@@ -32,6 +32,15 @@ import click
 
 from triton_kiln.errors import KilnError
 
+summary_json_option = click.option(
+    "--json",
+    "json_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the summary as JSON here.",
+)
+"""``--json PATH``: the command's summary also written as JSON (``kiln compile``, ``kiln tune``)."""
+
 
 def parse_target(text: str) -> Any:
     """``cuda:90`` -> ``GPUTarget("cuda", 90, 32)``; ``hip:gfx942`` -> ``GPUTarget("hip", "gfx942", 64)``."""
@@ -174,13 +183,7 @@ def failure_cause(exc: BaseException) -> str:
     default=None,
     help="Refused: a bundle needs tuning on a GPU (`kiln tune MODULE:FUNCTION --bundle PATH`).",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also write the summary as JSON here.",
-)
+@summary_json_option
 @click.option("--strict", is_flag=True, help="Exit with status 1 when any config failed.")
 def compile_command(
     kernel_spec: str,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from triton_kiln.cli_compile import resolve
+from triton_kiln.cli_compile import resolve, summary_json_option
 
 if TYPE_CHECKING:
     from triton_kiln.tuning.recent import RunOutcome
@@ -166,13 +166,7 @@ def _cache_scope(cache_dir: str | None) -> Iterator[Any]:
     default=None,
     help="kiln cache to tune with and bundle from [default: KILN_CACHE_DIR].",
 )
-@click.option(
-    "--json",
-    "json_path",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="Also write the summary as JSON here.",
-)
+@summary_json_option
 @click.option("--strict", is_flag=True, help="Exit with status 1 when a run found no working config.")
 @click.option(
     "--no-install",
