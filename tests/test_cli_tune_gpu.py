@@ -23,7 +23,11 @@ def _kiln(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """``kiln ARGS`` in a fresh process, on this test's own kiln and Triton caches."""
     env = {k: v for k, v in os.environ.items() if k not in ("KILN_TUNING_DB", "KILN_REMOTE_CACHE")}
     env.update(
-        PYTHONPATH=f"{ROOT / 'src'}:{ROOT / 'tests'}",
+        # kiln's and the tests' modules first; whatever the caller's path adds (a GPU machine's
+        # extra site directory) after them
+        PYTHONPATH=os.pathsep.join(
+            filter(None, [str(ROOT / "src"), str(ROOT / "tests"), env.get("PYTHONPATH")])
+        ),
         KILN_CACHE_DIR=str(tmp_path / "kiln-cache"),
         TRITON_CACHE_DIR=str(tmp_path / "triton-cache"),
     )
