@@ -53,10 +53,10 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import ArtifactError, PoolClosedError
 from triton_kiln.farm import ray_api, wire
-from triton_kiln.farm.batch import BatchMethods
 from triton_kiln.farm.errors import FarmTaskError, NodeLostError, NoNodeError
-from triton_kiln.farm.jobs import FarmJob, FarmStats, StartClock
+from triton_kiln.farm.jobs import FarmJob, FarmStats, StartClock, longest_first
 from triton_kiln.farm.nodes import NodeActor, NodeActors
+from triton_kiln.pool.interface import BatchMethods
 from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.memory_cache import MemoryCache
 from triton_kiln.pool.pool import open_store
@@ -146,6 +146,11 @@ class RayCompilePool(BatchMethods):
         self._scheduler.start()
 
     # ---------------------------------------------------------------- the CompilePool interface
+
+    def submit_order(self, requests: list[CompileRequest]) -> Iterable[int]:
+        """A batch goes out longest guessed compile first (the caller's queue orders jobs the same
+        way), so the longest compile does not start last on a node."""
+        return longest_first(requests)
 
     def submit(
         self, request: CompileRequest, *, timeout_s: float | None = None, priority: float | None = None

@@ -38,8 +38,8 @@ import pickle
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, as_completed
+from collections.abc import Iterable
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.compile.request import CompileRequest, guess_compile_cost
 from triton_kiln.errors import PoolClosedError
-from triton_kiln.pool.interface import gather
+from triton_kiln.pool.interface import BatchMethods
 from triton_kiln.pool.jobs import Job, JobTable, PoolStats
 from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
@@ -61,7 +61,7 @@ from triton_kiln.triton_compat import GPUTarget
 __all__ = ["CompilePool", "PoolStats", "get_pool"]
 
 
-class CompilePool:
+class CompilePool(BatchMethods):
     """A long-lived pool of crash-isolated compile workers forked from a warm zygote.
 
     The pool starts in the background as soon as it is created (pass ``start=False`` to
@@ -195,38 +195,6 @@ class CompilePool:
             self.start()
             self._manager.send(Submit(job))
         return future
-
-    def compile(self, request: CompileRequest, *, timeout_s: float | None = None) -> CompiledArtifact:
-        """Compile one request and wait for it (raises what the job raised)."""
-        return self.submit(request, timeout_s=timeout_s).result()
-
-    def compile_many(
-        self,
-        requests: Iterable[CompileRequest],
-        *,
-        return_exceptions: bool = True,
-        progress: bool | None = None,
-        description: str = "compiling",
-    ) -> list[CompiledArtifact | BaseException]:
-        """Compile a batch in parallel, in input order, with a progress bar on a terminal.
-
-        With ``return_exceptions`` (the default) a failed job's exception takes its place in
-        the list; otherwise the first failure is raised once every job has finished.
-        """
-        futures = [self.submit(r) for r in requests]
-        show = self.settings.progress if progress is None else progress
-        return gather(futures, show=show, description=description, return_exceptions=return_exceptions)
-
-    def as_completed(
-        self, requests: Iterable[CompileRequest]
-    ) -> Iterator[tuple[CompileRequest, Future[CompiledArtifact]]]:
-        """Submit ``requests`` and yield ``(request, future)`` pairs as each finishes."""
-        by_future: dict[Future[CompiledArtifact], list[CompileRequest]] = {}
-        for request in requests:
-            by_future.setdefault(self.submit(request), []).append(request)
-        for future in as_completed(by_future):
-            for request in by_future[future]:
-                yield request, future
 
     def load_kernel(self, request: CompileRequest, artifact: CompiledArtifact | None = None) -> Any:
         """Triton's launchable ``CompiledKernel`` for ``request``, compiled (or cached) by this pool.
