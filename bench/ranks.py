@@ -168,23 +168,14 @@ def op_child(arm: str, op_name: str, go: Path) -> dict[str, Any]:
 
 
 def op_row(arm: str, lone: dict[str, Any], case: dict[str, Any], gpus: int) -> dict[str, Any]:
-    """A row of the op case: ``case`` (two ranks on two GPUs) of ``arm`` against its lone rank."""
+    """A row of the op case: ``case`` (two ranks on two GPUs) of ``arm`` against its lone rank,
+    as :func:`row` (its ``compiles_total`` includes kiln's output-check kernel: the op case
+    records no store listing to tell it apart), with the outputs and GPUs compared."""
     reports = case["reports"]
-    lone_s = lone["reports"][0]["first_s"]
-    first_max = max(r["first_s"] for r in reports)
     return {
-        "arm": arm,
-        "processes": case["processes"],
-        "gpus": gpus,
-        "configs": max(r["configs"] for r in reports),
-        "compiles_total": sum(r["compiles"] for r in reports),  # kiln: its output-check kernel too
-        "lone_first_s": lone_s,
-        "first_s_max": first_max,
-        "first_over_lone": first_max / lone_s,
-        "same_choice": len({r["choice"] for r in reports}) == 1,
+        **row(arm, lone, case, gpus, configs=max(r["configs"] for r in reports)),
         "outputs_equal": len({r["outputs"] for r in [*reports, *lone["reports"]]}) == 1,
         "distinct_gpus": len({r["gpu"] for r in reports}) == len(reports),
-        "per_process": reports,
     }
 
 
