@@ -89,6 +89,11 @@ def four_compile_threads() -> Iterator[None]:
 
 @pytest.fixture
 def parent_cannot_compile(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From the test's start, a Triton compile in this process raises: see :func:`refuse_compiles`."""
+    return refuse_compiles(monkeypatch)
+
+
+def refuse_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """From now on, a Triton compile in this process raises (a cache hit still loads): every
     compile must happen in kiln's workers. Returns the names of kernels the parent tried."""
     tried: list[str] = []

@@ -17,6 +17,7 @@ from inductor_support import (
     fake_gpu,  # noqa: F401 - autouse fixture
     install_on,  # noqa: F401 - fixture
     parent_cannot_compile,  # noqa: F401 - fixture
+    refuse_compiles,
     source,
     submit,
 )
@@ -46,24 +47,11 @@ def test_a_config_in_tritons_cache_is_loaded_not_sent_to_kiln(
 
     warm_pool = make_pool()  # a new process's pool: kiln's own cache is empty, Triton's is not
     install_on(warm_pool)
-    request_parent_cannot_compile = parent_cannot_compile_now(monkeypatch)
+    request_parent_cannot_compile = refuse_compiles(monkeypatch)
     warm, _ = submit(name, text).result(timeout=300)
     assert cubin_hashes(warm) == cubin_hashes(cold)
     assert warm_pool.stats.submitted == 0  # no request reached kiln's pool
     assert request_parent_cannot_compile == []  # and nothing compiled here: a cache load
-
-
-def parent_cannot_compile_now(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    import triton.compiler.compiler as triton_compiler
-
-    tried: list[str] = []
-
-    def refuse(self: object, *args: object, **kwargs: object) -> object:
-        tried.append(str(getattr(self, "name", "?")))
-        raise AssertionError("compiled in the parent process")
-
-    monkeypatch.setattr(triton_compiler.ASTSource, "make_ir", refuse)
-    return tried
 
 
 def test_a_config_not_in_tritons_cache_still_goes_to_kiln(
