@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 import traceback
@@ -119,6 +120,23 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             call, device, args.iters, args.warmup, args.blocks, args.block_iters
         )
         result.update(stats)
+        result["launch"] = inductor_models.launch_diagnostics(call, device)
+        if device == "cuda":
+            # the same calls with the arm's compile pool stopped: whether what it leaves running
+            # (kiln's pool, or Inductor's SubprocPool) slows them
+            if args.arm == "kiln":
+                import triton_kiln.inductor
+                from triton_kiln.pool import get_pool
+
+                triton_kiln.inductor.uninstall()
+                get_pool().shutdown(wait=True)
+            else:
+                from torch._inductor.async_compile import shutdown_compile_workers
+
+                shutdown_compile_workers()
+            result["runtime_ms_pool_stopped"] = statistics.median(
+                inductor_models.block_runtime_ms(call, device, args.blocks, args.block_iters)
+            )
         result["split_after_runtime"] = {
             "counters": inductor_models.inductor_split().get("counters", {})  # recompiles show here
         }

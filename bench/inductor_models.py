@@ -197,6 +197,76 @@ def block_runtime_ms(fn: Callable[[], Any], device: str, blocks: int, block_iter
     return per_call
 
 
+def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> dict[str, Any]:
+    """Where a call's time goes, for comparing arms whose ``runtime_ms`` differ (CUDA only):
+
+    * ``launchers``: Inductor's kernels' launchers by what they call (``StaticallyLaunchedCudaKernel``
+      is Inductor's static launcher; anything else is Triton's own, slower to launch);
+    * ``host_ms_per_call``: the host's time to issue one call, no synchronization (a launch-bound
+      model's floor);
+    * ``gpu_kernel_ms_per_call``: the GPU kernels' own time per call (torch.profiler), without the
+      gaps where the GPU waited for the host.
+    """
+    if device != "cuda":
+        return {}
+    import gc
+
+    import torch
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    launchers: dict[str, int] = {}
+    for obj in gc.get_objects():
+        try:
+            if not isinstance(obj, CachingAutotuner):
+                continue
+        except ReferenceError:  # a weak proxy whose object is gone
+            continue
+        for launcher in getattr(obj, "launchers", None) or []:
+            runner = getattr(launcher, "__globals__", {}).get("runner")
+            owner = getattr(runner, "__self__", runner)
+            kind = type(owner).__name__ if owner is not None else "unknown"
+            launchers[kind] = launchers.get(kind, 0) + 1
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host_ms = (time.perf_counter() - started) * 1e3 / calls
+    torch.cuda.synchronize()
+    gc.disable()  # the same, without Python's garbage collector (a cold process holds more objects)
+    try:
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        host_ms_gc_off = (time.perf_counter() - started) * 1e3 / calls
+    finally:
+        gc.enable()
+    torch.cuda.synchronize()
+    objects = len(gc.get_objects())
+    kernel_us = 0.0
+    try:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn()
+            torch.cuda.synchronize()
+        for event in prof.events():
+            if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA:
+                kernel_us += float(getattr(event, "device_time", 0.0) or 0.0)
+        gpu_ms: float | None = kernel_us / 1e3 / calls
+    except Exception as exc:  # the profiler is a diagnostic: never the run's failure
+        gpu_ms = None
+        launchers["profiler_error"] = 0
+        print(f"[inductor_models] profiler: {type(exc).__name__}: {exc}", flush=True)
+    return {
+        "launchers": launchers,
+        "host_ms_per_call": host_ms,
+        "host_ms_per_call_gc_off": host_ms_gc_off,
+        "gc_objects": objects,
+        "gpu_kernel_ms_per_call": gpu_ms,
+    }
+
+
 def runtime_stats(
     fn: Callable[[], Any], device: str, iters: int, warmup: int, blocks: int, block_iters: int
 ) -> dict[str, Any]:

@@ -8,6 +8,7 @@ Run: ``python -m pytest tests/test_inductor_gpu.py -q -p no:cacheprovider`` (nee
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -167,6 +168,30 @@ def test_max_autotune_template_choices_that_abort_are_skipped(
     assert all("SIGABRT" in line for line in skipped)
 
 
+def _triton_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(("TRITON", "TORCHINDUCTOR"))}
+
+
+def _ima_diagnosis(benchmarks: Any, skipped: list[Any], fault_log: Path) -> str:
+    """Why no choice hit the illegal memory access: what was skipped, where the fault fired, the
+    sandbox's variables against this process's, and the mm binaries in Triton's cache (two of a
+    choice: the sandbox compiled it again rather than load kiln's)."""
+    sandbox_env = benchmarks.sandbox.call(_triton_env, label="environment").value
+    here = _triton_env()
+    differ = {
+        k: (here.get(k), (sandbox_env or {}).get(k))
+        for k in set(here) | set(sandbox_env or {})
+        if here.get(k) != (sandbox_env or {}).get(k)
+    }
+    cache = Path(os.environ.get("TRITON_CACHE_DIR", "/nonexistent"))
+    cubins = sorted(p.name for p in cache.glob("*/triton_*mm*.cubin")) if cache.is_dir() else []
+    return (
+        f"skipped={[(one.choice, str(one.failure)[:200]) for one in skipped]}; "
+        f"stats={benchmarks.stats.sandboxed} sandboxed; fault log={fault_log.read_text()[:600]}; "
+        f"env differs (here, sandbox)={differ}; TRITON_CACHE_DIR={cache}: {len(cubins)} mm cubins"
+    )
+
+
 def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_sandbox(
     make_pool: Callable[..., CompilePool],
     fresh: None,
@@ -205,7 +230,7 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
         # their own reasons, as stock Inductor skips them (on torch 2.11 a 1024^2 mm has a choice
         # that needs more shared memory than the H100 has: "out of resource", raised, not sticky).
         sticky = [one for one in skipped if "sticky CUDA error" in str(one.failure)]
-        assert len(sticky) == 1, [(one.choice, str(one.failure)[:200]) for one in skipped]
+        assert len(sticky) == 1, _ima_diagnosis(benchmarks, skipped, fault_log)
         assert "num_stages=1" in sticky[0].choice
         assert "num_warps=2" in sticky[0].choice
         assert "illegal memory access" in str(sticky[0].failure)
