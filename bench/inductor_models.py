@@ -242,6 +242,8 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
         gc.enable()
     torch.cuda.synchronize()
     objects = len(gc.get_objects())
+    profile_top = host_profile(fn, calls)
+    torch.cuda.synchronize()
     kernel_us = 0.0
     try:
         from torch.profiler import ProfilerActivity, profile
@@ -264,7 +266,29 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
         "host_ms_per_call_gc_off": host_ms_gc_off,
         "gc_objects": objects,
         "gpu_kernel_ms_per_call": gpu_ms,
+        "host_profile_top": profile_top,
     }
+
+
+def host_profile(fn: Callable[[], Any], calls: int, top: int = 14) -> list[tuple[str, float, float]]:
+    """cProfile over ``calls`` calls: the ``top`` functions by own time, as (function, own ms per
+    call, cumulative ms per call): where the host's time per call goes (cProfile's overhead
+    included, alike in both arms)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    rows = []
+    for (filename, line, name), (_, _, tottime, cumtime, _) in stats.items():
+        label = f"{os.path.basename(filename)}:{line}:{name}"
+        rows.append((label, tottime * 1e3 / calls, cumtime * 1e3 / calls))
+    rows.sort(key=lambda row: row[1], reverse=True)
+    return [(label, round(own, 4), round(cum, 4)) for label, own, cum in rows[:top]]
 
 
 def runtime_stats(
