@@ -162,10 +162,29 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
             values = _field(runs, arm, phase, field)
             row[f"{arm}_{name}"] = _median(values)
             row[f"{arm}_{name}_runs"] = values
+    # where a call's time goes (inductor_models.launch_diagnostics; runs since 2026-11-24 d): the
+    # GPU kernels' own time per call (host noise excluded) and the host's time to issue one call
+    for arm in ARMS:
+        for name, field in (("gpu_kernel_ms", "gpu_kernel_ms_per_call"), ("host_ms", "host_ms_per_call")):
+            values = [
+                run.get(arm, {}).get("cold", {}).get("launch", {}).get(field)
+                for run in runs
+                if run.get(arm, {}).get("cold", {}).get("launch", {}).get(field) is not None
+            ]
+            row[f"{arm}_{name}"] = _median(values) if values else None
+            row[f"{arm}_{name}_runs"] = values
     row["stock_split"] = median_split([run.get("stock", {}).get("cold", {}).get("split", {}) for run in runs])
     row["kiln_split"] = median_split([run.get("kiln", {}).get("cold", {}).get("split", {}) for run in runs])
     ratios = {}
-    for name in ("first_s", "warm_s", "runtime_ms", "runtime_wall_ms", "warm_runtime_ms"):
+    for name in (
+        "first_s",
+        "warm_s",
+        "runtime_ms",
+        "runtime_wall_ms",
+        "warm_runtime_ms",
+        "gpu_kernel_ms",
+        "host_ms",
+    ):
         stock, kiln = row[f"stock_{name}"], row[f"kiln_{name}"]
         ratios[f"kiln/stock {name}"] = kiln / stock if stock and kiln is not None else None
     row["ratios"] = ratios

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from triton_kiln.errors import RemoteCacheUnavailableError
 from triton_kiln.remote.health import CircuitBreaker
 from triton_kiln.settings import redacted_url
 
@@ -32,9 +33,16 @@ class RedisClient:
     """Requests to one Redis server, each bounded by the timeouts and guarded by the breaker."""
 
     def __init__(self, url: str, *, timeout_s: float, retry_s: float) -> None:
-        import redis
-        from redis.backoff import NoBackoff
-        from redis.retry import Retry
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError as exc:
+            raise RemoteCacheUnavailableError(
+                f"KILN_REMOTE_CACHE is set ({redacted_url(url)}), but the redis package is not "
+                f"installed ({exc}). Install kiln's Redis extra (pip install 'triton-kiln[redis]'), "
+                "or unset KILN_REMOTE_CACHE to use the local cache only."
+            ) from exc
 
         self.url = url
         self.where = redacted_url(url)
