@@ -107,7 +107,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         inductor_models.cpu_since(threads_before)
     )
     result["split"] = inductor_models.inductor_split(result["first_s"])
-    result["coordinate_descent"] = list(coordesc)  # in the first call
+    result["coordinate_descent"] = inductor_models.compact_coordinate_descent(list(coordesc))  # first call
 
     if args.iters > 0:
         result["stage"] = "runtime"

@@ -409,6 +409,23 @@ def record_coordinate_descent() -> list[dict[str, Any]]:
     return seen
 
 
+def compact_coordinate_descent(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with the tunings of one kernel that started and ended at the same config
+    folded into one record with a ``count`` (seconds summed): a max-autotune cold process records
+    thousands of no-op tunings of template benchmark kernels (``Placeholder.DESCRIPTIVE_NAME``,
+    no tunable fields, 0.1 ms each), which would otherwise fill megabytes of JSON."""
+    folded: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for record in records:
+        key = (record.get("kernel"), record.get("from"), record.get("to"), record.get("save_hook"))
+        held = folded.get(key)
+        if held is None:
+            folded[key] = {**record, "count": record.get("count", 1)}
+        else:
+            held["count"] += record.get("count", 1)
+            held["seconds"] = round(held["seconds"] + record["seconds"], 4)
+    return list(folded.values())
+
+
 def inductor_split(first_call_s: float | None = None) -> dict[str, Any]:
     """What this process's torch recorded about its compiles so far (see the module docstring)."""
     split: dict[str, Any] = {}

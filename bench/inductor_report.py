@@ -16,6 +16,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from inductor_models import compact_coordinate_descent
+
 ARMS = ("stock", "kiln")
 ROW_KEYS = (
     "model",
@@ -207,6 +209,11 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for row in part["rows"]:
             by_index = grouped.setdefault((row["model"], row["mode"]), {})
             for run in row["runs"]:
+                for arm in ARMS:  # files written before the child folded them
+                    for phase in run.get(arm, {}).values():
+                        if isinstance(phase, dict) and "coordinate_descent" in phase:
+                            records = phase["coordinate_descent"]
+                            phase["coordinate_descent"] = compact_coordinate_descent(records)
                 held = by_index.get(run["run"])
                 if held is None:
                     by_index[run["run"]] = dict(run)

@@ -199,3 +199,20 @@ def test_first_call_thread_cpu_is_summed_by_family() -> None:
         "MainThread[1]": 0.5,
         "new[3]": 0.2,
     }
+
+
+def test_coordinate_descent_records_of_one_kernel_and_config_fold_into_one() -> None:
+    noop = {
+        "kernel": "Placeholder.DESCRIPTIVE_NAME",
+        "seconds": 0.0001,
+        "from": "{}",
+        "to": "{}",
+        "save_hook": False,
+    }
+    moved = {"kernel": "k", "seconds": 0.25, "from": "{'X': 64}", "to": "{'X': 128}", "save_hook": True}
+    folded = inductor_models.compact_coordinate_descent([noop] * 3000 + [moved])
+    assert len(folded) == 2
+    assert folded[0]["count"] == 3000
+    assert abs(folded[0]["seconds"] - 0.3) < 1e-6
+    assert folded[1] == {**moved, "count": 1}
+    assert inductor_models.compact_coordinate_descent(folded) == folded  # folding again changes nothing

@@ -9,6 +9,8 @@ Run: ``python -m pytest tests/test_inductor_gpu.py -q -p no:cacheprovider`` (nee
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -168,6 +170,23 @@ def test_max_autotune_template_choices_that_abort_are_skipped(
     assert all("SIGABRT" in line for line in skipped)
 
 
+FRESH_PROCESS = "KILN_TEST_IN_FRESH_PROCESS"
+
+
+def _in_fresh_process(test: str) -> None:
+    """Run ``test`` of this file again in a new Python process, with nothing compiled before it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"{__file__}::{test}"],
+        env={**os.environ, FRESH_PROCESS: "1"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if "torch.__trace" not in line]
+    assert proc.returncode == 0, "\n".join(lines[-60:]) + proc.stderr[-2000:]
+
+
 def _triton_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(("TRITON", "TORCHINDUCTOR"))}
 
@@ -203,7 +222,17 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
     workers with a store to address 0 added to its PTX (bench/inductor_fault_hook's ``ima``): its
     benchmark is a real illegal memory access, in kiln's sandbox. That choice is skipped with
     kiln's reason, the sandbox replaced, the other choices timed; the model compiles, its output
-    is right, and this process's CUDA context is alive (a second call, a fresh kernel)."""
+    is right, and this process's CUDA context is alive (a second call, a fresh kernel).
+
+    It runs in a process of its own, as a model's process is and as ``bench/inductor_faults.py``
+    runs it: after the other tests of this file had compiled the same 1024^2 mm choices in this
+    process, the sandbox compiled the choices again (62 mm binaries in the fresh Triton cache for
+    20 choices, the sandbox's ``TRITON_*`` variables the same) and so never ran kiln's faulted
+    binary. Why it missed kiln's binaries there is not known yet (docs/INDUCTOR.md, open items);
+    alone, it passes on the H100 (2026-11-24)."""
+    if os.environ.get(FRESH_PROCESS) != "1":
+        _in_fresh_process("test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_sandbox")
+        return
     fault_log = tmp_path / "fault.log"
     monkeypatch.setenv("BENCH_FAULT", "ima")  # read by the workers' preloaded hook
     monkeypatch.setenv("BENCH_FAULT_NAMES", "triton_mm,triton_tem_")  # 2.11, 2.13 names
