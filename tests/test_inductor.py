@@ -248,3 +248,62 @@ def test_the_job_is_inductors_worker_function() -> None:
 
     assert compat.is_triton_compile_job(_worker_compile_triton)
     assert not compat.is_triton_compile_job(print)
+
+
+FAKE_PTXAS = """#!/bin/sh
+# torch's own ptxas as this CPU build of torch lacks it: another release than Triton's bundled one
+echo "ptxas: NVIDIA (R) Ptx optimizing assembler"
+echo "Cuda compilation tools, release 12.4, V12.4.131"
+"""
+
+BACKEND_HASH = (
+    "from triton.backends.compiler import GPUTarget; "
+    "from triton.backends.nvidia.compiler import CUDABackend; "
+    "print(CUDABackend(GPUTarget('cuda', 90, 32)).hash())"
+)
+
+
+def test_install_after_a_compile_keys_binaries_as_a_fresh_process_does(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A process that asked Triton for its ptxas's version before ``install()`` set
+    ``TRITON_PTXAS_PATH`` (to torch's ptxas, as Inductor's workers do) kept the old version in
+    its compile keys; every fresh process (the template benchmarks' sandbox) computed other keys
+    and compiled again instead of loading kiln's binaries (seen on the H100: 62 binaries for 20
+    mm choices after earlier compiles in the process). Now install() makes Triton ask again."""
+    from torch._inductor.runtime import compile_tasks
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import CUDABackend
+
+    from triton_kiln.triton_compat import inductor as compat
+    from triton_kiln.triton_compat.compiling import forget_ptxas_version
+
+    fake = tmp_path / "ptxas"
+    fake.write_text(FAKE_PTXAS)
+    fake.chmod(0o755)
+    monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+    target = GPUTarget("cuda", 90, 32)
+    forget_ptxas_version()
+    try:
+        before = CUDABackend(target).hash()  # what an earlier compile in this process asked
+        monkeypatch.setattr(
+            compile_tasks,
+            "_set_triton_ptxas_path",
+            lambda: os.environ.setdefault("TRITON_PTXAS_PATH", str(fake)),
+        )
+        compat.set_worker_paths()
+        here = CUDABackend(target).hash()
+        fresh = subprocess.run(
+            [sys.executable, "-c", BACKEND_HASH],
+            env={**os.environ, "TRITON_PTXAS_PATH": str(fake)},
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout.strip()
+        assert "release 12.4" in fresh
+        assert "release 12.4" not in before
+        assert here == fresh
+    finally:
+        monkeypatch.delenv("TRITON_PTXAS_PATH", raising=False)
+        forget_ptxas_version()

@@ -200,3 +200,24 @@ def gluon_ast_source(kernel: Any, source: Any) -> Any:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     return GluonASTSource(kernel, source.signature, source.constants, source.attrs or None)
+
+
+def forget_ptxas_version() -> None:
+    """Drop what this process's Triton remembered about its ptxas (its version, and the features
+    it derived from it), so the next compile key names the ptxas ``TRITON_PTXAS_PATH`` names now.
+
+    Triton caches ``get_ptxas_version()`` for the process (3.6 and 3.7 alike), and a CUDA
+    backend's ``hash()``, which every cache key includes, is that version. A process that
+    compiled or loaded a kernel before ``TRITON_PTXAS_PATH`` was set keeps the old version in its
+    keys, and every other process (a fresh one reads the variable at its first compile) computes
+    other keys for the same compiles: their cache lookups miss what this process put there.
+    """
+    try:
+        from triton.backends.nvidia import compiler as nvidia
+    except ImportError:  # a Triton without the NVIDIA backend: nothing remembered
+        return
+    for name in ("get_ptxas_version", "get_features"):
+        cached = getattr(nvidia, name, None)
+        clear = getattr(cached, "cache_clear", None)
+        if clear is not None:
+            clear()

@@ -158,12 +158,22 @@ def load_job_kernel(load_kernel: Any) -> Any:
 def set_worker_paths() -> None:
     """What Inductor's worker sets before compiling (ptxas; libdevice on 2.13), set here so the
     ``TRITON_*`` variables kiln's requests carry are the ones the worker would compile with."""
+    import os
+
     from torch._inductor.runtime import compile_tasks
 
+    from triton_kiln.triton_compat.compiling import forget_ptxas_version
+
+    before = os.environ.get("TRITON_PTXAS_PATH")
     compile_tasks._set_triton_ptxas_path()
     libdevice = getattr(compile_tasks, "_set_triton_libdevice_path", None)  # 2.13, not 2.11
     if libdevice is not None:
         libdevice()
+    if os.environ.get("TRITON_PTXAS_PATH") != before:
+        # This process may have asked its ptxas's version already (a compile or a load before
+        # install()): its keys would then differ from every fresh process's, the template
+        # benchmarks' sandbox included, which would compile again rather than load kiln's binaries.
+        forget_ptxas_version()
 
 
 def precompile_warm(kernel: Any) -> None:
