@@ -48,3 +48,23 @@ def start_helper_and_hang() -> None:
         handle.write(str(helper.pid))
     while True:
         time.sleep(1)
+
+
+ADD_SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+
+
+def add_kernel_source() -> object:
+    """``kernels.add_kernel`` at BLOCK=64, as ``triton.compile`` takes it."""
+    import triton
+
+    from kernels import add_kernel
+
+    return triton.compiler.ASTSource(add_kernel, dict(ADD_SIGNATURE), {"BLOCK": 64})
+
+
+def compile_add_kernel() -> str:
+    """A real compile for sm_90 in the calling process (the sandbox here); its cache hash."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    return str(triton.compile(add_kernel_source(), target=GPUTarget("cuda", 90, 32)).hash)

@@ -207,7 +207,9 @@ def _ima_diagnosis(benchmarks: Any, skipped: list[Any], fault_log: Path) -> str:
     return (
         f"skipped={[(one.choice, str(one.failure)[:200]) for one in skipped]}; "
         f"stats={benchmarks.stats.sandboxed} sandboxed; fault log={fault_log.read_text()[:600]}; "
-        f"env differs (here, sandbox)={differ}; TRITON_CACHE_DIR={cache}: {len(cubins)} mm cubins"
+        f"env differs (here, sandbox)={differ}; TRITON_CACHE_DIR={cache}: {len(cubins)} mm cubins; "
+        f"the sandbox's own compiles: {len(benchmarks.stats.compiled_in_sandbox)}, the first's key "
+        f"parts {benchmarks.stats.compiled_in_sandbox[:1]}"
     )
 
 

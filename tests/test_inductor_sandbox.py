@@ -219,3 +219,43 @@ def test_a_real_inductor_benchmark_request_runs_in_the_sandbox(sandboxed: list[i
     assert type(skipped.failure) is CallRaisedError
     assert "rand_strided" in str(skipped.failure)  # Inductor's benchmark made its inputs there
     assert len(sandboxed) == 1
+
+
+def test_the_sandbox_reports_the_compiles_it_made_itself_and_which_key_part_differs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sandbox should only load what kiln compiled. A compile it makes itself is a key that
+    differs from the parent's; it is reported once, naming the key parts that differ (on the H100
+    the sandbox compiled every mm choice again, and nothing said so)."""
+    from triton.backends.compiler import GPUTarget
+
+    from call_sandbox_fns import add_kernel_source, compile_add_kernel
+    from triton_kiln import triton_compat
+    from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
+    from triton_kiln.triton_compat import inductor as compat
+
+    env = {"TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    sandbox = make_sandbox(120.0)
+    try:
+        assert sandbox.call(compile_add_kernel, label="compile", env=env).failure is None  # a miss
+        assert sandbox.call(compile_add_kernel, label="again", env=env).failure is None  # a hit
+        here = triton_compat.compile_key_parts(
+            add_kernel_source(), triton_compat.make_backend(GPUTarget("cuda", 90, 32)), {}
+        )
+        other_ptxas = {**here, "backend": "ptxas 99.9-90"}
+        benchmarks = SandboxBenchmarks(sandbox, {"add_kernel": other_ptxas}.get)
+        with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
+            benchmarks.check_sandbox_compiles()
+            benchmarks.check_sandbox_compiles()  # nothing new, and one warning at most anyway
+        (compiled,) = benchmarks.stats.compiled_in_sandbox
+        assert compiled["kernel"] == "add_kernel"
+        assert triton_compat.key_parts_differ(compiled, here) == []  # same variables: same key
+        warnings = [
+            r.getMessage() for r in caplog.records if "compiled 1 Triton kernel(s) itself" in r.getMessage()
+        ]
+        assert len(warnings) == 1
+        assert "differs from this process's in backend" in warnings[0]
+        assert "ptxas 99.9" in warnings[0]
+        assert sandbox.call(compat.compiles_here, label="none left").value == []
+    finally:
+        sandbox.close()

@@ -32,9 +32,11 @@ import functools
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from triton_kiln import triton_compat
 from triton_kiln.sandbox.call_client import CallSandbox
 from triton_kiln.sandbox.calls import CallFailure
 from triton_kiln.triton_compat import inductor as compat
@@ -58,15 +60,23 @@ class BenchmarkStats:
     in_parent: int = 0
     by_inductor: int = 0
     skipped: list[SkippedChoice] = field(default_factory=list)
+    compiled_in_sandbox: list[dict[str, str]] = field(default_factory=list)
+    """Triton compiles the sandbox made itself (kernel and key parts): it should only load."""
 
 
 class SandboxBenchmarks:
     """Times Inductor's choices: GPU template choices in ``sandbox``, the rest as Inductor would."""
 
-    def __init__(self, sandbox: CallSandbox) -> None:
+    def __init__(
+        self, sandbox: CallSandbox, parent_key_parts: Callable[[str], dict[str, str] | None] | None = None
+    ) -> None:
+        """``parent_key_parts(kernel)``: this process's key parts for a kernel (the config compiler's
+        :meth:`~kiln.inductor.configs.ConfigCompiler.key_parts_for`), to say why the sandbox missed."""
         self.sandbox = sandbox
         self.stats = BenchmarkStats()
         self._lock = threading.Lock()
+        self._parent_key_parts = parent_key_parts
+        self._warned_compiles = False
 
     def make_benchmark_fn(self, original: Any) -> Any:
         """The ``classmethod`` that replaces ``AlgorithmSelectorCache.make_benchmark_fn``;
@@ -123,6 +133,8 @@ class SandboxBenchmarks:
             )
         for choice in sandboxed:
             timings[choice] = self.time_in_sandbox(choice)
+        if sandboxed:
+            self.check_sandbox_compiles()
         if others:
             timings.update(
                 context.inductors(
@@ -155,11 +167,57 @@ class SandboxBenchmarks:
         log.warning("kiln: Inductor autotune choice %s skipped (time inf): %s", label, outcome.failure)
         return math.inf
 
+    def check_sandbox_compiles(self) -> None:
+        """Ask the sandbox which Triton compiles it made itself (it should find every binary kiln
+        compiled in Triton's cache); the first time there are any, one WARNING says which part of
+        the key differs from this process's."""
+        outcome = self.sandbox.call(compat.compiles_here, label="the sandbox's own compiles")
+        if outcome.failure is not None or not outcome.value:
+            return
+        compiled = [dict(one) for one in outcome.value]
+        with self._lock:
+            self.stats.compiled_in_sandbox.extend(compiled)
+            first, self._warned_compiles = not self._warned_compiles, True
+        if first:
+            log.warning("kiln: %s", describe_sandbox_compiles(compiled, self._parent_key_parts))
+
     def start(self) -> None:
         self.sandbox.start()
 
     def close(self) -> None:
         self.sandbox.close()
+
+
+def describe_sandbox_compiles(
+    compiled: list[dict[str, str]], parent_key_parts: Callable[[str], dict[str, str] | None] | None
+) -> str:
+    """One line on the sandbox's own compiles: how many, the first kernel, and which parts of its
+    key differ from this process's key for that kernel (with both values, shortened)."""
+    first = compiled[0]
+    kernel = first.get("kernel", "?")
+    head = (
+        f"the benchmark sandbox compiled {len(compiled)} Triton kernel(s) itself (first: {kernel}) "
+        "instead of loading the binaries kiln put in Triton's cache, so its benchmarks took longer"
+    )
+    parent = parent_key_parts(kernel) if parent_key_parts is not None else None
+    if parent is None:
+        return f"{head}; this process keyed no kernel of that name. Key parts there: {_short(first)}"
+    differ = triton_compat.key_parts_differ(first, parent)
+    if not differ:
+        return f"{head}; its key parts equal this process's last {kernel} (another config missed)"
+    detail = "; ".join(
+        f"{name}: here {_clip(parent.get(name))}, there {_clip(first.get(name))}" for name in differ
+    )
+    return f"{head}; its key differs from this process's in {', '.join(differ)} ({detail})"
+
+
+def _clip(value: str | None, width: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _short(parts: dict[str, str]) -> str:
+    return ", ".join(f"{name}={_clip(value, 60)}" for name, value in parts.items() if name != "kernel")
 
 
 @dataclass(frozen=True)

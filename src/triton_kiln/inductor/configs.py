@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
+
+RECENT_KERNELS = 512
+"""How many kernels' last compile inputs :class:`ConfigCompiler` keeps (for ``key_parts_for``)."""
 
 ROUTED_BACKENDS = ("cuda", "hip")
 """The devices whose Inductor compiles go to kiln's pool (the backends kiln compiles for)."""
@@ -80,6 +84,7 @@ class ConfigCompiler:
         self._lock = threading.Lock()
         self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
         self._settled = _Settled()
+        self._recent: OrderedDict[str, compat.ConfigCompile] = OrderedDict()  # by kernel name
 
     # -- one config ---------------------------------------------------------------------------
 
@@ -91,6 +96,7 @@ class ConfigCompiler:
             inputs = compat.config_compile(autotuner, cfg)
             if inputs.target.backend not in ROUTED_BACKENDS:
                 return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
+            self._remember(inputs)
             slot = _slot(inputs)
             if slot.cached():
                 with self._lock:
@@ -151,6 +157,26 @@ class ConfigCompiler:
                 if self.submit(autotuner, cfg) is not None:
                     started += 1
         return started
+
+    def _remember(self, inputs: compat.ConfigCompile) -> None:
+        name = str(getattr(inputs.fn, "__name__", "?"))
+        with self._lock:
+            self._recent[name] = inputs
+            self._recent.move_to_end(name)
+            while len(self._recent) > RECENT_KERNELS:
+                self._recent.popitem(last=False)
+
+    def key_parts_for(self, kernel_name: str) -> dict[str, str] | None:
+        """The key parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`) of the last
+        config of ``kernel_name`` this process keyed, or ``None``: to tell why another process
+        (the benchmark sandbox) keyed the same kernel differently."""
+        with self._lock:
+            inputs = self._recent.get(kernel_name)
+        if inputs is None:
+            return None
+        return triton_compat.compile_key_parts(
+            _source(inputs), triton_compat.make_backend(inputs.target), dict(inputs.options)
+        )
 
     def remember_error(self, job: ConfigJob, exc: BaseException) -> None:
         with self._lock:
@@ -229,10 +255,13 @@ def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
     triton_seed.seed_triton_cache(job.slot, artifact)
 
 
+def _source(inputs: compat.ConfigCompile) -> Any:
+    return triton_compat.ASTSource(inputs.fn, inputs.signature, inputs.constants, inputs.attrs or None)
+
+
 def _slot(inputs: compat.ConfigCompile) -> TritonSlot:
     """Where ``triton.compile`` keeps this config's binary in Triton's cache."""
-    src = triton_compat.ASTSource(inputs.fn, inputs.signature, inputs.constants, inputs.attrs or None)
-    return triton_slot(src, triton_compat.make_backend(inputs.target), dict(inputs.options))
+    return triton_slot(_source(inputs), triton_compat.make_backend(inputs.target), dict(inputs.options))
 
 
 def _label(cfg: Any) -> str:

@@ -121,18 +121,18 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
                 compat.torch_version(),
             )
         if sandboxed and _state.benchmarks is None:
-            _state.benchmarks = _sandbox_on(current.bench_timeout_s)
+            _state.benchmarks = _sandbox_on(current.bench_timeout_s, _state.compiler)
         elif not sandboxed and _state.benchmarks is not None:
             _sandbox_off(_state.benchmarks)
             _state.benchmarks = None
 
 
-def _sandbox_on(timeout_s: float) -> _Benchmarks:
+def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
     from triton_kiln.sandbox.registry import gpu_present
 
     point = compat.make_benchmark_fn_point()
     saved = point.current()
-    benchmarks = SandboxBenchmarks(make_sandbox(timeout_s))
+    benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for)
     point.set(benchmarks.make_benchmark_fn(saved))
     if gpu_present():
         benchmarks.start()  # torch's import and the CUDA context, while Inductor traces and compiles

@@ -79,6 +79,9 @@ from triton_kiln.triton_compat.compiling import (
     compile_kernel as compile_kernel,
 )
 from triton_kiln.triton_compat.compiling import (
+    compile_key_parts as compile_key_parts,
+)
+from triton_kiln.triton_compat.compiling import (
     compiled_kernel_from_files as compiled_kernel_from_files,
 )
 from triton_kiln.triton_compat.compiling import (
@@ -104,6 +107,9 @@ from triton_kiln.triton_compat.compiling import (
 )
 from triton_kiln.triton_compat.compiling import (
     jit_run_kwargs as jit_run_kwargs,
+)
+from triton_kiln.triton_compat.compiling import (
+    key_parts_differ as key_parts_differ,
 )
 from triton_kiln.triton_compat.compiling import (
     put_in_triton_cache as put_in_triton_cache,

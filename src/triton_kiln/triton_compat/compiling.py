@@ -159,6 +159,47 @@ def compile_hash(src: Any, backend: Any, options: dict[str, Any]) -> str:
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
+KEY_PARTS = ("triton", "source", "backend", "options", "env", "stages_hook")
+"""What a Triton cache key is made of (``runtime.cache.get_cache_key``, then the stage hook's key),
+in Triton 3.6 and 3.7 alike: Triton's own key, the source's hash, the backend's (for CUDA: the
+ptxas version and the arch), the parsed options' hash, the cache-invalidating variables, and the
+stage hook's key (3.7)."""
+
+
+def compile_key_parts(src: Any, backend: Any, options: dict[str, Any]) -> dict[str, str]:
+    """The parts of the key ``triton.compile(src, options=options)`` computes in this process,
+    one per :data:`KEY_PARTS` name: which one differs tells why two processes key one compile
+    differently (a diagnostic; :func:`compile_hash` is the key itself, from Triton's function)."""
+    from triton.compiler.compiler import get_cache_invalidating_env_vars
+    from triton.runtime.cache import triton_key
+
+    from triton_kiln.triton_compat.versions import stages_hook_cache_key
+
+    parsed = backend.parse_options(dict(options, **src.parse_options()))
+    return parts_of_key(
+        src, backend, parsed, get_cache_invalidating_env_vars(), triton_key(), stages_hook_cache_key()
+    )
+
+
+def parts_of_key(
+    src: Any, backend: Any, parsed: Any, env_vars: Mapping[str, Any], triton: str, stages_hook: str
+) -> dict[str, str]:
+    """:data:`KEY_PARTS` of one key from the values ``get_cache_key`` receives."""
+    return {
+        "triton": str(triton),
+        "source": str(src.hash()),
+        "backend": str(backend.hash()),
+        "options": str(parsed.hash()),
+        "env": str(sorted(env_vars.items())),
+        "stages_hook": stages_hook,
+    }
+
+
+def key_parts_differ(one: Mapping[str, str], other: Mapping[str, str]) -> list[str]:
+    """The :data:`KEY_PARTS` names whose values differ between two :func:`compile_key_parts`."""
+    return [name for name in KEY_PARTS if one.get(name) != other.get(name)]
+
+
 def triton_cache_group(compile_hash_: str, metadata_name: str) -> dict[str, str] | None:
     """The group of files Triton's cache (under ``TRITON_CACHE_DIR``) holds for a compile hash."""
     from triton.runtime.cache import get_cache_manager

@@ -361,10 +361,67 @@ def choice_label(choice: Any) -> str:
 
 def init_benchmark_process() -> None:
     """The sandbox's warm-up: import torch's Inductor and, when a GPU is visible, create this
-    process's CUDA context (as Inductor's ``_init_autotune_subprocess`` does)."""
+    process's CUDA context (as Inductor's ``_init_autotune_subprocess`` does); then watch this
+    process's Triton compiles (:func:`watch_compiles`)."""
     import torch
     import torch._inductor.autotune_process
 
     if torch.cuda.is_available():
         torch.zeros(1, device="cuda")
         torch.cuda.synchronize()
+    watch_compiles()
+
+
+_COMPILED_HERE: list[dict[str, str]] = []
+"""In the sandbox process: the Triton compiles that found nothing in the cache (kernel and key parts)."""
+
+
+def watch_compiles() -> None:
+    """Record each Triton compile of this process that misses the cache: its kernel's name and its
+    key's parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`). A benchmark process
+    should only load what kiln compiled; a miss is a key that differs from the parent's, and its
+    parts say which part (:func:`compiles_here`). Triton 3.6 and 3.7: ``get_cache_key`` as
+    ``triton.compiler.compiler`` imports it, and ``knobs.compilation.listener``."""
+    from triton import knobs
+    from triton.compiler import compiler
+
+    from triton_kiln.triton_compat.compiling import parts_of_key
+    from triton_kiln.triton_compat.versions import stages_hook_cache_key
+
+    if getattr(compiler.get_cache_key, "_kiln_watch", False):
+        return
+    keyed = compiler.get_cache_key
+    parts: dict[int, dict[str, str]] = {}
+
+    def get_cache_key(src: Any, backend: Any, backend_options: Any, env_vars: Any) -> Any:
+        from triton.runtime.cache import triton_key
+
+        try:
+            parts[id(src)] = parts_of_key(
+                src, backend, backend_options, env_vars, triton_key(), stages_hook_cache_key()
+            )
+        except Exception as exc:  # a diagnostic: never the compile's failure
+            parts[id(src)] = {"error": f"{type(exc).__name__}: {exc}"}
+        return keyed(src, backend, backend_options, env_vars=env_vars)
+
+    get_cache_key._kiln_watch = True  # type: ignore[attr-defined]
+    compiler.get_cache_key = get_cache_key
+    previous = knobs.compilation.listener
+
+    def listener(*, src: Any, metadata: Any, metadata_group: Any, times: Any, cache_hit: bool) -> None:
+        seen = parts.pop(id(src), {})
+        if not cache_hit:
+            _COMPILED_HERE.append({"kernel": str(getattr(src, "name", "?")), **seen})
+        if previous is not None:
+            previous(
+                src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit
+            )
+
+    knobs.compilation.listener = listener
+
+
+def compiles_here() -> list[dict[str, str]]:
+    """The compiles :func:`watch_compiles` recorded since the last ask (run in the sandbox)."""
+    taken = list(_COMPILED_HERE)
+    del _COMPILED_HERE[: len(taken)]
+    return taken
