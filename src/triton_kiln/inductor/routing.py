@@ -34,15 +34,17 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
-from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
 from triton_kiln.inductor.configs import ConfigCompiler
 from triton_kiln.inductor.jobs import InductorPool
 from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import inductor as compat
+
+if TYPE_CHECKING:  # the sandbox's modules load only when sandbox_benchmarks is on
+    from triton_kiln.inductor.benchmarks import SandboxBenchmarks
 
 log = logging.getLogger("kiln.inductor")
 
@@ -128,6 +130,7 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
 
 
 def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
+    from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
     from triton_kiln.sandbox.registry import gpu_present
 
     point = compat.make_benchmark_fn_point()
