@@ -137,6 +137,17 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
             result["runtime_ms_pool_stopped"] = statistics.median(
                 inductor_models.block_runtime_ms(call, device, args.blocks, args.block_iters)
             )
+            # and with this thread held on one core (the last): whether where the process runs,
+            # rather than what it holds, makes one arm's host slower
+            if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
+                allowed = os.sched_getaffinity(0)
+                os.sched_setaffinity(0, {max(allowed)})
+                try:
+                    result["runtime_ms_pinned"] = statistics.median(
+                        inductor_models.block_runtime_ms(call, device, args.blocks, args.block_iters)
+                    )
+                finally:
+                    os.sched_setaffinity(0, allowed)
         result["split_after_runtime"] = {
             "counters": inductor_models.inductor_split().get("counters", {})  # recompiles show here
         }
