@@ -21,6 +21,9 @@ matmul configs (``bench/kernels_bench.py``) for ``GPUTarget("cuda", 90, 32)`` (n
   cluster's first driver) and the cluster goes quiet (under 0.1 core for a second). A
   production cluster is in this state; ``ray`` measures a cluster's very first driver, whose
   timed region shares the cores with Ray starting its own workers.
+* ``ray_no_prestart`` (not in the default arms): ``ray``, the cluster's first driver, on a cluster
+  started with ``RAY_prestart_worker_first_driver=0`` (no worker process per core for it: kiln's
+  farm runs one actor per node), the set-up docs/DISTRIBUTED.md recommends for a farm.
 
 Ray rows also carry ``cluster_cpu_s``: the CPU seconds the cluster used in the timed region,
 ``ray`` (its own processes, prestarted workers included) against ``node_pool`` (the node
@@ -186,8 +189,14 @@ def settle(cluster: LocalRayCluster, *, quiet_cores: float = 0.1, limit_s: float
     return round(time.perf_counter() - started, 2)
 
 
-def run_ray(cores: int, *, settled: bool = False) -> dict[str, Any]:
-    with fresh_caches("ray") as kiln_dir, LocalRayCluster(num_cpus=cores) as cluster:
+NO_PRESTART = {"RAY_prestart_worker_first_driver": "0"}
+"""Ray's setting (read by ``ray start``) that stops the raylet from starting a worker process per
+core when the first driver connects: kiln's farm needs one actor per node, not those workers."""
+
+
+def run_ray(cores: int, *, settled: bool = False, prestart: bool = True) -> dict[str, Any]:
+    cluster_env = None if prestart else NO_PRESTART
+    with fresh_caches("ray") as kiln_dir, LocalRayCluster(num_cpus=cores, env=cluster_env) as cluster:
         settle_s = settle(cluster) if settled else None
         reqs = requests()
         cpu_before = cluster_cpu_s(cluster)
@@ -232,7 +241,7 @@ def run_ray(cores: int, *, settled: bool = False) -> dict[str, Any]:
     left = cluster.leftovers()
     extra["leftover_processes"] = len(left)
     return {
-        "arm": "ray_settled" if settled else "ray",
+        "arm": "ray_settled" if settled else ("ray" if prestart else "ray_no_prestart"),
         "cores": cores,
         "configs": len(reqs),
         "wall_s": round(wall, 3),
@@ -252,7 +261,16 @@ def run_ray_settled(cores: int) -> dict[str, Any]:
     return run_ray(cores, settled=True)
 
 
-ARMS = {"local": run_local, "ray": run_ray, "ray_settled": run_ray_settled}
+def run_ray_no_prestart(cores: int) -> dict[str, Any]:
+    return run_ray(cores, prestart=False)
+
+
+ARMS = {
+    "local": run_local,
+    "ray": run_ray,
+    "ray_settled": run_ray_settled,
+    "ray_no_prestart": run_ray_no_prestart,
+}
 
 
 def main() -> int:
@@ -290,6 +308,8 @@ def main() -> int:
         summary.update({"ray_over_local": round(ratio, 3), "target": 1.2, "ok": ratio <= 1.2})
     if "local" in medians and "ray_settled" in medians:
         summary["ray_settled_over_local"] = round(medians["ray_settled"] / medians["local"], 3)
+    if "local" in medians and "ray_no_prestart" in medians:
+        summary["ray_no_prestart_over_local"] = round(medians["ray_no_prestart"] / medians["local"], 3)
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

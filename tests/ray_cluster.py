@@ -42,7 +42,11 @@ def ray_executable() -> str:
 class LocalRayCluster:
     """``ray start --head`` on 127.0.0.1, a free port, ``num_cpus`` CPUs, no dashboard."""
 
-    def __init__(self, num_cpus: int, *, pythonpath: list[str] | None = None) -> None:
+    def __init__(
+        self, num_cpus: int, *, pythonpath: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        """``env``: variables for the cluster's processes beyond this one's (Ray's ``RAY_*`` system
+        settings among them, read by ``ray start``)."""
         self.num_cpus = num_cpus
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
@@ -52,6 +56,7 @@ class LocalRayCluster:
         self.env[MARKER] = self.temp_dir
         self.env["PYTHONPATH"] = os.pathsep.join([*paths, self.env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         self.env["RAY_USAGE_STATS_ENABLED"] = "0"
+        self.env.update(env or {})
         self._seen: list[psutil.Process] = []  # every process of the cluster seen so far
 
     def start(self) -> LocalRayCluster:
