@@ -307,3 +307,32 @@ def test_install_after_a_compile_keys_binaries_as_a_fresh_process_does(
     finally:
         os.environ.pop("TRITON_PTXAS_PATH", None)  # set by the stand-in, not through monkeypatch
         forget_ptxas_version()
+
+
+def test_the_config_compiler_gives_the_key_parts_of_a_compile_it_keyed(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    """What the sandbox's report compares against: this process's key parts for the same
+    compile (kernel and constexpr values), else for another config of the kernel, marked so."""
+    from torch._inductor.codecache import PyCodeCache
+
+    import triton_kiln.inductor.routing as inductor_routing
+    from triton_kiln import triton_compat
+    from triton_kiln.triton_compat import inductor as compat
+
+    install_on(make_pool())
+    name, text = source("pointwise")
+    kernel = getattr(PyCodeCache.load(text), name)
+    kernel.precompile(warm_cache_only=True)
+    compiler = inductor_routing._state.compiler  # type: ignore[union-attr]
+    inputs = compat.config_compile(kernel, kernel.compile_results[0].config)
+    label = triton_compat.constants_label(inputs.constants)
+    exact = compiler.key_parts_for(name, label)
+    assert exact is not None
+    assert exact["same_config"] == "yes"
+    assert set(triton_compat.compiling.KEY_PARTS) <= set(exact)
+    other = compiler.key_parts_for(name, "no such constants")
+    assert other is not None
+    assert other["same_config"] == "no"
+    assert compiler.key_parts_for("no_such_kernel") is None

@@ -243,7 +243,16 @@ def test_the_sandbox_reports_the_compiles_it_made_itself_and_which_key_part_diff
             add_kernel_source(), triton_compat.make_backend(GPUTarget("cuda", 90, 32)), {}
         )
         other_ptxas = {**here, "backend": "ptxas 99.9-90"}
-        benchmarks = SandboxBenchmarks(sandbox, {"add_kernel": other_ptxas}.get)
+        constants = triton_compat.constants_label(add_kernel_source().constants)  # type: ignore[attr-defined]
+
+        def parent_parts(kernel: str, label: str | None) -> dict[str, str] | None:
+            return (
+                {**other_ptxas, "same_config": "yes"}
+                if (kernel, label) == ("add_kernel", constants)
+                else None
+            )
+
+        benchmarks = SandboxBenchmarks(sandbox, parent_parts)
         with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
             benchmarks.check_sandbox_compiles()
             benchmarks.check_sandbox_compiles()  # nothing new, and one warning at most anyway

@@ -67,11 +67,10 @@ class BenchmarkStats:
 class SandboxBenchmarks:
     """Times Inductor's choices: GPU template choices in ``sandbox``, the rest as Inductor would."""
 
-    def __init__(
-        self, sandbox: CallSandbox, parent_key_parts: Callable[[str], dict[str, str] | None] | None = None
-    ) -> None:
-        """``parent_key_parts(kernel)``: this process's key parts for a kernel (the config compiler's
-        :meth:`~kiln.inductor.configs.ConfigCompiler.key_parts_for`), to say why the sandbox missed."""
+    def __init__(self, sandbox: CallSandbox, parent_key_parts: ParentKeyParts | None = None) -> None:
+        """``parent_key_parts(kernel, constants)``: this process's key parts for that compile (the
+        config compiler's :meth:`~kiln.inductor.configs.ConfigCompiler.key_parts_for`), to say
+        why the sandbox missed."""
         self.sandbox = sandbox
         self.stats = BenchmarkStats()
         self._lock = threading.Lock()
@@ -188,9 +187,11 @@ class SandboxBenchmarks:
         self.sandbox.close()
 
 
-def describe_sandbox_compiles(
-    compiled: list[dict[str, str]], parent_key_parts: Callable[[str], dict[str, str] | None] | None
-) -> str:
+ParentKeyParts = Callable[[str, "str | None"], "dict[str, str] | None"]
+"""``(kernel name, constants label) -> key parts`` in the parent (``ConfigCompiler.key_parts_for``)."""
+
+
+def describe_sandbox_compiles(compiled: list[dict[str, str]], parent_key_parts: ParentKeyParts | None) -> str:
     """One line on the sandbox's own compiles: how many, the first kernel, and which parts of its
     key differ from this process's key for that kernel (with both values, shortened)."""
     first = compiled[0]
@@ -199,16 +200,17 @@ def describe_sandbox_compiles(
         f"the benchmark sandbox compiled {len(compiled)} Triton kernel(s) itself (first: {kernel}) "
         "instead of loading the binaries kiln put in Triton's cache, so its benchmarks took longer"
     )
-    parent = parent_key_parts(kernel) if parent_key_parts is not None else None
+    parent = parent_key_parts(kernel, first.get("constants")) if parent_key_parts is not None else None
     if parent is None:
         return f"{head}; this process keyed no kernel of that name. Key parts there: {_short(first)}"
     differ = triton_compat.key_parts_differ(first, parent)
+    against = "" if parent.get("same_config") == "yes" else " (compared with another config of it)"
     if not differ:
-        return f"{head}; its key parts equal this process's last {kernel} (another config missed)"
+        return f"{head}; its key parts equal this process's{against}"
     detail = "; ".join(
         f"{name}: here {_clip(parent.get(name))}, there {_clip(first.get(name))}" for name in differ
     )
-    return f"{head}; its key differs from this process's in {', '.join(differ)} ({detail})"
+    return f"{head}; its key differs from this process's{against} in {', '.join(differ)} ({detail})"
 
 
 def _clip(value: str | None, width: int = 120) -> str:

@@ -84,7 +84,9 @@ class ConfigCompiler:
         self._lock = threading.Lock()
         self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
         self._settled = _Settled()
-        self._recent: OrderedDict[str, compat.ConfigCompile] = OrderedDict()  # by kernel name
+        # the last inputs keyed per (kernel name, constexpr values), and per kernel name
+        self._recent: OrderedDict[tuple[str, str], compat.ConfigCompile] = OrderedDict()
+        self._recent_by_name: dict[str, compat.ConfigCompile] = {}
 
     # -- one config ---------------------------------------------------------------------------
 
@@ -160,23 +162,33 @@ class ConfigCompiler:
 
     def _remember(self, inputs: compat.ConfigCompile) -> None:
         name = str(getattr(inputs.fn, "__name__", "?"))
+        ident = (name, triton_compat.constants_label(inputs.constants))
         with self._lock:
-            self._recent[name] = inputs
-            self._recent.move_to_end(name)
+            self._recent[ident] = inputs
+            self._recent.move_to_end(ident)
+            self._recent_by_name[name] = inputs
             while len(self._recent) > RECENT_KERNELS:
-                self._recent.popitem(last=False)
+                (old_name, _), old = self._recent.popitem(last=False)
+                if self._recent_by_name.get(old_name) is old:
+                    del self._recent_by_name[old_name]
 
-    def key_parts_for(self, kernel_name: str) -> dict[str, str] | None:
-        """The key parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`) of the last
-        config of ``kernel_name`` this process keyed, or ``None``: to tell why another process
-        (the benchmark sandbox) keyed the same kernel differently."""
+    def key_parts_for(self, kernel_name: str, constants: str | None = None) -> dict[str, str] | None:
+        """The key parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`) this process
+        gave ``kernel_name`` with these constexpr values (a
+        :func:`~kiln.triton_compat.compiling.constants_label`), else its last config's (marked
+        ``"same_config": "no"``), else ``None``: to tell why another process (the benchmark
+        sandbox) keyed the same compile differently."""
         with self._lock:
-            inputs = self._recent.get(kernel_name)
+            inputs = self._recent.get((kernel_name, constants)) if constants is not None else None
+            same = inputs is not None
+            if inputs is None:
+                inputs = self._recent_by_name.get(kernel_name)
         if inputs is None:
             return None
-        return triton_compat.compile_key_parts(
+        parts = triton_compat.compile_key_parts(
             _source(inputs), triton_compat.make_backend(inputs.target), dict(inputs.options)
         )
+        return {**parts, "same_config": "yes" if same else "no"}
 
     def remember_error(self, job: ConfigJob, exc: BaseException) -> None:
         with self._lock:

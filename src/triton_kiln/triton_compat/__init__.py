@@ -88,6 +88,9 @@ from triton_kiln.triton_compat.compiling import (
     compiled_kernel_parts as compiled_kernel_parts,
 )
 from triton_kiln.triton_compat.compiling import (
+    constants_label as constants_label,
+)
+from triton_kiln.triton_compat.compiling import (
     constexpr_function as constexpr_function,
 )
 from triton_kiln.triton_compat.compiling import (

@@ -195,6 +195,11 @@ def parts_of_key(
     }
 
 
+def constants_label(constants: Mapping[Any, Any]) -> str:
+    """A compile's constexpr values as one comparable string (which config of a kernel it is)."""
+    return repr(sorted((str(k), repr(v)) for k, v in constants.items()))
+
+
 def key_parts_differ(one: Mapping[str, str], other: Mapping[str, str]) -> list[str]:
     """The :data:`KEY_PARTS` names whose values differ between two :func:`compile_key_parts`."""
     return [name for name in KEY_PARTS if one.get(name) != other.get(name)]

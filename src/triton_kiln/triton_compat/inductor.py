@@ -385,7 +385,7 @@ def watch_compiles() -> None:
     from triton import knobs
     from triton.compiler import compiler
 
-    from triton_kiln.triton_compat.compiling import parts_of_key
+    from triton_kiln.triton_compat.compiling import constants_label, parts_of_key
     from triton_kiln.triton_compat.versions import stages_hook_cache_key
 
     if getattr(compiler.get_cache_key, "_kiln_watch", False):
@@ -411,7 +411,8 @@ def watch_compiles() -> None:
     def listener(*, src: Any, metadata: Any, metadata_group: Any, times: Any, cache_hit: bool) -> None:
         seen = parts.pop(id(src), {})
         if not cache_hit:
-            _COMPILED_HERE.append({"kernel": str(getattr(src, "name", "?")), **seen})
+            constants = constants_label(getattr(src, "constants", None) or {})
+            _COMPILED_HERE.append({"kernel": str(getattr(src, "name", "?")), "constants": constants, **seen})
         if previous is not None:
             previous(
                 src=src, metadata=metadata, metadata_group=metadata_group, times=times, cache_hit=cache_hit
