@@ -258,7 +258,12 @@ def test_the_sandbox_reports_the_compiles_it_made_itself_and_which_key_part_diff
             benchmarks.check_sandbox_compiles()  # nothing new, and one warning at most anyway
         (compiled,) = benchmarks.stats.compiled_in_sandbox
         assert compiled["kernel"] == "add_kernel"
-        assert triton_compat.key_parts_differ(compiled, here) == []  # same variables: same key
+        assert set(triton_compat.compiling.KEY_PARTS) <= set(compiled)
+        # the same source, target and ptxas: those parts equal this process's (the stage-hook part
+        # may not: in the whole suite this process carries the fault tests' stage hooks)
+        assert compiled["source"] == here["source"]
+        assert compiled["backend"] == here["backend"]
+        assert compiled["options"] == here["options"]
         warnings = [
             r.getMessage() for r in caplog.records if "compiled 1 Triton kernel(s) itself" in r.getMessage()
         ]
