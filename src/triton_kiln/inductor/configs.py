@@ -84,9 +84,8 @@ class ConfigCompiler:
         self._lock = threading.Lock()
         self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
         self._settled = _Settled()
-        # the last inputs keyed per (kernel name, constexpr values), and per kernel name
+        # the last inputs per (kernel name, constexpr values), the most recent last
         self._recent: OrderedDict[tuple[str, str], compat.ConfigCompile] = OrderedDict()
-        self._recent_by_name: dict[str, compat.ConfigCompile] = {}
 
     # -- one config ---------------------------------------------------------------------------
 
@@ -166,11 +165,8 @@ class ConfigCompiler:
         with self._lock:
             self._recent[ident] = inputs
             self._recent.move_to_end(ident)
-            self._recent_by_name[name] = inputs
             while len(self._recent) > RECENT_KERNELS:
-                (old_name, _), old = self._recent.popitem(last=False)
-                if self._recent_by_name.get(old_name) is old:
-                    del self._recent_by_name[old_name]
+                self._recent.popitem(last=False)
 
     def key_parts_for(self, kernel_name: str, constants: str | None = None) -> dict[str, str] | None:
         """The key parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`) this process
@@ -181,8 +177,10 @@ class ConfigCompiler:
         with self._lock:
             inputs = self._recent.get((kernel_name, constants)) if constants is not None else None
             same = inputs is not None
-            if inputs is None:
-                inputs = self._recent_by_name.get(kernel_name)
+            if inputs is None:  # the kernel's most recent config
+                inputs = next(
+                    (i for (name, _), i in reversed(self._recent.items()) if name == kernel_name), None
+                )
         if inputs is None:
             return None
         parts = triton_compat.compile_key_parts(
