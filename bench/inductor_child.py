@@ -134,18 +134,20 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
                 from torch._inductor.async_compile import shutdown_compile_workers
 
                 shutdown_compile_workers()
-            result["runtime_ms_pool_stopped"] = statistics.median(
-                inductor_models.block_runtime_ms(call, device, args.blocks, args.block_iters)
-            )
+
+            def blocks_median() -> float:
+                return statistics.median(
+                    inductor_models.block_runtime_ms(call, device, args.blocks, args.block_iters)
+                )
+
+            result["runtime_ms_pool_stopped"] = blocks_median()
             # and with this thread held on one core (the last): whether where the process runs,
             # rather than what it holds, makes one arm's host slower
             if hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
                 allowed = os.sched_getaffinity(0)
                 os.sched_setaffinity(0, {max(allowed)})
                 try:
-                    result["runtime_ms_pinned"] = statistics.median(
-                        inductor_models.block_runtime_ms(call, device, args.blocks, args.block_iters)
-                    )
+                    result["runtime_ms_pinned"] = blocks_median()
                 finally:
                     os.sched_setaffinity(0, allowed)
         result["split_after_runtime"] = {

@@ -227,17 +227,11 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
             kind = type(owner).__name__ if owner is not None else "unknown"
             launchers[kind] = launchers.get(kind, 0) + 1
     torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host_ms = (time.perf_counter() - started) * 1e3 / calls
+    host_ms = _host_ms_per_call(fn, calls)
     torch.cuda.synchronize()
     gc.disable()  # the same, without Python's garbage collector (a cold process holds more objects)
     try:
-        started = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        host_ms_gc_off = (time.perf_counter() - started) * 1e3 / calls
+        host_ms_gc_off = _host_ms_per_call(fn, calls)
     finally:
         gc.enable()
     torch.cuda.synchronize()
@@ -268,6 +262,14 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
         "gpu_kernel_ms_per_call": gpu_ms,
         "host_profile_top": profile_top,
     }
+
+
+def _host_ms_per_call(fn: Callable[[], Any], calls: int) -> float:
+    """Milliseconds the host takes to issue one of ``calls`` calls, no synchronization."""
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - started) * 1e3 / calls
 
 
 def host_profile(fn: Callable[[], Any], calls: int, top: int = 14) -> list[tuple[str, float, float]]:
