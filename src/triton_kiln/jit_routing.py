@@ -164,6 +164,10 @@ def _compile_in_pool(
     except Exception as exc:
         log.debug("kiln: %s is compiled by Triton in this process, not in kiln's pool: %s", name, exc)
         return None
+    if pool.settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compile
+        from triton_kiln.launch import prebuild
+
+        prebuild.start(inputs.src, inputs.target)
     try:
         artifact = future.result(timeout=_wait_s(pool))
     except JobFailure as exc:

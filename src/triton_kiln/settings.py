@@ -135,6 +135,11 @@ class Settings:
     ``@triton.jit`` kernels compile in kiln's pool too; ``0`` leaves them to Triton
     (docs/JIT_ROUTING.md)."""
 
+    prebuild_launchers: bool = True
+    """``KILN_PREBUILD_LAUNCHERS``: on Triton 3.5/3.6, while kiln's pool compiles a kernel, Triton's
+    C launcher for its signature is built with gcc in a background thread of your process, so the
+    kernel's first launch finds it in Triton's cache; ``0``: Triton builds it at the first launch."""
+
     cache_max_mb: int | None = DEFAULT_CACHE_MAX_MB
     """``KILN_CACHE_MAX_MB``: MiB the artifact store may hold on disk before the least recently used
     entries are evicted (``0`` or ``unlimited``: no cap). The tuning database does not count."""
@@ -305,6 +310,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
     "inductor_sandbox": ("KILN_INDUCTOR_SANDBOX", _bool, "0 or 1"),
     "route_jit": ("KILN_ROUTE_JIT", _bool, "0 or 1"),
+    "prebuild_launchers": ("KILN_PREBUILD_LAUNCHERS", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
     "remote_cache": (
         "KILN_REMOTE_CACHE",

@@ -45,6 +45,7 @@ from triton_kiln.autotuner.bench import Bencher, Phase, make_bencher
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, call_meta, tuning_key
 from triton_kiln.compile.request import guess_compile_cost
+from triton_kiln.launch import prebuild
 from triton_kiln.tuning.configs import config_label
 from triton_kiln.tuning.results import ConfigResult
 
@@ -224,6 +225,8 @@ class LibrarySearch:
             return None
         pool = tuner._get_pool()
         candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
+        if tuner._settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compile
+            prebuild.start_requests([candidate.request])
         self.candidates[config] = candidate
         return candidate
 

@@ -57,6 +57,7 @@ from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_he
 from triton_kiln.autotuner.run_identity import LocalDevice
 from triton_kiln.autotuner.specialize import Candidate
 from triton_kiln.compile.request import guess_compile_cost
+from triton_kiln.launch import prebuild
 from triton_kiln.node.locks import FileLock, marker_since, remove_file, write_marker
 from triton_kiln.sandbox.compare import OutputCheck, Verdict
 from triton_kiln.tuning.results import ConfigResult
@@ -232,6 +233,8 @@ def help_tune(
         phase = screen_phase(tuner, bencher)
         for candidate in candidates:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
+        if tuner._settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compiles
+            prebuild.start_requests(c.request for c in candidates)
         futures = {c.future for c in candidates if c.future is not None}
         for future in as_completed(futures):
             if share.closed():

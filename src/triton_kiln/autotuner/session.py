@@ -46,6 +46,7 @@ from triton_kiln.autotuner.specialize import Candidate, candidate_result, distin
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.compile.request import guess_compile_cost
 from triton_kiln.errors import KilnError
+from triton_kiln.launch import prebuild
 from triton_kiln.sandbox.compare import Verdict
 from triton_kiln.tuning.configs import config_label
 from triton_kiln.tuning.results import ConfigResult, TuningRun
@@ -159,6 +160,8 @@ class TuningSession:
         for candidate in candidates:
             candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
             by_future.setdefault(candidate.future, candidate)
+        if tuner._settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compiles
+            prebuild.start_requests(c.request for c in candidates)
         self.split.watch(by_future)
         for future in by_future:
             progress.watch(future, configs=sum(1 for c in candidates if c.future is future))

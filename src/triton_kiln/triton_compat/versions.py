@@ -53,6 +53,13 @@ def stages_hook_cache_key() -> str:
     return str(key)
 
 
+def builds_launcher_per_signature() -> bool:
+    """Whether this Triton's NVIDIA driver builds a C launcher per kernel signature with gcc
+    (``CudaLauncher`` -> ``make_launcher`` -> ``compile_module_from_src``, on a kernel's first
+    launch: Triton 3.5 and 3.6). Triton 3.7 launches every kernel through one prebuilt launcher."""
+    return triton_version_tuple() < (3, 7, 0)
+
+
 def install_stages_hook(edit: StagesEditor, key: str) -> Callable[[], None]:
     """Chain ``edit`` onto Triton's ``knobs.runtime.add_stages_inspection_hook``.
 
