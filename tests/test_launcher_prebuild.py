@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -376,3 +376,102 @@ def test_a_tuning_run_starts_one_launcher_build_for_its_configs(
         assert recording.recorder.sources == [tritons_launcher_source(binary)]
     else:
         assert recording.recorder.sources == []
+
+
+# --- end to end, with a stand-in libcuda: the first launch's launcher is a cache hit ------------
+
+CUDA_STUB_FUNCTIONS = (  # what the launcher's C source calls directly (the rest via dlsym)
+    "cuCtxGetCurrent",
+    "cuCtxSetCurrent",
+    "cuDeviceGet",
+    "cuDevicePrimaryCtxRetain",
+    "cuFuncSetAttribute",
+    "cuGetErrorString",
+    "cuPointerGetAttribute",
+    "cuPointerGetAttributes",
+)
+
+
+@pytest.fixture
+def stub_libcuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A ``libcuda.so.1`` with the driver functions the launcher links (each returns an error):
+    the GPU driver is the one fake; gcc, Triton's build and its cache are real."""
+    import subprocess
+
+    from triton.backends.nvidia import driver
+
+    directory = tmp_path / "stub-libcuda"
+    directory.mkdir()
+    source = directory / "cuda.c"
+    source.write_text("".join(f"int {name}(void) {{ return 1; }}\n" for name in CUDA_STUB_FUNCTIONS))
+    library = directory / "libcuda.so.1"
+    command = ["gcc", "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(library), str(source)]
+    subprocess.run(command, check=True)
+    monkeypatch.setenv("TRITON_LIBCUDA_PATH", str(directory))
+    driver.library_dirs.cache_clear()
+    driver.libcuda_dirs.cache_clear()
+    yield directory
+    driver.library_dirs.cache_clear()
+    driver.libcuda_dirs.cache_clear()
+
+
+FIRST_LAUNCH = """
+import ctypes, hashlib, json, os, sys, sysconfig, threading
+# the stand-in driver library, loaded first: the launcher's libcuda.so.1 dependency resolves to it
+ctypes.CDLL(os.path.join(os.environ["TRITON_LIBCUDA_PATH"], "libcuda.so.1"), mode=ctypes.RTLD_GLOBAL)
+import triton
+from triton.backends.nvidia import driver
+from triton.runtime.build import platform_key
+from triton.runtime.cache import get_cache_manager
+from triton_kiln import GPUTarget
+from triton_kiln.launch import prebuild
+sys.path.insert(0, sys.argv[1])
+import kernels
+
+original = driver.compile_module_from_src
+builds = []  # (thread, whether Triton's cache held the module before the call)
+
+def record(src, name, **kwargs):
+    key = hashlib.sha256((src + platform_key()).encode()).hexdigest()
+    file = name + sysconfig.get_config_var("EXT_SUFFIX")
+    builds.append((threading.current_thread().name, get_cache_manager(key).get_file(file) is not None))
+    return original(src=src, name=name, **kwargs)
+
+driver.compile_module_from_src = record
+target = GPUTarget("cuda", 90, 32)
+sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+src = triton.compiler.ASTSource(kernels.add_kernel, sig, {"BLOCK": 256})
+queued = prebuild.start(src, target)  # as kiln's pool submit does
+kernel = triton.compile(src, target=target)  # the compile it overlaps with
+done = prebuild.PREBUILDER.wait(60)
+launcher = driver.CudaLauncher(kernel.src, kernel.metadata)  # what the first launch makes
+print(json.dumps({"queued": queued, "done": done, "builds": builds, "loaded": callable(launcher.launch)}))
+"""
+
+
+@needs_per_signature
+def test_the_first_launchs_launcher_is_a_cache_hit_after_the_prebuild(
+    stub_libcuda: Path, tmp_path: Path
+) -> None:
+    """Real gcc and Triton's own build and cache, in a fresh process whose libcuda is the stand-in:
+    the background thread builds the launcher, the first launch's ``CudaLauncher`` loads it
+    from Triton's cache without running gcc."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tests.parent / "src"),
+        "TRITON_CACHE_DIR": str(tmp_path / "first-launch-cache"),
+    }
+    command = [sys.executable, "-c", FIRST_LAUNCH, str(tests)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["queued"] is True
+    assert report["done"] is True
+    assert report["builds"] == [["kiln-launcher-prebuild", False], ["MainThread", True]]
+    assert report["loaded"] is True
