@@ -42,7 +42,7 @@ log = logging.getLogger("kiln.launch")
 BUILD_THREADS = 2
 """Builds at once (each is one gcc): a few signatures' launchers in the time the pool compiles."""
 
-_KILN_CHILD_VARIABLES = (  # set in kiln's zygote (and its workers) and sandboxes
+_CHILD_VARIABLES = (  # set in kiln's zygote (and its workers) and sandboxes
     "KILN_ZYGOTE_FD",
     "KILN_SANDBOX_FD",
     "KILN_NATIVE_SANDBOX_FD",
@@ -135,7 +135,7 @@ def start(src: Any, target: GPUTarget) -> bool:
 
 
 def _in_kiln_child() -> bool:
-    return any(var in os.environ for var in _KILN_CHILD_VARIABLES)
+    return any(var in os.environ for var in _CHILD_VARIABLES)
 
 
 def _name(src: Any) -> str:
