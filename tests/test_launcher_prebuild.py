@@ -234,6 +234,7 @@ def test_a_failing_builder_is_logged_never_raised(caplog: pytest.LogCaptureFixtu
         assert failing.wait(30)
     assert "gcc exploded" in caplog.text
     assert "not prebuilt" in caplog.text
+    assert refused.start_source("y") is False  # no libcuda or C compiler here: not tried again
 
 
 def test_start_never_raises_and_kilns_own_processes_never_prebuild(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,6 +65,7 @@ class LauncherPrebuilder:
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._pending = 0  # queued or building
+        self._unbuildable = False  # a build returned False: no libcuda or C compiler here
 
     def start(self, src: Any, target: GPUTarget) -> bool:
         """Queue the build of the launcher a kernel compiled from ``src`` for ``target`` will
@@ -82,10 +83,11 @@ class LauncherPrebuilder:
             return False
 
     def start_source(self, source: str) -> bool:
-        """Queue the build of ``source`` unless this process queued it before."""
+        """Queue the build of ``source`` unless this process queued it before, or an earlier
+        build found it cannot build here (no libcuda, no C compiler: a machine without a GPU)."""
         digest = hashlib.sha256(source.encode()).hexdigest()
         with self._lock:
-            if digest in self._seen:
+            if digest in self._seen or self._unbuildable:
                 return False
             self._seen.add(digest)
             self._pending += 1
@@ -106,7 +108,9 @@ class LauncherPrebuilder:
             source = self._queue.get()
             try:
                 if not self.builder(source):
-                    log.debug("kiln: Triton's launcher was not prebuilt (no libcuda or C compiler here)")
+                    log.debug("kiln: Triton's launchers are not prebuilt: no libcuda or C compiler here")
+                    with self._lock:
+                        self._unbuildable = True
             except Exception as exc:  # logged, never raised: the first launch builds it instead
                 log.debug("kiln: prebuilding Triton's launcher failed: %r", exc)
             finally:
