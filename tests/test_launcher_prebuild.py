@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -251,6 +252,15 @@ def test_start_never_raises_and_kilns_own_processes_never_prebuild(monkeypatch: 
 def test_the_real_builder_in_the_background_returns_false_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default builder is Triton's own build: here (no libcuda) it logs and builds nothing."""
     monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
+    if PER_SIGNATURE:
+        from triton.backends.nvidia import driver
+
+        driver.libcuda_dirs.cache_clear()
+        try:
+            driver.libcuda_dirs()
+            pytest.skip("this machine has libcuda: the build would succeed")
+        except AssertionError:
+            pass  # no libcuda.so.1, as on every CPU machine
     results: list[bool] = []
     builds = prebuild.LauncherPrebuilder()
     assert builds.builder is triton_launcher.build_launcher
@@ -271,9 +281,9 @@ class RecordingPrebuilder(prebuild.LauncherPrebuilder):
         super().__init__(builder=self.recorder)
         self.started: list[Any] = []
 
-    def start(self, src: Any, target: Any) -> bool:
+    def _start(self, src: Any, target: Any) -> tuple[bool, str | None]:
         self.started.append((src, target))
-        return super().start(src, target)
+        return super()._start(src, target)
 
 
 @pytest.fixture
@@ -306,6 +316,33 @@ def test_a_routed_plain_jit_compile_starts_its_launchers_build(
         assert recording.recorder.sources == [tritons_launcher_source(kernel)]
     else:
         assert recording.recorder.sources == []
+
+
+@needs_per_signature
+def test_a_routed_compile_returns_after_its_launchers_build_in_flight(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    recording: RecordingPrebuilder,
+) -> None:
+    """A small kernel compiles faster than gcc builds its launcher: the routed compile waits for
+    the build in flight, so the launch that follows finds it in Triton's cache rather than
+    running gcc a second time in the caller's thread (seen on the H100: both threads built)."""
+    finished: list[float] = []
+
+    def slow_build(source: str) -> bool:
+        time.sleep(1.5)  # longer than the pool's compile of add_kernel
+        finished.append(time.monotonic())
+        return True
+
+    recording.builder = slow_build
+    pool = make_pool()
+    route_on(pool)
+    f32 = torch.float32
+    kernels.add_kernel.warmup(f32, f32, f32, 1024, BLOCK=32, grid=(1,))
+    returned = time.monotonic()
+    assert pool.stats.compiled == 1
+    assert len(finished) == 1
+    assert finished[0] <= returned
 
 
 def test_kiln_prebuild_launchers_0_starts_nothing(

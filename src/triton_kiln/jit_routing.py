@@ -45,6 +45,9 @@ from triton_kiln.triton_compat import jit_hook as compat
 log = logging.getLogger("kiln.install")
 
 _CHILD_VARIABLES = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD")
+LAUNCHER_WAIT_S = 5.0
+"""Longest wait, once the binary is in, for Triton's launcher built in the background (one gcc
+run, ~0.26 s); past it the launch builds the launcher itself, as Triton always does."""
 
 
 class JitCompileCrashedError(KilnError, RuntimeError):
@@ -164,10 +167,11 @@ def _compile_in_pool(
     except Exception as exc:
         log.debug("kiln: %s is compiled by Triton in this process, not in kiln's pool: %s", name, exc)
         return None
+    launcher = None
     if pool.settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compile
         from triton_kiln.launch import prebuild
 
-        prebuild.start(inputs.src, inputs.target)
+        launcher = prebuild.PREBUILDER.begin(inputs.src, inputs.target)
     try:
         artifact = future.result(timeout=_wait_s(pool))
     except JobFailure as exc:
@@ -189,6 +193,9 @@ def _compile_in_pool(
     except OSError as exc:  # Triton's cache directory cannot take it: Triton compiles it here
         log.debug("kiln: %s: Triton's cache could not be written (%s); Triton compiles it", name, exc)
         return None
+    if launcher is not None:
+        # the launch follows at once: the rest of a build in flight is shorter than a second one
+        prebuild.PREBUILDER.wait_for(launcher, LAUNCHER_WAIT_S)
     return slot
 
 

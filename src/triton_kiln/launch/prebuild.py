@@ -11,7 +11,9 @@ starts then, in a thread, beside the pool's compile::
       sha256 of the source seen in this process -> nothing
       queued  ───────────────────────────────────────►  build_launcher(source): gcc, into
                                                         Triton's cache (its key, its layout)
-    the artifact arrives; the kernel's first launch:
+    the artifact arrives: wait_for(key), at most a few seconds (plain-jit routing, whose
+      kernels often compile faster than gcc builds; a wait is never longer than a second build)
+    the kernel's first launch:
       CudaLauncher -> compile_module_from_src: a cache hit (gcc here only if the build is late)
 
 Nothing here raises into the caller: a failure (no ``libcuda.so.1``, no C compiler) is logged
@@ -62,7 +64,8 @@ class LauncherPrebuilder:
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._seen: set[str] = set()  # sha256 of every source queued in this process
-        self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._in_flight: set[str] = set()  # sha256 of the sources queued or building now
+        self._queue: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._pending = 0  # queued or building
         self._unbuildable = False  # a build returned False: no libcuda or C compiler here
@@ -71,32 +74,49 @@ class LauncherPrebuilder:
         """Queue the build of the launcher a kernel compiled from ``src`` for ``target`` will
         need; ``True`` when a build was queued (``False``: none needed, already queued in this
         process, or the source could not be made: logged at DEBUG). Never raises."""
+        return self._start(src, target)[0]
+
+    def begin(self, src: Any, target: GPUTarget) -> str | None:
+        """As :meth:`start`; the build's key for :meth:`wait_for` while one is queued or
+        building for this source (queued now or earlier), else ``None``. Never raises."""
+        digest = self._start(src, target)[1]
+        with self._lock:
+            return digest if digest in self._in_flight else None
+
+    def _start(self, src: Any, target: GPUTarget) -> tuple[bool, str | None]:
         try:
             if _in_kiln_child():
-                return False
+                return False, None
             source = compat.launcher_source(src, target)
             if source is None:
-                return False
-            return self.start_source(source)
+                return False, None
+            return self.start_source(source), _digest(source)
         except Exception as exc:  # a prebuild is an optimization: never the caller's failure
             log.debug("kiln: Triton's launcher for %r is not prebuilt: %r", _name(src), exc)
-            return False
+            return False, None
 
     def start_source(self, source: str) -> bool:
         """Queue the build of ``source`` unless this process queued it before, or an earlier
         build found it cannot build here (no libcuda, no C compiler: a machine without a GPU)."""
-        digest = hashlib.sha256(source.encode()).hexdigest()
+        digest = _digest(source)
         with self._lock:
             if digest in self._seen or self._unbuildable:
                 return False
             self._seen.add(digest)
+            self._in_flight.add(digest)
             self._pending += 1
             if len(self._threads) < self._threads_wanted:
                 thread = threading.Thread(target=self._run, name="kiln-launcher-prebuild", daemon=True)
                 self._threads.append(thread)
                 thread.start()
-        self._queue.put(source)
+        self._queue.put((digest, source))
         return True
+
+    def wait_for(self, key: str, timeout_s: float) -> bool:
+        """Wait until the build :meth:`begin` returned ``key`` for has finished (built or
+        failed); ``False`` if it still runs after ``timeout_s``."""
+        with self._done:
+            return self._done.wait_for(lambda: key not in self._in_flight, timeout=timeout_s)
 
     def wait(self, timeout_s: float) -> bool:
         """Wait until every queued build has finished; ``False`` if some still run after ``timeout_s``."""
@@ -105,7 +125,7 @@ class LauncherPrebuilder:
 
     def _run(self) -> None:
         while True:
-            source = self._queue.get()
+            digest, source = self._queue.get()
             try:
                 if not self.builder(source):
                     log.debug("kiln: Triton's launchers are not prebuilt: no libcuda or C compiler here")
@@ -116,6 +136,7 @@ class LauncherPrebuilder:
             finally:
                 with self._done:
                     self._pending -= 1
+                    self._in_flight.discard(digest)
                     self._done.notify_all()
 
     def _after_fork_in_child(self) -> None:
@@ -125,6 +146,7 @@ class LauncherPrebuilder:
         self._queue = queue.SimpleQueue()
         self._threads = []
         self._pending = 0
+        self._in_flight = set()
 
 
 PREBUILDER = LauncherPrebuilder()
@@ -136,6 +158,10 @@ os.register_at_fork(after_in_child=PREBUILDER._after_fork_in_child)
 def start(src: Any, target: GPUTarget) -> bool:
     """:meth:`LauncherPrebuilder.start` of this process's :data:`PREBUILDER`."""
     return PREBUILDER.start(src, target)
+
+
+def _digest(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 def _in_kiln_child() -> bool:
