@@ -44,6 +44,7 @@ Version differences (each handled here, nowhere else):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import pickle
@@ -177,8 +178,24 @@ def set_worker_paths() -> None:
 
 
 def precompile_warm(kernel: Any) -> None:
-    """``kernel.precompile(warm_cache_only=True)``, as Inductor's worker does."""
+    """``kernel.precompile(warm_cache_only=True)``, as Inductor's worker does, in this process.
+
+    Each compile there registers its binary with Inductor's ``TritonBundler`` (what an FX graph
+    cache entry bundles). A worker's registrations die with the worker; here they would stay,
+    and the parent's own ``_precompile_worker`` registers each binary again: every kernel twice
+    in the bundle, which the warm process then reads. So the ones made here are dropped."""
+    from torch._inductor.runtime.runtime_utils import triton_hash_to_path_key
+    from torch._inductor.triton_bundler import TritonBundler
+
+    before = {id(entry) for entry in getattr(TritonBundler, "_entries", None) or ()}
     kernel.precompile(warm_cache_only=True)
+    entries = getattr(TritonBundler, "_entries", None)
+    if not entries:
+        return
+    mine = {triton_hash_to_path_key(result.kernel.hash) for result in kernel.compile_results}
+    for entry in [e for e in entries if id(e) not in before and e.kernel_hash in mine]:
+        with contextlib.suppress(ValueError):  # list.remove: atomic beside other threads' appends
+            entries.remove(entry)
 
 
 def as_sent_by_worker(kernel: Any) -> Any:
