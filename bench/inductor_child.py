@@ -34,6 +34,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import inductor_models
+import machine_state
 
 ARMS = ("stock", "kiln")
 MODES = ("max-autotune-no-cudagraphs", "default")
@@ -66,6 +67,8 @@ def install_kiln(sandbox: bool) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    result["stage"] = "machine"
+    result["machine_before"] = machine_state.snapshot()  # before this process does anything
     result["stage"] = "import"
     started = time.perf_counter()
     import torch

@@ -1,0 +1,58 @@
+"""What else the machine is doing when a benchmark process starts (bench/inductor_child.py).
+
+A warm ResNet-50 process with kiln imported torch more slowly than stock's in all 7 runs on the
+H100 (median 1.17x), before kiln was imported at all. This records, before ``import torch``,
+whether processes left by the run's earlier process (kiln's zygote and workers, Inductor's
+compile workers, sandboxes) are still alive or busy, and how busy the machine's CPUs are.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import psutil
+
+MARKERS = ("triton_kiln", "compile_worker", "subproc_pool", "kiln")
+
+
+def snapshot(sample_s: float = 0.5) -> dict[str, Any]:
+    """CPU use of the whole machine and of every other process over ``sample_s``, the
+    benchmark-related processes still alive, and the CPUs' current frequency."""
+    me = os.getpid()
+    procs = []
+    for proc in psutil.process_iter(["pid", "name", "cmdline"]):
+        if proc.info["pid"] == me:
+            continue
+        try:
+            proc.cpu_percent(None)  # starts this process's sample
+            procs.append(proc)
+        except psutil.Error:
+            continue
+    psutil.cpu_percent(None)
+    started = time.perf_counter()
+    time.sleep(sample_s)
+    busy = []
+    related = []
+    for proc in procs:
+        try:
+            percent = proc.cpu_percent(None)
+            line = " ".join(proc.info.get("cmdline") or [])[:120]
+        except psutil.Error:
+            continue
+        if percent >= 5.0:
+            busy.append({"pid": proc.info["pid"], "cpu_percent": percent, "cmd": line})
+        if any(marker in line for marker in MARKERS):
+            related.append({"pid": proc.info["pid"], "cpu_percent": percent, "cmd": line})
+    freq = psutil.cpu_freq()
+    return {
+        "sample_s": round(time.perf_counter() - started, 3),
+        "machine_cpu_percent": psutil.cpu_percent(None),
+        "busy_processes": sorted(busy, key=lambda p: -p["cpu_percent"])[:10],
+        "related_processes": related[:40],
+        "related_count": len(related),
+        "cpu_mhz": round(freq.current, 1) if freq else None,
+        "physical_cores": psutil.cpu_count(logical=False),
+        "logical_cpus": psutil.cpu_count(logical=True),
+    }
