@@ -513,3 +513,75 @@ def test_the_first_launchs_launcher_is_a_cache_hit_after_the_prebuild(
     assert report["done"] is True
     assert report["builds"] == [["kiln-launcher-prebuild", False], ["MainThread", True]]
     assert report["loaded"] is True
+
+
+# --- Triton's CUDA driver utilities (cuda_utils): every version --------------------------------
+
+
+def test_the_driver_utils_source_is_the_one_tritons_driver_builds() -> None:
+    from triton.backends.nvidia import driver
+
+    seen: list[tuple[str, str]] = []
+
+    def record(src: str, name: str, **kwargs: Any) -> Any:
+        seen.append((src, name))
+        raise _Refused
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(driver, "compile_module_from_src", record)
+        patch.setattr(driver, "library_dirs", list)  # libcuda's directories: none here
+        with pytest.raises(_Refused):
+            driver.CudaUtils()
+    assert seen == [(triton_launcher.driver_utils_source(), triton_launcher.DRIVER_UTILS_MODULE)]
+
+
+def test_the_driver_utils_build_returns_false_without_libcuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton.backends.nvidia import driver
+
+    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
+    driver.libcuda_dirs.cache_clear()
+    try:
+        driver.libcuda_dirs()
+        pytest.skip("this machine has libcuda: the build would succeed")
+    except AssertionError:
+        pass  # no libcuda.so.1, as on every CPU machine
+    assert triton_launcher.build_driver_utils() is False
+
+
+def test_the_driver_utils_are_built_once_off_the_callers_thread_and_never_raise(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(prebuild, "_driver_utils_started", False)
+    threads: list[str] = []
+    done = threading.Event()
+
+    def build() -> bool:
+        threads.append(threading.current_thread().name)
+        done.set()
+        raise RuntimeError("gcc is gone")
+
+    with caplog.at_level(logging.DEBUG, logger="kiln.launch"):
+        assert prebuild.start_driver_utils(build) is True
+        assert prebuild.start_driver_utils(build) is False  # once per process
+        assert done.wait(30)
+        time.sleep(0.1)  # the thread logs after the builder returns
+    assert threads == ["kiln-driver-prebuild"]
+    assert "gcc is gone" in caplog.text
+    monkeypatch.setattr(prebuild, "_driver_utils_started", False)
+    monkeypatch.setenv("KILN_ZYGOTE_FD", "99")  # kiln's own processes never prebuild
+    assert prebuild.start_driver_utils(build) is False
+
+
+def test_install_on_a_gpu_machine_starts_the_driver_utils_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from triton_kiln.autotuner import prewarm
+    from triton_kiln.sandbox import registry
+
+    started: list[bool] = []
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)  # the only fake: a GPU
+    monkeypatch.setattr(registry, "prestart", lambda: None)  # (no sandbox without one)
+    monkeypatch.setattr(prebuild, "start_driver_utils", lambda: started.append(True) or True)
+    assert prewarm.prewarm(sandbox=True, pool=False) is True
+    assert started == [True]
+    monkeypatch.setenv("KILN_PREBUILD_LAUNCHERS", "0")
+    assert prewarm.prewarm(sandbox=True, pool=False) is True
+    assert started == [True]

@@ -128,3 +128,65 @@ def test_an_autotuned_kernels_first_call_runs_no_gcc(
     assert prebuild.PREBUILDER.wait(60)
     assert ("kiln-launcher-prebuild", False) in launcher_builds  # built in the background
     assert _main_thread_gcc(launcher_builds) == [], launcher_builds
+
+
+DRIVER_UTILS_SCRIPT = r"""
+import json, sys, threading, time
+import triton_kiln
+from triton_kiln.launch import prebuild
+from triton.backends.nvidia import driver
+
+calls = []
+original = driver.compile_module_from_src
+
+def record(src, name, **kwargs):
+    if name == "cuda_utils":
+        calls.append([threading.current_thread().name, cached(src, name)])
+    return original(src=src, name=name, **kwargs)
+
+def cached(src, name):
+    import hashlib, sysconfig
+    from triton.runtime.build import platform_key
+    from triton.runtime.cache import get_cache_manager
+    key = hashlib.sha256((src + platform_key()).encode("utf-8")).hexdigest()
+    return get_cache_manager(key).get_file(name + sysconfig.get_config_var("EXT_SUFFIX")) is not None
+
+driver.compile_module_from_src = record
+if sys.argv[1] == "prebuild":
+    assert prebuild.start_driver_utils()
+    for thread in threading.enumerate():
+        if thread.name == "kiln-driver-prebuild":
+            thread.join(60)
+import torch
+x = torch.ones(8, device="cuda")
+from triton.runtime import driver as runtime_driver
+runtime_driver.active.utils  # Triton's CudaUtils: built (or loaded) here
+print(json.dumps(calls))
+"""
+
+
+@pytest.mark.parametrize("mode", ["prebuild", "none"])
+def test_the_driver_utils_are_in_tritons_cache_before_the_first_use(mode: str, tmp_path: Any) -> None:
+    """A fresh process with a fresh Triton cache: with kiln's prebuild, Triton's own
+    ``CudaUtils`` build is a cache hit on the main thread; without, it runs gcc there."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRITON_CACHE_DIR": str(tmp_path / f"triton-{mode}")}
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER_UTILS_SCRIPT, mode],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    calls = json.loads(done.stdout.strip().splitlines()[-1])
+    if mode == "prebuild":
+        assert calls[0] == ["kiln-driver-prebuild", False]
+        assert [c for c in calls if c[0] == "MainThread"] in ([["MainThread", True]], [])
+    else:
+        assert calls == [["MainThread", False]]

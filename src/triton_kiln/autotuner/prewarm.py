@@ -6,6 +6,8 @@ CPU-only machines start nothing); the key is computed once per process::
 
     kernel defined -> prewarm()
         ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
+        ├─ thread "kiln-driver-prebuild": Triton's CUDA driver utilities (gcc, ~0.3 s on a fresh
+        │     Triton cache) into Triton's cache, before the first launch needs them
         └─ thread "kiln-prewarm":
               Triton's key (hashes libtriton.so, ~2 s of CPU once per machine; kept on disk,
                             later processes read it: triton_compat.triton_key); the caller's own
@@ -61,6 +63,10 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
         return False
     if sandbox:
         prestart()
+    if settings_mod.current().prebuild_launchers:  # Triton's cuda_utils: gcc, off the first launch
+        from triton_kiln.launch import prebuild
+
+        prebuild.start_driver_utils()
     if pool:
         with _lock:
             start, _started = not _started, True

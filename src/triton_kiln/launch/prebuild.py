@@ -160,6 +160,33 @@ def start(src: Any, target: GPUTarget) -> bool:
     return PREBUILDER.start(src, target)
 
 
+_driver_utils_started = False
+_driver_utils_lock = threading.Lock()
+
+
+def start_driver_utils(builder: Callable[[], bool] | None = None) -> bool:
+    """Build Triton's CUDA driver utilities (``cuda_utils``, ~0.3 s of gcc on a fresh Triton
+    cache) on a daemon thread, once per process, so the first launch or binary load finds them in
+    Triton's cache; ``True`` when the thread was started now. Never raises. ``kiln.install()``
+    calls it on a GPU machine (``autotuner/prewarm.py``)."""
+    global _driver_utils_started
+    with _driver_utils_lock:
+        if _driver_utils_started or _in_kiln_child():
+            return False
+        _driver_utils_started = True
+    build = builder if builder is not None else compat.build_driver_utils
+
+    def run() -> None:
+        try:
+            if not build():
+                log.debug("kiln: Triton's driver utilities are not prebuilt: no libcuda or C compiler here")
+        except Exception as exc:  # logged, never raised: Triton builds them at first use instead
+            log.debug("kiln: prebuilding Triton's driver utilities failed: %r", exc)
+
+    threading.Thread(target=run, name="kiln-driver-prebuild", daemon=True).start()
+    return True
+
+
 def _digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
 
