@@ -367,3 +367,23 @@ def test_each_binary_is_bundled_once_for_the_fx_graph_cache(
     binaries = [triton_hash_to_path_key(r.kernel.hash) for kernel in kernels for r in kernel.compile_results]
     assert len(binaries) == 2 + 3
     assert sorted(bundled) == sorted(binaries)
+
+
+def test_the_key_parts_of_a_job_compiled_through_the_pool_can_still_be_computed(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    """A job's kernel goes back as Inductor's worker sends it (``prepare_for_pickle``, which strips
+    the ``JITFunction``: no ``fn``, no hash lock). kiln runs that side in this process, so the
+    kernel it kept for the sandbox's report must not be the stripped one: on the H100 the report
+    then raised ``TypeError`` inside ``torch.compile`` and the model failed to compile."""
+    import triton_kiln.inductor.routing as inductor_routing
+
+    install_on(make_pool())
+    name, text = source("pointwise")
+    kernel, _ = submit(name, text).result(timeout=300)
+    compiler = inductor_routing._state.compiler  # type: ignore[union-attr]
+    parts = compiler.key_parts_for(name)
+    assert parts is not None
+    assert parts["source"]
+    assert len(kernel.compile_results) == 2  # the kernel sent back is whole

@@ -273,3 +273,28 @@ def test_the_sandbox_reports_the_compiles_it_made_itself_and_which_key_part_diff
         assert sandbox.call(compat.compiles_here, label="none left").value == []
     finally:
         sandbox.close()
+
+
+def test_the_sandbox_compile_report_never_fails_the_compile(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The report is a diagnostic: a failure while making it (here the parent's key parts raise,
+    as a stripped ``JITFunction`` made them raise on the H100) is one WARNING, never an error in
+    Inductor's autotuning."""
+    from call_sandbox_fns import compile_add_kernel
+    from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
+
+    def parent_parts(kernel: str, label: str | None) -> dict[str, str] | None:
+        raise TypeError("'NoneType' object does not support the context manager protocol")
+
+    sandbox = make_sandbox(120.0)
+    try:
+        env = {"TRITON_CACHE_DIR": str(tmp_path / "triton")}
+        assert sandbox.call(compile_add_kernel, label="compile", env=env).failure is None
+        benchmarks = SandboxBenchmarks(sandbox, parent_parts)
+        with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
+            benchmarks.check_sandbox_compiles()  # raised TypeError before
+        assert len(benchmarks.stats.compiled_in_sandbox) == 1
+        assert any("compiled 1 Triton kernel(s) itself" in r.getMessage() for r in caplog.records)
+    finally:
+        sandbox.close()

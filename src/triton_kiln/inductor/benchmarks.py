@@ -178,7 +178,11 @@ class SandboxBenchmarks:
             self.stats.compiled_in_sandbox.extend(compiled)
             first, self._warned_compiles = not self._warned_compiles, True
         if first:
-            log.warning("kiln: %s", describe_sandbox_compiles(compiled, self._parent_key_parts))
+            try:
+                message = describe_sandbox_compiles(compiled, self._parent_key_parts)
+            except Exception as exc:  # a diagnostic: never the compile's failure
+                message = f"the benchmark sandbox compiled {len(compiled)} Triton kernel(s) itself ({exc!r})"
+            log.warning("kiln: %s", message)
 
     def start(self) -> None:
         self.sandbox.start()

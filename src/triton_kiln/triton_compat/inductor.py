@@ -200,9 +200,18 @@ def precompile_warm(kernel: Any) -> None:
 
 def as_sent_by_worker(kernel: Any) -> Any:
     """The kernel as Inductor's worker sends it back: ``prepare_for_pickle``, then pickled and
-    unpickled (static-launcher kernels drop their cubin path in ``__getstate__``)."""
-    kernel.prepare_for_pickle()
-    return pickle.loads(pickle.dumps(kernel, protocol=pickle.HIGHEST_PROTOCOL))
+    unpickled (static-launcher kernels drop their cubin path in ``__getstate__``). The kernel
+    given is restored afterwards (``restore_after_unpickle``): in a worker it would die, here its
+    ``JITFunction`` is the one kiln's config compiler keeps, which must keep its ``fn`` and hash
+    lock (without them ``cache_key`` raises ``TypeError``)."""
+    old = kernel.prepare_for_pickle()
+    try:
+        blob = pickle.dumps(kernel, protocol=pickle.HIGHEST_PROTOCOL)
+    finally:
+        restore = getattr(kernel, "restore_after_unpickle", None)
+        if restore is not None and old:
+            restore(old)
+    return pickle.loads(blob)
 
 
 # --- one config's compile, described with Inductor's own helpers ---
