@@ -160,6 +160,16 @@ def test_kiln_farm_up_then_a_driver_then_farm_down_leaves_no_kiln_process(
     finally:
         pool.shutdown()
     assert alive(pid)
+    compile_ = [
+        sys.executable, "-m", "triton_kiln", "compile", "farm_kernels:tuned_scale",
+        "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32", "--ray", clean.address, "--standing",
+        "--cache-dir", str(tmp_path / "cli-cache"), "--strict",
+    ]  # fmt: skip
+    done = subprocess.run(compile_, check=False, cwd=Path(__file__).parent, **options)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 of 3 compiled on Ray cluster" in done.stdout
+    assert alive(pid)  # `kiln compile --standing` used it and left it running
+    assert len(kiln_pools(clean)) == 1
 
     down = subprocess.run([*kiln, "down", "--ray", clean.address], check=False, **options)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -40,7 +40,10 @@ def farm_up(
     memory_limit_mb: int | None,
     timeout_s: float,
 ) -> None:
-    """Start the standing compiler of every live node and wait until each is warm."""
+    """Start the standing compiler of every live node and wait until each is warm.
+
+    One line per node; the exit status is 1 if a pool did not warm within --timeout, or if a
+    node's compiler was running already with other preloads or memory limit (the line says so)."""
     from triton_kiln import settings
     from triton_kiln.farm import standing
 
@@ -57,8 +60,8 @@ def farm_up(
     )
     for row in rows:
         click.echo(node_line(row))
-    if not all(row.get("warm") for row in rows):
-        sys.exit(1)
+    if not all(row.get("warm") and not row.get("mismatch") for row in rows):
+        sys.exit(1)  # a pool not warm in time, or one running other settings than asked
 
 
 def node_line(row: dict[str, Any]) -> str:
