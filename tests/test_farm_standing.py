@@ -241,3 +241,24 @@ def test_a_driver_asking_for_preloads_the_standing_actor_lacks_is_refused(
     finally:
         pool.shutdown()
     assert alive(row["pid"])  # left alone, for the drivers it suits
+
+
+@pytest.mark.timeout(300)
+def test_two_drivers_at_once_share_the_standing_actor(clean: LocalRayCluster, tmp_path: Path) -> None:
+    # Before: the second driver's actor waited for the first's CPUs (node_start_timeout_s).
+    (row,) = farm.up(clean.address)
+    first = driver(clean, tmp_path / "a")
+    second = driver(clean, tmp_path / "b")  # Ray is joined: the same connection
+    try:
+        futures = [pool.submit(add_request(n)) for n in (32, 64, 128) for pool in (first, second)]
+        assert all(is_cubin(f.result(timeout=120).binary) for f in futures)
+        for pool in (first, second):
+            assert pool.stats.actor_starts == 0
+            assert pool.stats.actors_attached == 1
+            (node,) = pool.wait_ready(60)
+            assert node["pid"] == row["pid"]
+        assert len(kiln_pools(clean)) == 1
+    finally:
+        second.shutdown()
+        first.shutdown()
+    assert alive(row["pid"])
