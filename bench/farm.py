@@ -24,6 +24,13 @@ matmul configs (``bench/kernels_bench.py``) for ``GPUTarget("cuda", 90, 32)`` (n
 * ``ray_no_prestart`` (not in the default arms): ``ray``, the cluster's first driver, on a cluster
   started with ``RAY_prestart_worker_first_driver=0`` (no worker process per core for it: kiln's
   farm runs one actor per node), the set-up docs/DISTRIBUTED.md recommends for a farm.
+* ``ray_standing`` (not in the default arms): standing node compilers (issue #23). A fresh
+  cluster as for ``ray``; then, outside the timed region, ``kiln farm up --ray ADDRESS`` (a
+  separate process, as a farm's set-up runs it: the node's standing compiler starts and its
+  kiln pool warms; the command returns when it is warm) and the cluster left to go quiet as for
+  ``ray_settled``. The timed region is a driver as in the other arms, with ``standing=True``: it
+  joins the cluster and attaches to the warm pool instead of starting one (``actors_attached``
+  1, ``actor_starts`` 0; its ``timeline``'s actor times are negative: made before the driver).
 
 Ray rows also carry ``cluster_cpu_s``: the CPU seconds the cluster used in the timed region,
 ``ray`` (its own processes, prestarted workers included) against ``node_pool`` (the node
@@ -172,13 +179,28 @@ def cpu_between(
     return {k: round(v, 2) for k, v in totals.items()}
 
 
-def settle(cluster: LocalRayCluster, *, quiet_cores: float = 0.1, limit_s: float = 60.0) -> float:
+def settle(
+    cluster: LocalRayCluster,
+    *,
+    quiet_cores: float = 0.1,
+    limit_s: float = 60.0,
+    command: list[str] | None = None,
+) -> float:
     """A cluster that has been up a while: one driver connects and leaves (Ray prestarts its
     workers for the first driver), then wait until the cluster's processes use under
-    ``quiet_cores`` of CPU over a second. Returns the seconds it took (outside the timed region)."""
+    ``quiet_cores`` of CPU over a second. Returns the seconds it took (outside the timed region).
+    ``command``: the driver to run instead (``kiln farm up``: its output logged)."""
     started = time.perf_counter()
     code = "import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); ray.shutdown()"
-    subprocess.run([sys.executable, "-c", code, cluster.address], env=cluster.env, check=True, timeout=120)
+    if command is None:
+        join = [sys.executable, "-c", code, cluster.address]
+        subprocess.run(join, env=cluster.env, check=True, timeout=120)
+    else:
+        options: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 300}
+        done = subprocess.run(command, env=cluster.env, check=False, **options)
+        if done.returncode != 0:
+            raise RuntimeError(f"{command} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        log(f"  {done.stdout.strip()}")
     previous = cluster_cpu_s(cluster)
     while time.perf_counter() - started < limit_s:
         time.sleep(1.0)
@@ -194,14 +216,25 @@ NO_PRESTART = {"RAY_prestart_worker_first_driver": "0"}
 core when the first driver connects: kiln's farm needs one actor per node, not those workers."""
 
 
-def run_ray(cores: int, *, settled: bool = False, prestart: bool = True) -> dict[str, Any]:
+def farm_up_command(cluster: LocalRayCluster) -> list[str]:
+    """``kiln farm up`` for ``cluster``: its node's standing compiler, warm when it returns."""
+    return [sys.executable, "-m", "triton_kiln", "farm", "up", "--ray", cluster.address]
+
+
+def run_ray(
+    cores: int, *, settled: bool = False, prestart: bool = True, standing: bool = False
+) -> dict[str, Any]:
     cluster_env = None if prestart else NO_PRESTART
     with fresh_caches("ray") as kiln_dir, LocalRayCluster(num_cpus=cores, env=cluster_env) as cluster:
         settle_s = settle(cluster) if settled else None
+        if standing:  # cluster set-up, as `ray start` is: the standing compiler up and warm
+            settle_s = settle(cluster, command=farm_up_command(cluster))
         reqs = requests()
         cpu_before = cluster_cpu_s(cluster)
         started = time.perf_counter()
-        pool = RayCompilePool(cluster.address, cache_dir=kiln_dir, job_timeout_s=JOB_TIMEOUT_S)
+        pool = RayCompilePool(
+            cluster.address, cache_dir=kiln_dir, job_timeout_s=JOB_TIMEOUT_S, standing=standing
+        )
         try:
             first: list[float] = []
             futures = [pool.submit(r) for r in reqs]
@@ -220,6 +253,7 @@ def run_ray(cores: int, *, settled: bool = False, prestart: bool = True) -> dict
                 "nodes_used": len(stats.nodes),
                 "dispatched": stats.dispatched,
                 "actor_starts": stats.actor_starts,
+                "actors_attached": stats.actors_attached,
                 "node_retries": stats.node_retries,
                 "timeline": {
                     "connect_s": stats.connect_s,
@@ -241,7 +275,9 @@ def run_ray(cores: int, *, settled: bool = False, prestart: bool = True) -> dict
     left = cluster.leftovers()
     extra["leftover_processes"] = len(left)
     return {
-        "arm": "ray_settled" if settled else ("ray" if prestart else "ray_no_prestart"),
+        "arm": "ray_standing"
+        if standing
+        else ("ray_settled" if settled else ("ray" if prestart else "ray_no_prestart")),
         "cores": cores,
         "configs": len(reqs),
         "wall_s": round(wall, 3),
@@ -265,11 +301,16 @@ def run_ray_no_prestart(cores: int) -> dict[str, Any]:
     return run_ray(cores, prestart=False)
 
 
+def run_ray_standing(cores: int) -> dict[str, Any]:
+    return run_ray(cores, standing=True)
+
+
 ARMS = {
     "local": run_local,
     "ray": run_ray,
     "ray_settled": run_ray_settled,
     "ray_no_prestart": run_ray_no_prestart,
+    "ray_standing": run_ray_standing,
 }
 
 
@@ -310,6 +351,8 @@ def main() -> int:
         summary["ray_settled_over_local"] = round(medians["ray_settled"] / medians["local"], 3)
     if "local" in medians and "ray_no_prestart" in medians:
         summary["ray_no_prestart_over_local"] = round(medians["ray_no_prestart"] / medians["local"], 3)
+    if "local" in medians and "ray_standing" in medians:
+        summary["ray_standing_over_local"] = round(medians["ray_standing"] / medians["local"], 3)
     result = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
@@ -328,11 +371,11 @@ def main() -> int:
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-    print(f"{'arm':<11} {'cores':>5} {'configs':>7} {'wall_s':>8} {'first_s':>8}  failed", file=sys.stderr)
+    print(f"{'arm':<12} {'cores':>5} {'configs':>7} {'wall_s':>8} {'first_s':>8}  failed", file=sys.stderr)
     for row in rows:
         first = row.get("first_result_s")
         print(
-            f"{row['arm']:<11} {row['cores']:>5} {row['configs']:>7} {row['wall_s']:>8.1f} "
+            f"{row['arm']:<12} {row['cores']:>5} {row['configs']:>7} {row['wall_s']:>8.1f} "
             f"{first if first is not None else float('nan'):>8.2f}  {row['failed']}",
             file=sys.stderr,
         )
@@ -344,7 +387,8 @@ def main() -> int:
             )
     print(
         f"median: {medians}  ray/local {summary.get('ray_over_local', '')}, settled/local "
-        f"{summary.get('ray_settled_over_local', '')} (target <= 1.2)",
+        f"{summary.get('ray_settled_over_local', '')}, standing/local "
+        f"{summary.get('ray_standing_over_local', '')} (target <= 1.2)",
         file=sys.stderr,
     )
     return 0 if summary.get("ok", True) else 1

@@ -91,6 +91,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_REMOTE_TIMEOUT_S": "0.1",
         "KILN_REMOTE_RETRY_S": "5",
         "KILN_REMOTE_KEY_FILE": "~/kiln.key",
+        "KILN_FARM_STANDING": "1",
         "KILN_NODE": "0",
         "KILN_NODE_SLOTS": "3",
         "KILN_NODE_POLL_S": "0.2",
@@ -133,6 +134,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert (current.remote_max_entry_mb, current.remote_ttl_days) == (4, 7.0)
     assert (current.remote_timeout_s, current.remote_retry_s) == (0.1, 5.0)
     assert current.remote_key_file == tmp_path / "kiln.key"
+    assert current.farm_standing is True
     assert (current.node, current.node_slots, current.node_poll_s, current.node_wait_s) == (
         False,
         3,

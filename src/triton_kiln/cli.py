@@ -260,10 +260,12 @@ def bundle_show(path: str) -> None:
 
 from triton_kiln.cli_cache import cache  # noqa: E402 - the group above must exist first
 from triton_kiln.cli_compile import compile_command  # noqa: E402
+from triton_kiln.cli_farm import farm  # noqa: E402
 from triton_kiln.cli_tune import tune_command  # noqa: E402
 
 main.add_command(cache)
 main.add_command(compile_command)
+main.add_command(farm)
 main.add_command(tune_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -162,6 +162,12 @@ def failure_cause(exc: BaseException) -> str:
 @click.option(
     "--ray", "ray_address", default=None, help="Compile on this Ray cluster (host:port, or 'auto')."
 )
+@click.option(
+    "--standing",
+    is_flag=True,
+    help="With --ray: use the nodes' standing compilers (`kiln farm up`), left running after "
+    "[default: KILN_FARM_STANDING].",
+)
 @click.option("--workers", type=int, default=None, help="Local compile workers [default: KILN_WORKERS].")
 @click.option(
     "--timeout",
@@ -193,6 +199,7 @@ def compile_command(
     constexprs: tuple[str, ...],
     targets: tuple[str, ...],
     ray_address: str | None,
+    standing: bool,
     workers: int | None,
     timeout_s: float | None,
     preload: tuple[str, ...],
@@ -214,7 +221,7 @@ def compile_command(
             "cache; or tune with kiln.autotune there and write it with `kiln bundle save`."
         )
     requests = build_requests(kernel_spec, signature, configs, constexprs, targets or ("cuda:90",), values)
-    pool = _make_pool(ray_address, workers, timeout_s, preload, cache_dir)
+    pool = _make_pool(ray_address, workers, timeout_s, preload, cache_dir, standing=standing or None)
     started = time.perf_counter()
     try:
         failures = _run(pool, requests)
@@ -304,11 +311,15 @@ def _make_pool(
     timeout_s: float | None,
     preload: tuple[str, ...],
     cache_dir: str | None,
+    *,
+    standing: bool | None = None,
 ) -> Any:
     if ray_address is not None:
         from triton_kiln.farm import RayCompilePool
 
-        return RayCompilePool(ray_address, job_timeout_s=timeout_s, cache_dir=cache_dir, preload=preload)
+        return RayCompilePool(
+            ray_address, job_timeout_s=timeout_s, cache_dir=cache_dir, preload=preload, standing=standing
+        )
     from triton_kiln.pool import CompilePool
 
     return CompilePool(workers=workers, job_timeout_s=timeout_s, cache_dir=cache_dir, preload=preload)

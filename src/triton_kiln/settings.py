@@ -169,6 +169,13 @@ class Settings:
     """``KILN_REMOTE_KEY_FILE``: a file holding a secret the machines share (at least 32 bytes,
     private to its owner); when set, kiln signs what it writes to the remote cache (HMAC-SHA256)
     and loads only what carries a valid signature. Unset: entries are checksummed, not signed."""
+
+    farm_standing: bool = False
+    """``KILN_FARM_STANDING``: ``1`` makes :class:`~kiln.farm.RayCompilePool` (and ``kiln compile
+    --ray``) use each node's standing compiler (``kiln farm up``): one warm kiln pool per node,
+    shared by every driver and left running when a driver ends (docs/DISTRIBUTED.md); ``0``: each
+    driver starts its own node actors and ends them."""
+
     node: bool = True
     """``KILN_NODE``: ``0`` turns off node-wide sharing (docs/NODE.md): each process compiles and
     tunes alone, with all of its workers, as if no other process used the cache directory."""
@@ -322,6 +329,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "remote_timeout_s": ("KILN_REMOTE_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
     "remote_retry_s": ("KILN_REMOTE_RETRY_S", _positive_float, "a positive, finite number of seconds"),
     "remote_key_file": ("KILN_REMOTE_KEY_FILE", lambda v: Path(v).expanduser(), "a file path"),
+    "farm_standing": ("KILN_FARM_STANDING", _bool, "0 or 1"),
     "node": ("KILN_NODE", _bool, "0 or 1"),
     "node_slots": ("KILN_NODE_SLOTS", _positive_int, "a positive integer"),
     "node_poll_s": ("KILN_NODE_POLL_S", _positive_float, "a positive, finite number of seconds"),

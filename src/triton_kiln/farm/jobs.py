@@ -24,11 +24,13 @@ class FarmStats(LookupCounts):
     rejected: int = 0  # replies that failed verification
     node_retries: int = 0  # jobs queued again because their node actor (or its node) was lost
     actor_starts: int = 0  # node actors started (one per node, more after losses)
+    actors_attached: int = 0  # standing node actors found running (started before this pool)
     nodes: dict[str, int] = field(default_factory=dict)  # replies per node
     # The start-up, in seconds since the pool was made (``None`` until it happens): Ray
     # joined, the first node actor asked for, its ready() answered, the first job sent to a
     # node actor, the first reply back; and the first actor's own timeline (its process
-    # started, its constructor entered, its kiln pool made; wall clocks of two machines).
+    # started, its constructor entered, its kiln pool made; wall clocks of two machines; a
+    # standing actor attached to was made before the pool: its times are negative).
     connect_s: float | None = None
     actor_created_s: float | None = None
     actor_ready_s: float | None = None

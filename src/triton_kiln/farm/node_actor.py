@@ -19,6 +19,14 @@ worker) and never compiles, so no config can crash it: a call always returns a r
 keeps no artifacts on the node's disk (the caller's store is the cache); its memory cache
 answers a repeated key. The pool's zygote and workers die with this process (parent-death
 signals), so a killed actor leaves nothing behind.
+
+A *standing* node compiler (``kiln farm up``, ``RayCompilePool(standing=True)``) is the same
+class as a named, detached actor: it outlives its drivers and serves every one of them. Nothing
+here is a driver's: each call carries its job (the sealed request, its timeout, its ``TRITON_*``
+variables), the pool's memory cache is keyed by compile key (the same for every driver), and
+``ready()`` only describes the actor. What is the actor's own, fixed when it was started, is
+its CPUs, ``preload`` modules, memory limit and niceness (a driver asking for other preloads or
+another memory limit is refused by that driver: :class:`~kiln.farm.nodes.NodeActors`).
 """
 
 from __future__ import annotations
@@ -44,6 +52,9 @@ class NodeCompiler:
         self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None, niceness: int | None = None
     ) -> None:
         self.times = {"process": _process_started(), "constructor": time.time()}
+        self.preload = tuple(preload)
+        self.memory_limit_mb = memory_limit_mb
+        self.drivers = 0  # ready() calls answered: the drivers that attached (a standing actor's many)
         self.host = socket.gethostname()
         # Ray runs its workers at niceness 15; the pool's manager thread, zygote and kiln
         # workers inherit this thread's, so they compile at the caller's, as a local pool does.
@@ -61,12 +72,20 @@ class NodeCompiler:
         self.times["pool"] = time.time()
 
     def ready(self) -> dict[str, Any]:
-        """This actor runs: where, and with how many workers."""
+        """This actor runs: where, with how many workers, preloads and memory limit."""
+        self.drivers += 1
+        return self.info()
+
+    def info(self) -> dict[str, Any]:
+        """What :meth:`ready` says, without counting a driver."""
         return {
             "host": self.host,
             "pid": os.getpid(),
             "workers": self.pool.settings.workers,
             "niceness": self.niceness,
+            "preload": list(self.preload),
+            "memory_limit_mb": self.memory_limit_mb,
+            "drivers": self.drivers,
             "times": dict(self.times),
         }
 
@@ -75,7 +94,7 @@ class NodeCompiler:
         ready = self.pool.wait_ready(timeout_s)
         zygote = self.pool.zygote_info
         return {
-            **self.ready(),
+            **self.info(),
             "warm": ready,
             **self.processes(),
             "times": self.timeline(),

@@ -17,21 +17,18 @@ Data flow::
 * One actor per node (:mod:`kiln.farm.node_actor`), started with the pool (its kiln pool's
   zygote warms then) and on nodes that join later; it holds the node's CPUs (``cpus_per_node``)
   and its pool has as many workers: one zygote per node, never one per Ray worker process.
+  ``standing=True``: the node's standing actor (``kiln farm up``), shared by every driver, is
+  attached to (or made) and left running at shutdown (nodes.py).
 * An abort, a segfault or a hang in Triton kills only a kiln worker: the job fails with kiln's
   typed error, the actor serves on. Ray restarts no actor and re-runs no call.
-* A lost actor (killed, or its node died or left) fails its calls with a Ray actor error: those
-  jobs are queued again (``node_retries`` times at most, then
-  :class:`~kiln.farm.errors.NodeLostError`) for the other nodes' actors or the node's new one.
-  No config can kill an actor (it never unpickles a request), so a re-run repeats no crash.
-* Replies are plain data, verified (wire.py) before the artifact is stored in the local
-  :class:`~kiln.artifacts.store.ArtifactStore` (and any remote store behind it); a rejected
-  reply fails its job with :class:`~kiln.errors.ArtifactError`.
+* A lost actor (killed, its node died or left): its jobs are queued again (``node_retries``
+  times, then ``NodeLostError``) for the other nodes' actors or the node's new one. No config
+  can kill an actor (it never unpickles a request), so a re-run repeats no crash.
+* Replies are plain data, verified (wire.py) before the artifact is stored (local store, and
+  any remote one behind it); a rejected reply fails its job with ``ArtifactError``.
 * Jobs wait here, highest ``priority`` first (default :func:`guess_compile_cost`); a node gets
-  as many as its workers plus a short queue (nodes.py), from the moment its actor is asked
-  for: Ray holds the calls until the actor runs, its kiln pool queues them while its zygote
-  starts, so no reply is waited for before the first job goes. ``stats`` has the start-up's
-  timeline (``connect_s``, ``actor_created_s``, ``actor_ready_s``, ``first_dispatch_s``,
-  ``first_result_s``, the first actor's own ``actor_timeline``).
+  its workers plus a short queue (nodes.py) from the moment its actor is asked for (Ray holds
+  the calls until it runs). ``stats`` times the start-up (jobs.py).
 """
 
 from __future__ import annotations
@@ -91,6 +88,8 @@ class RayCompilePool(BatchMethods):
         niceness: the nodes' kiln pools' niceness (``None``: this process's; Ray's worker
             processes run at 15, below every other process on the node). Raising priority
             needs root or ``RLIMIT_NICE`` on the node; without, the pools stay at Ray's.
+        standing: use each node's standing compiler (``kiln farm up``; made if none runs),
+            shared, left running at shutdown (``None``: ``KILN_FARM_STANDING``; nodes.py).
         ray_init: more keyword arguments for ``ray.init``.
     """
 
@@ -107,6 +106,7 @@ class RayCompilePool(BatchMethods):
         cpus_per_node: int | None = None,
         node_start_timeout_s: float = 60.0,
         niceness: int | None = None,
+        standing: bool | None = None,
         settings: Settings | None = None,
         ray_init: dict[str, Any] | None = None,
     ) -> None:
@@ -140,6 +140,7 @@ class RayCompilePool(BatchMethods):
             memory_limit_mb=self.settings.memory_limit_mb,
             start_timeout_s=node_start_timeout_s,
             niceness=os.getpriority(os.PRIO_PROCESS, 0) if niceness is None else niceness,
+            standing=self.settings.farm_standing if standing is None else standing,
         )
         self._running: dict[Any, FarmJob] = {}  # Ray ref -> job (the scheduler thread's)
         self._scheduler = threading.Thread(target=self._schedule, name="kiln-farm-scheduler", daemon=True)
@@ -202,10 +203,8 @@ class RayCompilePool(BatchMethods):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop accepting jobs; wait for (or cancel) those queued and running; end the node
-        actors; leave Ray if this pool joined it.
-
-        With ``wait=False`` and no ``cancel_futures``, jobs go on (the actors end after the
-        last) and Ray stays joined.
+        actors (not standing ones); leave Ray if this pool joined it. With ``wait=False`` and
+        no ``cancel_futures``, jobs go on (the actors end after the last) and Ray stays joined.
         """
         with self._lock:
             self._closing = True
@@ -221,7 +220,7 @@ class RayCompilePool(BatchMethods):
     def __enter__(self) -> RayCompilePool:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: object) -> None:  # an exception cancels what is left
         self.shutdown(wait=True, cancel_futures=exc[0] is not None)
 
     @property
@@ -286,8 +285,8 @@ class RayCompilePool(BatchMethods):
         except Exception:
             log.exception("kiln farm: listing the Ray cluster's nodes failed")
             return
-        self.stats.actor_starts = self._nodes.starts
-        if self._nodes.starts:
+        self.stats.actor_starts, self.stats.actors_attached = self._nodes.starts, self._nodes.attached
+        if self._nodes.starts or self._nodes.attached:
             self._clock.mark("actor_created_s")
         if self._nodes.any_ready or self._nodes.any_starting:
             return
@@ -325,8 +324,7 @@ class RayCompilePool(BatchMethods):
         node.busy -= 1
         reply, outcome, message = ray_api.fetch(ref)
         self._clock.mark("first_result_s")
-        info = job.request.info()
-        seconds = time.monotonic() - job.started
+        info, seconds = job.request.info(), time.monotonic() - job.started
         if outcome is ray_api.Outcome.ACTOR_LOST:
             started = node.ready  # else the actor never ran: no try of the job is counted
             if started:
@@ -395,7 +393,7 @@ class RayCompilePool(BatchMethods):
             job.future.set_exception(exc)
 
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # mypy checks that RayCompilePool satisfies the protocol
 
     def _is_a_compile_service(pool: RayCompilePool) -> CompileService:
-        return pool  # mypy checks that RayCompilePool satisfies the protocol
+        return pool

@@ -1,8 +1,10 @@
 """Every use of Ray's API (checked against Ray 2.60.0): kiln's one module that imports ``ray``.
 
 Used: ``ray.init`` / ``shutdown``, ``ray.nodes`` (live nodes and their CPUs), ``ray.remote`` on
-:class:`~kiln.farm.node_actor.NodeCompiler` with a hard ``NodeAffinitySchedulingStrategy``,
-``ray.wait`` / ``get`` on its calls' refs, ``ray.kill``, and ``ray.exceptions``.
+:class:`~kiln.farm.node_actor.NodeCompiler` with a hard ``NodeAffinitySchedulingStrategy`` and a
+concurrency group for its short calls, named detached actors (``get_actor``, ``get_if_exists``,
+``ray.util.list_named_actors``) for standing compilers, ``ray.wait`` / ``get`` on its calls'
+refs, ``ray.kill``, and ``ray.exceptions``.
 
 Nothing else in kiln imports Ray; this module is imported when a
 :class:`~kiln.farm.RayCompilePool` is made, so ``import triton_kiln`` never needs Ray
@@ -68,10 +70,31 @@ def disconnect() -> None:
     ray_module().shutdown()
 
 
-def start_node_actor(node: NodeInfo, cpus: int, concurrency: int, args: tuple[Any, ...]) -> Any:
+NAMESPACE = "kiln-farm"
+"""The Ray namespace of the standing node compilers (``kiln farm up``)."""
+
+CONTROL = "control"
+"""The actor's concurrency group for its short calls (``ready``, ``warm``, ``close``...): their own
+threads, so a driver's ``ready()`` is answered while other drivers' compiles fill the default group."""
+CONTROL_THREADS = 16
+
+
+def standing_name(node_id: str) -> str:
+    """The standing node compiler's actor name on ``node_id`` (in :data:`NAMESPACE`)."""
+    return f"kiln-node-{node_id}"
+
+
+def start_node_actor(
+    node: NodeInfo, cpus: int, concurrency: int, args: tuple[Any, ...], *, standing: bool = False
+) -> tuple[Any, bool]:
     """A :class:`~kiln.farm.node_actor.NodeCompiler` on ``node`` (hard node affinity), holding
-    ``cpus`` of its CPUs and taking ``concurrency`` calls at once; its handle (it starts in the
-    background: call its ``ready`` method to know when it runs).
+    ``cpus`` of its CPUs and taking ``concurrency`` compile calls at once; ``(its handle, True)``
+    (it starts in the background: call its ``ready`` method to know when it runs).
+
+    ``standing``: the node's standing compiler, named :func:`standing_name` in :data:`NAMESPACE`,
+    ``lifetime="detached"`` (it outlives the driver and is shared by every driver): the running
+    one is attached to, ``(handle, False)``; if there is none (never started, or it died: a dead
+    actor's name is free again), one is made (``get_if_exists``, so two drivers racing make one).
 
     ``max_restarts=0``, ``max_task_retries=0``: Ray restarts nothing and re-runs no call; a lost
     actor's jobs are re-run by kiln (:class:`~kiln.farm.pool.RayCompilePool`), on any live node.
@@ -81,14 +104,42 @@ def start_node_actor(node: NodeInfo, cpus: int, concurrency: int, args: tuple[An
 
     from triton_kiln.farm.node_actor import NodeCompiler
 
-    actor_class = ray.remote(NodeCompiler)
-    return actor_class.options(
+    named: dict[str, Any] = {}
+    if standing:
+        name = standing_name(node.node_id)
+        try:
+            return ray.get_actor(name, namespace=NAMESPACE), False
+        except ValueError:  # none running
+            named = {"name": name, "namespace": NAMESPACE, "lifetime": "detached", "get_if_exists": True}
+    actor_class = ray.remote(concurrency_groups={CONTROL: CONTROL_THREADS})(NodeCompiler)
+    handle = actor_class.options(
         num_cpus=cpus,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node.node_id, soft=False),
         max_restarts=0,
         max_task_retries=0,
         max_concurrency=concurrency,
+        **named,
     ).remote(*args)
+    return handle, True
+
+
+def control(actor: Any, method: str, *args: Any) -> Any:
+    """``actor.<method>.remote(*args)`` in the actor's :data:`CONTROL` group: its ref."""
+    return getattr(actor, method).options(concurrency_group=CONTROL).remote(*args)
+
+
+def standing_actors() -> dict[str, Any]:
+    """The standing node compilers now registered (running or starting): name -> handle."""
+    ray = ray_module()
+    from ray.util import list_named_actors
+
+    found = {}
+    for entry in list_named_actors(all_namespaces=True):
+        name = str(entry.get("name", ""))
+        if entry.get("namespace") == NAMESPACE and name.startswith("kiln-node-"):
+            with contextlib.suppress(ValueError):  # died meanwhile
+                found[name] = ray.get_actor(name, namespace=NAMESPACE)
+    return found
 
 
 def kill(actor: Any) -> None:
@@ -151,9 +202,10 @@ def wait_all(refs: Sequence[Any], timeout_s: float) -> None:
 
 
 def call(method: Any, timeout_s: float, *args: Any) -> Any:
-    """``method.remote(*args)``'s value (an actor method), waited for ``timeout_s`` at most."""
+    """``method.remote(*args)``'s value (an actor method, run in its :data:`CONTROL` group),
+    waited for ``timeout_s`` at most."""
     ray = ray_module()
     try:
-        return ray.get(method.remote(*args), timeout=timeout_s)
+        return ray.get(method.options(concurrency_group=CONTROL).remote(*args), timeout=timeout_s)
     except ray.exceptions.RayError as exc:
         raise FarmError(f"a node actor did not answer: {_text(exc)}") from None
