@@ -151,7 +151,7 @@ for phase in "$@"; do
         --target /tmp/raysite /tmp/raywhl/*.whl && PYTHONPATH=/tmp/raysite:$PYTHONPATH python3 -c "import ray; print('ray', ray.__version__)" \
         && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
-      TAIL=30 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --arms local,ray,ray_settled,ray_no_prestart --json "$out/farm.json" ;;
+      TAIL=30 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --arms local,ray,ray_settled,ray_standing --json "$out/farm.json" ;;
     inductor-default)  # #20: default mode, ID_RUNS runs (2: ~6 min) from run ID_FIRST (0), runtime by CUDA-event blocks
       TAIL=6 run inductor-default 560 python3 bench/inductor.py --model resnet50 --mode default --runs "${ID_RUNS:-2}" \
         --first-run "${ID_FIRST:-0}" --out "$out/inductor-default-${ID_FIRST:-0}.json" ;;
