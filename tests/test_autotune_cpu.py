@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 import triton
-import triton.language as tl
 
 import triton_kiln as kiln
 from conftest import SM90
+from kernels import scale_kernel
 from triton_kiln.sandbox import BenchOutcome
 from triton_kiln.sandbox.native_client import NativeBenchOutcome
 from triton_kiln.tuning import TuningDatabase, format_table
@@ -25,13 +25,6 @@ from triton_kiln.tuning import TuningDatabase, format_table
 torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.timeout(240)
-
-
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
 
 
 class FakeBench:

@@ -79,6 +79,16 @@ def tritons_launcher_source(kernel: Any) -> str:
     ``compile_module_from_src`` (the call recorded, then refused: no gcc, no libcuda)."""
     from triton.backends.nvidia import driver
 
+    source, name = what_triton_builds(lambda: driver.CudaLauncher(kernel.src, kernel.metadata))
+    assert name == triton_launcher.LAUNCHER_MODULE
+    return source
+
+
+def what_triton_builds(make: Callable[[], Any]) -> tuple[str, str]:
+    """``(source, module name)`` of the one ``compile_module_from_src`` call ``make()`` makes in
+    Triton's NVIDIA driver (recorded, then refused: no gcc, no libcuda)."""
+    from triton.backends.nvidia import driver
+
     seen: list[tuple[str, str]] = []
 
     def record(src: str, name: str, **kwargs: Any) -> Any:
@@ -89,10 +99,9 @@ def tritons_launcher_source(kernel: Any) -> str:
         patch.setattr(driver, "compile_module_from_src", record)
         patch.setattr(driver, "library_dirs", list)  # libcuda's directories: none here
         with pytest.raises(_Refused):
-            driver.CudaLauncher(kernel.src, kernel.metadata)
-    ((source, name),) = seen
-    assert name == triton_launcher.LAUNCHER_MODULE
-    return source
+            make()
+    (call,) = seen
+    return call
 
 
 # --- the launcher's source ---------------------------------------------------------------------
@@ -150,16 +159,24 @@ def _some_source() -> str:
     return "int kiln_no_launcher_here;\n"  # Triton 3.7: any C source goes the same way
 
 
-def test_the_build_returns_false_without_libcuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def skip_where_libcuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Skip the test on a machine with ``libcuda.so.1`` (a GPU machine: Triton's builds succeed)."""
     from triton.backends.nvidia import driver
 
     monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
-    driver.library_dirs.cache_clear()
+    for cached in (driver.library_dirs, driver.libcuda_dirs):
+        cache_clear = getattr(cached, "cache_clear", None)
+        if cache_clear is not None:
+            cache_clear()
     try:
         driver.libcuda_dirs()
-        pytest.skip("this machine has libcuda: the build would succeed")
     except AssertionError:
-        pass  # no libcuda.so.1, as on every CPU machine
+        return  # no libcuda.so.1, as on every CPU machine
+    pytest.skip("this machine has libcuda: the build would succeed")
+
+
+def test_the_build_returns_false_without_libcuda(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    skip_where_libcuda(monkeypatch)
     assert triton_launcher.build_launcher(_some_source()) is False
     assert _launcher_files(tmp_path / "triton-cache") == []
 
@@ -251,16 +268,7 @@ def test_start_never_raises_and_kilns_own_processes_never_prebuild(monkeypatch: 
 
 def test_the_real_builder_in_the_background_returns_false_here(monkeypatch: pytest.MonkeyPatch) -> None:
     """The default builder is Triton's own build: here (no libcuda) it logs and builds nothing."""
-    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
-    if PER_SIGNATURE:
-        from triton.backends.nvidia import driver
-
-        driver.libcuda_dirs.cache_clear()
-        try:
-            driver.libcuda_dirs()
-            pytest.skip("this machine has libcuda: the build would succeed")
-        except AssertionError:
-            pass  # no libcuda.so.1, as on every CPU machine
+    skip_where_libcuda(monkeypatch)
     results: list[bool] = []
     builds = prebuild.LauncherPrebuilder()
     assert builds.builder is triton_launcher.build_launcher
@@ -360,13 +368,6 @@ def test_kiln_prebuild_launchers_0_starts_nothing(
     assert recording.started == []
 
 
-@triton.jit
-def scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
-
-
 class FakeBench:
     """Stands in for the GPU's timings (test_autotune_cpu.py's, one pass)."""
 
@@ -399,7 +400,7 @@ def test_a_tuning_run_starts_one_launcher_build_for_its_configs(
         pool=make_pool(workers=2),
         database=TuningDatabase(tmp_path / "tuning.sqlite3"),
         target=SM90,
-    )(scale_kernel)
+    )(kernels.scale_kernel)
     tuner._bencher_factory = FakeBench
     n = 4096
     x = torch.randn(n)
@@ -410,7 +411,8 @@ def test_a_tuning_run_starts_one_launcher_build_for_its_configs(
     assert target == SM90
     assert dict(src.signature) == {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
     if PER_SIGNATURE:  # the source Triton's launcher builds for any of these configs' binaries
-        binary = triton.compile(ASTSource(scale_kernel, dict(src.signature), {"BLOCK": 64}), target=SM90)
+        source = ASTSource(kernels.scale_kernel, dict(src.signature), {"BLOCK": 64})
+        binary = triton.compile(source, target=SM90)
         assert recording.recorder.sources == [tritons_launcher_source(binary)]
     else:
         assert recording.recorder.sources == []
@@ -521,30 +523,12 @@ def test_the_first_launchs_launcher_is_a_cache_hit_after_the_prebuild(
 def test_the_driver_utils_source_is_the_one_tritons_driver_builds() -> None:
     from triton.backends.nvidia import driver
 
-    seen: list[tuple[str, str]] = []
-
-    def record(src: str, name: str, **kwargs: Any) -> Any:
-        seen.append((src, name))
-        raise _Refused
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(driver, "compile_module_from_src", record)
-        patch.setattr(driver, "library_dirs", list)  # libcuda's directories: none here
-        with pytest.raises(_Refused):
-            driver.CudaUtils()
-    assert seen == [(triton_launcher.driver_utils_source(), triton_launcher.DRIVER_UTILS_MODULE)]
+    built = what_triton_builds(driver.CudaUtils)
+    assert built == (triton_launcher.driver_utils_source(), triton_launcher.DRIVER_UTILS_MODULE)
 
 
 def test_the_driver_utils_build_returns_false_without_libcuda(monkeypatch: pytest.MonkeyPatch) -> None:
-    from triton.backends.nvidia import driver
-
-    monkeypatch.delenv("TRITON_LIBCUDA_PATH", raising=False)
-    driver.libcuda_dirs.cache_clear()
-    try:
-        driver.libcuda_dirs()
-        pytest.skip("this machine has libcuda: the build would succeed")
-    except AssertionError:
-        pass  # no libcuda.so.1, as on every CPU machine
+    skip_where_libcuda(monkeypatch)
     assert triton_launcher.build_driver_utils() is False
 
 
