@@ -43,9 +43,7 @@ from triton_kiln import triton_compat
 from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, make_bencher
 from triton_kiln.autotuner.session import TuningSession
-from triton_kiln.autotuner.specialize import Candidate, call_meta, tuning_key
-from triton_kiln.compile.request import guess_compile_cost
-from triton_kiln.launch import prebuild
+from triton_kiln.autotuner.specialize import Candidate, call_meta, submit_compiles, tuning_key
 from triton_kiln.tuning.configs import config_label
 from triton_kiln.tuning.results import ConfigResult
 
@@ -223,10 +221,7 @@ class LibrarySearch:
         except Exception as exc:  # e.g. a conflicting meta-parameter: Triton's _bench raises it
             self.unbuildable[config] = exc
             return None
-        pool = tuner._get_pool()
-        candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
-        if tuner._settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compile
-            prebuild.start_requests([candidate.request])
+        submit_compiles(tuner, tuner._get_pool(), [candidate])
         self.candidates[config] = candidate
         return candidate
 

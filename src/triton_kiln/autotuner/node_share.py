@@ -55,9 +55,7 @@ from typing import TYPE_CHECKING, Any
 from triton_kiln.autotuner.bench import Bencher, make_bencher, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_here
 from triton_kiln.autotuner.run_identity import LocalDevice
-from triton_kiln.autotuner.specialize import Candidate
-from triton_kiln.compile.request import guess_compile_cost
-from triton_kiln.launch import prebuild
+from triton_kiln.autotuner.specialize import Candidate, submit_compiles
 from triton_kiln.node.locks import FileLock, marker_since, remove_file, write_marker
 from triton_kiln.sandbox.compare import OutputCheck, Verdict
 from triton_kiln.tuning.results import ConfigResult
@@ -231,10 +229,7 @@ def help_tune(
         reference = bencher.user_reference()
         checker = OutputChecks(reference is not None, InProcessCheck(tuner._tolerances, reference))
         phase = screen_phase(tuner, bencher)
-        for candidate in candidates:
-            candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
-        if tuner._settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compiles
-            prebuild.start_requests(c.request for c in candidates)
+        submit_compiles(tuner, pool, candidates)
         futures = {c.future for c in candidates if c.future is not None}
         for future in as_completed(futures):
             if share.closed():

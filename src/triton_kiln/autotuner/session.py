@@ -42,11 +42,15 @@ from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_ru
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import contenders, eligible, pooled_estimate
 from triton_kiln.autotuner.run_identity import local_device, run_identity
-from triton_kiln.autotuner.specialize import Candidate, candidate_result, distinct, launch_grid
+from triton_kiln.autotuner.specialize import (
+    Candidate,
+    candidate_result,
+    distinct,
+    launch_grid,
+    submit_compiles,
+)
 from triton_kiln.autotuner.timesplit import TimeSplit
-from triton_kiln.compile.request import guess_compile_cost
 from triton_kiln.errors import KilnError
-from triton_kiln.launch import prebuild
 from triton_kiln.sandbox.compare import Verdict
 from triton_kiln.tuning.configs import config_label
 from triton_kiln.tuning.results import ConfigResult, TuningRun
@@ -156,12 +160,11 @@ class TuningSession:
 
         pool = tuner._get_pool()
         bencher = make_bencher(tuner, args, kwargs)  # first: its output-check kernel compiles first
+        submit_compiles(tuner, pool, candidates)
         by_future: dict[Future[CompiledArtifact], Candidate] = {}
         for candidate in candidates:
-            candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
+            assert candidate.future is not None
             by_future.setdefault(candidate.future, candidate)
-        if tuner._settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compiles
-            prebuild.start_requests(c.request for c in candidates)
         self.split.watch(by_future)
         for future in by_future:
             progress.watch(future, configs=sum(1 for c in candidates if c.future is future))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +22,8 @@ from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.compile.request import CompileRequest
+from triton_kiln.compile.request import CompileRequest, guess_compile_cost
+from triton_kiln.launch import prebuild
 from triton_kiln.triton_compat import GPUTarget
 from triton_kiln.tuning.configs import COMPILE_OPTIONS, config_json, config_label, config_options
 from triton_kiln.tuning.results import ConfigResult
@@ -181,6 +182,17 @@ def candidate_for(
     """The :class:`Candidate` for running ``fn`` with ``config`` on these arguments."""
     request, bound = request_for(fn, config, args, kwargs, target, requests, triton_key_dir)
     return Candidate(config, config_label(config), request, bound)
+
+
+def submit_compiles(tuner: Any, pool: Any, candidates: Iterable[Candidate]) -> None:
+    """Send each candidate's compile to ``pool`` (the longest guessed compile first) and, with
+    ``KILN_PREBUILD_LAUNCHERS`` on, build Triton 3.5/3.6's launcher for their signatures beside
+    the compiles (:mod:`kiln.launch.prebuild`)."""
+    submitted = list(candidates)
+    for candidate in submitted:
+        candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
+    if tuner._settings.prebuild_launchers:
+        prebuild.start_requests(c.request for c in submitted)
 
 
 def launch_grid(grid: Any, candidate: Candidate, kernel_name: str) -> tuple[int, ...]:
