@@ -191,10 +191,9 @@ def _check_environment() -> None:
 def _in_kiln_child() -> bool:
     """Whether this interpreter is one of kiln's own processes (a zygote, a sandbox): those never
     import torch, so ``KILN_INDUCTOR`` is for the caller only."""
-    import os
+    from triton_kiln.procs import in_kiln_child
 
-    children = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD", "KILN_CALL_SANDBOX_FD")
-    return any(var in os.environ for var in children)
+    return in_kiln_child()
 
 
 _check_environment()

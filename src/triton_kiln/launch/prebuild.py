@@ -37,19 +37,13 @@ if TYPE_CHECKING:
 
     from triton_kiln.compile.request import CompileRequest
 
+from triton_kiln.procs import in_kiln_child
 from triton_kiln.triton_compat import triton_launcher as compat
 
 log = logging.getLogger("kiln.launch")
 
 BUILD_THREADS = 2
 """Builds at once (each is one gcc): a few signatures' launchers in the time the pool compiles."""
-
-_CHILD_VARIABLES = (  # set in kiln's zygote (and its workers) and sandboxes
-    "KILN_ZYGOTE_FD",
-    "KILN_SANDBOX_FD",
-    "KILN_NATIVE_SANDBOX_FD",
-    "KILN_CALL_SANDBOX_FD",
-)
 
 
 class LauncherPrebuilder:
@@ -85,7 +79,7 @@ class LauncherPrebuilder:
 
     def _start(self, src: Any, target: GPUTarget) -> tuple[bool, str | None]:
         try:
-            if _in_kiln_child():
+            if in_kiln_child():
                 return False, None
             source = compat.launcher_source(src, target)
             if source is None:
@@ -171,7 +165,7 @@ def start_driver_utils(builder: Callable[[], bool] | None = None) -> bool:
     calls it on a GPU machine (``autotuner/prewarm.py``)."""
     global _driver_utils_started
     with _driver_utils_lock:
-        if _driver_utils_started or _in_kiln_child():
+        if _driver_utils_started or in_kiln_child():
             return False
         _driver_utils_started = True
     build = builder if builder is not None else compat.build_driver_utils
@@ -189,10 +183,6 @@ def start_driver_utils(builder: Callable[[], bool] | None = None) -> bool:
 
 def _digest(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()
-
-
-def _in_kiln_child() -> bool:
-    return any(var in os.environ for var in _CHILD_VARIABLES)
 
 
 def _name(src: Any) -> str:
