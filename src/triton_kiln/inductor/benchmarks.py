@@ -181,7 +181,7 @@ class SandboxBenchmarks:
             try:
                 message = describe_sandbox_compiles(compiled, self._parent_key_parts)
             except Exception as exc:  # a diagnostic: never the compile's failure
-                message = f"the benchmark sandbox compiled {len(compiled)} Triton kernel(s) itself ({exc!r})"
+                message = f"{_compiled_itself(compiled)} ({exc!r})"
             log.warning("kiln: %s", message)
 
     def start(self) -> None:
@@ -201,8 +201,8 @@ def describe_sandbox_compiles(compiled: list[dict[str, str]], parent_key_parts: 
     first = compiled[0]
     kernel = first.get("kernel", "?")
     head = (
-        f"the benchmark sandbox compiled {len(compiled)} Triton kernel(s) itself (first: {kernel}) "
-        "instead of loading the binaries kiln put in Triton's cache, so its benchmarks took longer"
+        f"{_compiled_itself(compiled)} (first: {kernel}) instead of loading the binaries kiln put "
+        "in Triton's cache, so its benchmarks took longer"
     )
     parent = parent_key_parts(kernel, first.get("constants")) if parent_key_parts is not None else None
     if parent is None:
@@ -215,6 +215,10 @@ def describe_sandbox_compiles(compiled: list[dict[str, str]], parent_key_parts: 
         f"{name}: here {_clip(parent.get(name))}, there {_clip(first.get(name))}" for name in differ
     )
     return f"{head}; its key differs from this process's{against} in {', '.join(differ)} ({detail})"
+
+
+def _compiled_itself(compiled: list[dict[str, str]]) -> str:
+    return f"the benchmark sandbox compiled {len(compiled)} Triton kernel(s) itself"
 
 
 def _clip(value: str | None, width: int = 120) -> str:
