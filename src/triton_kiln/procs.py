@@ -26,13 +26,13 @@ SINGLE_THREAD_ENV = {
 }
 
 
-KILN_CHILD_VARIABLES = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD", "KILN_CALL_SANDBOX_FD")
+CHILD_FD_VARIABLES = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD", "KILN_CALL_SANDBOX_FD")
 """Set in kiln's own interpreters: the zygote (and its forked workers) and the three sandboxes."""
 
 
 def in_kiln_child() -> bool:
     """Whether this interpreter is one of kiln's own processes (a zygote, a worker, a sandbox)."""
-    return any(var in os.environ for var in KILN_CHILD_VARIABLES)
+    return any(var in os.environ for var in CHILD_FD_VARIABLES)
 
 
 def set_parent_death_signal(expected_parent: int, sig: int = signal.SIGKILL) -> None:
