@@ -9,7 +9,7 @@
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
-# and the later ones documented at their case below (inductor-default, inductor-block-1, gla, node-share,
+# and the later ones documented at their case below (inductor-warm, inductor-default, inductor-block-1, gla, node-share,
 # cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
@@ -152,6 +152,10 @@ for phase in "$@"; do
         && ls /tmp/raysite/bin | head -5 ;;
     farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
       TAIL=30 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --arms local,ray,ray_settled,ray_standing --json "$out/farm.json" ;;
+    inductor-warm)  # #20: warm processes, stock / kiln / kiln's pool at install (kiln_eager) / stock beside kiln's pool
+      TAIL=16 run inductor-warm 580 python3 bench/inductor_warm.py --model resnet50 --mode default \
+        --rounds "${IW_ROUNDS:-2}" --warm-repeats "${IW_REPEATS:-3}" --first-round "${IW_FIRST:-0}" \
+        --out "$out/inductor-warm-${IW_FIRST:-0}.json" ;;
     inductor-default)  # #20: default mode, ID_RUNS runs (2: ~6 min) from run ID_FIRST (0), runtime by CUDA-event blocks
       TAIL=6 run inductor-default 560 python3 bench/inductor.py --model resnet50 --mode default --runs "${ID_RUNS:-2}" \
         --first-run "${ID_FIRST:-0}" --out "$out/inductor-default-${ID_FIRST:-0}.json" ;;

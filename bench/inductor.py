@@ -97,8 +97,16 @@ def arm_env(caches: Path) -> dict[str, str]:
 
 
 def run_child(
-    arm: str, phase: str, model: str, mode: str, arm_dir: Path, args: argparse.Namespace
+    arm: str,
+    phase: str,
+    model: str,
+    mode: str,
+    arm_dir: Path,
+    args: argparse.Namespace,
+    caches: Path | None = None,
 ) -> dict[str, Any]:
+    """One process of one arm and phase, writing ``arm_dir/phase/``, on ``caches`` (default
+    ``arm_dir/caches``, which the arm's cold and warm processes share)."""
     out_dir = arm_dir / phase
     out_dir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode, "--phase", phase]
@@ -109,7 +117,7 @@ def run_child(
         cmd += ["--batch", str(args.batch)]
     if arm == "kiln" and args.kiln_sandbox:
         cmd.append("--kiln-sandbox")
-    if phase == "cold" and arm == "stock":
+    if phase == "cold" and arm == "stock" and getattr(args, "reference", True):
         cmd.append("--reference")
     print(f"[inductor] {model} {mode}: {arm} {phase}", file=sys.stderr, flush=True)
     started = time.perf_counter()
@@ -119,7 +127,7 @@ def run_child(
             proc = subprocess.run(
                 cmd,
                 check=False,
-                env=arm_env(arm_dir / "caches"),
+                env=arm_env(caches or arm_dir / "caches"),
                 stdout=err,
                 stderr=subprocess.STDOUT,
                 timeout=args.arm_timeout,

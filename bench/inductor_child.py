@@ -14,6 +14,9 @@
 Arms: ``stock`` (torch.compile as installed) and ``kiln`` (``triton_kiln.inductor.install()``,
 ``sandbox_benchmarks`` with ``--kiln-sandbox``, inside the timed region: the pool's start is kiln's
 cost). A kiln arm without ``triton_kiln.inductor`` fails at once with :class:`KilnInductorMissing`.
+Two diagnostic arms (``bench/inductor_warm.py``): ``kiln_eager`` (``install()``, then kiln's pool
+started at once, as ``install()`` did before the pool waited for Inductor's first lowering) and
+``stock_pool`` (stock Inductor, with kiln's pool started beside it and never used).
 Phases: ``cold`` (fresh caches) and ``warm`` (a second process on the cold phase's caches: what
 the next process pays). ``result.json`` is written whatever happens: a failure is data.
 """
@@ -36,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inductor_models
 import machine_state
 
-ARMS = ("stock", "kiln")
+ARMS = ("stock", "kiln", "kiln_eager", "stock_pool")
 MODES = ("max-autotune-no-cudagraphs", "default")
 KILN_MODULE = "triton_kiln.inductor"
 
@@ -84,6 +87,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     inductor_models.sync(device)
     result["settings"] = inductor_models.inductor_settings()
 
+    result["speed_probe_s"] = inductor_models.speed_probe_s()
     result["stage"] = "compile"
     threads_before = inductor_models.thread_cpu_s()
     started = time.perf_counter()
@@ -91,12 +95,21 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     # graph included): imported first in both arms, so kiln_install_s is kiln's own work only
     inductor_models.import_inductor()
     result["import_inductor_s"] = time.perf_counter() - started
-    if args.arm == "kiln":
+    main_before = inductor_models.main_thread_counters()
+    if args.arm in ("kiln", "kiln_eager"):
         result["stage"] = "kiln install"
         installing = time.perf_counter()
         result["kiln"] = install_kiln(args.kiln_sandbox)
+        if args.arm == "kiln_eager":
+            from triton_kiln.pool import get_pool
+
+            get_pool().start()
         result["kiln_install_s"] = time.perf_counter() - installing
         result["stage"] = "compile"
+    elif args.arm == "stock_pool":
+        from triton_kiln.pool import get_pool
+
+        get_pool().start()
     # after kiln's install (which wraps the same method): every coordinate descent, either arm
     coordesc = inductor_models.record_coordinate_descent()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
@@ -109,6 +122,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["threads_cpu_first_call_s"] = inductor_models.thread_families(
         inductor_models.cpu_since(threads_before)
     )
+    result["main_thread_first_call"] = inductor_models.counters_since(main_before)
     result["split"] = inductor_models.inductor_split(result["first_s"])
     result["coordinate_descent"] = inductor_models.compact_coordinate_descent(list(coordesc))  # first call
 
@@ -127,13 +141,13 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         if device == "cuda":
             # the same calls with the arm's compile pool stopped: whether what it leaves running
             # (kiln's pool, or Inductor's SubprocPool) slows them
-            if args.arm == "kiln":
+            if args.arm != "stock":
                 import triton_kiln.inductor
                 from triton_kiln.pool import get_pool
 
                 triton_kiln.inductor.uninstall()
                 get_pool().shutdown(wait=True)
-            else:
+            if args.arm in ("stock", "stock_pool"):
                 from torch._inductor.async_compile import shutdown_compile_workers
 
                 shutdown_compile_workers()

@@ -145,6 +145,7 @@ def import_inductor() -> None:
     import torch._dynamo
     import torch._inductor.async_compile
     import torch._inductor.codecache
+    import torch._inductor.graph  # compile_fx imports it at its top; kiln's install() patches it
     import torch._inductor.runtime.compile_tasks
     import torch._inductor.runtime.triton_heuristics  # noqa: F401
 
@@ -489,3 +490,62 @@ def inductor_settings() -> dict[str, Any]:
         "max_autotune_gemm_backends",
     )
     return {n: _plain(getattr(config, n)) for n in names if hasattr(config, n)}
+
+
+def main_thread_counters() -> dict[str, float]:
+    """This (the calling) thread's kernel counters: user and system CPU seconds, minor and major
+    page faults, voluntary and involuntary context switches, and the CPU it is on
+    (``/proc/thread-self``; empty without it). Two snapshots' difference says whether a slower
+    phase did more work, waited, faulted pages in, or was moved between CPUs."""
+    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    try:
+        with open("/proc/thread-self/stat") as handle:
+            stat = handle.read()
+        with open("/proc/thread-self/status") as handle:
+            status = dict(line.split(":", 1) for line in handle.read().splitlines() if ":" in line)
+    except OSError:
+        return {}
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return {
+        "utime_s": int(fields[11]) / ticks,
+        "stime_s": int(fields[12]) / ticks,
+        "minflt": float(fields[7]),
+        "majflt": float(fields[9]),
+        "nvcsw": float(status.get("voluntary_ctxt_switches", "0").strip()),
+        "nivcsw": float(status.get("nonvoluntary_ctxt_switches", "0").strip()),
+        "cpu": float(fields[36]),
+    }
+
+
+def counters_since(before: dict[str, float]) -> dict[str, float]:
+    """:func:`main_thread_counters` now less ``before`` (the CPU: where it was, where it is)."""
+    after = main_thread_counters()
+    spent = {k: round(after[k] - before[k], 6) for k in after if k in before and k != "cpu"}
+    if "cpu" in before and "cpu" in after:
+        spent["cpu_before"], spent["cpu_after"] = before["cpu"], after["cpu"]
+    return spent
+
+
+def speed_probe_s(rounds: int = 5) -> float:
+    """The best of ``rounds`` timings of a fixed pure-Python workload (dicts, lists, attribute
+    lookups: what Dynamo's tracing does), ~20 ms each: how fast this process runs Python right
+    now. On the H100 machine the same warm process's phases swing 1.5x from one process to the
+    next, for stock and kiln alike; this is recorded beside them to tell the machine's speed
+    from an arm's work."""
+    import time
+
+    class Box:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        table: dict[int, Box] = {}
+        for i in range(20000):
+            table[i] = Box(i)
+        total = sum(box.value for box in table.values() if box.value % 3)
+        items = sorted(table.items(), key=lambda kv: -kv[0])[:10]
+        best = min(best, time.perf_counter() - started)
+        del table, items, total
+    return best

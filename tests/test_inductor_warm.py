@@ -141,3 +141,60 @@ def test_a_config_whose_compile_raised_raises_its_error_not_a_parent_compile(
     assert parent_cannot_compile == []
     assert pool.stats.compiled == 0
     assert pool.stats.failed >= 1
+
+
+_COMPILE_AND_REPORT = """
+import psutil, torch
+import triton_kiln.inductor as k
+from triton_kiln.pool import get_pool
+
+k.install()
+pool = get_pool()
+print("after-install", pool.started)
+def f(x):
+    return torch.relu(x) * 2 + 1
+out = torch.compile(f)(torch.arange(-4.0, 4.0))
+assert out.tolist() == [1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 5.0, 7.0], out
+kiln_children = [p for p in psutil.Process().children(recursive=True)
+                 if "triton_kiln" in " ".join(p.cmdline())]
+print("after-compile", pool.started, len(kiln_children))
+k.uninstall()
+pool.shutdown(wait=True, cancel_futures=True)
+"""
+
+
+def test_kilns_pool_starts_when_inductor_lowers_a_graph_and_never_in_a_warm_process(
+    tmp_path: Path,
+) -> None:
+    """install() starts nothing. A graph Inductor lowers (its caches missed) starts kiln's pool;
+    a second process that finds the graph in Inductor's caches starts no kiln process at all
+    (on the H100, kiln's pool starting beside Dynamo's tracing was the one thing a warm kiln
+    process did that a stock one did not)."""
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    env = {
+        **os.environ,
+        "PYTHONPATH": src,
+        "KILN_CACHE_DIR": str(tmp_path / "kiln"),
+        "KILN_WORKERS": "1",
+        "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+        "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "0",
+        "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "0",
+    }
+
+    def process() -> list[str]:
+        out = subprocess.run(
+            [sys.executable, "-c", _COMPILE_AND_REPORT],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return [line for line in out.stdout.splitlines() if line.startswith("after-")]
+
+    cold = process()
+    assert cold[0] == "after-install False"  # install() started nothing
+    assert cold[1].startswith("after-compile True")  # the lowered graph started the pool
+    warm = process()
+    assert warm == ["after-install False", "after-compile False 0"]

@@ -1,7 +1,7 @@
 """``kiln.inductor.install()`` / ``uninstall()`` / ``KILN_INDUCTOR=1``: Inductor's Triton
 compiles through kiln's pool.
 
-It replaces four attributes of Inductor's (:mod:`kiln.triton_compat.inductor` names them), and
+It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` names them), and
 ``uninstall()`` puts the very same objects back:
 
 * ``AsyncCompile.process_pool``: returns an :class:`~kiln.inductor.jobs.InductorPool`, whose
@@ -16,9 +16,15 @@ It replaces four attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
   the C++-wrapper's lazy compile, template benchmarks all come here);
 * ``CachingAutotuner.coordinate_descent_tuning``: the neighbours of the starting config (its
   first ring, every tunable field) start compiling in kiln's pool at once, then Inductor's own
-  tuning runs and finds each compile done or in flight.
+  tuning runs and finds each compile done or in flight;
+* ``GraphLowering.__init__``, which only starts kiln's pool: Inductor lowers a graph only when
+  its caches missed, and Triton compiles follow, so kiln's zygote and workers start then, in the
+  background, while Inductor lowers and generates code. A process whose graphs all come from
+  Inductor's caches (a warm process) starts no kiln process at all. (Started at ``install()``,
+  the pool's start ran beside Dynamo's tracing in every warm process, where nothing compiles.)
+  Any compile that reaches kiln starts the pool too.
 
-With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) a fifth:
+With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) a sixth:
 
 * ``AlgorithmSelectorCache.make_benchmark_fn``: max-autotune's GPU template choices are timed in a
   kiln sandbox process (:mod:`~kiln.inductor.benchmarks`), so an illegal memory access or a hang
@@ -95,7 +101,7 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
     with _lock:
         if _state is None:
             compat.set_worker_paths()
-            kiln_pool = _kiln_pool()
+            kiln_pool = _kiln_pool()  # not started: the first graph Inductor lowers starts it
             # This process's own Triton asks for its key when Inductor loads a cached binary and
             # when kiln computes a config's cache slot: kiln's stored key then, not a 0.3-0.8 s
             # hash of libtriton.so (nothing is read here: the first ask reads it).
@@ -106,6 +112,7 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
                 compat.precompile_worker_point(),
                 compat.precompile_config_point(),
                 compat.coordinate_descent_point(),
+                compat.graph_lowering_point(),
             ]
             saved = [(point, point.current()) for point in points]
             original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
@@ -116,6 +123,7 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
             points[1].set(_precompile_worker(saved[1][1], compiler))
             points[2].set(_precompile_config(saved[2][1], compiler))
             points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
+            points[4].set(_starting_pool_on_lowering(saved[4][1], kiln_pool))
             compat.reset_ready_future()
             _state = _Installed(saved, pool, compiler)
             log.info(
@@ -200,11 +208,12 @@ def current_benchmarks() -> SandboxBenchmarks | None:
 
 
 def _kiln_pool() -> CompilePool:
-    """kiln's process-wide pool, started now: its zygote and workers get ready in the background
-    while Inductor traces, so the first compile finds them (no warm-up window in this process)."""
+    """kiln's process-wide pool, not started: :func:`_starting_pool_on_lowering` starts it when
+    Inductor lowers its first graph (its zygote and workers then get ready while Inductor lowers
+    and generates code, so the first compile finds them: no warm-up window in this process)."""
     from triton_kiln.pool import get_pool
 
-    return get_pool().start()
+    return get_pool()
 
 
 # --- the replacements ---
@@ -227,6 +236,18 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
             return original(self)
 
     return _precompile_worker
+
+
+def _starting_pool_on_lowering(original: Any, kiln_pool: CompilePool) -> Any:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            kiln_pool.start()  # idempotent; the zygote starts on the pool's manager thread
+        except Exception as exc:  # a pool that cannot start fails its jobs, with the reason, later
+            log.debug("kiln: the compile pool did not start on lowering: %s", exc)
+        original(self, *args, **kwargs)
+
+    return __init__
 
 
 def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:

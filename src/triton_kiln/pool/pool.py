@@ -238,6 +238,11 @@ class CompilePool(BatchMethods):
         return self._table.closing
 
     @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ran (directly, or by a first job or :meth:`wait_ready`)."""
+        return self._manager.thread is not None
+
+    @property
     def zygote_pid(self) -> int | None:
         zygote = self._manager.supervisor.zygote
         return zygote.proc.pid if zygote is not None and not zygote.dead else None

@@ -16,6 +16,8 @@ What kiln uses, and where it lives in both versions:
   makes, coordinate descent and runtime autotune included), ``_create_compile_meta`` and
   ``_create_compile_options`` (Inductor's own helpers for ``triton.compile``'s arguments),
   ``prepare_for_pickle`` (what a worker does before sending the kernel back);
+* ``torch._inductor.graph.GraphLowering.__init__``: a graph is being lowered (Inductor's caches
+  missed), the moment kiln's pool starts;
 * ``CachingAutotuner.coordinate_descent_tuning`` and its ``coordesc_tuner`` (``tunable_fields``,
   ``get_neighbour_values``, ``is_valid_config``; ``coordinate_descent_tuner.get_field`` /
   ``set_field``): the neighbours coordinate descent will ask for, compiled ahead;
@@ -114,6 +116,16 @@ def precompile_config_point() -> PatchPoint:
 
 def coordinate_descent_point() -> PatchPoint:
     return PatchPoint(caching_autotuner_class(), "coordinate_descent_tuning")
+
+
+def graph_lowering_point() -> PatchPoint:
+    """``GraphLowering.__init__``: Inductor is about to lower a graph, so its caches missed and
+    Triton compiles follow (a cached graph, FX or AOTAutograd, is loaded without one).
+    ``torch._inductor.graph`` is imported here; ``torch.compile`` imports it on every path
+    (``compile_fx`` does, at its top)."""
+    from torch._inductor.graph import GraphLowering
+
+    return PatchPoint(GraphLowering, "__init__")
 
 
 def reset_ready_future() -> None:
