@@ -216,3 +216,52 @@ def test_coordinate_descent_records_of_one_kernel_and_config_fold_into_one() -> 
     assert abs(folded[0]["seconds"] - 0.3) < 1e-6
     assert folded[1] == {**moved, "count": 1}
     assert inductor_models.compact_coordinate_descent(folded) == folded  # folding again changes nothing
+
+
+def test_warm_bench_medians_and_ratios_per_arm_and_phase() -> None:
+    """bench/inductor_warm.py's summary: each arm's medians over its cold and its warm processes,
+    the ratio to stock's, and a failed process left out of both."""
+    import inductor_warm
+
+    def process(arm: str, phase: str, first_s: float, error: str | None = None) -> dict[str, object]:
+        phases = {"variable_builder_call": first_s / 10}
+        main = {"utime_s": first_s, "minflt": 100.0}
+        return {
+            "arm": arm,
+            "phase": phase,
+            "first_s": first_s,
+            "phases": phases,
+            "main_thread": main,
+            "error": error,
+        }
+
+    processes = [
+        process("stock", "cold", 10.0),
+        process("kiln", "cold", 12.0),
+        *[process("stock", "warm", s) for s in (4.0, 6.0, 5.0)],
+        *[process("kiln", "warm", s) for s in (5.5, 4.5, 99.0)],
+        process("kiln", "warm", 1.0, error="killed by SIGKILL"),
+        process("stock_pool", "warm", 6.0),
+    ]
+    arms = inductor_warm.summarize(processes)
+    assert arms["stock"]["warm_first_s"] == 5.0
+    assert arms["kiln"]["warm_first_s"] == 5.5  # median of 4.5, 5.5, 99 (the failed 1.0 left out)
+    assert arms["kiln"]["warm_vs_stock"] == 1.1
+    assert arms["kiln"]["cold_vs_stock"] == 1.2
+    assert arms["stock_pool"]["warm_vs_stock"] == 1.2
+    assert "cold_first_s" not in arms["stock_pool"]
+    assert arms["kiln"]["warm_phases"]["variable_builder_call"] == 0.55
+    table = inductor_warm.table(arms)
+    assert table.splitlines()[0].startswith("arm")
+    assert len(table.splitlines()) == 4
+
+
+def test_main_thread_counters_and_the_speed_probe() -> None:
+    before = inductor_models.main_thread_counters()
+    if not before:
+        pytest.skip("no /proc/thread-self here")
+    sum(i * i for i in range(200000))
+    spent = inductor_models.counters_since(before)
+    assert spent["utime_s"] + spent["stime_s"] >= 0
+    assert {"minflt", "nvcsw", "cpu_before", "cpu_after"} <= set(spent)
+    assert 0 < inductor_models.speed_probe_s(rounds=2) < 5
