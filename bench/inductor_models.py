@@ -240,6 +240,7 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
     profile_top = host_profile(fn, calls)
     torch.cuda.synchronize()
     kernel_us = 0.0
+    by_kind: dict[str, float] = {}
     try:
         from torch.profiler import ProfilerActivity, profile
 
@@ -249,7 +250,10 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
             torch.cuda.synchronize()
         for event in prof.events():
             if getattr(event, "device_type", None) == torch.autograd.DeviceType.CUDA:
-                kernel_us += float(getattr(event, "device_time", 0.0) or 0.0)
+                us = float(getattr(event, "device_time", 0.0) or 0.0)
+                kernel_us += us
+                kind = kernel_kind(str(getattr(event, "name", "")))
+                by_kind[kind] = by_kind.get(kind, 0.0) + us
         gpu_ms: float | None = kernel_us / 1e3 / calls
     except Exception as exc:  # the profiler is a diagnostic: never the run's failure
         gpu_ms = None
@@ -261,8 +265,17 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
         "host_ms_per_call_gc_off": host_ms_gc_off,
         "gc_objects": objects,
         "gpu_kernel_ms_per_call": gpu_ms,
+        # the same time split by who made the kernel: Triton's (Inductor's, which kiln compiles)
+        # against the rest (cuDNN, cuBLAS, ATen): a GPU running slower shows in both
+        "gpu_kernel_ms_per_call_by_kind": {k: round(v / 1e3 / calls, 6) for k, v in by_kind.items()},
         "host_profile_top": profile_top,
     }
+
+
+def kernel_kind(name: str) -> str:
+    """``triton`` for a kernel Inductor generated with Triton (its names start ``triton_``),
+    ``other`` for the rest (cuDNN's convolutions, cuBLAS, ATen's own kernels)."""
+    return "triton" if name.startswith("triton_") else "other"
 
 
 def _host_ms_per_call(fn: Callable[[], Any], calls: int) -> float:

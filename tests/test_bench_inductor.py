@@ -265,3 +265,10 @@ def test_main_thread_counters_and_the_speed_probe() -> None:
     assert spent["utime_s"] + spent["stime_s"] >= 0
     assert {"minflt", "nvcsw", "cpu_before", "cpu_after"} <= set(spent)
     assert 0 < inductor_models.speed_probe_s(rounds=2) < 5
+
+
+def test_gpu_kernel_time_is_split_into_tritons_kernels_and_the_rest() -> None:
+    assert inductor_models.kernel_kind("triton_poi_fused_relu_0") == "triton"
+    assert inductor_models.kernel_kind("triton_tem_fused_mm_1") == "triton"
+    assert inductor_models.kernel_kind("sm90_xmma_fprop_implicit_gemm_bf16") == "other"
+    assert inductor_models.kernel_kind("void at::native::vectorized_elementwise_kernel<4>") == "other"
