@@ -168,19 +168,25 @@ def test_uninstall_gives_inductor_back_its_own_objects(
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
 ) -> None:
+    from torch._inductor.graph import GraphLowering
+
     before = (
         AsyncCompile.__dict__["process_pool"],
         CachingAutotuner.__dict__["_precompile_worker"],
         CachingAutotuner.__dict__["_precompile_config"],
         CachingAutotuner.__dict__["coordinate_descent_tuning"],
+        GraphLowering.__dict__["__init__"],
     )
     install_on(make_pool())
+    assert GraphLowering.__dict__["__init__"] is not before[4]
     assert kiln_inductor.installed()
     assert isinstance(AsyncCompile.process_pool(), InductorPool)
     assert all(
         CachingAutotuner.__dict__[n] is not b
         for n, b in zip(
-            ("_precompile_worker", "_precompile_config", "coordinate_descent_tuning"), before[1:], strict=True
+            ("_precompile_worker", "_precompile_config", "coordinate_descent_tuning"),
+            before[1:4],
+            strict=True,
         )
     )
     kiln_inductor.install()  # a second install changes nothing
@@ -190,6 +196,7 @@ def test_uninstall_gives_inductor_back_its_own_objects(
         CachingAutotuner.__dict__["_precompile_worker"],
         CachingAutotuner.__dict__["_precompile_config"],
         CachingAutotuner.__dict__["coordinate_descent_tuning"],
+        GraphLowering.__dict__["__init__"],
     )
     assert all(a is b for a, b in zip(after, before, strict=True))
     assert not kiln_inductor.installed()
