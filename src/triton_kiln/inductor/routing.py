@@ -20,7 +20,9 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
 * ``GraphLowering.__init__``, which only starts kiln's pool: Inductor lowers a graph only when
   its caches missed, and Triton compiles follow, so kiln's zygote and workers start then, in the
   background, while Inductor lowers and generates code. A process whose graphs all come from
-  Inductor's caches (a warm process) starts no kiln process at all. (Started at ``install()``,
+  Inductor's caches (a warm process) starts no compile process at all (the benchmark sandbox
+  of ``sandbox_benchmarks`` still starts at ``install()``, to be warm when max-autotune's
+  template choices, chosen during lowering, need it). (Started at ``install()``,
   the pool's start ran beside Dynamo's tracing in every warm process, where nothing compiles.)
   Any compile that reaches kiln starts the pool too.
 
