@@ -272,3 +272,18 @@ def test_gpu_kernel_time_is_split_into_tritons_kernels_and_the_rest() -> None:
     assert inductor_models.kernel_kind("triton_tem_fused_mm_1") == "triton"
     assert inductor_models.kernel_kind("sm90_xmma_fprop_implicit_gemm_bf16") == "other"
     assert inductor_models.kernel_kind("void at::native::vectorized_elementwise_kernel<4>") == "other"
+
+
+def test_gil_bench_renames_each_kernel_apart() -> None:
+    """bench/inductor_gil.py's jobs: the fixture kernels in turn, each under a name of its own
+    (so each is a compile of its own), and nothing left under the fixture's name."""
+    import inductor_gil
+
+    sources = inductor_gil.kernel_sources(6)
+    names = [name for name, _ in sources]
+    assert len(set(names)) == 6
+    for name, text in sources:
+        assert f"def {name}(" in text
+        base = name.rsplit("_gil", 1)[0]
+        assert f"def {base}(" not in text
+    assert inductor_gil.loop_for(0.05) > 0

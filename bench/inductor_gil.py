@@ -1,0 +1,191 @@
+"""What ``kiln.inductor``'s work in the caller's process costs the caller's main thread (issue 20's
+cold default-mode gap), measured on the CPU machine.
+
+On the H100, kiln's cold ResNet-50 process spent 0.3-1.1 s longer in Inductor's code generation
+than stock's, with 1367-2740 voluntary context switches of its main thread against stock's 50-111:
+kiln's threads do, in the caller, what Inductor's worker processes do in stock (load each kernel's
+module, build its requests, put the binaries in Triton's cache, load them, pickle the kernel).
+This script measures that cost without a GPU::
+
+    python bench/inductor_gil.py --kernels 24 --repeats 3 --out bench/results/inductor-gil-cpu-DATE.json
+
+The main thread runs a fixed pure-Python loop (units of ~0.1 ms: dicts, strings, sorting, what
+code generation does). Each repeat, alternately: the loop alone for ``--window-s``; then the loop
+while ``--kernels`` compile jobs are submitted exactly as Inductor submits them
+(``AsyncCompile.process_pool().submit(_worker_compile_triton, ...)``), until all are done. The
+jobs are the fixture kernels of ``tests/inductor_fixtures`` (real Inductor-generated sources),
+renamed, compiled once for sm_90 into a kiln cache before the first repeat; each repeat points
+``TRITON_CACHE_DIR`` at a fresh directory, so every compile is a hit in kiln's cache and what runs
+is kiln's in-process work only. The only fake is Inductor's GPU-driver check, as in the tests.
+
+Reported per repeat and as medians: the loop's units per second alone and beside the jobs, the
+main thread's lost seconds (the window less the units done at the alone rate) and per kernel, the
+main thread's voluntary context switches, and the CPU seconds of kiln's threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+
+import inductor_models  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "inductor_fixtures"
+KINDS = {
+    "pointwise": "triton_poi_fused_add_mul_relu_0",
+    "reduction": "triton_red_fused_sum_0",
+    "persistent_reduction": "triton_per_fused__softmax_0",
+    "template_mm": "triton_tem_fused_mm_0",
+}
+
+
+def unit() -> int:
+    """One unit of the main thread's pure-Python work (~0.1 ms on the CPU machine)."""
+    table = {i: str(i) for i in range(1500)}
+    return len(sorted(table.values(), key=len))
+
+
+def loop_for(seconds: float) -> int:
+    """Units done in ``seconds``."""
+    done, end = 0, time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        unit()
+        done += 1
+    return done
+
+
+def kernel_sources(count: int) -> list[tuple[str, str]]:
+    """``count`` (name, source) pairs: the fixture kernels in turn, each renamed apart."""
+    base = [(name, (FIXTURES / f"{kind}.py").read_text()) for kind, name in KINDS.items()]
+    sources = []
+    for i in range(count):
+        name, text = base[i % len(base)]
+        fresh = f"{name}_gil{i}"
+        sources.append((fresh, text.replace(name, fresh)))
+    return sources
+
+
+def submit_all(sources: list[tuple[str, str]]) -> list[Any]:
+    import functools
+
+    from torch._inductor.async_compile import AsyncCompile
+    from torch._inductor.codecache import _load_triton_kernel_from_source
+    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
+
+    pool = AsyncCompile.process_pool()
+    return [
+        pool.submit(_worker_compile_triton, functools.partial(_load_triton_kernel_from_source, n, t), {}, {})
+        for n, t in sources
+    ]
+
+
+def kiln_threads_cpu() -> float:
+    spent = inductor_models.thread_families(inductor_models.cpu_since({}))
+    return sum(v for k, v in spent.items() if k.startswith("kiln"))
+
+
+def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: int) -> dict[str, Any]:
+    alone_before = inductor_models.main_thread_counters()
+    alone_units = loop_for(window_s)
+    alone = inductor_models.counters_since(alone_before)
+    rate = alone_units / window_s
+
+    os.environ["TRITON_CACHE_DIR"] = str(root / f"triton-{index}")  # fresh: kiln seeds it again
+    kiln_before = kiln_threads_cpu()
+    before = inductor_models.main_thread_counters()
+    started = time.perf_counter()
+    futures = submit_all(sources)
+    units = 0
+    while not all(f.done() for f in futures):
+        unit()
+        units += 1
+    elapsed = time.perf_counter() - started
+    beside = inductor_models.counters_since(before)
+    for future in futures:
+        future.result()  # a failed job is the run's failure
+    lost_s = elapsed - units / rate
+    return {
+        "alone_units_per_s": round(rate, 1),
+        "beside_units_per_s": round(units / elapsed, 1),
+        "jobs_s": round(elapsed, 4),
+        "main_lost_s": round(lost_s, 4),
+        "main_lost_ms_per_kernel": round(lost_s * 1e3 / len(sources), 3),
+        "main_nvcsw_alone": alone.get("nvcsw"),
+        "main_nvcsw_beside": beside.get("nvcsw"),
+        "kiln_threads_cpu_s": round(kiln_threads_cpu() - kiln_before, 4),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kernels", type=int, default=24, help="compile jobs per repeat")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--window-s", type=float, default=2.0, help="the loop alone, per repeat")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+
+    root = Path(tempfile.mkdtemp(prefix="kiln-inductor-gil-"))
+    os.environ.setdefault("KILN_PROGRESS", "0")
+    os.environ["KILN_CACHE_DIR"] = str(root / "kiln")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
+    os.environ["TRITON_CACHE_DIR"] = str(root / "triton-setup")
+
+    import torch
+    from torch._inductor.runtime import triton_helpers
+
+    import triton_kiln.inductor
+    from triton_kiln.pool import get_pool
+
+    triton_helpers.set_driver_to_gpu = lambda: None  # the only fake: there is no GPU driver here
+    triton_kiln.inductor.install()
+    sources = kernel_sources(args.kernels)
+    setup = time.perf_counter()
+    for future in submit_all(sources):  # compiled once, for real, into kiln's cache
+        future.result()
+    setup_s = time.perf_counter() - setup
+
+    repeats = [measure(sources, args.window_s, root, i) for i in range(args.repeats)]
+    medians = {k: statistics.median(r[k] for r in repeats) for k in repeats[0]}
+    result = {
+        "meta": {
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "cores": os.cpu_count(),
+            "torch": torch.__version__,
+            "kernels": args.kernels,
+            "setup_compile_s": round(setup_s, 3),
+        },
+        "repeats": repeats,
+        "medians": medians,
+    }
+    triton_kiln.inductor.uninstall()
+    get_pool().shutdown(wait=True, cancel_futures=True)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+    print(json.dumps(result, indent=1))
+    print(
+        f"\n{args.kernels} kernels, medians of {args.repeats}: main loop {medians['alone_units_per_s']:.0f}"
+        f" units/s alone, {medians['beside_units_per_s']:.0f} beside kiln's jobs; main thread lost"
+        f" {medians['main_lost_s']:.3f} s ({medians['main_lost_ms_per_kernel']:.1f} ms per kernel);"
+        f" voluntary switches {medians['main_nvcsw_alone']:.0f} alone, {medians['main_nvcsw_beside']:.0f}"
+        f" beside; kiln's threads {medians['kiln_threads_cpu_s']:.3f} s CPU",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
