@@ -96,20 +96,17 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     inductor_models.import_inductor()
     result["import_inductor_s"] = time.perf_counter() - started
     main_before = inductor_models.main_thread_counters()
+    installing = time.perf_counter()
     if args.arm in ("kiln", "kiln_eager"):
         result["stage"] = "kiln install"
-        installing = time.perf_counter()
         result["kiln"] = install_kiln(args.kiln_sandbox)
-        if args.arm == "kiln_eager":
-            from triton_kiln.pool import get_pool
-
-            get_pool().start()
-        result["kiln_install_s"] = time.perf_counter() - installing
-        result["stage"] = "compile"
-    elif args.arm == "stock_pool":
+    if args.arm in ("kiln_eager", "stock_pool"):  # kiln's pool started now, not at the first lowering
         from triton_kiln.pool import get_pool
 
         get_pool().start()
+    if args.arm in ("kiln", "kiln_eager"):
+        result["kiln_install_s"] = time.perf_counter() - installing
+        result["stage"] = "compile"
     # after kiln's install (which wraps the same method): every coordinate descent, either arm
     coordesc = inductor_models.record_coordinate_descent()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)

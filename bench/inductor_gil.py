@@ -37,18 +37,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(ROOT / "src"))
+sys.path[:0] = [str(HERE), str(ROOT / "src"), str(ROOT / "tests")]
 
 import inductor_models  # noqa: E402
 
-FIXTURES = ROOT / "tests" / "inductor_fixtures"
-KINDS = {
-    "pointwise": "triton_poi_fused_add_mul_relu_0",
-    "reduction": "triton_red_fused_sum_0",
-    "persistent_reduction": "triton_per_fused__softmax_0",
-    "template_mm": "triton_tem_fused_mm_0",
-}
+KINDS = ("pointwise", "reduction", "persistent_reduction", "template_mm")
+"""The fixture kernels of ``tests/inductor_fixtures`` the jobs cycle through."""
 
 
 def unit() -> int:
@@ -68,27 +62,17 @@ def loop_for(seconds: float) -> int:
 
 def kernel_sources(count: int) -> list[tuple[str, str]]:
     """``count`` (name, source) pairs: the fixture kernels in turn, each renamed apart."""
-    base = [(name, (FIXTURES / f"{kind}.py").read_text()) for kind, name in KINDS.items()]
-    sources = []
-    for i in range(count):
-        name, text = base[i % len(base)]
-        fresh = f"{name}_gil{i}"
-        sources.append((fresh, text.replace(name, fresh)))
-    return sources
+    from inductor_support import KERNELS, source
+
+    kinds = [KINDS[i % len(KINDS)] for i in range(count)]
+    return [source(kind, rename=f"{KERNELS[kind]}_gil{i}") for i, kind in enumerate(kinds)]
 
 
 def submit_all(sources: list[tuple[str, str]]) -> list[Any]:
-    import functools
+    """Each kernel's job, submitted as ``AsyncCompile.triton`` submits it."""
+    from inductor_support import submit
 
-    from torch._inductor.async_compile import AsyncCompile
-    from torch._inductor.codecache import _load_triton_kernel_from_source
-    from torch._inductor.runtime.compile_tasks import _worker_compile_triton
-
-    pool = AsyncCompile.process_pool()
-    return [
-        pool.submit(_worker_compile_triton, functools.partial(_load_triton_kernel_from_source, n, t), {}, {})
-        for n, t in sources
-    ]
+    return [submit(name, text) for name, text in sources]
 
 
 def kiln_threads_cpu() -> float:

@@ -371,7 +371,7 @@ def thread_cpu_s() -> dict[str, float]:
     import threading
 
     names = {t.native_id: t.name for t in threading.enumerate() if t.native_id is not None}
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    ticks = _clock_ticks()
     found: dict[str, float] = {}
     try:
         tids = os.listdir("/proc/self/task")
@@ -384,9 +384,18 @@ def thread_cpu_s() -> dict[str, float]:
         except OSError:
             continue
         name = names.get(int(tid)) or stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
+        fields = _stat_fields(stat)
         found[f"{name}[{tid}]"] = (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
     return found
+
+
+def _clock_ticks() -> int:
+    return os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _stat_fields(stat: str) -> list[str]:
+    """A ``/proc/.../stat`` line's fields after the command name (``state`` is field 0 here)."""
+    return stat[stat.rindex(")") + 2 :].split()
 
 
 def _plain(value: Any) -> Any:
@@ -510,7 +519,7 @@ def main_thread_counters() -> dict[str, float]:
     page faults, voluntary and involuntary context switches, and the CPU it is on
     (``/proc/thread-self``; empty without it). Two snapshots' difference says whether a slower
     phase did more work, waited, faulted pages in, or was moved between CPUs."""
-    ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    ticks = _clock_ticks()
     try:
         with open("/proc/thread-self/stat") as handle:
             stat = handle.read()
@@ -518,7 +527,7 @@ def main_thread_counters() -> dict[str, float]:
             status = dict(line.split(":", 1) for line in handle.read().splitlines() if ":" in line)
     except OSError:
         return {}
-    fields = stat[stat.rindex(")") + 2 :].split()
+    fields = _stat_fields(stat)
     return {
         "utime_s": int(fields[11]) / ticks,
         "stime_s": int(fields[12]) / ticks,

@@ -236,7 +236,7 @@ def _num(value: Any, fmt: str) -> str:
     return "-"
 
 
-def _grid(head: list[str], rows: list[list[str]]) -> str:
+def grid(head: list[str], rows: list[list[str]]) -> str:
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows, strict=True)]
     return "\n".join(
         "  ".join(str(x).ljust(w) for x, w in zip(r, widths, strict=True)) for r in [head, *rows]
@@ -266,7 +266,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 "; ".join(f"{k}: {v[:60]}" for k, v in r.get("errors", {}).items()) or "-",
             ]
         )
-    return _grid(head, lines)
+    return grid(head, lines)
 
 
 FAMILIES = ("_template_autotuning", "_template_precompiling")
@@ -317,4 +317,4 @@ def split_table(row: dict[str, Any], arm: str, min_share: float = 0.002) -> str:
         for name, value in values.items()
         if group in ("inductor", "aot_autograd", "frames", "stats")
     ]
-    return f"\n{title}\n" + _grid(["phase / counter", "count", "seconds", "share"], lines + counters)
+    return f"\n{title}\n" + grid(["phase / counter", "count", "seconds", "share"], lines + counters)

@@ -37,6 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import inductor as bench
+import inductor_report as report
 
 COLD_ARMS = ("stock", "kiln", "kiln_eager")
 WARM_ARMS = {"stock": "stock", "stock_pool": "stock", "kiln": "kiln", "kiln_eager": "kiln_eager"}
@@ -124,8 +125,7 @@ def table(arms: dict[str, Any]) -> str:
                 str(warm_main.get("minflt", "-")),
             ]
         )
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    return "\n".join(" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in [head, *rows])
+    return report.grid(head, rows)
 
 
 def run_round(index: int, root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
