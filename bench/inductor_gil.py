@@ -15,12 +15,23 @@ while ``--kernels`` compile jobs are submitted exactly as Inductor submits them
 (``AsyncCompile.process_pool().submit(_worker_compile_triton, ...)``), until all are done. The
 jobs are the fixture kernels of ``tests/inductor_fixtures`` (real Inductor-generated sources),
 renamed, compiled once for sm_90 into a kiln cache before the first repeat; each repeat points
-``TRITON_CACHE_DIR`` at a fresh directory, so every compile is a hit in kiln's cache and what runs
-is kiln's in-process work only. The only fake is Inductor's GPU-driver check, as in the tests.
+``TRITON_CACHE_DIR`` at a fresh directory and adds a comment to every module (a new module for
+Inductor's module cache, the same kernel source for kiln's key), so every compile is a hit in
+kiln's cache and what runs is kiln's in-process work only. The only fake is Inductor's GPU-driver
+check, as in the tests.
 
-Reported per repeat and as medians: the loop's units per second alone and beside the jobs, the
-main thread's lost seconds (the window less the units done at the alone rate) and per kernel, the
-main thread's voluntary context switches, and the CPU seconds of kiln's threads.
+Two arms, one after the other in one process: ``threads`` (``install(sidecar=False)``: each
+job's in-process work in the caller's threads, as before the sidecar) and ``sidecar`` (the
+default: that work in kiln's Inductor sidecar process, the caller only unpickles results).
+
+Reported per arm, per repeat and as medians: the loop's units per second alone and beside the
+jobs, the main thread's lost seconds (the window less the units done at the alone rate) and per
+kernel, the main thread's voluntary context switches, the CPU seconds of kiln's threads in the
+caller, and the sidecar's CPU seconds.
+
+No stock arm: stock Inductor's workers would compile for real (there is no cache of theirs to
+hit), and they cannot be given this script's fake GPU driver; the GPU benchmarks
+(``bench/inductor.py``, ``bench/inductor_warm.py``) compare with stock end to end.
 """
 
 from __future__ import annotations
@@ -80,7 +91,24 @@ def kiln_threads_cpu() -> float:
     return sum(v for k, v in spent.items() if k.startswith("kiln"))
 
 
-def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: int) -> dict[str, Any]:
+def sidecar_cpu() -> float:
+    """CPU seconds of kiln's Inductor sidecar so far (0 without one)."""
+    import psutil
+
+    from triton_kiln.inductor import routing
+
+    pool = routing.current_pool()
+    pid = pool.sidecar.stats.pid if pool is not None and pool.sidecar is not None else None
+    if pid is None:
+        return 0.0
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: str) -> dict[str, Any]:
     alone_before = inductor_models.main_thread_counters()
     alone_units = loop_for(window_s)
     alone = inductor_models.counters_since(alone_before)
@@ -88,9 +116,12 @@ def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: 
 
     os.environ["TRITON_CACHE_DIR"] = str(root / f"triton-{index}")  # fresh: kiln seeds it again
     kiln_before = kiln_threads_cpu()
+    sidecar_before = sidecar_cpu()
     before = inductor_models.main_thread_counters()
     started = time.perf_counter()
-    futures = submit_all(sources)
+    # a new module per repeat (Inductor's module caches, the sidecar's included, miss as they would
+    # on new kernels); the kernels' own source, and so kiln's cache key, are the same
+    futures = submit_all([(name, f"{text}\n# repeat {index}\n") for name, text in sources])
     units = 0
     while not all(f.done() for f in futures):
         unit()
@@ -109,7 +140,31 @@ def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: 
         "main_nvcsw_alone": alone.get("nvcsw"),
         "main_nvcsw_beside": beside.get("nvcsw"),
         "kiln_threads_cpu_s": round(kiln_threads_cpu() - kiln_before, 4),
+        "sidecar_cpu_s": round(sidecar_cpu() - sidecar_before, 4),
     }
+
+
+def run_arm(arm: str, sources: list[tuple[str, str]], args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """One arm: installed, every kernel compiled once into kiln's cache, then the repeats."""
+    import triton_kiln.inductor
+    from triton_kiln.inductor import routing
+    from triton_kiln.inductor.sidecar import Sidecar
+
+    # the sidecar gets the same one fake as this process (tests/inductor_sidecar_fake_gpu.py)
+    routing._sidecar = lambda threads, timeout: Sidecar(
+        threads, timeout, preload=("inductor_sidecar_fake_gpu",)
+    )
+    triton_kiln.inductor.install(sidecar=arm == "sidecar")
+    try:
+        setup = time.perf_counter()
+        for future in submit_all(sources):  # compiled once, for real, into kiln's cache
+            future.result()
+        setup_s = time.perf_counter() - setup
+        repeats = [measure(sources, args.window_s, root, f"{arm}-{i}") for i in range(args.repeats)]
+    finally:
+        triton_kiln.inductor.uninstall()
+    medians = {k: statistics.median(r[k] for r in repeats) for k in repeats[0]}
+    return {"setup_compile_s": round(setup_s, 3), "repeats": repeats, "medians": medians}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kernels", type=int, default=24, help="compile jobs per repeat")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--window-s", type=float, default=2.0, help="the loop alone, per repeat")
+    parser.add_argument("--arms", nargs="+", choices=("threads", "sidecar"), default=["threads", "sidecar"])
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
@@ -126,22 +182,18 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(root / "inductor")
     os.environ["TRITON_CACHE_DIR"] = str(root / "triton-setup")
 
+    os.environ["PYTHONPATH"] = os.pathsep.join(  # the sidecar finds the fake's module
+        p for p in (str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")) if p
+    )
+
     import torch
     from torch._inductor.runtime import triton_helpers
 
-    import triton_kiln.inductor
     from triton_kiln.pool import get_pool
 
     triton_helpers.set_driver_to_gpu = lambda: None  # the only fake: there is no GPU driver here
-    triton_kiln.inductor.install()
     sources = kernel_sources(args.kernels)
-    setup = time.perf_counter()
-    for future in submit_all(sources):  # compiled once, for real, into kiln's cache
-        future.result()
-    setup_s = time.perf_counter() - setup
-
-    repeats = [measure(sources, args.window_s, root, i) for i in range(args.repeats)]
-    medians = {k: statistics.median(r[k] for r in repeats) for k in repeats[0]}
+    arms = {arm: run_arm(arm, sources, args, root) for arm in args.arms}
     result = {
         "meta": {
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -149,25 +201,25 @@ def main(argv: list[str] | None = None) -> int:
             "cores": os.cpu_count(),
             "torch": torch.__version__,
             "kernels": args.kernels,
-            "setup_compile_s": round(setup_s, 3),
         },
-        "repeats": repeats,
-        "medians": medians,
+        "arms": arms,
     }
-    triton_kiln.inductor.uninstall()
     get_pool().shutdown(wait=True, cancel_futures=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(json.dumps(result, indent=1))
-    print(
-        f"\n{args.kernels} kernels, medians of {args.repeats}: main loop {medians['alone_units_per_s']:.0f}"
-        f" units/s alone, {medians['beside_units_per_s']:.0f} beside kiln's jobs; main thread lost"
-        f" {medians['main_lost_s']:.3f} s ({medians['main_lost_ms_per_kernel']:.1f} ms per kernel);"
-        f" voluntary switches {medians['main_nvcsw_alone']:.0f} alone, {medians['main_nvcsw_beside']:.0f}"
-        f" beside; kiln's threads {medians['kiln_threads_cpu_s']:.3f} s CPU",
-        file=sys.stderr,
-    )
+    print(f"\n{args.kernels} kernels, medians of {args.repeats} repeats:", file=sys.stderr)
+    for arm, data in arms.items():
+        m = data["medians"]
+        print(
+            f"  {arm:8s} main loop {m['alone_units_per_s']:.0f} units/s alone, {m['beside_units_per_s']:.0f}"
+            f" beside kiln's jobs; main thread lost {m['main_lost_s']:.3f} s"
+            f" ({m['main_lost_ms_per_kernel']:.1f} ms per kernel); voluntary switches"
+            f" {m['main_nvcsw_alone']:.0f} alone, {m['main_nvcsw_beside']:.0f} beside; kiln's threads"
+            f" {m['kiln_threads_cpu_s']:.3f} s CPU here, the sidecar {m['sidecar_cpu_s']:.3f} s",
+            file=sys.stderr,
+        )
     return 0
 
 

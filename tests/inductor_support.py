@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,8 +54,10 @@ def load_kernel(name: str, text: str) -> Callable[[], Any]:
 
 
 def submit(name: str, text: str) -> Any:
-    """A ``_worker_compile_triton`` job, submitted as ``AsyncCompile.triton`` submits it."""
-    return AsyncCompile.process_pool().submit(_worker_compile_triton, load_kernel(name, text), {}, {})
+    """A ``_worker_compile_triton`` job, submitted as ``AsyncCompile.triton`` submits it (with the
+    cache directories of this moment, which Inductor sends along for its worker to set)."""
+    extra_env = {v: os.environ[v] for v in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR") if v in os.environ}
+    return AsyncCompile.process_pool().submit(_worker_compile_triton, load_kernel(name, text), extra_env, {})
 
 
 def inductors_own(name: str, text: str) -> Any:
@@ -108,11 +111,13 @@ def refuse_compiles(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 @pytest.fixture
 def install_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[CompilePool], None]]:
-    """``install_on(pool)``: kiln.inductor installed with ``pool`` as kiln's pool; uninstalled after."""
+    """``install_on(pool)``: kiln.inductor installed with ``pool`` as kiln's pool, each job's
+    in-process work in this process's threads (no sidecar: its pool would be its own);
+    uninstalled after."""
 
     def install(pool: CompilePool) -> None:
         monkeypatch.setattr(inductor_routing, "_kiln_pool", lambda: pool)
-        kiln_inductor.install()
+        kiln_inductor.install(sidecar=False)
 
     yield install
     kiln_inductor.uninstall()

@@ -146,36 +146,43 @@ def test_a_config_whose_compile_raised_raises_its_error_not_a_parent_compile(
 _COMPILE_AND_REPORT = """
 import psutil, torch
 import triton_kiln.inductor as k
+from triton_kiln.inductor import routing
 from triton_kiln.pool import get_pool
 
 k.install()
 pool = get_pool()
-print("after-install", pool.started)
+sidecar = routing.current_pool().sidecar
+def started():  # kiln's pool in this process, or kiln's Inductor sidecar
+    return pool.started or (sidecar is not None and sidecar.phase != "idle")
+print("after-install", started())
 def f(x):
     return torch.relu(x) * 2 + 1
 out = torch.compile(f)(torch.arange(-4.0, 4.0))
 assert out.tolist() == [1.0, 1.0, 1.0, 1.0, 1.0, 3.0, 5.0, 7.0], out
 kiln_children = [p for p in psutil.Process().children(recursive=True)
                  if "triton_kiln" in " ".join(p.cmdline())]
-print("after-compile", pool.started, len(kiln_children))
+print("after-compile", started(), len(kiln_children))
 k.uninstall()
 pool.shutdown(wait=True, cancel_futures=True)
 """
 
 
+@pytest.mark.parametrize("sidecar", ["1", "0"])
 def test_kilns_pool_starts_when_inductor_lowers_a_graph_and_never_in_a_warm_process(
-    tmp_path: Path,
+    sidecar: str, tmp_path: Path
 ) -> None:
-    """install() starts nothing. A graph Inductor lowers (its caches missed) starts kiln's pool;
-    a second process that finds the graph in Inductor's caches starts no kiln process at all
-    (on the H100, kiln's pool starting beside Dynamo's tracing was the one thing a warm kiln
-    process did that a stock one did not)."""
+    """install() starts nothing. A graph Inductor lowers (its caches missed) starts kiln's
+    processes (the sidecar, or with ``KILN_INDUCTOR_SIDECAR=0`` the pool); a second process that
+    finds the graph in Inductor's caches starts no kiln process at all (on the H100, kiln's pool
+    starting beside Dynamo's tracing was the one thing a warm kiln process did that a stock one
+    did not)."""
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {
         **os.environ,
         "PYTHONPATH": src,
         "KILN_CACHE_DIR": str(tmp_path / "kiln"),
         "KILN_WORKERS": "1",
+        "KILN_INDUCTOR_SIDECAR": sidecar,
         "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
         "TORCHINDUCTOR_FX_GRAPH_REMOTE_CACHE": "0",
         "TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE": "0",

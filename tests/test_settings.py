@@ -82,6 +82,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_AUTOTUNE": "1",
         "KILN_INDUCTOR": "1",
         "KILN_INDUCTOR_SANDBOX": "1",
+        "KILN_INDUCTOR_SIDECAR": "0",
         "KILN_ROUTE_JIT": "0",
         "KILN_PREBUILD_LAUNCHERS": "0",
         "KILN_CACHE_MAX_MB": "500",
@@ -127,6 +128,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.autotune is True
     assert current.inductor is True
     assert current.inductor_sandbox is True
+    assert current.inductor_sidecar is False
     assert current.route_jit is False
     assert current.prebuild_launchers is False
     assert current.cache_max_mb == 500

@@ -26,8 +26,15 @@ SINGLE_THREAD_ENV = {
 }
 
 
-CHILD_FD_VARIABLES = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD", "KILN_CALL_SANDBOX_FD")
-"""Set in kiln's own interpreters: the zygote (and its forked workers) and the three sandboxes."""
+CHILD_FD_VARIABLES = (
+    "KILN_ZYGOTE_FD",
+    "KILN_SANDBOX_FD",
+    "KILN_NATIVE_SANDBOX_FD",
+    "KILN_CALL_SANDBOX_FD",
+    "KILN_INDUCTOR_SIDECAR_FD",
+)
+"""Set in kiln's own interpreters: the zygote (and its forked workers), the three sandboxes and
+the Inductor sidecar (until it has read it)."""
 
 
 def in_kiln_child() -> bool:

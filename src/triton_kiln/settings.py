@@ -130,6 +130,11 @@ class Settings:
     ``sandbox_benchmarks``) run Inductor's max-autotune template benchmarks in a kiln sandbox
     process, each under ``KILN_BENCH_TIMEOUT_S`` (docs/INDUCTOR.md)."""
 
+    inductor_sidecar: bool = True
+    """``KILN_INDUCTOR_SIDECAR``: ``0`` makes :func:`kiln.inductor.install` do each Triton compile
+    job's in-process work (module load, configs described, results pickled) in the caller's own
+    threads rather than in kiln's Inductor sidecar process (docs/INDUCTOR.md)."""
+
     route_jit: bool = True
     """``KILN_ROUTE_JIT``: under :func:`kiln.install` (or ``KILN_AUTOTUNE=1``), plain
     ``@triton.jit`` kernels compile in kiln's pool too; ``0`` leaves them to Triton
@@ -316,6 +321,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
     "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
     "inductor_sandbox": ("KILN_INDUCTOR_SANDBOX", _bool, "0 or 1"),
+    "inductor_sidecar": ("KILN_INDUCTOR_SIDECAR", _bool, "0 or 1"),
     "route_jit": ("KILN_ROUTE_JIT", _bool, "0 or 1"),
     "prebuild_launchers": ("KILN_PREBUILD_LAUNCHERS", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),

@@ -5,8 +5,12 @@
     Inductor (parent)                        InductorPool (here)                 kiln's pool
     -----------------                        -------------------                 -----------
     submit(_get_ready)  ------------------>  a finished future: ready at once
-    submit(_worker_compile_triton,  ------>  a thread of this process:
-           load_kernel, env, config)           load the kernel's module (private copy)
+    submit(_worker_compile_triton,  ------>  kiln's sidecar process (.sidecar), which runs the
+           load_kernel, env, config)         same job as Inductor's worker would, with the steps
+                                             below in its threads and its own kiln pool; or, with
+                                             KILN_INDUCTOR_SIDECAR=0 or a sidecar that died,
+                                             a thread of this process:
+                                               load the kernel's module (private copy)
                                                precompile(warm_cache_only=True):
                                                  every config -> CompileRequest -------> workers
                                                  (Inductor's helpers)          <------- binaries
@@ -18,27 +22,32 @@
     submit(anything else)  --------------->  Inductor's own pool (its original
                                              process_pool(), made on first need)
 
-The thread does what Inductor's worker does, minus the compile: the module is executed and its
-``CachingAutotuner`` made in this process, and the object returned is exactly the one Inductor's
+The sidecar, or the thread, does what Inductor's worker does, minus the compile: the module is
+executed and its ``CachingAutotuner`` made, and the object returned is exactly the one Inductor's
 worker would have pickled. Compiles run in kiln's workers, which never import torch.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.triton_compat import inductor as compat
 
 
 class InductorPool:
     """Inductor's process pool, as kiln serves it (see the module docstring)."""
 
-    def __init__(self, inductor_pool: Callable[[], Any], threads: int) -> None:
+    def __init__(
+        self, inductor_pool: Callable[[], Any], threads: int, sidecar: Sidecar | None = None
+    ) -> None:
         self._inductor_pool = inductor_pool
+        self.sidecar = sidecar
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kiln-inductor")
         self._lock = threading.Lock()
         self.triton_jobs = 0
@@ -52,14 +61,20 @@ class InductorPool:
         if compat.is_triton_compile_job(fn):
             with self._lock:
                 self.triton_jobs += 1
-            return self._executor.submit(compile_job, *args, **kwargs)
+            in_thread = functools.partial(self._executor.submit, compile_job, *args, **kwargs)
+            if self.sidecar is not None:
+                return self.sidecar.submit(fn, args, kwargs, fallback=in_thread)
+            return in_thread()
         with self._lock:
             self.other_jobs += 1
         pool_future: Future[Any] = self._inductor_pool().submit(fn, *args, **kwargs)
         return pool_future
 
     def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        """Stop this pool's threads (Inductor's own pool, if made, is Inductor's to shut down)."""
+        """Stop the sidecar and this pool's threads (Inductor's own pool, if made, is Inductor's
+        to shut down). Jobs the sidecar still held run in the threads first."""
+        if self.sidecar is not None:
+            self.sidecar.close()
         self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 

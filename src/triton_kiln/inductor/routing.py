@@ -41,6 +41,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +49,7 @@ from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
 from triton_kiln.inductor.configs import ConfigCompiler
 from triton_kiln.inductor.jobs import InductorPool
+from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.pool import CompilePool
 from triton_kiln.triton_compat import inductor as compat
 
@@ -82,13 +84,17 @@ _lock = threading.Lock()
 _state: _Installed | None = None
 
 
-def install(*, sandbox_benchmarks: bool | None = None) -> None:
+def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = None) -> None:
     """Route every Triton compile torch Inductor starts through kiln's compile pool (idempotent).
 
     ``sandbox_benchmarks``: time max-autotune's GPU template choices in a kiln sandbox process
     (``None``: the ``KILN_INDUCTOR_SANDBOX`` setting); calling again with another value turns the
-    sandbox on or off. Raises :class:`~kiln.errors.SettingsError` naming a malformed ``KILN_*``
-    variable, and :class:`InductorUnavailableError` without torch; nothing is routed then.
+    sandbox on or off. ``sidecar``: do each compile job's in-process work in kiln's Inductor
+    sidecar process (:mod:`~kiln.inductor.sidecar`) rather than in this process's threads
+    (``None``: the ``KILN_INDUCTOR_SIDECAR`` setting, on by default); fixed at the first
+    ``install()`` until ``uninstall()``. Raises :class:`~kiln.errors.SettingsError` naming a
+    malformed ``KILN_*`` variable, and :class:`InductorUnavailableError` without torch; nothing
+    is routed then.
     """
     global _state
     from triton_kiln import settings
@@ -103,7 +109,7 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
     with _lock:
         if _state is None:
             compat.set_worker_paths()
-            kiln_pool = _kiln_pool()  # not started: the first graph Inductor lowers starts it
+            kiln_pool = _kiln_pool()  # not started: the first compile that reaches it starts it
             # This process's own Triton asks for its key when Inductor loads a cached binary and
             # when kiln computes a config's cache slot: kiln's stored key then, not a 0.3-0.8 s
             # hash of libtriton.so (nothing is read here: the first ask reads it).
@@ -120,12 +126,15 @@ def install(*, sandbox_benchmarks: bool | None = None) -> None:
             original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
             # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
             # pickling) between them: twice kiln's workers keeps every worker busy.
-            pool = InductorPool(original_pool, threads=max(8, 2 * current.workers))
+            threads = max(8, 2 * current.workers)
+            use_sidecar = current.inductor_sidecar if sidecar is None else bool(sidecar)
+            helper = _sidecar(threads, current.zygote_start_timeout_s) if use_sidecar else None
+            pool = InductorPool(original_pool, threads=threads, sidecar=helper)
             points[0].set(staticmethod(_process_pool(pool)))
             points[1].set(_precompile_worker(saved[1][1], compiler))
             points[2].set(_precompile_config(saved[2][1], compiler))
             points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
-            points[4].set(_starting_pool_on_lowering(saved[4][1], kiln_pool))
+            points[4].set(_starting_on_lowering(saved[4][1], helper.start if helper else kiln_pool.start))
             compat.reset_ready_future()
             _state = _Installed(saved, pool, compiler)
             log.info(
@@ -218,6 +227,11 @@ def _kiln_pool() -> CompilePool:
     return get_pool()
 
 
+def _sidecar(threads: int, start_timeout_s: float) -> Sidecar:
+    """kiln's Inductor sidecar, not started: the first graph Inductor lowers starts it."""
+    return Sidecar(threads, start_timeout_s)
+
+
 # --- the replacements ---
 
 
@@ -240,13 +254,15 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
     return _precompile_worker
 
 
-def _starting_pool_on_lowering(original: Any, kiln_pool: CompilePool) -> Any:
+def _starting_on_lowering(original: Any, start: Callable[[], object]) -> Any:
+    """``GraphLowering.__init__`` that first calls ``start``: the sidecar's, or kiln's pool's."""
+
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         try:
-            kiln_pool.start()  # idempotent; the zygote starts on the pool's manager thread
-        except Exception as exc:  # a pool that cannot start fails its jobs, with the reason, later
-            log.debug("kiln: the compile pool did not start on lowering: %s", exc)
+            start()  # idempotent, in the background: a process spawned on kiln's own thread
+        except Exception as exc:  # what cannot start fails (or falls back) with the reason, later
+            log.debug("kiln: the compile processes did not start on lowering: %s", exc)
         original(self, *args, **kwargs)
 
     return __init__

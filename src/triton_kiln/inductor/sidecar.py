@@ -1,0 +1,300 @@
+"""kiln's Inductor sidecar, as the caller's process sees it: one process that imports torch and
+does every Triton compile job's in-process work (what Inductor's own compile worker does), with
+its compiles in kiln's pool behind it.
+
+::
+
+    caller's process                                   sidecar process (sidecar_main)
+    ----------------                                   ------------------------------
+    GraphLowering.__init__ -> start()  -- spawn ---->  import torch, Inductor; kiln's pool started
+    InductorPool.submit(_worker_compile_triton, ...)
+      -> submit(fn, args, fallback): queued until ready, then
+         ("job", id, pickle(fn, args)) ------------->  Inductor's _worker_compile_triton, with
+                                                       kiln.inductor installed in-thread there
+      reader thread  <----------------------------     ("log", record): logged here
+      future <- unpickled kernel  <---------------     ("done", id, ("ok", (kernel, us)) | ("error", exc))
+    sidecar died, or never said "ready" in time:
+      every job in flight and every later one -> fallback(): the caller's own kiln threads
+
+Why: the per-kernel work around a compile (the kernel's module executed, ``@triton.jit``'s
+source read, each config described, Triton's cache filled, the kernel pickled) is Python that
+holds the caller's GIL. Inductor's main thread generates code meanwhile, and lost that time to
+kiln's threads (``bench/inductor_gil.py``). Stock Inductor does that work in its worker
+processes; here it is done in this one, so the caller only unpickles results, as with stock.
+
+Nothing is lost when the sidecar fails: the jobs go to the in-process path
+(:func:`kiln.inductor.jobs.compile_job`), which compiles in the caller's own kiln pool.
+``KILN_INDUCTOR_SIDECAR=0`` uses that path from the start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton_kiln.errors import describe_exit
+from triton_kiln.inductor.sidecar_main import FD_VARIABLE, PARENT_VARIABLE
+from triton_kiln.sandbox.channel import Died, TimedOut, WorkerProcess
+
+log = logging.getLogger("kiln.inductor")
+
+_MODULE = "triton_kiln.inductor.sidecar_main"
+_READ_SLICE_S = 3600.0  # a reader's wait for the next message once the sidecar is ready
+
+Fallback = Callable[[], "Future[Any]"]
+
+
+@dataclass
+class SidecarStats:
+    """What the sidecar did, for benchmarks and tests (times from :func:`time.monotonic`)."""
+
+    spawned_at: float | None = None
+    ready_at: float | None = None
+    startup_s: float | None = None  # as the sidecar measured its own start
+    first_job_at: float | None = None
+    jobs: int = 0  # sent to the sidecar
+    fallbacks: int = 0  # run in the caller's process instead
+    died: str | None = None
+    pid: int | None = None
+
+
+@dataclass
+class _Job:
+    future: Future[Any]
+    blob: bytes
+    fallback: Fallback
+
+
+@dataclass
+class _State:
+    phase: str = "idle"  # idle, starting, ready, dead, closed
+    next_id: int = 0
+    pending: dict[int, _Job] = field(default_factory=dict)
+    queued: list[int] = field(default_factory=list)
+
+
+class Sidecar:
+    """One sidecar process, started on demand (:meth:`start`), never restarted: after a death,
+    every job runs through its fallback (the reason is logged once at WARNING)."""
+
+    def __init__(self, threads: int, start_timeout_s: float, preload: tuple[str, ...] = ()) -> None:
+        self.threads = threads
+        self.start_timeout_s = start_timeout_s
+        self.preload = preload  # modules the sidecar imports first (tests: a fake GPU driver)
+        self.stats = SidecarStats()
+        self._lock = threading.Lock()
+        self._state = _State()
+        self._process: WorkerProcess | None = None
+
+    @property
+    def phase(self) -> str:
+        with self._lock:
+            return self._state.phase
+
+    def start(self) -> None:
+        """Spawn the sidecar in the background (idempotent; returns at once)."""
+        with self._lock:
+            if self._state.phase != "idle":
+                return
+            self._state.phase = "starting"
+        threading.Thread(target=self._run, name="kiln-inductor-sidecar", daemon=True).start()
+
+    def submit(
+        self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], fallback: Fallback
+    ) -> Future[Any]:
+        """``fn(*args, **kwargs)`` in the sidecar (queued while it starts); ``fallback()``'s future
+        where the sidecar is dead, closed, or the job cannot be pickled."""
+        try:
+            blob = pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            log.debug("kiln: an Inductor job could not be pickled for the sidecar (%s): compiled here", exc)
+            return self._fall_back(fallback)
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._state.phase in ("dead", "closed"):
+                send = None
+            else:
+                job_id = self._state.next_id
+                self._state.next_id += 1
+                self._state.pending[job_id] = _Job(future, blob, fallback)
+                send = self._state.phase == "ready"
+                if not send:
+                    self._state.queued.append(job_id)
+                if self.stats.first_job_at is None:
+                    self.stats.first_job_at = time.monotonic()
+        if send is None:
+            return self._fall_back(fallback)
+        self.start()
+        if send:
+            self._send(job_id, blob)
+        return future
+
+    def close(self) -> None:
+        """Stop the sidecar; jobs still in flight go to their fallback."""
+        with self._lock:
+            if self._state.phase == "closed":
+                return
+            self._state.phase = "closed"
+            orphans = self._take_pending()
+            process = self._process
+        self._rerun(orphans)
+        if process is not None:
+            process.close(wait_s=5.0)
+
+    # -- the reader thread ----------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self.stats.spawned_at = time.monotonic()
+        try:
+            process = WorkerProcess(_MODULE, FD_VARIABLE, PARENT_VARIABLE, self._init())
+        except Exception as exc:
+            self._died(f"could not be started ({exc})")
+            return
+        with self._lock:
+            self._process = process
+            self.stats.pid = process.pid
+            closed = self._state.phase == "closed"
+        if closed:
+            process.close(wait_s=5.0)
+            return
+        try:
+            self._read(process)
+        except Died as died:
+            with self._lock:
+                closed = self._state.phase == "closed"
+            if not closed:
+                reason = (
+                    died.args[0]
+                    if died.args and died.args[0]
+                    else f"died with {describe_exit(process.wait(10))}"
+                )
+                tail = process.stderr_tail()
+                self._died(reason + ("; it printed: " + " | ".join(tail[-3:]) if tail else ""))
+        except TimedOut:
+            process.kill()
+            self._died(f"did not start within {self.start_timeout_s:g} s (KILN_ZYGOTE_START_TIMEOUT_S)")
+
+    def _read(self, process: WorkerProcess) -> None:
+        deadline = self.start_timeout_s
+        while True:
+            message = process.receive(deadline)
+            kind = message[0]
+            if kind == "ready":
+                self.stats.startup_s = float(message[1])
+                self.stats.ready_at = time.monotonic()
+                deadline = _READ_SLICE_S
+                self._on_ready()
+            elif kind == "done":
+                self._on_done(int(message[1]), message[2])
+            elif kind == "log":
+                _relog(message[1])
+            elif kind == "start_failed":
+                raise Died(f"failed to start: {str(message[1]).strip().splitlines()[-1]}")
+
+    def _init(self) -> dict[str, Any]:
+        from triton_kiln import settings
+
+        current = settings.current()
+        return {
+            "settings": {f.name: getattr(current, f.name) for f in dataclasses.fields(current)},
+            "log_level": logging.getLogger("kiln").getEffectiveLevel(),
+            "threads": self.threads,
+            "preload": list(self.preload),
+        }
+
+    def _on_ready(self) -> None:
+        with self._lock:
+            if self._state.phase != "starting":
+                return
+            self._state.phase = "ready"
+            queued = [
+                (i, self._state.pending[i].blob) for i in self._state.queued if i in self._state.pending
+            ]
+            self._state.queued.clear()
+        for job_id, blob in queued:
+            self._send(job_id, blob)
+
+    def _on_done(self, job_id: int, payload: bytes) -> None:
+        with self._lock:
+            job = self._state.pending.pop(job_id, None)
+        if job is None:  # rerun elsewhere already (closed)
+            return
+        try:
+            status, value = pickle.loads(payload)
+        except Exception as exc:  # a result this process cannot load: compile it here instead
+            log.warning(
+                "kiln: a result from the Inductor sidecar could not be loaded (%s): compiled here", exc
+            )
+            self._rerun([job])
+            return
+        if status == "ok":
+            job.future.set_result(value)
+        else:
+            job.future.set_exception(value)
+
+    def _send(self, job_id: int, blob: bytes) -> None:
+        process = self._process
+        if process is None:
+            return
+        try:
+            process.send(("job", job_id, blob))
+        except Died:
+            pass  # the reader sees the death and reruns every pending job
+        else:
+            self.stats.jobs += 1
+
+    # -- a sidecar that died ----------------------------------------------------------------------
+
+    def _died(self, reason: str) -> None:
+        with self._lock:
+            if self._state.phase == "closed":
+                return
+            self._state.phase = "dead"
+            orphans = self._take_pending()
+        self.stats.died = reason
+        log.warning(
+            "kiln: the Inductor sidecar (pid %s) %s: its %d Triton compile job(s) in flight and every "
+            "later one run in this process's threads instead (their compiles still in kiln's pool)",
+            self.stats.pid,
+            reason,
+            len(orphans),
+        )
+        self._rerun(orphans)
+
+    def _take_pending(self) -> list[_Job]:
+        orphans = list(self._state.pending.values())
+        self._state.pending.clear()
+        self._state.queued.clear()
+        return orphans
+
+    def _rerun(self, jobs: list[_Job]) -> None:
+        for job in jobs:
+            _chain(self._fall_back(job.fallback), job.future)
+
+    def _fall_back(self, fallback: Fallback) -> Future[Any]:
+        self.stats.fallbacks += 1
+        return fallback()
+
+
+def _chain(source: Future[Any], target: Future[Any]) -> None:
+    def copy(done: Future[Any]) -> None:
+        exc = done.exception()
+        if exc is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(done.result())
+
+    source.add_done_callback(copy)
+
+
+def _relog(fields: dict[str, Any]) -> None:
+    logger = logging.getLogger(str(fields["name"]))
+    if logger.isEnabledFor(int(fields["levelno"])):
+        logger.handle(logging.makeLogRecord(fields))
