@@ -14,9 +14,13 @@
 Arms: ``stock`` (torch.compile as installed) and ``kiln`` (``triton_kiln.inductor.install()``,
 ``sandbox_benchmarks`` with ``--kiln-sandbox``, inside the timed region: the pool's start is kiln's
 cost). A kiln arm without ``triton_kiln.inductor`` fails at once with :class:`KilnInductorMissing`.
-Two diagnostic arms (``bench/inductor_warm.py``): ``kiln_eager`` (``install()``, then kiln's pool
-started at once, as ``install()`` did before the pool waited for Inductor's first lowering) and
-``stock_pool`` (stock Inductor, with kiln's pool started beside it and never used).
+Diagnostic arms (``bench/inductor_warm.py``): ``kiln_threads`` (``install(sidecar=False)``: each
+compile job's in-process work in this process's threads, as before kiln's Inductor sidecar),
+``kiln_eager`` (``install()``, then kiln's pool started at once, as ``install()`` did before the
+pool waited for Inductor's first lowering) and ``stock_pool`` (stock Inductor, with kiln's pool
+started beside it and never used). Kiln's arms record what the sidecar did (``kiln_sidecar``:
+its start-up, when it was ready and when the first job came, measured from the install, its
+jobs, fallbacks and CPU seconds).
 Phases: ``cold`` (fresh caches) and ``warm`` (a second process on the cold phase's caches: what
 the next process pays). ``result.json`` is written whatever happens: a failure is data.
 """
@@ -39,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inductor_models
 import machine_state
 
-ARMS = ("stock", "kiln", "kiln_eager", "stock_pool")
+ARMS = ("stock", "kiln", "kiln_threads", "kiln_eager", "stock_pool")
 MODES = ("max-autotune-no-cudagraphs", "default")
 KILN_MODULE = "triton_kiln.inductor"
 
@@ -55,18 +59,55 @@ class KilnInductorMissing(RuntimeError):
         )
 
 
-def install_kiln(sandbox: bool) -> dict[str, Any]:
-    """``triton_kiln.inductor.install(sandbox_benchmarks=sandbox)``; what was installed, from where."""
+def install_kiln(sandbox: bool, sidecar: bool = True) -> dict[str, Any]:
+    """``triton_kiln.inductor.install(sandbox_benchmarks=sandbox, sidecar=sidecar)``; what was
+    installed, from where."""
     import importlib
 
     try:
         module = importlib.import_module(KILN_MODULE)
     except ModuleNotFoundError as exc:
         raise KilnInductorMissing(f"{type(exc).__name__}: {exc}") from exc
-    module.install(sandbox_benchmarks=sandbox)
+    module.install(sandbox_benchmarks=sandbox, sidecar=sidecar)
     if not module.installed():
         raise RuntimeError(f"{KILN_MODULE}.install() returned but installed() is False")
-    return {"module": getattr(module, "__file__", None), "sandbox_benchmarks": sandbox}
+    return {"module": getattr(module, "__file__", None), "sandbox_benchmarks": sandbox, "sidecar": sidecar}
+
+
+def sidecar_report(installed_at: float) -> dict[str, Any] | None:
+    """What kiln's Inductor sidecar did (times in seconds after ``installed_at``, a monotonic
+    time), or ``None`` without one."""
+    import psutil
+
+    from triton_kiln.inductor import routing
+
+    pool = routing.current_pool()
+    sidecar = pool.sidecar if pool is not None else None
+    if sidecar is None:
+        return None
+    stats = sidecar.stats
+
+    def since(moment: float | None) -> float | None:
+        return None if moment is None else round(moment - installed_at, 4)
+
+    cpu = None
+    if stats.pid is not None:
+        try:
+            times = psutil.Process(stats.pid).cpu_times()
+            cpu = round(times.user + times.system, 3)
+        except psutil.Error:
+            pass
+    return {
+        "phase": sidecar.phase,
+        "spawned_s": since(stats.spawned_at),
+        "ready_s": since(stats.ready_at),
+        "startup_s": stats.startup_s,
+        "first_job_s": since(stats.first_job_at),
+        "jobs": stats.jobs,
+        "fallbacks": stats.fallbacks,
+        "died": stats.died,
+        "cpu_s": cpu,
+    }
 
 
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
@@ -97,14 +138,15 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["import_inductor_s"] = time.perf_counter() - started
     main_before = inductor_models.main_thread_counters()
     installing = time.perf_counter()
-    if args.arm in ("kiln", "kiln_eager"):
+    installed_at = time.monotonic()
+    if args.arm in ("kiln", "kiln_threads", "kiln_eager"):
         result["stage"] = "kiln install"
-        result["kiln"] = install_kiln(args.kiln_sandbox)
+        result["kiln"] = install_kiln(args.kiln_sandbox, sidecar=args.arm != "kiln_threads")
     if args.arm in ("kiln_eager", "stock_pool"):  # kiln's pool started now, not at the first lowering
         from triton_kiln.pool import get_pool
 
         get_pool().start()
-    if args.arm in ("kiln", "kiln_eager"):
+    if args.arm in ("kiln", "kiln_threads", "kiln_eager"):
         result["kiln_install_s"] = time.perf_counter() - installing
         result["stage"] = "compile"
     # after kiln's install (which wraps the same method): every coordinate descent, either arm
@@ -120,6 +162,8 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         inductor_models.cpu_since(threads_before)
     )
     result["main_thread_first_call"] = inductor_models.counters_since(main_before)
+    if args.arm.startswith("kiln"):
+        result["kiln_sidecar"] = sidecar_report(installed_at)
     result["split"] = inductor_models.inductor_split(result["first_s"])
     result["coordinate_descent"] = inductor_models.compact_coordinate_descent(list(coordesc))  # first call
 

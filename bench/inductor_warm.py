@@ -7,12 +7,13 @@ Run from the repository root on a GPU machine::
     python bench/inductor_warm.py --model resnet50 --mode default --rounds 2 --warm-repeats 3 \\
         --out bench/results/inductor-warm-h100-DATE.json
 
-Each round, on fresh cache directories: one cold process of ``stock``, of ``kiln`` (``install()``;
-the pool starts when Inductor first lowers a graph) and of ``kiln_eager`` (``install()``, then the
-pool started at once: what ``install()`` did before); then ``--warm-repeats`` sweeps of warm
-processes, one per arm in a rotating order: ``stock`` and ``stock_pool`` (stock Inductor with
-kiln's pool started beside it and never used) on the stock cold process's caches, ``kiln`` and
-``kiln_eager`` on their own. Every process is ``bench/inductor_child.py`` with no runtime
+Each round, on fresh cache directories: one cold process per arm of ``--arms`` (default
+``stock``, ``kiln``: ``install()``, its sidecar started when Inductor first lowers a graph, and
+``kiln_threads``: ``install(sidecar=False)``, each job's in-process work in the caller's threads;
+also ``kiln_eager``: kiln's pool started at install, what ``install()`` did before 2026-11-25);
+then ``--warm-repeats`` sweeps of warm processes, one per arm in a rotating order, each on its
+arm's cold caches (``stock_pool``, stock Inductor with kiln's pool started beside it and never
+used, on stock's). Every process is ``bench/inductor_child.py`` with no runtime
 measurement (``--iters 0``): ``first_s`` is ``torch.compile``, the first call and a sync, kiln's
 install included.
 
@@ -39,9 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inductor as bench
 import inductor_report as report
 
-COLD_ARMS = ("stock", "kiln", "kiln_eager")
-WARM_ARMS = {"stock": "stock", "stock_pool": "stock", "kiln": "kiln", "kiln_eager": "kiln_eager"}
-"""Each warm arm -> the cold arm whose caches it runs on."""
+ARMS = ("stock", "kiln", "kiln_threads", "kiln_eager", "stock_pool")
+DEFAULT_ARMS = ("stock", "kiln", "kiln_threads")
+HOME = {"stock_pool": "stock"}
+"""A warm arm with no cold process of its own -> the cold arm whose caches it runs on."""
 PHASES = (
     "entire_frame_compile",
     "bytecode_tracing",
@@ -70,6 +72,7 @@ def brief(result: dict[str, Any]) -> dict[str, Any]:
         "phases": _phases(result),
         "main_thread": result.get("main_thread_first_call", {}),
         "threads_cpu_s": result.get("threads_cpu_first_call_s", {}),
+        "kiln_sidecar": result.get("kiln_sidecar"),
         "machine_before": result.get("machine_before"),
         "error": result.get("error"),
         "dir": result.get("dir"),
@@ -130,17 +133,18 @@ def table(arms: dict[str, Any]) -> str:
 
 def run_round(index: int, root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
     processes: list[dict[str, Any]] = []
-    shift = index % len(COLD_ARMS)
-    cold_order = [*COLD_ARMS[shift:], *COLD_ARMS[:shift]]
+    cold_arms = [arm for arm in args.arms if arm not in HOME]
+    shift = index % len(cold_arms)
+    cold_order = [*cold_arms[shift:], *cold_arms[:shift]]
     dirs = {arm: root / f"round{index}" / arm for arm in cold_order}
     for arm in cold_order:
         shutil.rmtree(dirs[arm], ignore_errors=True)
         processes.append(brief(bench.run_child(arm, "cold", args.model, args.mode, dirs[arm], args)))
-    warm_arms = list(WARM_ARMS)
+    warm_arms = list(args.arms)
     for repeat in range(args.warm_repeats):
         turn = (index + repeat) % len(warm_arms)
         for arm in [*warm_arms[turn:], *warm_arms[:turn]]:
-            home = dirs[WARM_ARMS[arm]]  # its cold process's folder: the caches it left
+            home = dirs[HOME.get(arm, arm)]  # its cold process's folder: the caches it left
             out = home / f"{arm}-{repeat}"
             result = bench.run_child(arm, "warm", args.model, args.mode, out, args, caches=home / "caches")
             processes.append(brief(result))
@@ -151,6 +155,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet50", choices=[*bench.MODELS, "tiny"])
     parser.add_argument("--mode", default="default", choices=bench.MODES)
+    parser.add_argument(
+        "--arms",
+        type=lambda v: [a.strip() for a in v.split(",") if a.strip()],
+        default=list(DEFAULT_ARMS),
+        help=f"comma-separated, from {', '.join(ARMS)}, stock among them (default: {','.join(DEFAULT_ARMS)})",
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warm-repeats", type=int, default=3)
     parser.add_argument("--first-round", type=int, default=0, help="index of the first round (its arm order)")
@@ -160,6 +170,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown or "stock" not in args.arms:
+        parser.error(f"--arms: {unknown or 'stock is missing'}; expected stock plus any of {', '.join(ARMS)}")
     # what bench/inductor.py's run_child reads: no runtime measurement, no fp64 reference
     args.attention, args.iters, args.warmup, args.blocks, args.block_iters = "flex", 0, 0, 0, 0
     args.kiln_sandbox, args.reference, args.smoke = False, False, False

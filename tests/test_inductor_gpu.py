@@ -20,6 +20,7 @@ import pytest
 from inductor_support import (
     install_on,  # noqa: F401 - fixture
     parent_cannot_compile,  # noqa: F401 - fixture
+    refuse_compiles,
 )
 
 pytest.importorskip("torch._inductor")
@@ -108,6 +109,43 @@ def test_torch_compile_through_kiln_matches_stock_and_compiles_nothing_in_the_pa
         got = _compile_and_run(model, x, **options)
     torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)  # autotuning may pick other configs
     assert pool.stats.compiled > 0
+
+
+@pytest.mark.parametrize("mode", [None, "max-autotune-no-cudagraphs"])
+def test_torch_compile_through_kilns_sidecar_matches_stock(
+    mode: str | None, fresh: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``install()`` as a user calls it: each compile job's work in kiln's Inductor sidecar (on a
+    real GPU driver, with its own kiln pool); the output is stock's, no job fell back to this
+    process, nothing compiled here, and nothing of the sidecar is left after ``uninstall()``."""
+    import psutil
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kiln"))
+    torch.manual_seed(0)
+    model = Block().cuda().to(torch.bfloat16).eval()
+    x = torch.randn(8, 128, 256, device="cuda", dtype=torch.bfloat16)
+    options = {"mode": mode} if mode else {}
+    expected = _stock(model, x, **options)
+    tried = refuse_compiles(monkeypatch)
+    kiln_inductor.install()
+    try:
+        pool = inductor_routing.current_pool()
+        assert pool is not None
+        assert pool.sidecar is not None
+        with fresh_cache():
+            got = _compile_and_run(model, x, **options)
+        stats = pool.sidecar.stats
+        assert stats.pid is not None
+        processes = [psutil.Process(stats.pid), *psutil.Process(stats.pid).children(recursive=True)]
+    finally:
+        kiln_inductor.uninstall()
+    torch.testing.assert_close(got, expected, atol=5e-2, rtol=5e-2)  # autotuning may pick other configs
+    assert stats.jobs > 0
+    assert stats.fallbacks == 0
+    assert stats.died is None
+    assert tried == []
+    _, alive = psutil.wait_procs(processes, timeout=30)
+    assert alive == []
 
 
 def test_nothing_compiles_in_the_parent_on_a_gpu(
@@ -245,7 +283,7 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
     monkeypatch.setenv("BENCH_FAULT_LOG", str(fault_log))
     pool = make_pool(workers=8, preload=[PRELOAD])
     monkeypatch.setattr(inductor_routing, "_kiln_pool", lambda: pool)
-    kiln_inductor.install(sandbox_benchmarks=True)
+    kiln_inductor.install(sandbox_benchmarks=True, sidecar=False)  # the hook is in this test's pool
     try:
         a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
