@@ -81,8 +81,20 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+BYTECODE_CACHE_VARIABLE = "BENCH_BYTECODE_CACHE"
+"""Set to a folder: every arm's processes keep Python bytecode there (``PYTHONPYCACHEPREFIX``, and
+``PYTHONDONTWRITEBYTECODE`` unset), as on an installation with bytecode caches. The GPU machine's
+image has none and forbids writing them, so each process there compiles torch's modules from
+source (~10 s of CPU for ``import torch._inductor``), and so does each process a process starts:
+Inductor's compile workers, kiln's sidecar."""
+
+
 def arm_env(caches: Path) -> dict[str, str]:
     env = dict(os.environ)
+    bytecode = env.get(BYTECODE_CACHE_VARIABLE)
+    if bytecode:
+        env["PYTHONPYCACHEPREFIX"] = bytecode
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("KILN_PROGRESS", "0")
@@ -149,6 +161,19 @@ def run_child(
     if "error" in result:
         result["stderr_tail"] = log.read_text(errors="replace").splitlines()[-25:]
     return result
+
+
+def fill_bytecode_cache(root: Path, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """With ``BENCH_BYTECODE_CACHE`` set: a cold process of each arm on the tiny model first
+    (not measured), so every module either arm imports (kiln's sidecar's too) is in the cache
+    before the measured processes start. Returns what those processes reported (brief)."""
+    if not os.environ.get(BYTECODE_CACHE_VARIABLE):
+        return []
+    warmed = []
+    for arm in ("stock", "kiln"):
+        result = run_child(arm, "cold", "tiny", "default", root / "bytecode-warm-up" / arm, args)
+        warmed.append({"arm": arm, "first_s": result.get("first_s"), "error": result.get("error")})
+    return warmed
 
 
 def run_once(model: str, mode: str, index: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -262,7 +287,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-inductor-bench-"))
     result: dict[str, Any] = {"meta": meta(args), "rows": []}
+    result["meta"]["bytecode_cache"] = os.environ.get(BYTECODE_CACHE_VARIABLE) or None
     try:
+        result["meta"]["bytecode_warm_up"] = fill_bytecode_cache(root, args)
         for model in args.models:
             for mode in args.modes:
                 runs: list[dict[str, Any]] = []

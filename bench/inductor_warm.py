@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -187,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-inductor-warm-"))
     result: dict[str, Any] = {"meta": bench.meta(args), "processes": [], "arms": {}}
     result["meta"]["rounds"], result["meta"]["warm_repeats"] = args.rounds, args.warm_repeats
+    result["meta"]["bytecode_cache"] = os.environ.get(bench.BYTECODE_CACHE_VARIABLE) or None
     try:
+        result["meta"]["bytecode_warm_up"] = bench.fill_bytecode_cache(root, args)
         for index in range(args.first_round, args.first_round + args.rounds):
             result["processes"] += run_round(index, root, args)
             result["arms"] = summarize(result["processes"])

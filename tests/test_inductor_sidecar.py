@@ -49,6 +49,15 @@ def sidecar_processes(sidecar: Sidecar) -> list[psutil.Process]:
         return []
 
 
+def wait_ready(sidecar: Sidecar, timeout: float = 240.0) -> None:
+    """Start the sidecar (as Inductor's ``warm_pool()`` does) and wait until it takes jobs."""
+    sidecar.start()
+    deadline = time.monotonic() + timeout
+    while sidecar.phase == "starting" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sidecar.phase == "ready", sidecar.stats
+
+
 def wait_gone(processes: list[psutil.Process], timeout: float = 30.0) -> list[psutil.Process]:
     """Those of ``processes`` still running (zombies count as gone) after up to ``timeout`` s."""
     deadline = time.monotonic() + timeout
@@ -128,8 +137,8 @@ def test_each_kernel_kind_compiles_in_the_sidecar_to_inductors_own_binary(
     """Every job's work runs in the sidecar (not one in this process's threads, which before the
     sidecar ran them all), nothing compiles here, and each kernel is Inductor's own binary."""
     sidecar = sidecar_on()
-    futures = {kind: submit(*source(kind)) for kind in KERNELS}  # queued until the sidecar is ready
-    sidecar.start()  # as GraphLowering.__init__ does
+    wait_ready(sidecar)
+    futures = {kind: submit(*source(kind)) for kind in KERNELS}
     kernels = {kind: future.result(timeout=300)[0] for kind, future in futures.items()}
     assert parent_jobs == []
     assert parent_cannot_compile == []
@@ -139,6 +148,25 @@ def test_each_kernel_kind_compiles_in_the_sidecar_to_inductors_own_binary(
     assert sidecar.stats.startup_s is not None
     for kind, kernel in kernels.items():
         assert cubin_hashes(kernel) == cubin_hashes(inductors_own(*source(kind))), kind
+
+
+@pytest.mark.timeout(600)
+def test_jobs_never_wait_for_the_sidecar_to_start(
+    sidecar_on: Callable[..., Sidecar],
+    parent_jobs: list[str],
+) -> None:
+    """A job that comes while the sidecar imports torch (3-4 s, or ~14 s without bytecode
+    caches) runs in this process's threads at once; once it is ready, jobs go to it."""
+    sidecar = sidecar_on()
+    early, _ = submit(*source("pointwise")).result(timeout=300)  # starts the sidecar, not waiting
+    assert parent_jobs == [KERNELS["pointwise"]]
+    assert sidecar.stats.fallbacks == 1
+    wait_ready(sidecar)
+    later, _ = submit(*source("reduction")).result(timeout=300)
+    assert parent_jobs == [KERNELS["pointwise"]]
+    assert sidecar.stats.jobs == 1
+    assert len(early.compile_results) == 2
+    assert later.compile_results
 
 
 @pytest.mark.timeout(600)
@@ -164,7 +192,7 @@ def test_a_config_that_aborts_in_the_sidecars_pool_is_one_lost_config_reported_h
     name, text = source("user_kernel", rename="add_kernel_kilnfault_abort")  # configs: 4 and 8 warps
     all_bad_name, all_bad_text = source("template_mm", rename="add_kernel_kilnfault_all_0")
     all_bad_text = all_bad_text.replace("num_warps=4,", "num_warps=8,", 1)
-    sidecar.start()
+    wait_ready(sidecar)
     with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
         kernel, _ = submit(name, text).result(timeout=300)
         error = submit(all_bad_name, all_bad_text).exception(timeout=300)
@@ -191,7 +219,7 @@ def test_a_sidecar_killed_with_a_job_in_flight_loses_no_job(
     process's threads (compiles still in kiln's pool) with the right binary; the death is logged
     once with its signal; the sidecar's own processes (its kiln zygote) die with it."""
     sidecar = sidecar_on("inductor_sidecar_slow")
-    sidecar.start()
+    wait_ready(sidecar)
     name, text = source("pointwise", rename="triton_poi_fused_slowjob_0")
     with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
         in_flight = submit(name, text)
@@ -221,9 +249,11 @@ def test_a_sidecar_that_cannot_start_loses_no_job(
 ) -> None:
     sidecar = sidecar_on("inductor_sidecar_broken")
     with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
-        future = submit(*source("pointwise"))
         sidecar.start()
-        kernel, _ = future.result(timeout=300)
+        deadline = time.monotonic() + 240
+        while sidecar.phase != "dead" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        kernel, _ = submit(*source("pointwise")).result(timeout=300)
     assert len(kernel.compile_results) == 2
     assert parent_jobs == [KERNELS["pointwise"]]
     (message,) = [r.getMessage() for r in caplog.records if "sidecar" in r.getMessage()]
@@ -234,7 +264,7 @@ def test_a_sidecar_that_cannot_start_loses_no_job(
 @pytest.mark.timeout(600)
 def test_uninstall_stops_the_sidecar_and_everything_under_it(sidecar_on: Callable[..., Sidecar]) -> None:
     sidecar = sidecar_on()
-    sidecar.start()
+    wait_ready(sidecar)
     submit(*source("pointwise")).result(timeout=300)
     processes = sidecar_processes(sidecar)
     assert len(processes) >= 2  # the sidecar and its kiln zygote at least

@@ -5,11 +5,11 @@
     Inductor (parent)                        InductorPool (here)                 kiln's pool
     -----------------                        -------------------                 -----------
     submit(_get_ready)  ------------------>  a finished future: ready at once
-    submit(_worker_compile_triton,  ------>  kiln's sidecar process (.sidecar), which runs the
-           load_kernel, env, config)         same job as Inductor's worker would, with the steps
-                                             below in its threads and its own kiln pool; or, with
-                                             KILN_INDUCTOR_SIDECAR=0 or a sidecar that died,
-                                             a thread of this process:
+    submit(_worker_compile_triton,  ------>  kiln's sidecar process (.sidecar), once it is ready:
+           load_kernel, env, config)         the same job as Inductor's worker would run, the
+                                             steps below in its threads and its own kiln pool;
+                                             until then (or with KILN_INDUCTOR_SIDECAR=0, or
+                                             after it died) a thread of this process:
                                                load the kernel's module (private copy)
                                                precompile(warm_cache_only=True):
                                                  every config -> CompileRequest -------> workers
@@ -52,6 +52,12 @@ class InductorPool:
         self._lock = threading.Lock()
         self.triton_jobs = 0
         self.other_jobs = 0
+
+    def start_sidecar(self) -> None:
+        """Start the sidecar, if any, in the background (idempotent): Inductor asked for its
+        pool, where stock Inductor starts its own."""
+        if self.sidecar is not None:
+            self.sidecar.start()
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if fn is compat.ready_job():

@@ -7,7 +7,9 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
 * ``AsyncCompile.process_pool``: returns an :class:`~kiln.inductor.jobs.InductorPool`, whose
   warm-up answer is ready at once (so Inductor never compiles in this process while a pool
   warms up) and which serves ``_worker_compile_triton`` jobs with kiln's pool; other jobs go to
-  Inductor's own pool, made on first need;
+  Inductor's own pool, made on first need. Its first call (Inductor's ``warm_pool()``, where
+  stock Inductor starts its own compile processes) starts kiln's Inductor sidecar
+  (:mod:`~kiln.inductor.sidecar`), which then does each job's in-process work;
 * ``CachingAutotuner._precompile_worker``: every config of a kernel compiled in kiln's pool at
   once before Inductor's own loop, a config whose compile died dropped
   (:meth:`~kiln.inductor.configs.ConfigCompiler.compile_all`);
@@ -17,14 +19,15 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
 * ``CachingAutotuner.coordinate_descent_tuning``: the neighbours of the starting config (its
   first ring, every tunable field) start compiling in kiln's pool at once, then Inductor's own
   tuning runs and finds each compile done or in flight;
-* ``GraphLowering.__init__``, which only starts kiln's pool: Inductor lowers a graph only when
-  its caches missed, and Triton compiles follow, so kiln's zygote and workers start then, in the
-  background, while Inductor lowers and generates code. A process whose graphs all come from
-  Inductor's caches (a warm process) starts no compile process at all (the benchmark sandbox
-  of ``sandbox_benchmarks`` still starts at ``install()``, to be warm when max-autotune's
-  template choices, chosen during lowering, need it). (Started at ``install()``,
-  the pool's start ran beside Dynamo's tracing in every warm process, where nothing compiles.)
-  Any compile that reaches kiln starts the pool too.
+* ``GraphLowering.__init__``, which only starts compile processes: Inductor lowers a graph only
+  when its caches missed, and Triton compiles follow, so the sidecar's kiln pool starts then
+  (and this process's own kiln pool too, for the jobs that come before the sidecar is ready, or
+  all of them with ``KILN_INDUCTOR_SIDECAR=0``), in the background, while Inductor lowers and
+  generates code. A process whose graphs all come from Inductor's caches (a warm process)
+  starts no compile process (its sidecar, started as stock starts its own pool, only imports
+  torch; the benchmark sandbox of ``sandbox_benchmarks`` still starts at ``install()``, to be
+  warm when max-autotune's template choices, chosen during lowering, need it). Any compile that
+  reaches kiln starts kiln's pool too.
 
 With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) a sixth:
 
@@ -134,7 +137,9 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             points[1].set(_precompile_worker(saved[1][1], compiler))
             points[2].set(_precompile_config(saved[2][1], compiler))
             points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
-            points[4].set(_starting_on_lowering(saved[4][1], helper.start if helper else kiln_pool.start))
+            points[4].set(
+                _starting_on_lowering(saved[4][1], functools.partial(_on_lowering, helper, kiln_pool))
+            )
             compat.reset_ready_future()
             _state = _Installed(saved, pool, compiler)
             log.info(
@@ -237,6 +242,7 @@ def _sidecar(threads: int, start_timeout_s: float) -> Sidecar:
 
 def _process_pool(pool: InductorPool) -> Any:
     def process_pool() -> InductorPool:
+        pool.start_sidecar()  # idempotent: the first call (Inductor's warm_pool) starts it
         return pool
 
     # Inductor calls AsyncCompile.process_pool.cache_clear() after a fork and at shutdown.
@@ -254,8 +260,19 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
     return _precompile_worker
 
 
+def _on_lowering(sidecar: Sidecar | None, kiln_pool: CompilePool) -> None:
+    """A graph is being lowered: the sidecar's kiln pool starts; this process's own starts too
+    unless the sidecar is ready to take every job."""
+    if sidecar is not None:
+        sidecar.start()
+        sidecar.want_pool()
+        if sidecar.phase == "ready":
+            return
+    kiln_pool.start()  # idempotent; the zygote starts on the pool's manager thread
+
+
 def _starting_on_lowering(original: Any, start: Callable[[], object]) -> Any:
-    """``GraphLowering.__init__`` that first calls ``start``: the sidecar's, or kiln's pool's."""
+    """``GraphLowering.__init__`` that first calls ``start`` (:func:`_on_lowering`)."""
 
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -6,15 +6,19 @@ its compiles in kiln's pool behind it.
 
     caller's process                                   sidecar process (sidecar_main)
     ----------------                                   ------------------------------
-    GraphLowering.__init__ -> start()  -- spawn ---->  import torch, Inductor; kiln's pool started
+    AsyncCompile.process_pool() (Inductor's warm_pool,
+      where stock starts its own pool) -> start() -- spawn -->  import torch, Inductor;
+                                                       kiln.inductor installed in-thread
+    GraphLowering.__init__ -> want_pool() ----------->  ("start_pool"): kiln's pool started
     InductorPool.submit(_worker_compile_triton, ...)
-      -> submit(fn, args, fallback): queued until ready, then
-         ("job", id, pickle(fn, args)) ------------->  Inductor's _worker_compile_triton, with
-                                                       kiln.inductor installed in-thread there
+      -> submit(fn, args, fallback):
+         sidecar ready:                                 Inductor's _worker_compile_triton, its
+           ("job", id, pickle(fn, args)) ---------->    compiles in the sidecar's kiln pool
+         not ready yet, dead or closed:
+           fallback(): the caller's own kiln threads (kiln's pool in the caller)
       reader thread  <----------------------------     ("log", record): logged here
       future <- unpickled kernel  <---------------     ("done", id, ("ok", (kernel, us)) | ("error", exc))
-    sidecar died, or never said "ready" in time:
-      every job in flight and every later one -> fallback(): the caller's own kiln threads
+    sidecar died: its jobs in flight -> fallback()
 
 Why: the per-kernel work around a compile (the kernel's module executed, ``@triton.jit``'s
 source read, each config described, Triton's cache filled, the kernel pickled) is Python that
@@ -22,9 +26,11 @@ holds the caller's GIL. Inductor's main thread generates code meanwhile, and los
 kiln's threads (``bench/inductor_gil.py``). Stock Inductor does that work in its worker
 processes; here it is done in this one, so the caller only unpickles results, as with stock.
 
-Nothing is lost when the sidecar fails: the jobs go to the in-process path
-(:func:`kiln.inductor.jobs.compile_job`), which compiles in the caller's own kiln pool.
-``KILN_INDUCTOR_SIDECAR=0`` uses that path from the start.
+No job ever waits for the sidecar: until it is ready (importing torch takes it 3-4 s on a machine
+with bytecode caches, ~14 s on one without, such as the GPU machine's image with
+``PYTHONDONTWRITEBYTECODE=1``), and after it failed, jobs take the in-process path
+(:func:`kiln.inductor.jobs.compile_job`), which compiles in the caller's own kiln pool. Nothing is
+lost when the sidecar dies. ``KILN_INDUCTOR_SIDECAR=0`` uses that path only.
 """
 
 from __future__ import annotations
@@ -60,7 +66,7 @@ class SidecarStats:
     startup_s: float | None = None  # as the sidecar measured its own start
     first_job_at: float | None = None
     jobs: int = 0  # sent to the sidecar
-    fallbacks: int = 0  # run in the caller's process instead
+    fallbacks: int = 0  # run in the caller's process instead (before it was ready, or after it died)
     died: str | None = None
     pid: int | None = None
 
@@ -68,7 +74,6 @@ class SidecarStats:
 @dataclass
 class _Job:
     future: Future[Any]
-    blob: bytes
     fallback: Fallback
 
 
@@ -77,7 +82,7 @@ class _State:
     phase: str = "idle"  # idle, starting, ready, dead, closed
     next_id: int = 0
     pending: dict[int, _Job] = field(default_factory=dict)
-    queued: list[int] = field(default_factory=list)
+    pool_wanted: bool = False  # want_pool() came before the sidecar was ready
 
 
 class Sidecar:
@@ -106,34 +111,45 @@ class Sidecar:
             self._state.phase = "starting"
         threading.Thread(target=self._run, name="kiln-inductor-sidecar", daemon=True).start()
 
+    def want_pool(self) -> None:
+        """Have the sidecar start its kiln pool now, or as soon as it is ready (a graph is
+        being lowered: compiles follow). A warm process never asks, so its sidecar starts no
+        compile process."""
+        with self._lock:
+            ready = self._state.phase == "ready"
+            if not ready:
+                self._state.pool_wanted = True
+        if ready:
+            self._send_message(("start_pool", -1, b""))
+
     def submit(
         self, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], fallback: Fallback
     ) -> Future[Any]:
-        """``fn(*args, **kwargs)`` in the sidecar (queued while it starts); ``fallback()``'s future
-        where the sidecar is dead, closed, or the job cannot be pickled."""
+        """``fn(*args, **kwargs)`` in the sidecar when it is ready; otherwise (starting, dead,
+        closed, or a job that cannot be pickled) ``fallback()``'s future, at once."""
+        with self._lock:
+            if self.stats.first_job_at is None:
+                self.stats.first_job_at = time.monotonic()
+            ready = self._state.phase == "ready"
+        if not ready:
+            self.start()
+            return self._fall_back(fallback)
         try:
             blob = pickle.dumps((fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:
-            log.debug("kiln: an Inductor job could not be pickled for the sidecar (%s): compiled here", exc)
+            log.debug("kiln: an Inductor job could not be pickled for the sidecar (%s): run here", exc)
             return self._fall_back(fallback)
         future: Future[Any] = Future()
         with self._lock:
-            if self._state.phase in ("dead", "closed"):
-                send = None
-            else:
+            sending = self._state.phase == "ready"  # not if it died since (its jobs are rerun)
+            if sending:
                 job_id = self._state.next_id
                 self._state.next_id += 1
-                self._state.pending[job_id] = _Job(future, blob, fallback)
-                send = self._state.phase == "ready"
-                if not send:
-                    self._state.queued.append(job_id)
-                if self.stats.first_job_at is None:
-                    self.stats.first_job_at = time.monotonic()
-        if send is None:
+                self._state.pending[job_id] = _Job(future, fallback)
+        if not sending:
             return self._fall_back(fallback)
-        self.start()
-        if send:
-            self._send(job_id, blob)
+        if self._send_message(("job", job_id, blob)):
+            self.stats.jobs += 1
         return future
 
     def close(self) -> None:
@@ -214,12 +230,9 @@ class Sidecar:
             if self._state.phase != "starting":
                 return
             self._state.phase = "ready"
-            queued = [
-                (i, self._state.pending[i].blob) for i in self._state.queued if i in self._state.pending
-            ]
-            self._state.queued.clear()
-        for job_id, blob in queued:
-            self._send(job_id, blob)
+            pool_wanted = self._state.pool_wanted
+        if pool_wanted:
+            self._send_message(("start_pool", -1, b""))
 
     def _on_done(self, job_id: int, payload: bytes) -> None:
         with self._lock:
@@ -239,16 +252,15 @@ class Sidecar:
         else:
             job.future.set_exception(value)
 
-    def _send(self, job_id: int, blob: bytes) -> None:
+    def _send_message(self, message: tuple[str, int, bytes]) -> bool:
         process = self._process
         if process is None:
-            return
+            return False
         try:
-            process.send(("job", job_id, blob))
+            process.send(message)
         except Died:
-            pass  # the reader sees the death and reruns every pending job
-        else:
-            self.stats.jobs += 1
+            return False  # the reader sees the death and reruns every pending job
+        return True
 
     # -- a sidecar that died ----------------------------------------------------------------------
 
@@ -271,7 +283,6 @@ class Sidecar:
     def _take_pending(self) -> list[_Job]:
         orphans = list(self._state.pending.values())
         self._state.pending.clear()
-        self._state.queued.clear()
         return orphans
 
     def _rerun(self, jobs: list[_Job]) -> None:

@@ -7,8 +7,9 @@
     init {settings, log level, threads,  -->  the parent's kiln settings in force;
           preload}                            the preload modules imported;
                                               import Inductor, kiln.inductor
-                                              installed in-thread, pool started --> zygote, workers
-                                        <--   ("ready", pid, seconds)
+                                              installed in-thread
+                                        <--   ("ready", seconds)
+    ("start_pool") (a graph is lowered)  -->  kiln's pool started  ---------------> zygote, workers
     ("job", id, pickled fn/args)  ------->    a thread: fn(*args) (Inductor's own
                                               _worker_compile_triton: module loaded,
                                               precompile(warm_cache_only=True)) --> every config
@@ -121,7 +122,6 @@ def serve(channel: _Channel, init: dict[str, Any]) -> None:
             from triton_kiln.pool import get_pool
 
             routing.install(sandbox_benchmarks=False, sidecar=False)
-            get_pool().start()  # the zygote and workers, while the parent lowers its graph
         except BaseException as exc:  # the parent compiles in its own threads instead
             channel.send(
                 ("start_failed", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
@@ -142,7 +142,9 @@ def serve(channel: _Channel, init: dict[str, Any]) -> None:
                 break  # the parent closed the channel, or died
             kind, job_id, blob = message
             if kind == "job":
-                executor.submit(run_job, channel, job_id, blob)
+                executor.submit(run_job, channel, job_id, blob)  # a first job starts the pool too
+            elif kind == "start_pool":  # the parent lowers a graph: compiles follow
+                get_pool().start()
         executor.shutdown(wait=False, cancel_futures=True)
         get_pool().shutdown(wait=False, cancel_futures=True)
 
