@@ -74,6 +74,21 @@ def install_kiln(sandbox: bool, sidecar: bool = True) -> dict[str, Any]:
     return {"module": getattr(module, "__file__", None), "sandbox_benchmarks": sandbox, "sidecar": sidecar}
 
 
+def children_report() -> dict[str, int]:
+    """This process's child processes now (every level): how many, and how many are kiln's (its
+    sidecar, zygotes, workers); the rest are Inductor's (its SubprocPool sidecar and workers)."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    kiln = 0
+    for child in children:
+        try:
+            kiln += "triton_kiln" in " ".join(child.cmdline())
+        except psutil.Error:
+            continue
+    return {"all": len(children), "kiln": kiln}
+
+
 def sidecar_report(installed_at: float) -> dict[str, Any] | None:
     """What kiln's Inductor sidecar did (times in seconds after ``installed_at``, a monotonic
     time), or ``None`` without one."""
@@ -164,6 +179,7 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["main_thread_first_call"] = inductor_models.counters_since(main_before)
     if args.arm.startswith("kiln"):
         result["kiln_sidecar"] = sidecar_report(installed_at)
+    result["children_after_first_call"] = children_report()
     result["split"] = inductor_models.inductor_split(result["first_s"])
     result["coordinate_descent"] = inductor_models.compact_coordinate_descent(list(coordesc))  # first call
 

@@ -74,6 +74,7 @@ def brief(result: dict[str, Any]) -> dict[str, Any]:
         "main_thread": result.get("main_thread_first_call", {}),
         "threads_cpu_s": result.get("threads_cpu_first_call_s", {}),
         "kiln_sidecar": result.get("kiln_sidecar"),
+        "children": result.get("children_after_first_call"),
         "machine_before": result.get("machine_before"),
         "error": result.get("error"),
         "dir": result.get("dir"),
