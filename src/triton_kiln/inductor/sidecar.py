@@ -95,6 +95,7 @@ class Sidecar:
         self.preload = preload  # modules the sidecar imports first (tests: a fake GPU driver)
         self.stats = SidecarStats()
         self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
         self._state = _State()
         self._process: WorkerProcess | None = None
 
@@ -149,7 +150,8 @@ class Sidecar:
         if not sending:
             return self._fall_back(fallback)
         if self._send_message(("job", job_id, blob)):
-            self.stats.jobs += 1
+            with self._lock:
+                self.stats.jobs += 1
         return future
 
     def close(self) -> None:
@@ -253,11 +255,14 @@ class Sidecar:
             job.future.set_exception(value)
 
     def _send_message(self, message: tuple[str, int, bytes]) -> bool:
+        """One frame to the sidecar; one sender at a time (Inductor submits from several threads,
+        and two ``sendall`` calls at once could interleave their frames on the stream)."""
         process = self._process
         if process is None:
             return False
         try:
-            process.send(message)
+            with self._send_lock:
+                process.send(message)
         except Died:
             return False  # the reader sees the death and reruns every pending job
         return True
@@ -290,7 +295,8 @@ class Sidecar:
             _chain(self._fall_back(job.fallback), job.future)
 
     def _fall_back(self, fallback: Fallback) -> Future[Any]:
-        self.stats.fallbacks += 1
+        with self._lock:
+            self.stats.fallbacks += 1
         return fallback()
 
 
