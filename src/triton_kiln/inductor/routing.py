@@ -224,9 +224,10 @@ def current_benchmarks() -> SandboxBenchmarks | None:
 
 
 def _kiln_pool() -> CompilePool:
-    """kiln's process-wide pool, not started: :func:`_starting_pool_on_lowering` starts it when
-    Inductor lowers its first graph (its zygote and workers then get ready while Inductor lowers
-    and generates code, so the first compile finds them: no warm-up window in this process)."""
+    """kiln's process-wide pool, not started: :func:`_on_lowering` starts it when Inductor lowers
+    its first graph and the sidecar is not ready (its zygote and workers then get ready while
+    Inductor lowers and generates code, so the first compile finds them: no warm-up window in
+    this process); any compile that reaches it starts it too."""
     from triton_kiln.pool import get_pool
 
     return get_pool()
