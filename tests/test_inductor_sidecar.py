@@ -291,3 +291,29 @@ def test_kiln_inductor_sidecar_0_uses_this_processs_threads(monkeypatch: pytest.
         assert pool.sidecar.phase == "idle"
     finally:
         kiln_inductor.uninstall()
+
+
+@pytest.mark.timeout(600)
+def test_a_forked_child_never_uses_its_parents_sidecar(sidecar_on: Callable[..., Sidecar]) -> None:
+    """A process forked after the sidecar started (a DataLoader worker, say) must not write to the
+    parent's socket: its copy of the sidecar starts over, idle, and a job there runs in the
+    child's own threads."""
+    sidecar = sidecar_on()
+    wait_ready(sidecar)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and leave without running anything of the parent's
+        os.close(read_end)
+        report = f"{sidecar.phase} {sidecar.stats.pid} {sidecar.stats.jobs}"
+        os.write(write_end, report.encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        report = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status)
+    assert report == "idle None 0"
+    assert sidecar.phase == "ready"  # the parent's is untouched
+    kernel, _ = submit(*source("pointwise")).result(timeout=300)
+    assert kernel.compile_results
+    assert sidecar.stats.jobs == 1

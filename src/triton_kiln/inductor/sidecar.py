@@ -37,9 +37,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import pickle
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -98,6 +100,17 @@ class Sidecar:
         self._send_lock = threading.Lock()
         self._state = _State()
         self._process: WorkerProcess | None = None
+        _LIVE.add(self)
+
+    def _forget_after_fork(self) -> None:
+        """In a forked child: the parent's sidecar, socket and reader thread are not this
+        process's. Start over, idle: a job here starts the child's own sidecar (or runs in its
+        threads), never writes to the parent's socket."""
+        self.stats = SidecarStats()
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._state = _State()
+        self._process = None
 
     @property
     def phase(self) -> str:
@@ -298,6 +311,17 @@ class Sidecar:
         with self._lock:
             self.stats.fallbacks += 1
         return fallback()
+
+
+_LIVE: weakref.WeakSet[Sidecar] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for sidecar in list(_LIVE):
+        sidecar._forget_after_fork()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _chain(source: Future[Any], target: Future[Any]) -> None:
