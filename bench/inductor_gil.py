@@ -144,6 +144,22 @@ def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: 
     }
 
 
+def wait_for_sidecar(timeout_s: float = 300.0) -> None:
+    """Until kiln's Inductor sidecar takes jobs (the repeats measure it, not the caller's threads
+    that serve jobs while it starts); at once without one."""
+    from triton_kiln.inductor import routing
+
+    pool = routing.current_pool()
+    if pool is None or pool.sidecar is None:
+        return
+    pool.start_sidecar()
+    deadline = time.monotonic() + timeout_s
+    while pool.sidecar.phase == "starting" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pool.sidecar.phase != "ready":
+        raise RuntimeError(f"kiln's Inductor sidecar is not ready: {pool.sidecar.stats}")
+
+
 def run_arm(arm: str, sources: list[tuple[str, str]], args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One arm: installed, every kernel compiled once into kiln's cache, then the repeats."""
     import triton_kiln.inductor
@@ -160,6 +176,7 @@ def run_arm(arm: str, sources: list[tuple[str, str]], args: argparse.Namespace, 
         for future in submit_all(sources):  # compiled once, for real, into kiln's cache
             future.result()
         setup_s = time.perf_counter() - setup
+        wait_for_sidecar()
         repeats = [measure(sources, args.window_s, root, f"{arm}-{i}") for i in range(args.repeats)]
     finally:
         triton_kiln.inductor.uninstall()
