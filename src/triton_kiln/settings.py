@@ -543,6 +543,8 @@ INTERNAL_VARIABLES = frozenset(
         "KILN_NATIVE_SANDBOX_PARENT",
         "KILN_CALL_SANDBOX_FD",  # the call sandbox's (sandbox/call_worker.py)
         "KILN_CALL_SANDBOX_PARENT",
+        "KILN_INDUCTOR_SIDECAR_FD",  # kiln's Inductor sidecar's (inductor/sidecar_main.py)
+        "KILN_INDUCTOR_SIDECAR_PARENT",
     }
 )
 """Variables kiln sets in its own child processes: not settings, never reported as unknown."""
