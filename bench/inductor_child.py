@@ -92,8 +92,6 @@ def children_report() -> dict[str, int]:
 def sidecar_report(installed_at: float) -> dict[str, Any] | None:
     """What kiln's Inductor sidecar did (times in seconds after ``installed_at``, a monotonic
     time), or ``None`` without one."""
-    import psutil
-
     from triton_kiln.inductor import routing
 
     pool = routing.current_pool()
@@ -105,13 +103,7 @@ def sidecar_report(installed_at: float) -> dict[str, Any] | None:
     def since(moment: float | None) -> float | None:
         return None if moment is None else round(moment - installed_at, 4)
 
-    cpu = None
-    if stats.pid is not None:
-        try:
-            times = psutil.Process(stats.pid).cpu_times()
-            cpu = round(times.user + times.system, 3)
-        except psutil.Error:
-            pass
+    cpu = inductor_models.process_cpu_s(stats.pid)
     return {
         "phase": sidecar.phase,
         "spawned_s": since(stats.spawned_at),
@@ -121,7 +113,7 @@ def sidecar_report(installed_at: float) -> dict[str, Any] | None:
         "jobs": stats.jobs,
         "fallbacks": stats.fallbacks,
         "died": stats.died,
-        "cpu_s": cpu,
+        "cpu_s": None if cpu is None else round(cpu, 3),
     }
 
 

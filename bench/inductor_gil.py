@@ -93,19 +93,11 @@ def kiln_threads_cpu() -> float:
 
 def sidecar_cpu() -> float:
     """CPU seconds of kiln's Inductor sidecar so far (0 without one)."""
-    import psutil
-
     from triton_kiln.inductor import routing
 
     pool = routing.current_pool()
     pid = pool.sidecar.stats.pid if pool is not None and pool.sidecar is not None else None
-    if pid is None:
-        return 0.0
-    try:
-        times = psutil.Process(pid).cpu_times()
-    except psutil.Error:
-        return 0.0
-    return float(times.user + times.system)
+    return inductor_models.process_cpu_s(pid) or 0.0
 
 
 def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: str) -> dict[str, Any]:

@@ -365,6 +365,19 @@ def _p10_p90(times: list[float]) -> list[float]:
     return [ordered[len(ordered) // 10], ordered[min(len(ordered) - 1, (len(ordered) * 9) // 10)]]
 
 
+def process_cpu_s(pid: int | None) -> float | None:
+    """User plus system CPU seconds of process ``pid`` so far; ``None`` without one (or gone)."""
+    if pid is None:
+        return None
+    import psutil
+
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return float(times.user + times.system)
+
+
 def thread_cpu_s() -> dict[str, float]:
     """CPU seconds (user + system) of each OS thread of this process, by ``name[tid]``: the
     Python thread's name where it is one, else the OS's (``/proc/self/task``; empty without it)."""
