@@ -95,6 +95,10 @@ class _Forwarding(logging.Handler):
         return record.exc_text
 
 
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
 def run_job(channel: _Channel, job_id: int, blob: bytes) -> None:
     """One job: unpickle, call, send the pickled result or exception back."""
     try:
@@ -104,8 +108,9 @@ def run_job(channel: _Channel, job_id: int, blob: bytes) -> None:
         try:
             payload = pickle.dumps(("error", exc), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception:
-            text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            payload = pickle.dumps(("error", SidecarJobError(text)), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps(
+                ("error", SidecarJobError(_traceback(exc))), protocol=pickle.HIGHEST_PROTOCOL
+            )
     channel.send(("done", job_id, payload))
 
 
@@ -123,9 +128,7 @@ def serve(channel: _Channel, init: dict[str, Any]) -> None:
 
             routing.install(sandbox_benchmarks=False, sidecar=False)
         except BaseException as exc:  # the parent compiles in its own threads instead
-            channel.send(
-                ("start_failed", "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
-            )
+            channel.send(("start_failed", _traceback(exc)))
             raise
         kiln_log = logging.getLogger("kiln")  # from here on, kiln's records are the parent's
         kiln_log.addHandler(_Forwarding(channel))
