@@ -158,9 +158,11 @@ for phase in "$@"; do
       TAIL=16 run inductor-warm 580 python3 bench/inductor_warm.py --model resnet50 --mode default \
         --rounds "${IW_ROUNDS:-2}" --warm-repeats "${IW_REPEATS:-3}" --first-round "${IW_FIRST:-0}" \
         --out "$out/inductor-warm-${IW_FIRST:-0}.json" ;;
-    inductor-default)  # #20: default mode, ID_RUNS runs (2: ~6 min) from run ID_FIRST (0), runtime by CUDA-event blocks
-      TAIL=6 run inductor-default 560 python3 bench/inductor.py --model resnet50 --mode default --runs "${ID_RUNS:-2}" \
-        --first-run "${ID_FIRST:-0}" --out "$out/inductor-default-${ID_FIRST:-0}.json" ;;
+    inductor-default)  # #20: default mode, ID_RUNS runs (2: ~7 min) from run ID_FIRST (0) of ID_MODEL (resnet50),
+      # each with the paired runtime (both arms' blocks on one core, in turn)
+      TAIL=8 run inductor-default 570 python3 bench/inductor.py --model "${ID_MODEL:-resnet50}" --mode default \
+        --runs "${ID_RUNS:-2}" --first-run "${ID_FIRST:-0}" \
+        --out "$out/inductor-default-${ID_MODEL:-resnet50}-${ID_FIRST:-0}.json" ;;
     inductor-ma-cold)  # #20: ResNet-50 max-autotune, one run, cold processes only (~7 min: stock ~290 s); IM_RUN=K
       TAIL=6 run inductor-ma-cold 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --out "$out/inductor-ma-${IM_RUN:-0}.json" ;;

@@ -45,6 +45,7 @@ import os
 import shlex
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -176,8 +177,118 @@ def fill_bytecode_cache(root: Path, args: argparse.Namespace) -> list[dict[str, 
     return warmed
 
 
+PAIRED_PREFIX = "KILN-PAIRED "  # inductor_child.PAIRED_PREFIX
+
+
+def _paired_cpu() -> int | None:
+    """The CPU both arms' paired processes hold their main thread on: the highest one this process
+    may use (None where affinity cannot be set)."""
+    if not hasattr(os, "sched_getaffinity") or (os.cpu_count() or 1) < 2:
+        return None
+    return max(os.sched_getaffinity(0))
+
+
+class PairedArm:
+    """One arm's ``paired`` process (``inductor_child.serve_paired``): started on the arm's warm
+    caches, asked for one block of calls at a time over its stdin, answering on its stdout."""
+
+    def __init__(self, arm: str, model: str, mode: str, arm_dir: Path, args: argparse.Namespace) -> None:
+        self.arm = arm
+        self.dir = arm_dir / "paired"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode]
+        cmd += ["--phase", "paired", "--dir", str(self.dir), "--device", args.device]
+        cmd += ["--attention", args.attention, "--warmup", str(args.warmup)]
+        cmd += ["--block-iters", str(args.block_iters), "--iters", "0"]
+        if args.batch is not None:
+            cmd += ["--batch", str(args.batch)]
+        if arm == "kiln" and args.kiln_sandbox:
+            cmd.append("--kiln-sandbox")
+        cpu = _paired_cpu()
+        if cpu is not None:
+            cmd += ["--pin-cpu", str(cpu)]
+        self.log = (self.dir / "stderr.log").open("w")
+        self.other_stdout: list[str] = []
+        self.proc = subprocess.Popen(
+            cmd,
+            env=arm_env(arm_dir / "caches"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+
+    def read(self) -> dict[str, Any]:
+        """The next protocol message; raises ``RuntimeError`` if the process ends first."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith(PAIRED_PREFIX):
+                message: dict[str, Any] = json.loads(line[len(PAIRED_PREFIX) :])
+                return message
+            self.other_stdout.append(line.rstrip()[:200])
+        raise RuntimeError(f"the {self.arm} paired process ended (exit code {self.proc.wait()})")
+
+    def ask(self, command: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+
+    def finish(self, timeout_s: float) -> dict[str, Any]:
+        """Ends the process (``quit``, then a kill past ``timeout_s``); what it reported."""
+        try:
+            if self.proc.poll() is None:
+                self.ask("quit")
+            self.proc.wait(timeout=timeout_s)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        result_file = self.dir / "result.json"
+        result: dict[str, Any] = json.loads(result_file.read_text()) if result_file.exists() else {}
+        result["exit_code"] = self.proc.returncode
+        if self.other_stdout:
+            result["other_stdout"] = self.other_stdout[-10:]
+        return result
+
+
+def run_paired(run_dir: Path, model: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The paired runtime of one run: one ``paired`` process per arm on the arm's warm caches
+    (the same compiled model its cold and warm processes ran), both main threads on one CPU,
+    asked for a block of ``--block-iters`` calls in turn for ``--paired-rounds`` rounds (the
+    order flips each round: stock, kiln, kiln, stock...). Both arms' blocks come from one core
+    in one stretch of time, so the host's drift cancels out of the ratio; per round, kiln's
+    block over stock's. Returns per arm the blocks, their median, and what the process reported."""
+    record: dict[str, Any] = {"rounds": args.paired_rounds, "block_iters": args.block_iters}
+    record["cpu"] = _paired_cpu()
+    print(f"[inductor] {model} {mode}: paired runtime", file=sys.stderr, flush=True)
+    arms = {arm: PairedArm(arm, model, mode, run_dir / arm, args) for arm in ("stock", "kiln")}
+    blocks: dict[str, list[float]] = {arm: [] for arm in arms}
+    try:
+        for paired in arms.values():
+            paired.read()  # ready: compiled, pools quiet, warmed up
+        for index in range(args.paired_rounds):
+            order = ("stock", "kiln") if index % 2 == 0 else ("kiln", "stock")
+            for arm in order:
+                arms[arm].ask("block")
+                blocks[arm].append(float(arms[arm].read()["block_ms"]))
+    except (RuntimeError, OSError, KeyError, ValueError) as exc:
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        for arm, paired in arms.items():
+            record[arm] = paired.finish(timeout_s=60.0)
+    for arm in arms:
+        record[f"{arm}_blocks_ms"] = blocks[arm]
+        record[f"{arm}_ms"] = statistics.median(blocks[arm]) if blocks[arm] else None
+    # a round that failed leaves stock one block ahead: its last block has no pair
+    ratios = [k / s for s, k in zip(blocks["stock"], blocks["kiln"], strict=False) if s > 0]
+    record["kiln_over_stock_per_round"] = ratios
+    record["kiln_over_stock"] = statistics.median(ratios) if ratios else None
+    return record
+
+
 def run_once(model: str, mode: str, index: int, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    """One run: each arm's cold then warm process; arms alternate which goes first."""
+    """One run: each arm's cold then warm process (arms alternate which goes first), then, with
+    both arms and ``--paired-rounds`` > 0, the paired runtime (:func:`run_paired`)."""
     order = list(args.arms) if index % 2 == 0 else list(reversed(args.arms))
     record: dict[str, Any] = {"run": index, "order": order}
     run_dir = root / f"{model}-{mode}" / f"run{index}"
@@ -191,6 +302,9 @@ def run_once(model: str, mode: str, index: int, root: Path, args: argparse.Names
             phases["warm"] = run_child(arm, "warm", model, mode, arm_dir, args)
         record[arm] = phases
     record["compare"] = report.compare_run(record)
+    cold_ok = all("error" not in record.get(arm, {}).get("cold", {"error": ""}) for arm in ("stock", "kiln"))
+    if args.paired_rounds > 0 and cold_ok and args.iters > 0:
+        record["paired"] = run_paired(run_dir, model, mode, args)
     return record
 
 
@@ -239,6 +353,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--blocks", type=int, default=20, help="blocks of back-to-back calls (runtime_ms)")
     parser.add_argument("--block-iters", type=int, default=50, help="calls per block")
+    parser.add_argument(
+        "--paired-rounds", type=int, default=40, help="paired runtime: blocks per arm, in turn (0: none)"
+    )
     parser.add_argument("--batch", type=int, default=None, help="default: resnet50 32, block 8")
     parser.add_argument("--attention", choices=("flex", "manual"), default="flex", help="the block's")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
@@ -265,6 +382,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.models, args.modes = ["tiny"], ["default"]
         args.runs, args.iters, args.warmup = 1, min(args.iters, 5), min(args.warmup, 2)
         args.blocks, args.block_iters = min(args.blocks, 3), min(args.block_iters, 3)
+        args.paired_rounds = min(args.paired_rounds, 4)
     else:
         args.models = list(MODELS) if args.model == "all" else [args.model]
         args.modes = list(MODES) if args.mode == "all" else [args.mode]

@@ -21,8 +21,10 @@ pool waited for Inductor's first lowering) and ``stock_pool`` (stock Inductor, w
 started beside it and never used). Kiln's arms record what the sidecar did (``kiln_sidecar``:
 its start-up, when it was ready and when the first job came, measured from the install, its
 jobs, fallbacks and CPU seconds).
-Phases: ``cold`` (fresh caches) and ``warm`` (a second process on the cold phase's caches: what
-the next process pays). ``result.json`` is written whatever happens: a failure is data.
+Phases: ``cold`` (fresh caches), ``warm`` (a second process on the cold phase's caches: what
+the next process pays) and ``paired`` (a third, on the same caches, that times blocks of calls
+when ``bench/inductor.py`` asks, in turn with the other arm's: see :func:`serve_paired`).
+``result.json`` is written whatever happens: a failure is data.
 """
 
 from __future__ import annotations
@@ -117,6 +119,50 @@ def sidecar_report(installed_at: float) -> dict[str, Any] | None:
     }
 
 
+PAIRED_PREFIX = "KILN-PAIRED "
+"""Lines this process writes on stdout in the ``paired`` phase (a JSON object after the prefix);
+anything else on stdout (a library's print) is not the protocol's."""
+
+
+def _tell(message: dict[str, Any]) -> None:
+    sys.stdout.write(PAIRED_PREFIX + json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def serve_paired(call: Any, device: str, args: argparse.Namespace, result: dict[str, Any]) -> None:
+    """The ``paired`` phase (``bench/inductor.py``'s paired runtime): with the model compiled from
+    the arm's warm caches, wait for this process's compile pools to go quiet, hold the main thread
+    on ``--pin-cpu``, warm up, say ``ready``, then time one block of ``--block-iters`` calls
+    (:func:`inductor_models.block_runtime_ms`) each time the parent writes ``block`` on stdin,
+    until ``quit``. The parent runs one process per arm on the same CPU and asks them in turn, so
+    both arms' blocks are taken on one core, interleaved in time: the host's drift from process to
+    process and minute to minute, which swamps a launch-bound model's wall runtime, falls on both
+    arms alike."""
+    result["stage"] = "paired settle"
+    result["paired_settle"] = inductor_models.wait_children_quiet()
+    if args.pin_cpu is not None and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {args.pin_cpu})  # this thread only (Linux): pools keep their cores
+        result["paired_cpu"] = args.pin_cpu
+    for _ in range(args.warmup):
+        call()
+    inductor_models.sync(device)
+    result["stage"] = "paired blocks"
+    blocks: list[float] = []
+    result["paired_blocks_ms"] = blocks
+    _tell({"ready": True, "settle": result["paired_settle"]})
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "quit":
+            break
+        if command != "block":
+            _tell({"error": f"unknown command {command!r}"})
+            continue
+        (block_ms,) = inductor_models.block_runtime_ms(call, device, 1, args.block_iters)
+        blocks.append(block_ms)
+        _tell({"block_ms": block_ms})
+    result["paired_threads_cpu_s"] = inductor_models.thread_families(inductor_models.thread_cpu_s())
+
+
 def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["stage"] = "machine"
     result["machine_before"] = machine_state.snapshot()  # before this process does anything
@@ -174,6 +220,14 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["children_after_first_call"] = children_report()
     result["split"] = inductor_models.inductor_split(result["first_s"])
     result["coordinate_descent"] = inductor_models.compact_coordinate_descent(list(coordesc))  # first call
+    if args.phase == "paired":
+
+        def paired_call() -> Any:
+            with torch.no_grad():
+                return compiled(*inputs)
+
+        serve_paired(paired_call, device, args, result)
+        return
 
     if args.iters > 0:
         result["stage"] = "runtime"
@@ -232,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arm", required=True, choices=ARMS)
     parser.add_argument("--model", required=True, choices=inductor_models.MODELS)
     parser.add_argument("--mode", required=True, choices=MODES)
-    parser.add_argument("--phase", required=True, choices=("cold", "warm"))
+    parser.add_argument("--phase", required=True, choices=("cold", "warm", "paired"))
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--batch", type=int, default=None)
     parser.add_argument("--attention", choices=("flex", "manual"), default="flex")
@@ -243,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-iters", type=int, default=50, help="calls per block")
     parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")
     parser.add_argument("--reference", action="store_true", help="also save the float64 eager output")
+    parser.add_argument("--pin-cpu", type=int, default=None, help="paired phase: the main thread's CPU")
     args = parser.parse_args(argv)
     if args.batch is None:
         args.batch = inductor_models.default_batch(args.model)

@@ -584,3 +584,46 @@ def speed_probe_s(rounds: int = 5) -> float:
         best = min(best, time.perf_counter() - started)
         del table, items, total
     return best
+
+
+def wait_children_quiet(
+    timeout_s: float = 90.0, window_s: float = 0.5, quiet_cpu_s: float = 0.05, windows: int = 2
+) -> dict[str, Any]:
+    """Wait until this process's child processes (every level: Inductor's SubprocPool and its
+    workers, kiln's sidecar, zygote and workers) spend under ``quiet_cpu_s`` CPU seconds in each of
+    ``windows`` consecutive windows of ``window_s``, or ``timeout_s`` passes. A warm process
+    starts its compile pools as a cold one does (Inductor's ``warm_pool()``), and their start-up
+    (imports) runs on other cores while the model runs; the paired runtime waits it out in both
+    arms alike. Returns what it saw: seconds waited, whether it settled, the children."""
+    import psutil
+
+    me = psutil.Process()
+    started = time.perf_counter()
+    quiet = 0
+    busiest = 0.0
+
+    def children_cpu() -> float:
+        total = 0.0
+        for child in me.children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system
+        return total
+
+    before = children_cpu()
+    while time.perf_counter() - started < timeout_s:
+        time.sleep(window_s)
+        now = children_cpu()
+        spent, before = max(0.0, now - before), now
+        busiest = max(busiest, spent)
+        quiet = quiet + 1 if spent < quiet_cpu_s else 0
+        if quiet >= windows:
+            break
+    return {
+        "waited_s": round(time.perf_counter() - started, 3),
+        "settled": quiet >= windows,
+        "children": len(me.children(recursive=True)),
+        "busiest_window_cpu_s": round(busiest, 3),
+    }

@@ -142,7 +142,15 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
     for arm in ARMS:
         per_run[f"{arm}_first_s"] = _field(runs, arm, "cold", "first_s")
         per_run[f"{arm}_warm_s"] = _field(runs, arm, "warm", "first_s")
-        per_run[f"{arm}_runtime_ms"] = _field(runs, arm, "cold", "runtime_ms")
+        # the paired runtime where the run has one (both arms' blocks on one core, in turn), else
+        # the cold process's blocks (every run before the paired runtime was built)
+        cold_runtime = _field(runs, arm, "cold", "runtime_ms")
+        per_run[f"{arm}_runtime_ms"] = [
+            run["paired"][f"{arm}_ms"]
+            if run.get("paired", {}).get(f"{arm}_ms") is not None
+            else cold_runtime[i]
+            for i, run in enumerate(r for r in runs if arm in r)
+        ]
     per_run["outputs_match"] = [run.get("compare", {}).get("kiln_vs_stock", {}).get("match") for run in runs]
     matches = per_run["outputs_match"]
     row: dict[str, Any] = {"model": model, "mode": mode}
@@ -154,10 +162,23 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
         row[f"{arm}_warm_matches_cold_runs"] = [
             run.get("compare", {}).get(f"{arm}_warm_vs_cold", {}).get("match") for run in runs if arm in run
         ]
-    # the other runtime measures: each call synchronized (the measure before CUDA-event blocks),
-    # and the warm process's blocks (the same binaries, a second sample of the host's noise)
+    paired = [run.get("paired", {}) for run in runs]
+    row["runtime_source_runs"] = [
+        "paired" if p.get("stock_ms") is not None and p.get("kiln_ms") is not None else "cold" for p in paired
+    ]
+    row["runtime_paired_ratio_runs"] = [p.get("kiln_over_stock") for p in paired]
+    paired_ratios = [r for r in row["runtime_paired_ratio_runs"] if r is not None]
+    # kiln's block over stock's block of the same round, median over every round of every run
+    all_rounds = [r for p in paired for r in p.get("kiln_over_stock_per_round", [])]
+    row["runtime_paired_ratio"] = _median(all_rounds) if all_rounds else None
+    row["runtime_paired_rounds"] = len(all_rounds)
+    row["runtime_paired_ratio_range"] = [min(paired_ratios), max(paired_ratios)] if paired_ratios else None
+    # the other runtime measures: the cold process's blocks (the headline before the paired
+    # runtime), each call synchronized (the measure before CUDA-event blocks), and the warm
+    # process's blocks (the same binaries, a second sample of the host's noise)
     for arm in ARMS:
         for name, phase, field in (
+            ("runtime_cold_ms", "cold", "runtime_ms"),
             ("runtime_wall_ms", "cold", "runtime_wall_ms"),
             ("warm_runtime_ms", "warm", "runtime_ms"),
         ):
@@ -182,6 +203,7 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
         "first_s",
         "warm_s",
         "runtime_ms",
+        "runtime_cold_ms",
         "runtime_wall_ms",
         "warm_runtime_ms",
         "gpu_kernel_ms",
@@ -245,7 +267,7 @@ def grid(head: list[str], rows: list[list[str]]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = ["model", "mode", "first s stock", "kiln", "x", "warm s stock", "kiln", "runtime ms stock", "kiln"]
-    head += ["x", "outputs", "runs", "errors"]
+    head += ["x", "paired x", "outputs", "runs", "errors"]
     lines = []
     for r in rows:
         ratios = r.get("ratios", {})
@@ -261,6 +283,7 @@ def table(rows: list[dict[str, Any]]) -> str:
                 _num(r.get("stock_runtime_ms"), ".3f"),
                 _num(r.get("kiln_runtime_ms"), ".3f"),
                 _num(ratios.get("kiln/stock runtime_ms"), ".3f"),
+                _num(r.get("runtime_paired_ratio"), ".3f"),
                 {True: "match", False: "DIFFER", None: "-"}[r.get("outputs_match")],
                 str(len(r.get("runs", []))),
                 "; ".join(f"{k}: {v[:60]}" for k, v in r.get("errors", {}).items()) or "-",

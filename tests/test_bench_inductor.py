@@ -287,3 +287,57 @@ def test_gil_bench_renames_each_kernel_apart() -> None:
         base = name.rsplit("_gil", 1)[0]
         assert f"def {base}(" not in text
     assert inductor_gil.loop_for(0.05) > 0
+
+
+def _paired_record(index: int, stock_ms: float, kiln_ms: float, cold_ms: float) -> dict[str, object]:
+    record = {"run": index, "order": ["stock", "kiln"]}
+    for arm in ("stock", "kiln"):
+        record[arm] = {"cold": {"first_s": 10.0, "runtime_ms": cold_ms}, "warm": {"first_s": 1.0}}
+    record["paired"] = {
+        "stock_ms": stock_ms,
+        "kiln_ms": kiln_ms,
+        "kiln_over_stock_per_round": [kiln_ms / stock_ms] * 3,
+        "kiln_over_stock": kiln_ms / stock_ms,
+    }
+    return record
+
+
+def test_the_row_takes_the_paired_runtime_and_keeps_the_cold_processes_beside_it() -> None:
+    paired = [_paired_record(0, 2.0, 2.02, cold_ms=3.0), _paired_record(1, 2.2, 2.2, cold_ms=5.0)]
+    older = {"run": 2, "order": ["stock", "kiln"]}  # a run from before the paired runtime
+    for arm, cold_ms in (("stock", 2.4), ("kiln", 2.6)):
+        older[arm] = {"cold": {"first_s": 10.0, "runtime_ms": cold_ms}, "warm": {"first_s": 1.0}}
+    row = inductor_report.summarize("m", "default", [*paired, older])
+    assert row["stock_runtime_ms_runs"] == [2.0, 2.2, 2.4]
+    assert row["kiln_runtime_ms_runs"] == [2.02, 2.2, 2.6]
+    assert row["runtime_source_runs"] == ["paired", "paired", "cold"]
+    assert row["stock_runtime_cold_ms_runs"] == [3.0, 5.0, 2.4]
+    assert row["runtime_paired_ratio"] == pytest.approx(1.005)  # median of the six rounds: 1.01 x3, 1.0 x3
+    assert row["runtime_paired_rounds"] == 6
+    assert row["runtime_paired_ratio_range"] == [pytest.approx(1.0), pytest.approx(1.01)]
+    assert "paired x" in inductor_report.table([row])
+
+
+def test_the_paired_process_times_one_block_per_request(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """inductor_child.serve_paired: ready once its children are quiet, then one block of
+    --block-iters calls per ``block`` line, until ``quit``; other commands get an error line."""
+    import argparse
+    import io
+
+    calls: list[int] = []
+    monkeypatch.setattr(sys, "stdin", io.StringIO("block\nnonsense\nblock\nquit\nblock\n"))
+    args = argparse.Namespace(pin_cpu=None, warmup=2, block_iters=5)
+    result: dict[str, object] = {}
+    inductor_child.serve_paired(lambda: calls.append(1), "cpu", args, result)
+    lines = capsys.readouterr().out.splitlines()
+    messages = [json.loads(line[len(inductor_child.PAIRED_PREFIX) :]) for line in lines]
+    assert all(line.startswith(inductor_child.PAIRED_PREFIX) for line in lines)
+    assert messages[0]["ready"] is True
+    assert messages[0]["settle"]["settled"] is True  # this test process has no busy children
+    assert "nonsense" in messages[2]["error"]
+    assert [("block_ms" in m) for m in messages] == [False, True, False, True]
+    assert len(calls) == 2 + 2 * 5  # the warm-up, then two blocks; nothing after quit
+    assert result["paired_blocks_ms"] == [messages[1]["block_ms"], messages[3]["block_ms"]]
+    assert inductor.PAIRED_PREFIX == inductor_child.PAIRED_PREFIX
