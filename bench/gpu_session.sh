@@ -170,6 +170,9 @@ for phase in "$@"; do
     inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
+    choice-probe)  # #20: max-autotune's picks and timings per template autotune, stock against kiln (PL stages)
+      TAIL=40 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
+        --out "$out/choice-probe-${PL:-1}.json" ;;
     gla)  # #21: FLA chunk_gla with the per-kernel choice harness (~200 s)
       TAIL=8 run gla 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --arms triton,kiln,harness \
         --out "$out/realworld-gla.json" --md "$out/realworld-gla.md" ;;
