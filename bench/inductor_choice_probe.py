@@ -151,8 +151,14 @@ def child(args: argparse.Namespace) -> int:
     first_s = time.perf_counter() - started
     from torch._dynamo.utils import counters
 
+    holds = None
+    if args.arm == "kiln":
+        from triton_kiln.pool.pause import PAUSE
+
+        holds = {"holds": PAUSE.holds, "interrupted": PAUSE.interrupted}
     out = {
         "arm": args.arm,
+        "kiln_holds": holds,
         "first_s": first_s,
         "extern_calls": counters["inductor"].get("extern_calls"),
         "benches": benches,
@@ -204,6 +210,7 @@ def _compare(stock: dict[str, Any], kiln: dict[str, Any]) -> dict[str, Any]:
         summary[f"{arm}_extern_picks"] = sum(1 for p in picks if p["extern"])
         summary[f"{arm}_extern_calls"] = data.get("extern_calls")
         summary[f"{arm}_first_s"] = data.get("first_s")
+        summary[f"{arm}_kiln_holds"] = data.get("kiln_holds")
         for kind in ("triton", "other"):
             rows = [b for b in data["benches"] if b["kind"] == kind]
             summary[f"{arm}_{kind}_benches"] = len(rows)

@@ -204,6 +204,52 @@ def test_uninstall_gives_inductor_back_its_own_objects(
     kiln_inductor.uninstall()  # a second uninstall changes nothing
 
 
+def test_inductors_gpu_timings_run_with_kilns_compile_processes_held(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every GPU timing method of Inductor's benchmarker classes runs inside kiln's hold
+    (kiln.pool.pause, whose own tests stop real processes); KILN_INDUCTOR_QUIET_BENCHMARKS=0 leaves
+    them alone; uninstall gives the very same methods back."""
+    from torch._inductor.runtime import benchmarking
+
+    from triton_kiln.pool.pause import PAUSE
+    from triton_kiln.triton_compat import inductor as compat
+
+    points = compat.benchmark_points()
+    assert {(p.owner.__name__, p.name) for p in points} >= {
+        ("TritonBenchmarker", "benchmark_gpu"),
+        ("InductorBenchmarker", "benchmark_gpu"),
+    }
+    before = [p.current() for p in points]
+    seen: list[bool] = []
+
+    def timing(self: object, *args: object, **kwargs: object) -> float:
+        seen.append(PAUSE.held)
+        return 1.0
+
+    for point in points:
+        point.set(timing)  # what install() wraps: a stand-in for the GPU timing on this CPU machine
+    try:
+        install_on(make_pool())
+        for point in points:
+            assert point.current() is not timing
+            assert point.current().__wrapped__ is timing
+        assert benchmarking.InductorBenchmarker().benchmark_gpu(lambda: None) == 1.0
+        assert seen == [True]
+        assert not PAUSE.held
+        kiln_inductor.uninstall()
+        assert all(p.current() is timing for p in points)
+        monkeypatch.setenv("KILN_INDUCTOR_QUIET_BENCHMARKS", "0")
+        install_on(make_pool())
+        assert all(p.current() is timing for p in points)
+        kiln_inductor.uninstall()
+    finally:
+        for point, original in zip(points, before, strict=True):
+            point.set(original)
+
+
 def _child(env: dict[str, str], code: str) -> subprocess.CompletedProcess[str]:
     src = str(Path(__file__).resolve().parents[1] / "src")
     full = {**os.environ, **env, "PYTHONPATH": src}

@@ -83,6 +83,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_INDUCTOR": "1",
         "KILN_INDUCTOR_SANDBOX": "1",
         "KILN_INDUCTOR_SIDECAR": "0",
+        "KILN_INDUCTOR_QUIET_BENCHMARKS": "0",
         "KILN_ROUTE_JIT": "0",
         "KILN_PREBUILD_LAUNCHERS": "0",
         "KILN_CACHE_MAX_MB": "500",

@@ -135,6 +135,12 @@ class Settings:
     job's in-process work (module load, configs described, results pickled) in the caller's own
     threads rather than in kiln's Inductor sidecar process (docs/INDUCTOR.md)."""
 
+    inductor_quiet_benchmarks: bool = True
+    """``KILN_INDUCTOR_QUIET_BENCHMARKS``: under :func:`kiln.inductor.install`, kiln's compile
+    processes are held still (``SIGSTOP``, then ``SIGCONT``) while one of Inductor's benchmarks
+    times a GPU kernel, so kiln's compiles do not slow the host the timing includes; ``0`` lets
+    them run on (docs/INDUCTOR.md)."""
+
     route_jit: bool = True
     """``KILN_ROUTE_JIT``: under :func:`kiln.install` (or ``KILN_AUTOTUNE=1``), plain
     ``@triton.jit`` kernels compile in kiln's pool too; ``0`` leaves them to Triton
@@ -322,6 +328,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
     "inductor_sandbox": ("KILN_INDUCTOR_SANDBOX", _bool, "0 or 1"),
     "inductor_sidecar": ("KILN_INDUCTOR_SIDECAR", _bool, "0 or 1"),
+    "inductor_quiet_benchmarks": ("KILN_INDUCTOR_QUIET_BENCHMARKS", _bool, "0 or 1"),
     "route_jit": ("KILN_ROUTE_JIT", _bool, "0 or 1"),
     "prebuild_launchers": ("KILN_PREBUILD_LAUNCHERS", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),

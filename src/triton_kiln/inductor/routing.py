@@ -29,7 +29,13 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
   warm when max-autotune's template choices, chosen during lowering, need it). Any compile that
   reaches kiln starts kiln's pool too.
 
-With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) a sixth:
+And, unless ``KILN_INDUCTOR_QUIET_BENCHMARKS=0``, each GPU timing method of Inductor's
+benchmarker classes (``benchmark_gpu``; :func:`kiln.triton_compat.inductor.benchmark_points`):
+kiln's compile processes are held still while it runs (:mod:`~kiln.pool.pause`), since the time
+of a short kernel includes the host's launch, which kiln's compiles beside it slow (max-autotune
+then picked ATen convolutions stock Inductor does not, and the model ran 16-20% slower).
+
+With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) one more:
 
 * ``AlgorithmSelectorCache.make_benchmark_fn``: max-autotune's GPU template choices are timed in a
   kiln sandbox process (:mod:`~kiln.inductor.benchmarks`), so an illegal memory access or a hang
@@ -54,6 +60,7 @@ from triton_kiln.inductor.configs import ConfigCompiler
 from triton_kiln.inductor.jobs import InductorPool
 from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.pool import CompilePool
+from triton_kiln.pool.pause import PAUSE
 from triton_kiln.triton_compat import inductor as compat
 
 if TYPE_CHECKING:  # the sandbox's modules load only when sandbox_benchmarks is on
@@ -125,7 +132,8 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
                 compat.coordinate_descent_point(),
                 compat.graph_lowering_point(),
             ]
-            saved = [(point, point.current()) for point in points]
+            quiet = compat.benchmark_points() if current.inductor_quiet_benchmarks else []
+            saved = [(point, point.current()) for point in [*points, *quiet]]
             original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
             # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
             # pickling) between them: twice kiln's workers keeps every worker busy.
@@ -140,6 +148,8 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             points[4].set(
                 _starting_on_lowering(saved[4][1], functools.partial(_on_lowering, helper, kiln_pool))
             )
+            for point, original in saved[len(points) :]:
+                point.set(_held_while_timing(original))
             compat.reset_ready_future()
             _state = _Installed(saved, pool, compiler)
             log.info(
@@ -259,6 +269,19 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
             return original(self)
 
     return _precompile_worker
+
+
+def _held_while_timing(original: Any) -> Any:
+    """One of Inductor's GPU timing methods, run with kiln's compile processes held still
+    (:mod:`kiln.pool.pause`): what it times includes the host's launches, which kiln's compiles
+    running beside it would slow."""
+
+    @functools.wraps(original)
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        with PAUSE.hold():
+            return original(self, *args, **kwargs)
+
+    return timed
 
 
 def _on_lowering(sidecar: Sidecar | None, kiln_pool: CompilePool) -> None:

@@ -49,6 +49,7 @@ from typing import Any
 
 from triton_kiln.errors import describe_exit
 from triton_kiln.inductor.sidecar_main import FD_VARIABLE, PARENT_VARIABLE
+from triton_kiln.pool.pause import PAUSE
 from triton_kiln.sandbox.channel import Died, TimedOut, WorkerProcess
 
 log = logging.getLogger("kiln.inductor")
@@ -141,6 +142,7 @@ class Sidecar:
     ) -> Future[Any]:
         """``fn(*args, **kwargs)`` in the sidecar when it is ready; otherwise (starting, dead,
         closed, or a job that cannot be pickled) ``fallback()``'s future, at once."""
+        PAUSE.interrupt()  # a job sent while kiln's processes are held must not wait for the hold
         with self._lock:
             if self.stats.first_job_at is None:
                 self.stats.first_job_at = time.monotonic()

@@ -39,6 +39,7 @@ from triton_kiln.errors import KilnError, ZygoteError
 from triton_kiln.pool.handles import ZygoteHandle
 from triton_kiln.pool.jobs import Job, JobQueue, JobTable
 from triton_kiln.pool.node_jobs import NodeJobs
+from triton_kiln.pool.pause import PAUSE
 from triton_kiln.pool.protocol import Exited, Forked, ForkFailed, Preloaded, Ready, unpack
 from triton_kiln.pool.supervisor import Supervisor
 from triton_kiln.pool.workers import Workers
@@ -46,6 +47,10 @@ from triton_kiln.settings import Settings
 from triton_kiln.triton_compat import GPUTarget
 
 log = logging.getLogger("kiln.pool")
+
+_LONGEST_HOLD_S = 5.0
+"""How long the manager waits out a hold (:mod:`kiln.pool.pause`) before it looks at its jobs
+anyway: a hold lasts one benchmark, well under this."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +145,8 @@ class Manager:
         try:
             self.supervisor.spawn()
             while True:
+                if PAUSE.held:  # a benchmark is being timed: no result handling, no GIL taken
+                    PAUSE.wait_running(_LONGEST_HOLD_S)
                 self._drain_commands()
                 # Cancelling (Ctrl-C in a ``with`` block, shutdown(cancel_futures=True)) does not
                 # wait for running jobs: teardown fails them and the zygote kills their groups.

@@ -54,6 +54,7 @@ from triton_kiln.pool.jobs import Job, JobTable, PoolStats
 from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
 from triton_kiln.pool.memory_cache import MemoryCache
+from triton_kiln.pool.pause import PAUSE
 from triton_kiln.pool.sealed import SealedRequest
 from triton_kiln.settings import Settings
 from triton_kiln.triton_compat import GPUTarget
@@ -191,6 +192,8 @@ class CompilePool(BatchMethods):
             check_open=table.check_open,
             new_job=new_job,
         )
+        if not future.done():
+            PAUSE.interrupt()  # a compile asked for while processes are held waits for none
         if job is not None:
             self.start()
             self._manager.send(Submit(job))

@@ -23,6 +23,8 @@ What kiln uses, and where it lives in both versions:
   ``set_field``): the neighbours coordinate descent will ask for, compiled ahead;
 * ``torch._inductor.codecache.PyCodeCache.write`` and ``compile_tasks._reload_python_module``
   (a kernel's module written where Inductor writes it, and loaded privately);
+* ``torch._inductor.runtime.benchmarking``: the benchmarker classes' ``benchmark_gpu`` (and 2.13's
+  ``benchmark_gpu_with_cuda_graph``), during which kiln holds its compile processes still;
 * ``torch._inductor.select_algorithm.AlgorithmSelectorCache``: ``make_benchmark_fn`` (a
   classmethod: which benchmarker times a list of choices), ``_is_extern`` and
   ``benchmark_in_current_process`` (ATen/extern choices, timed in the parent as Inductor's own
@@ -39,6 +41,8 @@ Version differences (each handled here, nowhere else):
 * whether a kernel is coordinate-descent tuned: 2.13's ``_should_coordesc_tune`` property, 2.11's
   same test inline in ``coordinate_descent_tuning``; reloading the function: 2.13's
   ``_ensure_kernel_loaded``, 2.11's inline ``self.fn = self._reload_kernel().fn``;
+* the benchmarker classes: ``TorchProfilerBenchmarker`` and ``benchmark_gpu_with_cuda_graph``
+  are 2.13's only (:func:`benchmark_points` finds what each version defines);
 * ``make_benchmark_fn``: the same signature in both; 2.13 also sends CUTLASS choices to its
   subprocess unasked (2.11 only with ``autotune_in_subproc``): kiln's sandbox takes every
   non-extern choice on a GPU in both.
@@ -126,6 +130,28 @@ def graph_lowering_point() -> PatchPoint:
     from torch._inductor.graph import GraphLowering
 
     return PatchPoint(GraphLowering, "__init__")
+
+
+BENCHMARK_METHODS = ("benchmark_gpu", "benchmark_gpu_with_cuda_graph")
+"""The methods of Inductor's benchmarkers that time GPU work (``benchmark_gpu_with_cuda_graph``
+is 2.13's only)."""
+
+
+def benchmark_points() -> list[PatchPoint]:
+    """Every GPU timing method that a benchmarker class of ``torch._inductor.runtime.benchmarking``
+    defines itself (the abstract ``Benchmarker.benchmark_gpu`` excepted): 2.11 and 2.13 have
+    ``TritonBenchmarker`` and ``InductorBenchmarker``, 2.13 also ``TorchProfilerBenchmarker``;
+    which one ``benchmarker`` is depends on Inductor's config, so kiln wraps each."""
+    from torch._inductor.runtime import benchmarking
+
+    base = benchmarking.Benchmarker
+    points = []
+    for value in vars(benchmarking).values():
+        if isinstance(value, type) and issubclass(value, base) and value is not base:
+            for name in BENCHMARK_METHODS:
+                if name in value.__dict__:
+                    points.append(PatchPoint(value, name))
+    return points
 
 
 def reset_ready_future() -> None:
