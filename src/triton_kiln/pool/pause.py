@@ -26,21 +26,18 @@ descendants that are kiln's too (the sidecar's zygote, the workers: forks of a z
 ``ptxas`` a worker runs: a stopped ``ptxas`` whose worker is killed while held (this process
 dying mid-hold takes its workers with it) would stay stopped for ever, an orphan; it runs on,
 one core at most per worker. Never kiln's GPU sandboxes (they time things themselves),
-Inductor's own processes, or anything else the program started. A ``hold()`` lasts as long as its ``with``
-block: a stopped compile's job timeout keeps counting, so the block must be short (one
-benchmark). Nested and concurrent holds (several threads) share one stop.
+Inductor's own processes, or anything else the program started. A ``hold()`` lasts as long as
+its ``with`` block: a stopped compile's job timeout keeps counting, so the block must be short
+(one benchmark). Nested and concurrent holds (several threads) share one stop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 import threading
 from collections.abc import Iterator
-
-log = logging.getLogger("kiln.pool")
 
 COMPILE_PROCESS_MARKS = ("triton_kiln.pool", "triton_kiln.inductor.sidecar_main")
 """What a kiln compile process's command line contains (``procs.spawn_kiln_process`` starts
