@@ -78,3 +78,28 @@ def test_a_cached_result_does_not_end_a_hold(make_pool: Callable[..., CompilePoo
     with PAUSE.hold():
         pool.submit(add_request()).result(timeout=10)  # compiled before: nothing to wait for
         assert PAUSE.held
+
+
+def test_kilns_threads_wait_out_a_hold_and_the_holder_never_waits() -> None:
+    """The gate kiln's own threads pass before work under the GIL (the pool manager, loading a
+    compiled kernel for Inductor): shut while another thread holds, open to the holder itself."""
+    import threading
+
+    waited: list[float] = []
+
+    def other() -> None:
+        started = time.monotonic()
+        PAUSE.wait_running()
+        waited.append(time.monotonic() - started)
+
+    with PAUSE.hold():
+        started = time.monotonic()
+        assert PAUSE.wait_running() is True  # the holder (a compile it asks for goes on at once)
+        assert time.monotonic() - started < 0.1
+        thread = threading.Thread(target=other)
+        thread.start()
+        time.sleep(0.3)
+        assert not waited  # still waiting: the hold is in effect
+    thread.join(timeout=5)
+    assert waited
+    assert 0.25 < waited[0] < 5

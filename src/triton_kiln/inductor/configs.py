@@ -40,6 +40,7 @@ from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import JobFailure, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
 from triton_kiln.pool import CompilePool
+from triton_kiln.pool.pause import PAUSE
 from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
@@ -261,7 +262,10 @@ class ConfigCompiler:
 
 def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
     """Write ``artifact`` into Triton's cache (``TRITON_CACHE_DIR``, Triton's layout: binary,
-    metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config."""
+    metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config.
+    Not while Inductor times a kernel in another thread (:mod:`kiln.pool.pause`): this is work
+    under the GIL."""
+    PAUSE.wait_running()
     triton_seed.seed_triton_cache(job.slot, artifact)
 
 

@@ -265,6 +265,7 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
     @functools.wraps(original)
     def _precompile_worker(self: Any) -> Any:
         settled = compiler.compile_all(self)
+        PAUSE.wait_running()  # Inductor's loading (under the GIL) waits while it times a kernel
         with compiler.loading(settled):  # Inductor's loop: those configs only load
             return original(self)
 

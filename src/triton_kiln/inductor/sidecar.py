@@ -252,6 +252,7 @@ class Sidecar:
             self._send_message(("start_pool", -1, b""))
 
     def _on_done(self, job_id: int, payload: bytes) -> None:
+        PAUSE.wait_running()  # the kernel is unpickled under the GIL: not while Inductor times one
         with self._lock:
             job = self._state.pending.pop(job_id, None)
         if job is None:  # rerun elsewhere already (closed)

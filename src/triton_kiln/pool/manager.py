@@ -48,10 +48,6 @@ from triton_kiln.triton_compat import GPUTarget
 
 log = logging.getLogger("kiln.pool")
 
-_LONGEST_HOLD_S = 5.0
-"""How long the manager waits out a hold (:mod:`kiln.pool.pause`) before it looks at its jobs
-anyway: a hold lasts one benchmark, well under this."""
-
 
 @dataclass(frozen=True)
 class Submit:
@@ -145,8 +141,7 @@ class Manager:
         try:
             self.supervisor.spawn()
             while True:
-                if PAUSE.held:  # a benchmark is being timed: no result handling, no GIL taken
-                    PAUSE.wait_running(_LONGEST_HOLD_S)
+                PAUSE.wait_running()  # while a benchmark is timed: no result handling, no GIL taken
                 self._drain_commands()
                 # Cancelling (Ctrl-C in a ``with`` block, shutdown(cancel_futures=True)) does not
                 # wait for running jobs: teardown fails them and the zygote kills their groups.

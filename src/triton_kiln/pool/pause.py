@@ -14,7 +14,8 @@ slower with kiln's pool busy than in stock Inductor (median over 79 choices), it
     caller thread                                   kiln's processes (this process's children)
       with hold():                                    sidecar ─ zygote ─ workers
         SIGSTOP to each (one /proc scan, ~1 ms)  -->    stopped
-        pool-manager threads wait at the gate
+        kiln's threads here wait at the gate (the pool managers; Inductor's threads in kiln's
+        code, before they load a compiled kernel): the timed thread keeps the GIL
         ... the benchmark runs ...
       (a compile submitted meanwhile: everything resumes at once, so a wait cannot deadlock)
         SIGCONT to each                          -->    running again
@@ -44,10 +45,16 @@ COMPILE_PROCESS_MARKS = ("triton_kiln.pool", "triton_kiln.inductor.sidecar_main"
 each as ``python -c "from <module> import main; main()"``; workers are forks of the zygote)."""
 
 
+LONGEST_WAIT_S = 5.0
+"""How long a thread waits out a hold before it goes on anyway: a hold lasts one benchmark, well
+under this."""
+
+
 class _Pause:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._holders = 0
+        self._holding: dict[int, int] = {}  # thread ident -> its holds in effect
         self._stopped: list[int] = []
         self._running = threading.Event()
         self._running.set()
@@ -59,8 +66,10 @@ class _Pause:
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
         """Stop kiln's compile processes and this process's pool managers until the block ends."""
+        me = threading.get_ident()
         with self._lock:
             self._holders += 1
+            self._holding[me] = self._holding.get(me, 0) + 1
             if self._holders == 1:
                 self._running.clear()
                 self._stopped = _signal_all(compile_process_pids(), signal.SIGSTOP)
@@ -70,6 +79,9 @@ class _Pause:
         finally:
             with self._lock:
                 self._holders -= 1
+                self._holding[me] -= 1
+                if not self._holding[me]:
+                    del self._holding[me]
                 if self._holders == 0:
                     self._resume_locked()
 
@@ -82,8 +94,13 @@ class _Pause:
                 self.interrupted += 1
                 self._resume_locked()
 
-    def wait_running(self, timeout_s: float) -> bool:
-        """Block while a hold is in effect, ``timeout_s`` at most (the pool manager's gate)."""
+    def wait_running(self, timeout_s: float = LONGEST_WAIT_S) -> bool:
+        """Block while a hold is in effect, ``timeout_s`` at most: where kiln's own threads in
+        this process (the pool manager; the threads that load compiled kernels for Inductor)
+        would take the GIL from the thread being timed. The holding thread never waits here (a
+        compile it asks for during its own hold goes on at once)."""
+        if self._running.is_set() or threading.get_ident() in self._holding:
+            return True
         return self._running.wait(timeout_s)
 
     @property
@@ -99,6 +116,7 @@ class _Pause:
         """A forked child holds nothing: its parent's stops are not its to undo."""
         self._lock = threading.Lock()
         self._holders = 0
+        self._holding = {}
         self._stopped = []
         self._running = threading.Event()
         self._running.set()
