@@ -39,6 +39,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import inductor_models
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -55,19 +57,6 @@ def _model(layers: int, batch: int) -> tuple[Any, Any]:
     gen = torch.Generator(device="cpu").manual_seed(1)
     x = torch.randn(batch, 3, 224, 224, generator=gen).to(device="cuda", dtype=torch.bfloat16)
     return model, x
-
-
-def _children_cpu_s() -> float:
-    import psutil
-
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def _what(fn: Any) -> dict[str, Any]:
@@ -99,10 +88,10 @@ def child(args: argparse.Namespace) -> int:
     original = benchmarking.InductorBenchmarker.benchmark_gpu
 
     def benchmark_gpu(self: Any, _callable: Any, *a: Any, **k: Any) -> Any:
-        cpu_before, started = _children_cpu_s(), time.perf_counter()
+        cpu_before, started = inductor_models.children_cpu_s(), time.perf_counter()
         result = original(self, _callable, *a, **k)
         took = time.perf_counter() - started
-        busy = (_children_cpu_s() - cpu_before) / took if took > 0 else None
+        busy = (inductor_models.children_cpu_s() - cpu_before) / took if took > 0 else None
         issued = time.perf_counter()
         for _ in range(10):
             _callable()

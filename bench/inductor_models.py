@@ -586,6 +586,21 @@ def speed_probe_s(rounds: int = 5) -> float:
     return best
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) this process's child processes, every level, have spent so
+    far (those alive now)."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
 def wait_children_quiet(
     timeout_s: float = 90.0, window_s: float = 0.5, quiet_cpu_s: float = 0.05, windows: int = 2
 ) -> dict[str, Any]:
@@ -601,21 +616,10 @@ def wait_children_quiet(
     started = time.perf_counter()
     quiet = 0
     busiest = 0.0
-
-    def children_cpu() -> float:
-        total = 0.0
-        for child in me.children(recursive=True):
-            try:
-                times = child.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-        return total
-
-    before = children_cpu()
+    before = children_cpu_s()
     while time.perf_counter() - started < timeout_s:
         time.sleep(window_s)
-        now = children_cpu()
+        now = children_cpu_s()
         spent, before = max(0.0, now - before), now
         busiest = max(busiest, spent)
         quiet = quiet + 1 if spent < quiet_cpu_s else 0
