@@ -21,8 +21,10 @@ alternate which goes first from run to run. Arms: ``stock`` and ``kiln``
 Rows (one per model and mode): ``model``, ``mode``, ``stock_first_s``, ``kiln_first_s`` (cold
 process: ``torch.compile``, the first call and a CUDA sync, kiln's ``install()`` included; imports,
 model building and one eager call before it excluded), ``stock_warm_s``, ``kiln_warm_s`` (the same
-in the warm process), ``stock_runtime_ms``, ``kiln_runtime_ms`` (the compiled model's wall time
-per call, synchronized after each, median of ``--iters``), ``outputs_match`` (every run's kiln
+in the warm process), ``stock_runtime_ms``, ``kiln_runtime_ms`` (the paired runtime, see
+:func:`run_paired`, where the run has one; else the cold process's median block of
+``--block-iters`` calls; ``runtime_paired_ratio``: kiln's block over stock's, median of all
+rounds), ``outputs_match`` (every run's kiln
 output against the same run's stock output by ``torch._dynamo.utils.same`` with the float64 eager
 output as reference, Inductor's own accuracy rule; ``None`` when an arm is missing), medians over
 runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medians over runs:
