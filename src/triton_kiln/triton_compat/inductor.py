@@ -41,8 +41,9 @@ Version differences (each handled here, nowhere else):
 * whether a kernel is coordinate-descent tuned: 2.13's ``_should_coordesc_tune`` property, 2.11's
   same test inline in ``coordinate_descent_tuning``; reloading the function: 2.13's
   ``_ensure_kernel_loaded``, 2.11's inline ``self.fn = self._reload_kernel().fn``;
-* the benchmarker classes: ``TorchProfilerBenchmarker`` and ``benchmark_gpu_with_cuda_graph``
-  are 2.13's only (:func:`benchmark_points` finds what each version defines);
+* the benchmarker classes: ``TorchProfilerBenchmarker`` and ``Benchmarker``'s
+  ``benchmark_gpu_with_cuda_graph`` are 2.13's only (:func:`benchmark_points` finds what each
+  version defines);
 * ``make_benchmark_fn``: the same signature in both; 2.13 also sends CUTLASS choices to its
   subprocess unasked (2.11 only with ``autotune_in_subproc``): kiln's sandbox takes every
   non-extern choice on a GPU in both.
@@ -140,16 +141,17 @@ is 2.13's only)."""
 def benchmark_points() -> list[PatchPoint]:
     """Every GPU timing method that a benchmarker class of ``torch._inductor.runtime.benchmarking``
     defines itself (the abstract ``Benchmarker.benchmark_gpu`` excepted): 2.11 and 2.13 have
-    ``TritonBenchmarker`` and ``InductorBenchmarker``, 2.13 also ``TorchProfilerBenchmarker``;
-    which one ``benchmarker`` is depends on Inductor's config, so kiln wraps each."""
+    ``TritonBenchmarker`` and ``InductorBenchmarker``, 2.13 also ``TorchProfilerBenchmarker`` and
+    ``Benchmarker.benchmark_gpu_with_cuda_graph``; which class ``benchmarker`` is depends on
+    Inductor's config, so kiln wraps each."""
     from torch._inductor.runtime import benchmarking
 
     base = benchmarking.Benchmarker
     points = []
     for value in vars(benchmarking).values():
-        if isinstance(value, type) and issubclass(value, base) and value is not base:
+        if isinstance(value, type) and issubclass(value, base):
             for name in BENCHMARK_METHODS:
-                if name in value.__dict__:
+                if name in value.__dict__ and not (value is base and name == "benchmark_gpu"):
                     points.append(PatchPoint(value, name))
     return points
 
