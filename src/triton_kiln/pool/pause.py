@@ -51,13 +51,13 @@ under this."""
 
 
 class _Pause:
+    _lock: threading.Lock
+    _holding: dict[int, int]  # thread ident -> its holds in effect
+    _stopped: list[int]  # what the hold in effect stopped
+    _running: threading.Event  # set: no hold in effect
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._holders = 0
-        self._holding: dict[int, int] = {}  # thread ident -> its holds in effect
-        self._stopped: list[int] = []
-        self._running = threading.Event()
-        self._running.set()
+        self.reset_after_fork()
         self.holds = 0
         """How many holds stopped processes so far (for tests and reports)."""
         self.interrupted = 0
@@ -68,21 +68,19 @@ class _Pause:
         """Stop kiln's compile processes and this process's pool managers until the block ends."""
         me = threading.get_ident()
         with self._lock:
-            self._holders += 1
-            self._holding[me] = self._holding.get(me, 0) + 1
-            if self._holders == 1:
+            if not self._holding:  # the first hold in effect stops them
                 self._running.clear()
                 self._stopped = _signal_all(compile_process_pids(), signal.SIGSTOP)
                 self.holds += 1
+            self._holding[me] = self._holding.get(me, 0) + 1
         try:
             yield
         finally:
             with self._lock:
-                self._holders -= 1
                 self._holding[me] -= 1
                 if not self._holding[me]:
                     del self._holding[me]
-                if self._holders == 0:
+                if not self._holding:  # the last one resumes them
                     self._resume_locked()
 
     def interrupt(self) -> None:
@@ -113,9 +111,9 @@ class _Pause:
         self._running.set()
 
     def reset_after_fork(self) -> None:
-        """A forked child holds nothing: its parent's stops are not its to undo."""
+        """No hold in effect (also a forked child's state: its parent's stops are not its to
+        undo)."""
         self._lock = threading.Lock()
-        self._holders = 0
         self._holding = {}
         self._stopped = []
         self._running = threading.Event()
@@ -125,8 +123,6 @@ class _Pause:
 def compile_process_pids() -> list[int]:
     """kiln's compile processes among this process's descendants (see the module docstring)."""
     children: dict[int, list[int]] = {}
-    commands: dict[int, bytes] = {}
-    me = os.getpid()
     try:
         entries = os.listdir("/proc")
     except OSError:  # no procfs: nothing is held (a benchmark there is timed as before)
@@ -142,30 +138,21 @@ def compile_process_pids() -> list[int]:
         ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     found: list[int] = []
-    for child in children.get(me, []):
-        try:
-            with open(f"/proc/{child}/cmdline", "rb") as handle:
-                commands[child] = handle.read()
-        except OSError:
-            continue
-        if not _is_compile_process(commands[child]):
-            continue
-        stack = [child]
-        while stack:
-            pid = stack.pop()
-            if pid != child:
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                        if not _is_compile_process(handle.read()):
-                            continue  # ptxas and the like: see the module docstring
-                except OSError:
-                    continue
+    stack = list(children.get(os.getpid(), []))
+    while stack:  # down through kiln's compile processes only (not into ptxas and the like)
+        pid = stack.pop()
+        if _is_compile_process(pid):
             found.append(pid)
             stack.extend(children.get(pid, []))
     return found
 
 
-def _is_compile_process(command: bytes) -> bool:
+def _is_compile_process(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            command = handle.read()
+    except OSError:  # gone since the scan
+        return False
     return any(mark.encode() in command for mark in COMPILE_PROCESS_MARKS)
 
 
