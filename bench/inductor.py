@@ -58,6 +58,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import inductor_report as report
+from inductor_child import PAIRED_PREFIX
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
@@ -111,6 +112,21 @@ def arm_env(caches: Path) -> dict[str, str]:
     return env
 
 
+def child_command(
+    arm: str, phase: str, model: str, mode: str, out_dir: Path, args: argparse.Namespace, *, iters: int
+) -> list[str]:
+    """``inductor_child.py``'s command line for one arm and phase, writing ``out_dir``."""
+    cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode, "--phase", phase]
+    cmd += ["--dir", str(out_dir), "--device", args.device, "--attention", args.attention]
+    cmd += ["--iters", str(iters), "--warmup", str(args.warmup)]
+    cmd += ["--blocks", str(args.blocks), "--block-iters", str(args.block_iters)]
+    if args.batch is not None:
+        cmd += ["--batch", str(args.batch)]
+    if arm == "kiln" and args.kiln_sandbox:
+        cmd.append("--kiln-sandbox")
+    return cmd
+
+
 def run_child(
     arm: str,
     phase: str,
@@ -124,14 +140,7 @@ def run_child(
     ``arm_dir/caches``, which the arm's cold and warm processes share)."""
     out_dir = arm_dir / phase
     out_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode, "--phase", phase]
-    cmd += ["--dir", str(out_dir), "--device", args.device, "--attention", args.attention]
-    cmd += ["--iters", str(args.iters), "--warmup", str(args.warmup)]
-    cmd += ["--blocks", str(args.blocks), "--block-iters", str(args.block_iters)]
-    if args.batch is not None:
-        cmd += ["--batch", str(args.batch)]
-    if arm == "kiln" and args.kiln_sandbox:
-        cmd.append("--kiln-sandbox")
+    cmd = child_command(arm, phase, model, mode, out_dir, args, iters=args.iters)
     if phase == "cold" and arm == "stock" and getattr(args, "reference", True):
         cmd.append("--reference")
     print(f"[inductor] {model} {mode}: {arm} {phase}", file=sys.stderr, flush=True)
@@ -179,9 +188,6 @@ def fill_bytecode_cache(root: Path, args: argparse.Namespace) -> list[dict[str, 
     return warmed
 
 
-PAIRED_PREFIX = "KILN-PAIRED "  # inductor_child.PAIRED_PREFIX
-
-
 def _paired_cpu() -> int | None:
     """The CPU both arms' paired processes hold their main thread on: the highest one this process
     may use (None where affinity cannot be set)."""
@@ -198,14 +204,7 @@ class PairedArm:
         self.arm = arm
         self.dir = arm_dir / "paired"
         self.dir.mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode]
-        cmd += ["--phase", "paired", "--dir", str(self.dir), "--device", args.device]
-        cmd += ["--attention", args.attention, "--warmup", str(args.warmup)]
-        cmd += ["--block-iters", str(args.block_iters), "--iters", "0"]
-        if args.batch is not None:
-            cmd += ["--batch", str(args.batch)]
-        if arm == "kiln" and args.kiln_sandbox:
-            cmd.append("--kiln-sandbox")
+        cmd = child_command(arm, "paired", model, mode, self.dir, args, iters=0)
         cpu = _paired_cpu()
         if cpu is not None:
             cmd += ["--pin-cpu", str(cpu)]

@@ -591,14 +591,7 @@ def children_cpu_s() -> float:
     far (those alive now)."""
     import psutil
 
-    total = 0.0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            times = child.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
+    return sum(process_cpu_s(child.pid) or 0.0 for child in psutil.Process().children(recursive=True))
 
 
 def wait_children_quiet(
