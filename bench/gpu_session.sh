@@ -166,13 +166,15 @@ for phase in "$@"; do
     inductor-ma-cold)  # #20: ResNet-50 max-autotune, one run, cold processes only (~7 min: stock ~290 s); IM_RUN=K
       TAIL=6 run inductor-ma-cold 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-20}" \
+        --block-iters "${IM_BLOCK_ITERS:-50}" \
         --out "$out/inductor-ma-${IM_RUN:-0}.json" ;;
     inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
-    choice-probe)  # #20: max-autotune's picks and timings per template autotune, stock against kiln (PL stages)
-      TAIL=40 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
-        --out "$out/choice-probe-${PL:-1}.json" ;;
+    choice-probe)  # #20: max-autotune's picks and timings per template autotune, and the compiled part-model,
+      # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
+      TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
+        --arms "${PA:-stock,kiln,stock,kiln,kiln+noquiet}" --out "$out/choice-probe-${PL:-1}.json" ;;
     gla)  # #21: FLA chunk_gla with the per-kernel choice harness (~200 s)
       TAIL=8 run gla 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --arms triton,kiln,harness \
         --out "$out/realworld-gla.json" --md "$out/realworld-gla.md" ;;

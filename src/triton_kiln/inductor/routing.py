@@ -16,9 +16,10 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
 * ``CachingAutotuner._precompile_config``: the one config compiled in kiln's pool first, then
   Inductor's own code, which finds Triton's cache filled (coordinate descent, runtime autotune,
   the C++-wrapper's lazy compile, template benchmarks all come here);
-* ``CachingAutotuner.coordinate_descent_tuning``: the neighbours of the starting config (its
-  first ring, every tunable field) start compiling in kiln's pool at once, then Inductor's own
-  tuning runs and finds each compile done or in flight;
+* ``CachingAutotuner._coordinate_descent_tuning`` (the tuning, which Inductor's public
+  ``coordinate_descent_tuning`` calls only for a kernel it tunes): the neighbours of the starting
+  config (its first ring, every tunable field) start compiling in kiln's pool at once, then
+  Inductor's own tuning runs and finds each compile done or in flight;
 * ``GraphLowering.__init__``, which only starts compile processes: Inductor lowers a graph only
   when its caches missed, and Triton compiles follow, so the sidecar's kiln pool starts then
   (and this process's own kiln pool too, for the jobs that come before the sidecar is ready, or
@@ -50,6 +51,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -311,21 +313,36 @@ def _starting_on_lowering(original: Any, start: Callable[[], object]) -> Any:
 
 
 def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
+    """``CachingAutotuner._coordinate_descent_tuning`` that first starts the neighbours
+    compiling, once per kernel. Not the public ``coordinate_descent_tuning``: Inductor calls that
+    on every launch of a kernel whose config coordinate descent has not marked as its own (a
+    template kernel: it returns at once), so a wrapper there sits on the compiled model's call
+    path (it did until 2026-11-26: 1.1 ms a call of ResNet-50 in max-autotune, whose runtime was
+    1.12-1.20x stock's)."""
+    looked_at: weakref.WeakSet[Any] = weakref.WeakSet()
+
     @functools.wraps(original)
-    def coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            if compat.ensure_kernel_loaded(self):
-                started = compiler.prefetch(self, compat.coordesc_neighbours(self, launcher.config))
-                log.debug(
-                    "kiln: %s: %d coordinate-descent neighbours compile ahead",
-                    compat.kernel_name(self),
-                    started,
-                )
-        except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
-            log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(self), exc)
+    def _coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
+        if self not in looked_at:
+            looked_at.add(self)
+            _compile_neighbours_ahead(compiler, self, launcher)
         return original(self, launcher, *args, **kwargs)
 
-    return coordinate_descent_tuning
+    return _coordinate_descent_tuning
+
+
+def _compile_neighbours_ahead(compiler: ConfigCompiler, autotuner: Any, launcher: Any) -> None:
+    try:
+        neighbours = compat.coordesc_neighbours(autotuner, launcher.config)
+        if neighbours and compat.ensure_kernel_loaded(autotuner):
+            started = compiler.prefetch(autotuner, neighbours)
+            log.debug(
+                "kiln: %s: %d coordinate-descent neighbours compile ahead",
+                compat.kernel_name(autotuner),
+                started,
+            )
+    except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
+        log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(autotuner), exc)
 
 
 def _precompile_config(original: Any, compiler: ConfigCompiler) -> Any:

@@ -18,9 +18,12 @@ What kiln uses, and where it lives in both versions:
   ``prepare_for_pickle`` (what a worker does before sending the kernel back);
 * ``torch._inductor.graph.GraphLowering.__init__``: a graph is being lowered (Inductor's caches
   missed), the moment kiln's pool starts;
-* ``CachingAutotuner.coordinate_descent_tuning`` and its ``coordesc_tuner`` (``tunable_fields``,
-  ``get_neighbour_values``, ``is_valid_config``; ``coordinate_descent_tuner.get_field`` /
-  ``set_field``): the neighbours coordinate descent will ask for, compiled ahead;
+* ``CachingAutotuner._coordinate_descent_tuning`` (the tuning itself, which the public
+  ``coordinate_descent_tuning`` calls only for a kernel it tunes: the public one runs on every
+  launch of a template kernel, so kiln stays off it) and its ``coordesc_tuner``
+  (``tunable_fields``, ``get_neighbour_values``, ``is_valid_config``;
+  ``coordinate_descent_tuner.get_field`` / ``set_field``): the neighbours coordinate descent will
+  ask for, compiled ahead;
 * ``torch._inductor.codecache.PyCodeCache.write`` and ``compile_tasks._reload_python_module``
   (a kernel's module written where Inductor writes it, and loaded privately);
 * ``torch._inductor.runtime.benchmarking``: the benchmarker classes' ``benchmark_gpu`` (and 2.13's
@@ -120,7 +123,7 @@ def precompile_config_point() -> PatchPoint:
 
 
 def coordinate_descent_point() -> PatchPoint:
-    return PatchPoint(caching_autotuner_class(), "coordinate_descent_tuning")
+    return PatchPoint(caching_autotuner_class(), "_coordinate_descent_tuning")
 
 
 def graph_lowering_point() -> PatchPoint:
