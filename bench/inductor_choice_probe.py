@@ -18,7 +18,7 @@ Then per op: each arm's pick, and for choices present in both (matched by descri
 time over stock's, split into Triton templates and extern calls, and the op's shift (the median
 of those ratios within the op).
 
-Added 2026-11-26, for the per-op shift the hold left and the compiled model that ran slower:
+Added 2026-11-25, for the per-op shift the hold left and the compiled model that ran slower:
 
 * per benchmark: the op it belongs to, the ``ptxas`` processes alive among this process's
   descendants, the GPU's SM clock (MHz, NVML) before and after, and the compile results' classes
