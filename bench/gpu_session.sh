@@ -165,8 +165,8 @@ for phase in "$@"; do
         --out "$out/inductor-default-${ID_MODEL:-resnet50}-${ID_FIRST:-0}.json" ;;
     inductor-ma-cold)  # #20: ResNet-50 max-autotune, one run, cold processes only (~7 min: stock ~290 s); IM_RUN=K
       TAIL=6 run inductor-ma-cold 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
-        --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-20}" \
-        --block-iters "${IM_BLOCK_ITERS:-50}" \
+        --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" \
+        --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
         --out "$out/inductor-ma-${IM_RUN:-0}.json" ;;
     inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \

@@ -204,7 +204,8 @@ class PairedArm:
         self.arm = arm
         self.dir = arm_dir / "paired"
         self.dir.mkdir(parents=True, exist_ok=True)
-        cmd = child_command(arm, "paired", model, mode, self.dir, args, iters=0)
+        blocks = argparse.Namespace(**{**vars(args), "block_iters": args.paired_block_iters})
+        cmd = child_command(arm, "paired", model, mode, self.dir, blocks, iters=0)
         cpu = _paired_cpu()
         if cpu is not None:
             cmd += ["--pin-cpu", str(cpu)]
@@ -255,11 +256,13 @@ class PairedArm:
 def run_paired(run_dir: Path, model: str, mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """The paired runtime of one run: one ``paired`` process per arm on the arm's warm caches
     (the same compiled model its cold and warm processes ran), both main threads on one CPU,
-    asked for a block of ``--block-iters`` calls in turn for ``--paired-rounds`` rounds (the
+    asked for a block of ``--paired-block-iters`` calls in turn for ``--paired-rounds`` rounds (the
     order flips each round: stock, kiln, kiln, stock...). Both arms' blocks come from one core
     in one stretch of time, so the host's drift cancels out of the ratio; per round, kiln's
-    block over stock's. Returns per arm the blocks, their median, and what the process reported."""
-    record: dict[str, Any] = {"rounds": args.paired_rounds, "block_iters": args.block_iters}
+    block over stock's. Short blocks in many rounds: on a noisy host (ResNet-50's blocks 2.4-7.7
+    ms in one run of 20 rounds of 50 calls) the pairs stay close in time. Returns per arm the
+    blocks, their median, and what the process reported."""
+    record: dict[str, Any] = {"rounds": args.paired_rounds, "block_iters": args.paired_block_iters}
     record["cpu"] = _paired_cpu()
     print(f"[inductor] {model} {mode}: paired runtime", file=sys.stderr, flush=True)
     arms = {arm: PairedArm(arm, model, mode, run_dir / arm, args) for arm in ("stock", "kiln")}
@@ -353,9 +356,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iters", type=int, default=100, help="timed calls per runtime measurement")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--blocks", type=int, default=20, help="blocks of back-to-back calls (runtime_ms)")
-    parser.add_argument("--block-iters", type=int, default=50, help="calls per block")
+    parser.add_argument("--block-iters", type=int, default=50, help="calls per block (the cold processes')")
     parser.add_argument(
-        "--paired-rounds", type=int, default=40, help="paired runtime: blocks per arm, in turn (0: none)"
+        "--paired-block-iters", type=int, default=10, help="calls per block of the paired runtime"
+    )
+    parser.add_argument(
+        "--paired-rounds", type=int, default=200, help="paired runtime: blocks per arm, in turn (0: none)"
     )
     parser.add_argument("--batch", type=int, default=None, help="default: resnet50 32, block 8")
     parser.add_argument("--attention", choices=("flex", "manual"), default="flex", help="the block's")
@@ -384,6 +390,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.runs, args.iters, args.warmup = 1, min(args.iters, 5), min(args.warmup, 2)
         args.blocks, args.block_iters = min(args.blocks, 3), min(args.block_iters, 3)
         args.paired_rounds = min(args.paired_rounds, 4)
+        args.paired_block_iters = min(args.paired_block_iters, 3)
     else:
         args.models = list(MODELS) if args.model == "all" else [args.model]
         args.modes = list(MODES) if args.mode == "all" else [args.mode]
