@@ -125,17 +125,8 @@ def _file_hash(path: Any) -> str | None:
 def _final_kernels() -> list[dict[str, Any]]:
     """Every ``CachingAutotuner`` alive (the compiled model's kernels): name, chosen config,
     compile result classes and a hash of each result's cubin."""
-    import gc
-
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
-
     rows = []
-    for obj in gc.get_objects():
-        try:
-            if type(obj) is not CachingAutotuner and not isinstance(obj, CachingAutotuner):
-                continue
-        except ReferenceError:  # a dead weak proxy
-            continue
+    for obj in inductor_models.live_autotuners():
         launchers = list(getattr(obj, "launchers", []) or [])
         config = getattr(launchers[0], "config", None) if launchers else None
         results = list(getattr(obj, "compile_results", []) or [])

@@ -213,15 +213,9 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
     import gc
 
     import torch
-    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
     launchers: dict[str, int] = {}
-    for obj in gc.get_objects():
-        try:
-            if not isinstance(obj, CachingAutotuner):
-                continue
-        except ReferenceError:  # a weak proxy whose object is gone
-            continue
+    for obj in live_autotuners():
         for launcher in getattr(obj, "launchers", None) or []:
             runner = getattr(launcher, "__globals__", {}).get("runner")
             owner = getattr(runner, "__self__", runner)
@@ -273,6 +267,23 @@ def launch_diagnostics(fn: Callable[[], Any], device: str, calls: int = 20) -> d
         # on a launch, so this is ~0; it read 1.1 ms on ResNet-50 max-autotune until 2026-11-25
         "kiln_code_ms_per_call": kiln_ms,
     }
+
+
+def live_autotuners() -> list[Any]:
+    """Every Inductor ``CachingAutotuner`` alive in this process (the compiled model's kernels,
+    and any other kernel object still referenced)."""
+    import gc
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    found = []
+    for obj in gc.get_objects():
+        try:
+            if isinstance(obj, CachingAutotuner):
+                found.append(obj)
+        except ReferenceError:  # a weak proxy whose object is gone
+            continue
+    return found
 
 
 def kernel_kind(name: str) -> str:
