@@ -168,6 +168,15 @@ for phase in "$@"; do
         --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" \
         --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
         --out "$out/inductor-ma-${IM_RUN:-0}.json" ;;
+    inductor-ma-aa-1)  # #20: the A/A control of inductor-ma-cold, part 1: stock's cold process, kept in /tmp/aa (~5 min)
+      TAIL=6 run inductor-ma-aa-1 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
+        --arms stock --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --work-dir /tmp/aa \
+        --out "$out/inductor-ma-aa-1-${IM_RUN:-0}.json" ;;
+    inductor-ma-aa-2)  # part 2, on the same machine right after part 1: a second stock process (--aa), paired with it
+      TAIL=6 run inductor-ma-aa-2 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
+        --aa --arms kiln --pair-with-kept --work-dir /tmp/aa --runs 1 --first-run "${IM_RUN:-0}" --no-warm \
+        --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
+        --out "$out/inductor-ma-aa-${IM_RUN:-0}.json" ;;
     inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;

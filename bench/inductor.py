@@ -17,6 +17,9 @@ caches; ``TRITON_CACHE_DIR``; ``KILN_CACHE_DIR`` and ``KILN_TUNING_DB``; ``CUDA_
 caches off): ``cold`` (compile from nothing), then ``warm`` (the same caches, a new process). Arms
 alternate which goes first from run to run. Arms: ``stock`` and ``kiln``
 (``triton_kiln.inductor.install()``; ``--kiln-sandbox`` passes ``sandbox_benchmarks=True``).
+``--aa``: the control, an A/A run: the ``kiln`` arm's processes run stock Inductor too (kiln not
+installed, fresh caches of their own), so every ``kiln/stock`` ratio of the run measures how much
+two stock processes differ (``meta["aa"]`` is true; the table says so).
 
 Rows (one per model and mode): ``model``, ``mode``, ``stock_first_s``, ``kiln_first_s`` (cold
 process: ``torch.compile``, the first call and a CUDA sync, kiln's ``install()`` included; imports,
@@ -35,7 +38,11 @@ runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medi
 Budget (H100, issue 20's figures, not measured here): ResNet-50 max-autotune-no-cudagraphs
 ~280 s cold + ~11 s warm per stock run; default mode ~19 s + ~4 s. A device command may take
 10 minutes: run one model and mode with ``--runs 1`` per command (``--first-run`` numbers the run,
-``--work-dir`` keeps the outputs so ``--merge`` can compare arms run in different commands).
+``--work-dir`` keeps the outputs so ``--merge`` can compare arms run in different commands;
+where one arm's cold process alone takes most of a command, as stock's max-autotune does, run
+``--arms stock --work-dir W``, then ``--arms kiln --work-dir W --pair-with-kept``: the second
+command pairs its arm with the kept one, the same run index in both; its JSON holds the whole run,
+so merge that one, not the first).
 """
 
 from __future__ import annotations
@@ -116,13 +123,14 @@ def child_command(
     arm: str, phase: str, model: str, mode: str, out_dir: Path, args: argparse.Namespace, *, iters: int
 ) -> list[str]:
     """``inductor_child.py``'s command line for one arm and phase, writing ``out_dir``."""
-    cmd = [sys.executable, str(CHILD), "--arm", arm, "--model", model, "--mode", mode, "--phase", phase]
+    child_arm = "stock" if arm == "kiln" and args.aa else arm  # the A/A control: stock twice
+    cmd = [sys.executable, str(CHILD), "--arm", child_arm, "--model", model, "--mode", mode, "--phase", phase]
     cmd += ["--dir", str(out_dir), "--device", args.device, "--attention", args.attention]
     cmd += ["--iters", str(iters), "--warmup", str(args.warmup)]
     cmd += ["--blocks", str(args.blocks), "--block-iters", str(args.block_iters)]
     if args.batch is not None:
         cmd += ["--batch", str(args.batch)]
-    if arm == "kiln" and args.kiln_sandbox:
+    if child_arm == "kiln" and args.kiln_sandbox:
         cmd.append("--kiln-sandbox")
     return cmd
 
@@ -296,6 +304,12 @@ def run_once(model: str, mode: str, index: int, root: Path, args: argparse.Names
     order = list(args.arms) if index % 2 == 0 else list(reversed(args.arms))
     record: dict[str, Any] = {"run": index, "order": order}
     run_dir = root / f"{model}-{mode}" / f"run{index}"
+    if args.pair_with_kept:  # the other arm's cold process of this run, from an earlier command
+        for arm in ("stock", "kiln"):
+            kept = run_dir / arm / "cold" / "result.json"
+            if arm not in order and kept.exists():
+                cold = {**json.loads(kept.read_text()), "dir": str(kept.parent), "kept": True}
+                record[arm] = {"cold": cold}
     for arm in order:
         arm_dir = run_dir / arm
         if arm_dir.exists():
@@ -323,6 +337,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "loadavg": list(os.getloadavg()),
         "smoke": args.smoke,
         "kiln_sandbox": args.kiln_sandbox,
+        "aa": args.aa,
     }
     try:
         from importlib.metadata import version
@@ -368,6 +383,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")
     parser.add_argument("--no-warm", action="store_true", help="cold processes only")
+    parser.add_argument("--aa", action="store_true", help="A/A control: the kiln arm runs stock Inductor too")
+    parser.add_argument(
+        "--pair-with-kept",
+        action="store_true",
+        help="with --work-dir and one arm: take the other arm's cold process of the same run from the "
+        "work dir (an earlier command), so the run still gets its paired runtime and output check",
+    )
     parser.add_argument("--arm-timeout", type=float, default=900.0, help="seconds before a process is killed")
     parser.add_argument("--work-dir", type=Path, default=None, help="kept: caches, outputs, logs")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
@@ -381,6 +403,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if not arms or any(a not in ARMS for a in arms):
         parser.error(f"unknown arms in {arms}; known: {', '.join(ARMS)}")
     args.arms = [a for a in ARMS if a in arms]
+    if args.pair_with_kept and (args.work_dir is None or len(args.arms) != 1):
+        parser.error("--pair-with-kept needs --work-dir and exactly one arm in --arms")
     if args.split_only:
         args.arms, args.no_warm = ["stock"], True
     if args.runs is None:
@@ -408,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and args.device == "auto" and not _has_cuda():
         print("bench/inductor.py needs a GPU (or --smoke, or --device cpu)", file=sys.stderr)
         return 2
-    if "kiln" in args.arms and (missing := kiln_inductor_missing()) is not None:
+    if "kiln" in args.arms and not args.aa and (missing := kiln_inductor_missing()) is not None:
         print(f"bench/inductor.py: {missing}", file=sys.stderr)
         return 2
     root = args.work_dir or Path(tempfile.mkdtemp(prefix="kiln-inductor-bench-"))
@@ -438,6 +462,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.split_only:
         for row in result["rows"]:
             print(report.split_table(row, "stock"), file=sys.stderr)
+    if args.aa:
+        print("\nA/A control (--aa): the kiln columns are a second stock Inductor process", file=sys.stderr)
     print("\n" + report.table(result["rows"]), file=sys.stderr)
     failed = any(row.get("errors") for row in result["rows"])
     return 1 if failed and args.smoke else 0

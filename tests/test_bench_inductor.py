@@ -13,6 +13,7 @@ import subprocess
 import sys
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,6 +106,49 @@ def test_kiln_child_fails_loudly_without_the_module(monkeypatch: pytest.MonkeyPa
     monkeypatch.setitem(sys.modules, "triton_kiln.inductor", None)  # import of it fails
     with pytest.raises(inductor_child.KilnInductorMissing, match=r"triton_kiln\.inductor.*--arms stock"):
         inductor_child.install_kiln(sandbox=False)
+
+
+def test_the_aa_control_runs_stock_inductor_in_both_arms(tmp_path: Path) -> None:
+    args = inductor.parse_args(["--model", "resnet50", "--mode", "default", "--aa", "--kiln-sandbox"])
+    assert inductor.meta(args)["aa"] is True
+    for arm in ("stock", "kiln"):
+        cmd = inductor.child_command(arm, "cold", "resnet50", "default", tmp_path, args, iters=1)
+        assert cmd[cmd.index("--arm") + 1] == "stock"
+        assert "--kiln-sandbox" not in cmd  # nothing of kiln's in the control
+    plain = inductor.parse_args(["--model", "resnet50", "--mode", "default", "--kiln-sandbox"])
+    assert inductor.meta(plain)["aa"] is False
+    cmd = inductor.child_command("kiln", "paired", "resnet50", "default", tmp_path, plain, iters=0)
+    assert cmd[cmd.index("--arm") + 1] == "kiln"
+    assert "--kiln-sandbox" in cmd
+
+
+def test_one_arm_pairs_with_the_other_arms_kept_cold_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(SystemExit):  # it needs a work dir and one arm
+        inductor.parse_args(["--model", "resnet50", "--mode", "default", "--pair-with-kept"])
+    one_arm = ["--model", "resnet50", "--mode", "default", "--arms", "kiln", "--no-warm"]
+    args = inductor.parse_args([*one_arm, "--work-dir", str(tmp_path), "--pair-with-kept"])
+    kept = tmp_path / "resnet50-default" / "run0" / "stock" / "cold"
+    kept.mkdir(parents=True)
+    (kept / "result.json").write_text(json.dumps({"arm": "stock", "first_s": 290.0, "runtime_ms": 2.3}))
+    ran: list[str] = []
+
+    def run_child(arm: str, phase: str, _model: str, _mode: str, arm_dir: Path, *_: object) -> dict[str, Any]:
+        ran.append(f"{arm} {phase}")
+        return {"arm": arm, "first_s": 80.0, "runtime_ms": 2.3, "dir": str(arm_dir / phase)}
+
+    monkeypatch.setattr(inductor, "run_child", run_child)
+    monkeypatch.setattr(inductor, "run_paired", lambda *a: {"kiln_over_stock": 1.0})
+    record = inductor.run_once("resnet50", "default", 0, tmp_path, args)
+    assert ran == ["kiln cold"]  # the kept stock process is not run again
+    assert record["stock"]["cold"]["first_s"] == 290.0
+    assert record["stock"]["cold"]["dir"] == str(kept)  # where its outputs are, for the output check
+    assert record["paired"] == {"kiln_over_stock": 1.0}
+    without = inductor.parse_args([*one_arm, "--work-dir", str(tmp_path)])
+    ran.clear()
+    assert "paired" not in inductor.run_once("resnet50", "default", 0, tmp_path, without)
+    assert ran == ["kiln cold"]
 
 
 def _run_record(index: int, arm: str, first_s: float) -> dict[str, object]:
