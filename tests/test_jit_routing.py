@@ -27,7 +27,7 @@ from jit_support import (
     fake_driver,  # noqa: F401 - autouse fixture
     route_on,  # noqa: F401 - fixture
 )
-from triton_kiln import CompilePool, CompileTimeoutError, jit_routing, settings
+from triton_kiln import CompilePool, CompileTimeoutError, jit_routing, procs, settings
 from triton_kiln.jit_routing import JitCompileCrashedError
 from triton_kiln.triton_compat import jit_hook
 
@@ -114,6 +114,25 @@ def test_nothing_compiles_in_the_caller(
     for block, warps in ((64, 2), (256, 8)):
         warm_add(block, warps)
     assert caller_cannot_compile == []
+
+
+@pytest.mark.parametrize("variable", procs.CHILD_FD_VARIABLES)
+def test_kilns_own_processes_compile_plain_jit_themselves(
+    variable: str,
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In kiln's own interpreters (a zygote, a worker, any of the sandboxes, the Inductor sidecar
+    before it has read its pipe) a plain kernel compiles where it is called, never in a pool of
+    their own: the call sandbox once routed them (its variable was missing from the list)."""
+    pool = make_pool()
+    route_on(pool)
+    warm_add(64, 2)
+    assert pool.stats.compiled == 1  # routed in the caller
+    monkeypatch.setenv(variable, "999")  # what kiln sets in its child processes
+    warm_add(256, 8)
+    assert pool.stats.compiled == 1  # compiled by Triton in this process
 
 
 def test_threads_compiling_the_same_kernel_share_one_compile(

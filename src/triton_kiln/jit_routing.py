@@ -33,18 +33,17 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
 from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.triton_seed import TritonSlot, seed_triton_cache, triton_slot
 from triton_kiln.errors import JobFailure, KilnError, RemoteCompileError
+from triton_kiln.procs import in_kiln_child
 from triton_kiln.triton_compat import jit_hook as compat
 
 log = logging.getLogger("kiln.install")
 
-_CHILD_VARIABLES = ("KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_NATIVE_SANDBOX_FD")
 LAUNCHER_WAIT_S = 5.0
 """Longest wait, once the binary is in, for Triton's launcher built in the background (one gcc
 run, ~0.26 s); past it the launch builds the launcher itself, as Triton always does."""
@@ -138,8 +137,8 @@ def _routed(original: Any) -> Any:
 def _may_route() -> bool:
     if getattr(_local, "busy", False):
         return False  # a compile inside a routed one (kiln's pool running in this process)
-    if any(var in os.environ for var in _CHILD_VARIABLES):
-        return False  # kiln's zygote, workers and sandboxes compile themselves
+    if in_kiln_child():
+        return False  # kiln's zygote, workers, sandboxes and sidecar compile themselves
     return not compat.async_compile_active()
 
 
