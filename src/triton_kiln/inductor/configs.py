@@ -25,10 +25,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from triton_kiln import triton_compat
@@ -47,6 +48,26 @@ log = logging.getLogger("kiln.inductor")
 
 RECENT_KERNELS = 512
 """How many kernels' last compile inputs :class:`ConfigCompiler` keeps (for ``key_parts_for``)."""
+
+
+@dataclass(frozen=True)
+class _Remembered:
+    """A config's compile inputs, the kernel weakly: a kernel's ``JITFunction`` keeps its generated
+    module alive, and with it the module's ``CachingAutotuner``, so a strong reference here kept up
+    to ``RECENT_KERNELS`` modules alive after Inductor let them go."""
+
+    fn: weakref.ref[Any]
+    inputs: compat.ConfigCompile  # its ``fn`` is ``None``
+
+    @classmethod
+    def of(cls, inputs: compat.ConfigCompile) -> _Remembered:
+        return cls(weakref.ref(inputs.fn), replace(inputs, fn=None))
+
+    def get(self) -> compat.ConfigCompile | None:
+        """The inputs, or ``None`` once the kernel is gone."""
+        fn = self.fn()
+        return None if fn is None else replace(self.inputs, fn=fn)
+
 
 ROUTED_BACKENDS = ("cuda", "hip")
 """The devices whose Inductor compiles go to kiln's pool (the backends kiln compiles for)."""
@@ -86,7 +107,7 @@ class ConfigCompiler:
         self.triton_cache_hits = 0  # configs Inductor loaded from Triton's cache, not sent to kiln
         self._settled = _Settled()
         # the last inputs per (kernel name, constexpr values), the most recent last
-        self._recent: OrderedDict[tuple[str, str], compat.ConfigCompile] = OrderedDict()
+        self._recent: OrderedDict[tuple[str, str], _Remembered] = OrderedDict()
 
     # -- one config ---------------------------------------------------------------------------
 
@@ -164,7 +185,7 @@ class ConfigCompiler:
         name = str(getattr(inputs.fn, "__name__", "?"))
         ident = (name, triton_compat.constants_label(inputs.constants))
         with self._lock:
-            self._recent[ident] = inputs
+            self._recent[ident] = _Remembered.of(inputs)
             self._recent.move_to_end(ident)
             while len(self._recent) > RECENT_KERNELS:
                 self._recent.popitem(last=False)
@@ -176,12 +197,12 @@ class ConfigCompiler:
         ``"same_config": "no"``), else ``None``: to tell why another process (the benchmark
         sandbox) keyed the same compile differently."""
         with self._lock:
-            inputs = self._recent.get((kernel_name, constants)) if constants is not None else None
+            exact = self._recent.get((kernel_name, constants)) if constants is not None else None
+            inputs = exact.get() if exact is not None else None
             same = inputs is not None
-            if inputs is None:  # the kernel's most recent config
-                inputs = next(
-                    (i for (name, _), i in reversed(self._recent.items()) if name == kernel_name), None
-                )
+            if inputs is None:  # the kernel's most recent config still alive
+                alive = (r.get() for (name, _), r in reversed(self._recent.items()) if name == kernel_name)
+                inputs = next((i for i in alive if i is not None), None)
         if inputs is None:
             return None
         parts = triton_compat.compile_key_parts(
