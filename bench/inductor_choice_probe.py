@@ -301,21 +301,37 @@ def _no_grad_call(fn: Any, x: Any) -> Any:
         return fn(x)
 
 
+def _loaded_by_name(kernels: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The kernels that have a launcher, by name."""
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for row in kernels:
+        if row.get("launchers"):
+            by_name.setdefault(str(row["kernel"]), []).append(row)
+    return by_name
+
+
 def _compare_final(stock: dict[str, Any], kiln: dict[str, Any]) -> dict[str, Any]:
-    """The two compiled part-models: GPU and wall time per call, and kernel by kernel (matched by
-    name) whether the chosen config, the compile result class and the cubin are the same."""
+    """The two compiled part-models: GPU and wall time per call, and kernel by kernel whether the
+    chosen config, the compile result class and the cubin are the same. Kernels are matched by
+    name among those with a launcher (a loaded kernel); a name that several such kernels share in
+    either arm (a template's choices keep its generic name) is not matched but counted
+    (``ambiguous``): matching those by name paired unrelated kernels."""
     a, b = stock.get("final"), kiln.get("final")
     if not a or not b or "error" in a or "error" in b:
         return {}
-    theirs = {k["kernel"]: k for k in b["kernels"]}
-    same_config = differ_config = same_cubin = differ_cubin = unmatched = 0
+    mine_by_name, theirs_by_name = _loaded_by_name(a["kernels"]), _loaded_by_name(b["kernels"])
+    same_config = differ_config = same_cubin = differ_cubin = unmatched = ambiguous = 0
     classes: dict[str, int] = {}
     slower = []
-    for mine in a["kernels"]:
-        other = theirs.get(mine["kernel"])
-        if other is None:
+    for name, rows in mine_by_name.items():
+        others = theirs_by_name.get(name, [])
+        if len(rows) > 1 or len(others) > 1:
+            ambiguous += 1
+            continue
+        if not others:
             unmatched += 1
             continue
+        mine, other = rows[0], others[0]
         if mine["config"] == other["config"]:
             same_config += 1
             if mine["cubins"] and other["cubins"] and mine["cubins"][0] == other["cubins"][0]:
@@ -342,6 +358,7 @@ def _compare_final(stock: dict[str, Any], kiln: dict[str, Any]) -> dict[str, Any
         "same_cubin_of_same_config": same_cubin,
         "differ_cubin_of_same_config": differ_cubin,
         "unmatched": unmatched,
+        "ambiguous": ambiguous,
         "result_classes": classes,
         "most_slower_kernels": slower[:8],
     }

@@ -23,6 +23,7 @@ sys.path.insert(0, str(BENCH))
 
 import inductor  # noqa: E402  (bench/ is not a package)
 import inductor_child  # noqa: E402
+import inductor_choice_probe  # noqa: E402
 import inductor_models  # noqa: E402
 import inductor_report  # noqa: E402
 
@@ -405,3 +406,32 @@ def test_the_host_profile_counts_the_time_spent_in_kilns_own_code() -> None:
     assert top  # the rows are still there
     _, kiln_ms = inductor_models.host_profile(through_kiln, calls=5)
     assert kiln_ms > 0.0
+
+
+def test_the_probe_matches_only_loaded_kernels_with_a_name_of_their_own() -> None:
+    def kernel(name: str, launchers: int, warps: int, cubin: str) -> dict[str, Any]:
+        config = {"kwargs": {}, "num_warps": warps, "num_stages": 2}
+        return {"kernel": name, "launchers": launchers, "config": config, "results": ["R"], "cubins": [cubin]}
+
+    def final(*kernels: dict[str, Any]) -> dict[str, Any]:
+        timing = {"gpu_us_per_call": 1.0, "gpu_us_by_kernel": {}, "wall_ms_per_call": 1.0}
+        return {"final": {**timing, "kernels": list(kernels)}}
+
+    stock = final(
+        kernel("triton_poi_0", 1, 4, "a"),
+        kernel("triton_tem_1", 1, 8, "b"),
+        kernel("triton_mm", 1, 4, "c"),  # two template choices with one name: not matched
+        kernel("triton_mm", 1, 8, "d"),
+    )
+    kiln = final(
+        kernel("triton_poi_0", 1, 4, "a"),
+        kernel("triton_poi_0", 0, 8, "z"),  # kept alive without a launcher: not a kernel that runs
+        kernel("triton_tem_1", 1, 4, "e"),
+        kernel("triton_mm", 1, 4, "c"),
+    )
+    compare = inductor_choice_probe._compare_final(stock, kiln)
+    assert compare["same_config"] == 1  # triton_poi_0
+    assert compare["same_cubin_of_same_config"] == 1
+    assert compare["differ_config"] == 1  # triton_tem_1
+    assert compare["ambiguous"] == 1  # triton_mm
+    assert compare["unmatched"] == 0
