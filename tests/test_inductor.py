@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,6 +39,7 @@ from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 import triton_kiln.inductor as kiln_inductor
 from triton_kiln import CompilePool
 from triton_kiln.inductor.jobs import InductorPool
+from triton_kiln.triton_compat.compiling import KEY_PARTS
 
 
 @pytest.mark.parametrize("kind", sorted(KERNELS))
@@ -409,29 +411,36 @@ def test_install_after_a_compile_keys_binaries_as_a_fresh_process_does(
         forget_ptxas_version()
 
 
-def test_the_config_compiler_gives_the_key_parts_of_a_compile_it_keyed(
-    make_pool: Callable[..., CompilePool],
-    install_on: Callable[[CompilePool], None],  # noqa: F811
-) -> None:
-    """What the sandbox's report compares against: this process's key parts for the same
-    compile (kernel and constexpr values), else for another config of the kernel, marked so."""
+def _compiled_pointwise() -> tuple[Any, Any, Any, str]:
+    """A generated pointwise kernel compiled through kiln (installed): the config compiler, the
+    kernel, its one config's compile inputs and their constants label."""
     from torch._inductor.codecache import PyCodeCache
 
     import triton_kiln.inductor.routing as inductor_routing
     from triton_kiln import triton_compat
     from triton_kiln.triton_compat import inductor as compat
 
-    install_on(make_pool())
     name, text = source("pointwise")
     kernel = getattr(PyCodeCache.load(text), name)
     kernel.precompile(warm_cache_only=True)
     compiler = inductor_routing._state.compiler  # type: ignore[union-attr]
     inputs = compat.config_compile(kernel, kernel.compile_results[0].config)
-    label = triton_compat.constants_label(inputs.constants)
+    return compiler, kernel, inputs, triton_compat.constants_label(inputs.constants)
+
+
+def test_the_config_compiler_gives_the_key_parts_of_a_compile_it_keyed(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+) -> None:
+    """What the sandbox's report compares against: this process's key parts for the same
+    compile (kernel and constexpr values), else for another config of the kernel, marked so."""
+    install_on(make_pool())
+    compiler, kernel, _inputs, label = _compiled_pointwise()
+    name = kernel.fn.__name__
     exact = compiler.key_parts_for(name, label)
     assert exact is not None
     assert exact["same_config"] == "yes"
-    assert set(triton_compat.compiling.KEY_PARTS) <= set(exact)
+    assert set(KEY_PARTS) <= set(exact)
     other = compiler.key_parts_for(name, "no such constants")
     assert other is not None
     assert other["same_config"] == "no"
@@ -445,19 +454,9 @@ def test_the_config_compiler_keeps_no_kernel_alive(
     """What it remembers for ``key_parts_for`` holds the kernel weakly: a ``JITFunction`` keeps
     its generated module, and that module's ``CachingAutotuner``, alive (292 of them against
     stock's 114 after ResNet-50's max-autotune compile on Triton 3.6.0)."""
-    from torch._inductor.codecache import PyCodeCache
-
-    import triton_kiln.inductor.routing as inductor_routing
-    from triton_kiln import triton_compat
-    from triton_kiln.triton_compat import inductor as compat
-
     install_on(make_pool())
-    name, text = source("pointwise")
-    kernel = getattr(PyCodeCache.load(text), name)
-    kernel.precompile(warm_cache_only=True)
-    compiler = inductor_routing._state.compiler  # type: ignore[union-attr]
-    inputs = compat.config_compile(kernel, kernel.compile_results[0].config)
-    label = triton_compat.constants_label(inputs.constants)
+    compiler, kernel, inputs, label = _compiled_pointwise()
+    name = kernel.fn.__name__
     remembered = compiler._recent[(name, label)]
     assert isinstance(remembered.fn, weakref.ref)  # was the inputs themselves, the kernel held
     assert remembered.fn() is kernel.fn
