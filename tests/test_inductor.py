@@ -5,6 +5,7 @@ is ready at once, and uninstall gives Inductor back its own objects."""
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import subprocess
 import sys
@@ -250,6 +251,57 @@ def test_uninstall_gives_inductor_back_its_own_objects(
     assert not kiln_inductor.installed()
     assert AsyncCompile._ready_future is None
     kiln_inductor.uninstall()  # a second uninstall changes nothing
+
+
+@pytest.mark.parametrize("gone", ["_coordinate_descent_tuning", "_precompile_worker"])
+def test_a_torch_without_an_attribute_kiln_replaces_is_one_clear_error(
+    gone: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A torch whose Inductor renamed or dropped one of the private attributes kiln replaces
+    (another release than the ones kiln supports): ``install()`` raises a
+    :class:`~kiln.inductor.InductorUnsupportedError` naming it and the torch version, and nothing
+    is patched; with ``KILN_INDUCTOR=1`` the same reason is one warning and nothing is routed."""
+    import torch
+
+    from triton_kiln.inductor import InductorUnsupportedError, install_from_environment
+
+    before = AsyncCompile.__dict__["process_pool"]
+    monkeypatch.delattr(CachingAutotuner, gone)
+    with pytest.raises(InductorUnsupportedError) as caught:
+        kiln_inductor.install()
+    message = str(caught.value)
+    assert f"CachingAutotuner.{gone}" in message
+    assert str(torch.__version__) in message
+    assert "nothing is routed" in message
+    assert not kiln_inductor.installed()
+    assert AsyncCompile.__dict__["process_pool"] is before  # nothing was replaced
+    monkeypatch.setenv("KILN_INDUCTOR", "1")
+    with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
+        install_from_environment()  # never raises
+    assert any(f"CachingAutotuner.{gone}" in r.getMessage() for r in caplog.records)
+    assert not kiln_inductor.installed()
+
+
+def test_sandbox_benchmarks_on_a_torch_without_make_benchmark_fn_is_one_clear_error(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    from triton_kiln.inductor import InductorUnsupportedError
+
+    monkeypatch.delattr(AlgorithmSelectorCache, "make_benchmark_fn")
+    with pytest.raises(
+        InductorUnsupportedError, match=r"AlgorithmSelectorCache\.make_benchmark_fn.*nothing is routed"
+    ):
+        kiln_inductor.install(sandbox_benchmarks=True)  # checked before anything is replaced
+    assert not kiln_inductor.installed()
+    install_on(make_pool())  # without the sandbox: routed
+    with pytest.raises(InductorUnsupportedError, match="template benchmarks stay in this process"):
+        kiln_inductor.install(sandbox_benchmarks=True)
+    assert kiln_inductor.installed()
+    assert kiln_inductor.routing.current_benchmarks() is None
 
 
 def test_inductors_gpu_timings_run_with_kilns_compile_processes_held(

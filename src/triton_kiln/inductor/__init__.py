@@ -20,6 +20,7 @@ from __future__ import annotations
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
 from triton_kiln.inductor.routing import (
     InductorUnavailableError,
+    InductorUnsupportedError,
     install,
     install_from_environment,
     installed,
@@ -30,6 +31,7 @@ __all__ = [
     "InductorConfigCrashedError",
     "InductorKernelError",
     "InductorUnavailableError",
+    "InductorUnsupportedError",
     "install",
     "install_from_environment",
     "installed",

@@ -75,6 +75,45 @@ class InductorUnavailableError(KilnError, ImportError):
     """torch (with Inductor) cannot be imported, so there is nothing to route."""
 
 
+class InductorUnsupportedError(KilnError, RuntimeError):
+    """This torch's Inductor lacks a private attribute kiln replaces (a release kiln does not
+    support renamed or dropped it), so nothing is routed."""
+
+    def __init__(self, torch_version: str, missing: list[str], outcome: str = "nothing is routed") -> None:
+        self.torch_version = torch_version
+        self.missing = missing
+        super().__init__(
+            f"kiln.inductor cannot route this torch's Inductor (torch {torch_version}): it has no "
+            f"{', '.join(missing)}, which kiln replaces (kiln supports torch {SUPPORTED_TORCH}); "
+            f"{outcome}. Use a supported torch, or leave KILN_INDUCTOR unset and call "
+            "torch.compile without kiln.inductor.install()."
+        )
+
+
+SUPPORTED_TORCH = "2.11 and 2.13"
+"""The torch releases whose Inductor kiln is tested against (docs/INDUCTOR.md, "Versions")."""
+
+
+def _patch_points(sandboxed: bool) -> list[compat.PatchPoint]:
+    """The attributes :func:`install` replaces, each checked present on this torch (with the
+    sandbox's, which is returned apart by :func:`_sandbox_on`, when ``sandboxed``)."""
+    try:
+        points = [
+            compat.process_pool_point(),
+            compat.precompile_worker_point(),
+            compat.precompile_config_point(),
+            compat.coordinate_descent_point(),
+            compat.graph_lowering_point(),
+        ]
+        checked = [*points, compat.make_benchmark_fn_point()] if sandboxed else points
+    except ImportError as exc:  # a module or class moved
+        raise InductorUnsupportedError(compat.torch_version(), [f"{exc.name or exc}"]) from exc
+    missing = [point.qualname for point in checked if not point.present]
+    if missing:
+        raise InductorUnsupportedError(compat.torch_version(), missing)
+    return points
+
+
 @dataclass
 class _Installed:
     saved: list[tuple[compat.PatchPoint, Any]]
@@ -105,8 +144,9 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
     sidecar process (:mod:`~kiln.inductor.sidecar`) rather than in this process's threads
     (``None``: the ``KILN_INDUCTOR_SIDECAR`` setting, on by default); fixed at the first
     ``install()`` until ``uninstall()``. Raises :class:`~kiln.errors.SettingsError` naming a
-    malformed ``KILN_*`` variable, and :class:`InductorUnavailableError` without torch; nothing
-    is routed then.
+    malformed ``KILN_*`` variable, :class:`InductorUnavailableError` without torch, and
+    :class:`InductorUnsupportedError` when this torch's Inductor lacks an attribute kiln
+    replaces; nothing is routed then.
     """
     global _state
     from triton_kiln import settings
@@ -120,6 +160,7 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
         )
     with _lock:
         if _state is None:
+            points = _patch_points(sandboxed)  # first: an unsupported torch changes nothing
             compat.set_worker_paths()
             kiln_pool = _kiln_pool()  # not started: the first compile that reaches it starts it
             # This process's own Triton asks for its key when Inductor loads a cached binary and
@@ -127,13 +168,6 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             # hash of libtriton.so (nothing is read here: the first ask reads it).
             triton_compat.seed_caller_triton_key(kiln_pool.settings.triton_key_dir)
             compiler = ConfigCompiler(kiln_pool)
-            points = [
-                compat.process_pool_point(),
-                compat.precompile_worker_point(),
-                compat.precompile_config_point(),
-                compat.coordinate_descent_point(),
-                compat.graph_lowering_point(),
-            ]
             quiet = compat.benchmark_points() if current.inductor_quiet_benchmarks else []
             saved = [(point, point.current()) for point in [*points, *quiet]]
             original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
@@ -170,6 +204,9 @@ def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
     from triton_kiln.sandbox.registry import gpu_present
 
     point = compat.make_benchmark_fn_point()
+    if not point.present:  # checked by the first install() too; this is a later one turning it on
+        outcome = "template benchmarks stay in this process (the compiles are routed)"
+        raise InductorUnsupportedError(compat.torch_version(), [point.qualname], outcome)
     saved = point.current()
     benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for)
     point.set(benchmarks.make_benchmark_fn(saved))
@@ -219,7 +256,7 @@ def install_from_environment() -> None:
         wanted = settings.parse_variable("inductor")
         if wanted:
             install()
-    except (SettingsError, InductorUnavailableError) as exc:
+    except (SettingsError, InductorUnavailableError, InductorUnsupportedError) as exc:
         notices.warn(log, f"kiln: {exc} Inductor's compiles are not routed through kiln.")
 
 

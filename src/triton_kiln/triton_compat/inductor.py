@@ -94,6 +94,15 @@ class PatchPoint:
         """The attribute as stored on its class (a ``staticmethod`` stays one)."""
         return self.owner.__dict__[self.name]
 
+    @property
+    def present(self) -> bool:
+        """Whether this torch's class defines the attribute itself."""
+        return self.name in self.owner.__dict__
+
+    @property
+    def qualname(self) -> str:
+        return f"{getattr(self.owner, '__name__', self.owner)}.{self.name}"
+
     def set(self, value: Any) -> None:
         setattr(self.owner, self.name, value)
 
