@@ -108,10 +108,16 @@ def _patch_points(sandboxed: bool) -> list[compat.PatchPoint]:
         checked = [*points, compat.make_benchmark_fn_point()] if sandboxed else points
     except ImportError as exc:  # a module or class moved
         raise InductorUnsupportedError(compat.torch_version(), [f"{exc.name or exc}"]) from exc
-    missing = [point.qualname for point in checked if not point.present]
-    if missing:
-        raise InductorUnsupportedError(compat.torch_version(), missing)
+    _require(checked)
     return points
+
+
+def _require(points: list[compat.PatchPoint], outcome: str = "nothing is routed") -> None:
+    """Raise :class:`InductorUnsupportedError` (saying ``outcome``) naming every point this
+    torch's Inductor lacks."""
+    missing = [point.qualname for point in points if not point.present]
+    if missing:
+        raise InductorUnsupportedError(compat.torch_version(), missing, outcome)
 
 
 @dataclass
@@ -204,9 +210,8 @@ def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
     from triton_kiln.sandbox.registry import gpu_present
 
     point = compat.make_benchmark_fn_point()
-    if not point.present:  # checked by the first install() too; this is a later one turning it on
-        outcome = "template benchmarks stay in this process (the compiles are routed)"
-        raise InductorUnsupportedError(compat.torch_version(), [point.qualname], outcome)
+    # checked by the first install() too; this is for a later one turning the sandbox on
+    _require([point], "template benchmarks stay in this process (the compiles are routed)")
     saved = point.current()
     benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for)
     point.set(benchmarks.make_benchmark_fn(saved))
