@@ -17,10 +17,13 @@ torch private name is in :mod:`kiln.triton_compat.inductor`.
 
 from __future__ import annotations
 
-from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
+from triton_kiln.inductor.errors import (
+    InductorConfigCrashedError,
+    InductorKernelError,
+    InductorUnsupportedError,
+)
 from triton_kiln.inductor.routing import (
     InductorUnavailableError,
-    InductorUnsupportedError,
     install,
     install_from_environment,
     installed,

@@ -1,4 +1,5 @@
-"""The errors :mod:`kiln.inductor` raises into Inductor."""
+"""The errors :mod:`kiln.inductor` raises into Inductor, and the one ``install()`` raises on a torch
+it cannot route."""
 
 from __future__ import annotations
 
@@ -51,3 +52,22 @@ class InductorKernelError(KilnError, RuntimeError):
 def _reason(failure: JobFailure) -> str:
     """kiln's headline for the failure: signal or timeout, seconds, likely cause."""
     return failure._headline()
+
+
+class InductorUnsupportedError(KilnError, RuntimeError):
+    """This torch's Inductor lacks a private attribute kiln replaces (a release kiln does not
+    support renamed or dropped it), so nothing is routed."""
+
+    def __init__(self, torch_version: str, missing: list[str], outcome: str = "nothing is routed") -> None:
+        self.torch_version = torch_version
+        self.missing = missing
+        super().__init__(
+            f"kiln.inductor cannot route this torch's Inductor (torch {torch_version}): it has no "
+            f"{', '.join(missing)}, which kiln replaces (kiln supports torch {SUPPORTED_TORCH}); "
+            f"{outcome}. Use a supported torch, or leave KILN_INDUCTOR unset and call "
+            "torch.compile without kiln.inductor.install()."
+        )
+
+
+SUPPORTED_TORCH = "2.11 and 2.13"
+"""The torch releases whose Inductor kiln is tested against (docs/INDUCTOR.md, "Versions")."""

@@ -59,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
 from triton_kiln.inductor.configs import ConfigCompiler
+from triton_kiln.inductor.errors import InductorUnsupportedError
 from triton_kiln.inductor.jobs import InductorPool
 from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.pool import CompilePool
@@ -73,25 +74,6 @@ log = logging.getLogger("kiln.inductor")
 
 class InductorUnavailableError(KilnError, ImportError):
     """torch (with Inductor) cannot be imported, so there is nothing to route."""
-
-
-class InductorUnsupportedError(KilnError, RuntimeError):
-    """This torch's Inductor lacks a private attribute kiln replaces (a release kiln does not
-    support renamed or dropped it), so nothing is routed."""
-
-    def __init__(self, torch_version: str, missing: list[str], outcome: str = "nothing is routed") -> None:
-        self.torch_version = torch_version
-        self.missing = missing
-        super().__init__(
-            f"kiln.inductor cannot route this torch's Inductor (torch {torch_version}): it has no "
-            f"{', '.join(missing)}, which kiln replaces (kiln supports torch {SUPPORTED_TORCH}); "
-            f"{outcome}. Use a supported torch, or leave KILN_INDUCTOR unset and call "
-            "torch.compile without kiln.inductor.install()."
-        )
-
-
-SUPPORTED_TORCH = "2.11 and 2.13"
-"""The torch releases whose Inductor kiln is tested against (docs/INDUCTOR.md, "Versions")."""
 
 
 def _patch_points(sandboxed: bool) -> list[compat.PatchPoint]:
