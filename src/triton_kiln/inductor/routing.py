@@ -27,8 +27,11 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
   generates code. A process whose graphs all come from Inductor's caches (a warm process)
   starts no compile process (its sidecar, started as stock starts its own pool, only imports
   torch; the benchmark sandbox of ``sandbox_benchmarks`` still starts at ``install()``, to be
-  warm when max-autotune's template choices, chosen during lowering, need it). Any compile that
-  reaches kiln starts kiln's pool too.
+  warm when max-autotune's template choices, chosen during lowering, need it), unless it loads
+  a kernel coordinate descent will tune: kiln's pool starts then, in the background, for the
+  neighbours that tuning compiles on the kernel's first launch
+  (:meth:`~kiln.inductor.configs.ConfigCompiler.submit`). Any compile that reaches kiln starts
+  kiln's pool too.
 
 And, unless ``KILN_INDUCTOR_QUIET_BENCHMARKS=0``, each GPU timing method of Inductor's
 benchmarker classes (``benchmark_gpu``; :func:`kiln.triton_compat.inductor.benchmark_points`):

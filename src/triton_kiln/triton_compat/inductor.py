@@ -361,10 +361,17 @@ def ensure_kernel_loaded(autotuner: Any) -> bool:
     return autotuner.fn.fn is not None
 
 
+def will_coordesc_tune(autotuner: Any) -> bool:
+    """Whether coordinate descent tunes this kernel on its first launch (and compiles its
+    neighbours then)."""
+    meta = getattr(autotuner, "inductor_meta", None) or {}
+    return bool(meta.get("coordinate_descent_tuning")) and _should_coordesc_tune(autotuner)
+
+
 def coordesc_neighbours(autotuner: Any, config: Any) -> list[Any]:
     """The configs coordinate descent benchmarks first from ``config``: each valid neighbour
     along each tunable field (its first ring, before an improvement moves the working point)."""
-    if not autotuner.inductor_meta.get("coordinate_descent_tuning") or not _should_coordesc_tune(autotuner):
+    if not will_coordesc_tune(autotuner):
         return []
     from torch._inductor.runtime.coordinate_descent_tuner import get_field, set_field
 
