@@ -9,8 +9,8 @@
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
-# and the later ones documented at their case below (inductor-warm, inductor-default, inductor-block-1, gla, node-share,
-# cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
+# and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
+# inductor-block-1, gla, node-share, cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -158,6 +158,10 @@ for phase in "$@"; do
       TAIL=16 run inductor-warm 580 python3 bench/inductor_warm.py --model resnet50 --mode default \
         --rounds "${IW_ROUNDS:-2}" --warm-repeats "${IW_REPEATS:-3}" --first-round "${IW_FIRST:-0}" \
         --out "$out/inductor-warm-${IW_FIRST:-0}.json" ;;
+    inductor-warm-block)  # #20: the block's warm processes in max-autotune, stock against kiln (~5 min at 4 sweeps)
+      TAIL=16 run inductor-warm-block 540 python3 bench/inductor_warm.py --model block --mode max-autotune-no-cudagraphs \
+        --arms stock,kiln --rounds 1 --warm-repeats "${IW_REPEATS:-4}" --first-round "${IW_FIRST:-0}" \
+        --out "$out/inductor-warm-block-${IW_FIRST:-0}.json" ;;
     inductor-default)  # #20: default mode, ID_RUNS runs (2: ~7 min) from run ID_FIRST (0) of ID_MODEL (resnet50),
       # each with the paired runtime (both arms' blocks on one core, in turn)
       TAIL=8 run inductor-default 570 python3 bench/inductor.py --model "${ID_MODEL:-resnet50}" --mode default \

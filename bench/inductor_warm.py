@@ -177,7 +177,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--arms: {unknown or 'stock is missing'}; expected stock plus any of {', '.join(ARMS)}")
     # what bench/inductor.py's run_child reads: no runtime measurement, no fp64 reference
     args.attention, args.iters, args.warmup, args.blocks, args.block_iters = "flex", 0, 0, 0, 0
-    args.kiln_sandbox, args.reference, args.smoke = False, False, False
+    args.kiln_sandbox, args.reference, args.smoke, args.aa = False, False, False, False
     return args
 
 

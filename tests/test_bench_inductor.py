@@ -263,6 +263,17 @@ def test_coordinate_descent_records_of_one_kernel_and_config_fold_into_one() -> 
     assert inductor_models.compact_coordinate_descent(folded) == folded  # folding again changes nothing
 
 
+def test_the_warm_bench_gives_bench_inductor_every_argument_it_reads(tmp_path: Path) -> None:
+    """bench/inductor_warm.py calls bench/inductor.py's ``meta`` and ``child_command`` with its own
+    arguments: on the GPU it failed at once when inductor.py began to read ``args.aa``."""
+    import inductor_warm
+
+    args = inductor_warm.parse_args(["--model", "tiny", "--arms", "stock,kiln"])
+    assert inductor.meta(args)["aa"] is False
+    command = inductor.child_command("kiln", "warm", "tiny", "default", tmp_path, args, iters=0)
+    assert command[command.index("--arm") + 1] == "kiln"  # not the A/A control's stock
+
+
 def test_warm_bench_medians_and_ratios_per_arm_and_phase() -> None:
     """bench/inductor_warm.py's summary: each arm's medians over its cold and its warm processes,
     the ratio to stock's, and a failed process left out of both."""
