@@ -10,7 +10,7 @@
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, gla, node-share, cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
+# inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -184,6 +184,9 @@ for phase in "$@"; do
     inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
+    inductor-block-aa)  # #20: the A/A control of inductor-block-1 (the "kiln" arm runs stock Inductor), ~4 min; IB_RUN=K
+      TAIL=6 run inductor-block-aa 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs --aa \
+        --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib-aa --out "$out/inductor-block-aa-${IB_RUN:-0}.json" ;;
     choice-probe)  # #20: max-autotune's picks and timings per template autotune, and the compiled part-model,
       # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
       TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \

@@ -38,14 +38,29 @@ KERNELS = {
 }
 
 
-def source(kind: str, *, rename: str | None = None) -> tuple[str, str]:
-    """(kernel name, generated source) of a fixture; ``rename`` gives the kernel another name."""
+def source(kind: str, *, rename: str | None = None, tuned: bool = False) -> tuple[str, str]:
+    """(kernel name, generated source) of a fixture; ``rename`` gives the kernel another name,
+    ``tuned`` turns coordinate descent on in its ``inductor_meta`` (the binaries stay the same)."""
     name = KERNELS[kind]
     text = (FIXTURES / f"{kind}.py").read_text()
     if rename is not None:
         text = text.replace(name, rename)
         name = rename
+    if tuned:
+        on = text.replace("'max_autotune': ", "'coordinate_descent_tuning': True, 'max_autotune': ", 1)
+        assert on != text, f"the {kind} fixture's inductor_meta has no 'max_autotune' entry"
+        text = on
     return name, text
+
+
+def precompiled(name: str, text: str) -> Any:
+    """The kernel of a fixture's source, loaded and its configs compiled (in kiln's pool while
+    kiln is installed), as the serial path and coordinate descent find it."""
+    from torch._inductor.codecache import PyCodeCache
+
+    kernel = getattr(PyCodeCache.load(text), name)
+    kernel.precompile(warm_cache_only=True)
+    return kernel
 
 
 def load_kernel(name: str, text: str) -> Callable[[], Any]:

@@ -27,6 +27,7 @@ from inductor_support import (
     inductors_own,
     install_on,  # noqa: F401 - fixture
     parent_cannot_compile,  # noqa: F401 - fixture
+    precompiled,
     source,
     submit,
 )
@@ -121,16 +122,11 @@ def test_coordinate_descent_neighbours_compile_ahead(
     once; each neighbour Inductor then asks for is served by that earlier submission."""
     from types import SimpleNamespace
 
-    from torch._inductor.codecache import PyCodeCache
-
     from triton_kiln.triton_compat import inductor as compat
 
     pool = make_pool()
     install_on(pool)
-    name, text = source("pointwise")
-    text = text.replace("'max_autotune': False,", "'coordinate_descent_tuning': True, 'max_autotune': False,")
-    kernel = getattr(PyCodeCache.load(text), name)
-    kernel.precompile(warm_cache_only=True)
+    kernel = precompiled(*source("pointwise", tuned=True))
     start = kernel.compile_results[0].config
     neighbours = compat.coordesc_neighbours(kernel, start)
     assert len(neighbours) >= 2
@@ -142,6 +138,40 @@ def test_coordinate_descent_neighbours_compile_ahead(
         kernel._precompile_config(neighbour)
     assert stats.submitted - submitted == len(neighbours)
     assert stats.deduplicated + stats.memory_hits + stats.disk_hits - served == len(neighbours)
+    assert parent_cannot_compile == []
+
+
+def test_coordinate_descent_times_only_after_its_first_ring_compiled(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kiln holds its compile processes still while Inductor times, but not the ``ptxas`` a worker
+    runs (docs/INDUCTOR.md): coordinate descent's first timing waits until the neighbours kiln
+    compiles ahead are compiled (in parallel; the tuning times each of them), so no compile of
+    kiln's runs beside the tuning's timings."""
+    from types import SimpleNamespace
+
+    from triton_kiln.triton_compat import inductor as compat
+
+    pool = make_pool()
+    install_on(pool)
+    kernel = precompiled(*source("pointwise", rename="triton_poi_fused_timed_after_0", tuned=True))
+    start = kernel.compile_results[0].config
+    neighbours = compat.coordesc_neighbours(kernel, start)
+    assert len(neighbours) >= 2
+    compiled = pool.stats.compiled
+    at_first_timing: list[int] = []
+
+    def make_launcher(self: Any, *args: Any, **kwargs: Any) -> Any:  # what a timing does first
+        at_first_timing.append(pool.stats.compiled)
+        raise RuntimeError("no GPU here to time on")
+
+    monkeypatch.setattr(type(kernel.compile_results[0]), "make_launcher", make_launcher)
+    with pytest.raises(RuntimeError, match="no GPU here"):
+        kernel.coordinate_descent_tuning(SimpleNamespace(config=start))
+    assert at_first_timing == [compiled + len(neighbours)]
     assert parent_cannot_compile == []
 
 
@@ -158,8 +188,6 @@ def test_coordinate_descent_wrapper_looks_at_a_kernel_once(
     and works out a tuned kernel's neighbours once, when its tuning starts."""
     from types import SimpleNamespace
 
-    from torch._inductor.codecache import PyCodeCache
-
     from triton_kiln.triton_compat import inductor as compat
 
     looked = []
@@ -174,10 +202,7 @@ def test_coordinate_descent_wrapper_looks_at_a_kernel_once(
     before = [CachingAutotuner.__dict__[name] for name in on_a_launch]
     install_on(make_pool())
     assert [CachingAutotuner.__dict__[name] for name in on_a_launch] == before  # Inductor's own
-    name, text = source(kind)
-    text = text.replace("'max_autotune': False,", "'coordinate_descent_tuning': True, 'max_autotune': False,")
-    kernel = getattr(PyCodeCache.load(text), name)
-    kernel.precompile(warm_cache_only=True)
+    kernel = precompiled(*source(kind, tuned=True))
     launcher = SimpleNamespace(config=kernel.compile_results[0].config)
     for _ in range(20):
         if kind == "template_mm":  # Inductor never tunes a template: the launcher comes back

@@ -182,15 +182,13 @@ class ConfigCompiler:
             ) from exc
         seed_triton_cache(job, artifact)
 
-    def prefetch(self, autotuner: Any, configs: list[Any]) -> int:
-        """Start these configs' compiles now, without waiting (coordinate descent's neighbours):
-        when Inductor asks for one, its compile is done or in flight. Returns how many started."""
-        started = 0
+    def prefetch(self, autotuner: Any, configs: list[Any]) -> list[Future[CompiledArtifact]]:
+        """Start these configs' compiles now, all at once (coordinate descent's neighbours): when
+        Inductor asks for one, its compile is done or in flight. Returns the compiles started
+        (a config in Triton's cache, or not kiln's to compile, starts none)."""
         with KernelSpec.batch():
-            for cfg in configs:
-                if self.submit(autotuner, cfg) is not None:
-                    started += 1
-        return started
+            jobs = [self.submit(autotuner, cfg) for cfg in configs]
+        return [job.future for job in jobs if job is not None]
 
     def _remember(self, inputs: compat.ConfigCompile) -> None:
         name = str(getattr(inputs.fn, "__name__", "?"))

@@ -18,8 +18,8 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
   the C++-wrapper's lazy compile, template benchmarks all come here);
 * ``CachingAutotuner._coordinate_descent_tuning`` (the tuning, which Inductor's public
   ``coordinate_descent_tuning`` calls only for a kernel it tunes): the neighbours of the starting
-  config (its first ring, every tunable field) start compiling in kiln's pool at once, then
-  Inductor's own tuning runs and finds each compile done or in flight;
+  config (its first ring, every tunable field) compile in kiln's pool at once, then Inductor's
+  own tuning runs and finds each compile done (so no compile runs beside its timings);
 * ``GraphLowering.__init__``, which only starts compile processes: Inductor lowers a graph only
   when its caches missed, and Triton compiles follow, so the sidecar's kiln pool starts then
   (and this process's own kiln pool too, for the jobs that come before the sidecar is ready, or
@@ -56,6 +56,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable
+from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -359,14 +360,19 @@ def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
 
 
 def _compile_neighbours_ahead(compiler: ConfigCompiler, autotuner: Any, launcher: Any) -> None:
+    """The first ring compiled in parallel, waited for before the tuning's first timing: kiln
+    holds its compile processes still while Inductor times, but not a worker's ``ptxas``, so a
+    compile left running would run beside the timings (the tuning times each neighbour anyway;
+    one that fails is the tuning's to meet, as it would have)."""
     try:
         neighbours = compat.coordesc_neighbours(autotuner, launcher.config)
         if neighbours and compat.ensure_kernel_loaded(autotuner):
             started = compiler.prefetch(autotuner, neighbours)
+            wait(started)
             log.debug(
-                "kiln: %s: %d coordinate-descent neighbours compile ahead",
+                "kiln: %s: %d coordinate-descent neighbours compiled ahead",
                 compat.kernel_name(autotuner),
-                started,
+                len(started),
             )
     except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
         log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(autotuner), exc)
