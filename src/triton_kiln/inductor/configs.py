@@ -146,9 +146,17 @@ class ConfigCompiler:
         launch: start kiln's pool now (in the background), so its zygote is ready when the
         tuning compiles the neighbours. A warm process starts nothing else (its tuned kernels'
         first tuning waited ~1-1.5 s for the zygote on the H100 before)."""
-        if not self.pool.started and compat.will_coordesc_tune(autotuner):
-            with contextlib.suppress(PoolClosedError):  # a pool shut down starts nothing
+        if self.pool.started:
+            return
+        try:
+            if compat.will_coordesc_tune(autotuner):
                 self.pool.start()
+        except PoolClosedError:  # a pool shut down starts nothing
+            pass
+        except Exception as exc:  # an optimization: a kernel kiln cannot read still loads
+            log.debug(
+                "kiln: %s: the pool not started ahead of its tuning: %s", compat.kernel_name(autotuner), exc
+            )
 
     def _request(self, inputs: compat.ConfigCompile) -> CompileRequest:
         """kiln's request for exactly the compile ``triton.compile`` would make of ``inputs``."""
