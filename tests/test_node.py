@@ -133,12 +133,10 @@ def test_with_the_node_off_each_pool_compiles(make_pool: Any, tmp_path: Path) ->
     assert first.stats.dispatched + second.stats.dispatched == 2
 
 
-# The whole set is ~140 s of compiling on two quiet cores (bench/results/compile_batch-cpu-2core-
-# 2026-11-22.md: 12 of its configs take 23 s); every 6th config (12, every parameter value) is the
-# quick case.
-@pytest.mark.parametrize(
-    "every", [pytest.param(6, id="12-configs"), pytest.param(1, id="72-configs", marks=pytest.mark.slow)]
-)
+# The whole set: ~140 s of compiling on two quiet cores (bench/results/compile_batch-cpu-2core-
+# 2026-11-22.md). A 12-config case (every 6th config) ran beside it until 2026-11-25; it is a
+# subset of this one, and CI's time is better spent elsewhere (node_harness.py still takes EVERY).
+@pytest.mark.parametrize("every", [pytest.param(1, id="72-configs", marks=pytest.mark.slow)])
 @pytest.mark.timeout(1500)
 def test_eight_processes_compile_the_matmul_set_once_in_all(tmp_path: Path, every: int) -> None:
     n = len(range(0, 72, every))
