@@ -10,7 +10,8 @@
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm, farm-tests); the order for a session: docs/notes/next-gpu-round.md.
+# inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm,
+# farm-tests); the order for a session: docs/notes/next-gpu-round.md.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
