@@ -98,6 +98,15 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
 
 
 DELETE = object()
+
+
+def _case_id(field: str, value: object) -> str:
+    """A test id that is the same in every process (pytest-xdist's workers compare them): never
+    an object's address."""
+    shown = "<deleted>" if value is DELETE else repr(value)
+    return f"{field}={shown}"[:60]
+
+
 E0 = "kernels.0.entries.0"
 
 SCHEMA_CASES = [
@@ -145,7 +154,9 @@ SCHEMA_CASES = [
 
 
 @pytest.mark.parametrize(
-    ("field", "value", "message"), SCHEMA_CASES, ids=[f"{c[0]}={c[1]!r}"[:60] for c in SCHEMA_CASES]
+    ("field", "value", "message"),
+    SCHEMA_CASES,
+    ids=[_case_id(field, value) for field, value, _ in SCHEMA_CASES],
 )
 def test_wrong_types_in_the_manifest_are_schema_errors(
     bundle_dir: Path, field: str, value: Any, message: str
