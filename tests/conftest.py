@@ -1,7 +1,11 @@
-"""Shared fixtures: fresh pools on fresh caches, and a leftover-process count after each test."""
+"""Shared fixtures: fresh pools on fresh caches, and a leftover-process count after each test.
+
+The whole suite (``python -m pytest``, no paths) runs on several processes where no GPU is and
+pytest-xdist is installed (the dev extra): :func:`pytest_cmdline_main`."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -84,7 +88,82 @@ def gpu_available() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
 
 
+SUITE_PROCESSES_MAX = 8
+"""The most test processes the whole suite spreads over (each imports torch: ~1 GB)."""
+
+
+def suite_processes(config: pytest.Config) -> int:
+    """How many processes this run spreads its tests over (0: this one only).
+
+    The whole suite (no paths given: pytest's ``testpaths``) on a machine with no GPU spreads over
+    its cores, at most ``SUITE_PROCESSES_MAX``, file by file (``--dist loadfile``: a file's
+    module-scoped servers and pools start once). Many tests wait (a hang killed at its timeout, a
+    server or a torch import starting) rather than compute, so on CI's 2 cores two processes take
+    the suite from ~21 to ~14 minutes (2026-11-28). Never where a GPU is (its tests share one
+    device and time it), nor when the run names files, ``-n``/``--dist`` itself, ``--pdb``,
+    ``--collect-only``, or ``PYTEST_XDIST_AUTO_NUM_WORKERS=0``."""
+    option = config.option
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return 0  # no pytest-xdist, or this is one of its workers
+    if option.numprocesses is not None or option.dist != "no" or option.usepdb or option.collectonly:
+        return 0
+    if config.args_source is not pytest.Config.ArgsSource.TESTPATHS or gpu_available():
+        return 0
+    wanted = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    if wanted is not None and wanted.strip().isdigit():
+        return int(wanted)
+    return max(1, min(len(os.sched_getaffinity(0)), SUITE_PROCESSES_MAX))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Spread the whole suite over :func:`suite_processes` processes (before pytest-xdist reads
+    its options in its own ``pytest_cmdline_main``)."""
+    processes = suite_processes(config)
+    if processes > 1:
+        config.option.numprocesses = processes
+        config.option.dist = "loadfile"
+
+
+def _routing_state() -> tuple[bool, bool]:
+    from triton_kiln import jit_routing, routing
+
+    return routing.installed(), jit_routing.installed()
+
+
+@contextlib.contextmanager
+def _routing_given_back(what: str) -> Iterator[None]:
+    """Fails ``what`` (a test, a module) that leaves kiln's routing other than it found it, and
+    puts it back: a routing left in effect changes what every later test in the process
+    decorates, and the order tests run in differs between one process and several (xdist)."""
+    before = _routing_state()
+    yield
+    after = _routing_state()
+    if after != before:
+        from triton_kiln import jit_routing, routing
+
+        routing.uninstall()
+        jit_routing.uninstall()
+        pytest.fail(f"this {what} left kiln's routing changed (installed: {before} -> {after}); uninstall it")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _no_routing_left_by_a_module() -> Iterator[None]:
+    with _routing_given_back("module (its module-scoped fixtures included)"):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _no_routing_left_by_a_test(_no_routing_left_by_a_module: None) -> Iterator[None]:
+    with _routing_given_back("test"):
+        yield
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Files that hold a ``slow`` test run first (the order within a file kept): the suite spreads
+    # over processes file by file, and a slow file that starts last is the whole run's tail.
+    slow_files = {item.path for item in items if "slow" in item.keywords}
+    items.sort(key=lambda item: item.path not in slow_files)
     if gpu_available():
         return
     skip = pytest.mark.skip(reason="needs an NVIDIA GPU (run on the device machine)")

@@ -66,6 +66,7 @@ def matmul_requests() -> list[CompileRequest]:
     return ranks_set.matmul_requests(SM90)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_72_matmul_configs_with_an_abort_a_segfault_and_a_hang(
     farm: RayCompilePool, cluster: LocalRayCluster
@@ -309,6 +310,7 @@ QUICK_NODE_DEATH = {
 itself is real: the raylet and its workers get SIGKILL)."""
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_TEST_SLOW_S", "6")

@@ -200,6 +200,7 @@ pool.shutdown(wait=True, cancel_futures=True)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sidecar", ["1", "0"])
 def test_kilns_pool_starts_when_inductor_lowers_a_graph_and_never_in_a_warm_process(
     sidecar: str, tmp_path: Path

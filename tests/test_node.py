@@ -310,6 +310,7 @@ def _check_exclusion(lines: list[str], killed: set[int]) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_no_deadlock_and_no_loss_over_200_randomized_trials_with_kills(tmp_path: Path) -> None:
     import random

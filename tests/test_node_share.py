@@ -125,6 +125,7 @@ def test_four_processes_on_four_gpus_split_the_configs_and_choose_the_same(
     assert not list((cache / "node" / "tune").glob("*.share/results/*"))  # the share is cleaned
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["killed", "lags"])
 def test_a_helper_that_dies_or_lags_its_config_is_rerun(tmp_path: Path, fault: str) -> None:
     """The leader starts first; two helpers on other GPUs join; one is SIGKILLed (or hangs) in

@@ -86,6 +86,7 @@ def test_ops_from_three_new_libraries_with_an_allocator_op_and_an_imported_defau
     assert not any(realworld_ops.OPS[op].default for op in [*NEW_LIBRARIES.values(), "fla_chunk_dplr_fwd"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("op", sorted(LIBRARY_OF))
 def test_every_autotuned_kernel_of_the_op_is_kilns_and_compiles_to_tritons_binary(op: str) -> None:
@@ -117,6 +118,7 @@ def test_dplr_binds_the_imported_constexpr_default() -> None:
     assert all(k["tuned_by_kiln"] for k in kernels.values())
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_flaggems_libtuner_is_tuned_by_kiln() -> None:
     """FlagGems' own LibTuner.run (its policy, its SQL cache) for mm_kernel_general: every
@@ -186,6 +188,7 @@ def test_the_inventory_tells_a_run_that_bypasses_kiln_from_one_that_calls_it() -
     assert realworld_child._search(object.__new__(Searches)) == "library"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_dry_run_imports_the_new_ops_with_kiln_routed(tmp_path: Path) -> None:
     ops = [op for op, library in LIBRARY_OF.items() if importlib.util.find_spec(library) is not None]
