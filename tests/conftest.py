@@ -99,7 +99,7 @@ def suite_processes(config: pytest.Config) -> int:
     its cores, at most ``SUITE_PROCESSES_MAX``, file by file (``--dist loadfile``: a file's
     module-scoped servers and pools start once). Many tests wait (a hang killed at its timeout, a
     server or a torch import starting) rather than compute, so on CI's 2 cores two processes take
-    the suite from ~21 to ~14 minutes (2026-11-28). Never where a GPU is (its tests share one
+    the suite from ~21 to ~13 minutes (2026-11-28). Never where a GPU is (its tests share one
     device and time it), nor when the run names files, ``-n``/``--dist`` itself, ``--pdb``,
     ``--collect-only``, or ``PYTEST_XDIST_AUTO_NUM_WORKERS=0``."""
     option = config.option
@@ -144,7 +144,10 @@ def _routing_given_back(what: str) -> Iterator[None]:
 
         routing.uninstall()
         jit_routing.uninstall()
-        pytest.fail(f"this {what} left kiln's routing changed (installed: {before} -> {after}); uninstall it")
+        pytest.fail(
+            f"this {what} left kiln's routing other than it found it (triton.autotune, plain JIT routed: "
+            f"{before} -> {after}); pair each kiln.install() with kiln.uninstall()"
+        )
 
 
 @pytest.fixture(autouse=True, scope="module")
