@@ -301,6 +301,14 @@ def _raylets(cluster: LocalRayCluster) -> set[int]:
     return {p.pid for p in cluster.processes() if "raylet" in p.name()}
 
 
+def _wait_for_nodes(pool: RayCompilePool, nodes: int, timeout_s: float = 120.0) -> None:
+    """Until ``nodes`` node actors are warm (their kiln pools up)."""
+    deadline = time.monotonic() + timeout_s
+    while len(pool.wait_ready(timeout_s=max(1.0, deadline - time.monotonic()))) < nodes:
+        assert time.monotonic() < deadline, f"{nodes} node actors were not warm within {timeout_s} s"
+        time.sleep(0.2)
+
+
 QUICK_NODE_DEATH = {
     "RAY_health_check_period_ms": "500",
     "RAY_health_check_timeout_ms": "500",
@@ -323,12 +331,15 @@ def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch
         assert len(second) == 1
         pool = RayCompilePool(cluster.address, cache_dir=tmp_path / "cache", preload=["faults"])
         try:
+            # both nodes' actors warm first: a node lost while its actor still starts (5.8 s on a
+            # loaded 2-core machine) had run no job, and its jobs go elsewhere as never started
+            _wait_for_nodes(pool, 2)
             slow = [
                 CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": b}, target=SM90)
                 for b in (32, 64, 128, 256)
             ]
             futures = [pool.submit(r, timeout_s=120) for r in slow]
-            time.sleep(4)  # both nodes busy with a 6 s compile
+            time.sleep(3)  # both nodes busy with a 6 s compile
             raylet = psutil.Process(second.pop())
             victims = [raylet, *raylet.children(recursive=True)]
             for proc in victims:
