@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from triton_kiln.compile import gluon, spec_batch
+from triton_kiln.compile.parse import parse
 from triton_kiln.compile.values import GlobalValue, canonical
 from triton_kiln.errors import KernelSpecError
 from triton_kiln.triton_compat import is_jit_function, jit_parts
@@ -149,7 +150,7 @@ _ANALYSIS: dict[str, _Analysis] = {}
 def _analyse(src: str) -> _Analysis:
     cached = _ANALYSIS.get(src)
     if cached is None:
-        tree = ast.parse(src)
+        tree = parse(src)
         collector = _NameCollector()
         collector.visit(tree)
         cached = _Analysis(

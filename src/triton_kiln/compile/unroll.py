@@ -25,6 +25,8 @@ import textwrap
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from triton_kiln.compile.parse import parse
+
 _MAX = 1 << 20  # a trip count past this is not a real unroll (or not evaluated right): ignored
 
 _BINOPS: dict[type[ast.operator], Callable[[int, int], int]] = {
@@ -61,7 +63,7 @@ def _static_loops(src: str) -> tuple[tuple[tuple[ast.expr, ...], ...], ...]:
     if "static_range" not in src:
         return ()  # most kernels: no parse (a loop is found by that name only, see _is_static_range)
     try:
-        tree = ast.parse(textwrap.dedent(src))
+        tree = parse(textwrap.dedent(src))
     except SyntaxError:
         return ()
     found: list[tuple[tuple[ast.expr, ...], ...]] = []
