@@ -134,7 +134,7 @@ def _routing_state() -> tuple[bool, bool]:
 @contextlib.contextmanager
 def _routing_given_back(what: str) -> Iterator[None]:
     """Fails ``what`` (a test, a module) that leaves kiln's routing other than it found it, and
-    puts it back: a routing left in effect changes what every later test in the process
+    uninstalls it: a routing left in effect changes what every later test in the process
     decorates, and the order tests run in differs between one process and several (xdist)."""
     before = _routing_state()
     yield

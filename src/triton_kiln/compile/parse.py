@@ -21,11 +21,12 @@ _TRANSIENT = "recursion depth mismatch"
 
 def parse(source: str) -> ast.Module:
     """``ast.parse(source)``, serialized with kiln's other parses and retried on the transient error."""
-    for attempt in range(RETRIES + 1):
+    for _ in range(RETRIES):
         try:
             with _LOCK:
                 return ast.parse(source)
         except SystemError as exc:
-            if _TRANSIENT not in str(exc) or attempt == RETRIES:
+            if _TRANSIENT not in str(exc):
                 raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+    with _LOCK:  # the last try: whatever it raises is the caller's
+        return ast.parse(source)
