@@ -209,6 +209,9 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
         "loaded_from": tuner.loaded_from,
         "benched": bench.calls,
         "benched_labels": bench.labels,
+        "contenders": [r.label for r in tuner.last_run.results if r.screen_ms is not None]
+        if tuner.last_run is not None
+        else [],
         "device": tuner.last_run.device_name if tuner.last_run is not None else None,
         "compiled": pool.stats.compiled,
         "seconds": seconds,

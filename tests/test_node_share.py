@@ -85,12 +85,15 @@ def _run(
 
 def _screened(results: list[dict[str, Any]]) -> list[str]:
     """The configs ``results``'s processes screened, each as often as it was screened: the
-    tuning process's check of a winner another GPU's process screened (its outputs checked on
-    the tuning process's inputs, ``node_share.check_here``) is left out, once."""
+    tuning process's checks of the winner or the final round's contenders another GPU's process
+    screened (their outputs checked on the tuning process's inputs, ``node_share.check_here``)
+    are left out, once each."""
     leader = next(r for r in results if r["loaded_from"] is None)
     helped = [label for r in results if r is not leader for label in r["benched_labels"]]
     rechecked = [label for label in leader["benched_labels"] if label in helped]
-    assert rechecked in ([], [leader["best_label"]]), (rechecked, leader["best_label"])
+    allowed = {leader["best_label"], *leader.get("contenders", [])}
+    assert len(rechecked) == len(set(rechecked)), rechecked  # each checked here once at most
+    assert set(rechecked) <= allowed, (rechecked, allowed)
     return [label for label in leader["benched_labels"] if label not in helped] + helped
 
 
