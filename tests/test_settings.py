@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,11 +52,27 @@ def test_defaults_without_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: P
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     current = settings.current()
     assert current == Settings()
-    assert current.workers == max(1, os.cpu_count() or 1)
+    assert current.workers == len(os.sched_getaffinity(0))
     assert current.cache_dir == tmp_path / "kiln"
     assert current.use_disk_cache is True
     assert current.memory_limit_mb is None
     assert current.progress is None
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to pin a process to fewer")
+def test_the_default_workers_are_the_cores_the_process_may_run_on(tmp_path: Path) -> None:
+    """A process pinned to one core (taskset, a cpuset, a launcher pinning a rank to its GPU's
+    cores) gets one worker by default, not one per core of the machine."""
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from triton_kiln import settings; print(settings.current().workers, os.cpu_count())"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    command = [sys.executable, "-c", code]
+    done = subprocess.run(command, check=False, capture_output=True, text=True, env=environ, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    workers, machine = (int(word) for word in done.stdout.split())
+    assert (workers, machine > 1) == (1, True)
 
 
 def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

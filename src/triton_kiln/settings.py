@@ -54,12 +54,22 @@ thousands of them (many full tuning sessions) and still keeps a shared home or C
 filling up; an evicted entry costs one recompile (seconds)."""
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on: its affinity (``taskset``, a container's cpuset, a
+    launcher pinning one rank to its GPU's cores), where the platform has one, else every core.
+    A pool sized from the machine's count instead would put two workers on each core it may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything that tunes kiln's behaviour. Each field names its environment variable."""
 
-    workers: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
-    """``KILN_WORKERS``: compile worker processes (default: one per CPU core)."""
+    workers: int = field(default_factory=usable_cores)
+    """``KILN_WORKERS``: compile worker processes (default: one per CPU core this process may run
+    on, :func:`usable_cores`)."""
 
     job_timeout_s: float = 600.0
     """``KILN_JOB_TIMEOUT_S``: seconds a single compile may run before its worker is killed."""
