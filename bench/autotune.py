@@ -283,7 +283,7 @@ def run_set(set_name: str) -> dict[str, Any]:
             5,
         )
         t_ms, k_ms = statistics.median(t_runs), statistics.median(k_runs)
-    limit = choice_harness.limit_s([to_json(run)], os.cpu_count() or 1)
+    limit = choice_harness.limit_s([to_json(run)], len(os.sched_getaffinity(0)))
     result.update(
         {
             "shape": SHAPES[set_name],
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
             "triton_version": triton.__version__,
             "torch_version": torch.__version__,
-            "cores": os.cpu_count(),
+            "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
         },
         "sets": {},
     }

@@ -330,7 +330,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-        "cores": os.cpu_count(),
+        "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
         "iters": args.iters,
         "blocks": args.blocks,
         "block_iters": args.block_iters,

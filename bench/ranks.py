@@ -389,7 +389,7 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]], device: str) ->
             "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
             "triton_version": triton.__version__,
-            "cores": os.cpu_count(),
+            "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
             "op": args.op,
         },
         "rows": rows,

@@ -208,7 +208,7 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         {**k, "reason": "refused by kiln.autotune at import"} for k in kiln.get("refused_by_kiln", [])
     ] + [{"reason": "not built by triton.autotune", **k} for k in kiln.get("left_on_triton", [])]
     runs = [summary for summaries in (kiln.get("kiln_runs") or {}).values() for summary in summaries]
-    limit = choice_harness.limit_s(runs, os.cpu_count() or 1)
+    limit = choice_harness.limit_s(runs, len(os.sched_getaffinity(0)))
     kiln_first = field("kiln", "first_s")
     kiln_choice, triton_choice = (
         field("harness", "kiln_choice_ms_triton_harness"),
@@ -345,7 +345,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     data: dict[str, Any] = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
-        "cores": os.cpu_count(),
+        "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
         "repeats": args.repeats,
         "dry_run": args.dry_run,
     }

@@ -103,7 +103,7 @@ def test_summary_rows_carry_the_harness_times_the_limit_and_the_shape(tmp_path: 
     assert row["kiln_choice_ms_triton_harness"] == 1.01
     assert row["triton_choice_ms_triton_harness"] == 1.0
     assert row["choice_ratio_triton_harness"] == pytest.approx(1.01)
-    assert row["limit_s"] == pytest.approx(max(2.0, 3.0 / (__import__("os").cpu_count() or 1)) + 0.5)
+    assert row["limit_s"] == pytest.approx(max(2.0, 3.0 / len(__import__("os").sched_getaffinity(0))) + 0.5)
     assert row["kiln_first_over_limit"] == pytest.approx(5.0 / row["limit_s"])
     assert "liger_dyt_fwdbwd_16384x4096" in realworld_ops.DEFAULT_OPS
     assert all(op.shape for op in realworld_ops.OPS.values())
