@@ -11,21 +11,25 @@
 # record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
 # inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm,
-# farm-tests); the order for a session: docs/notes/next-gpu-round.md.
+# farm-tests); the order for a session: docs/notes/next-gpu-round.md. Two at once on a two-GPU
+# machine, one per GPU: bench/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
 out=${OUT:-/tmp/kiln-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-  || exit 1
-if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
-fi
-# the newer real-library ops' wheels (FlagGems, torchao, GemLite; bench/realworld_ops.py), if carried
-if ls .whl_libs/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_libs/*.whl
+# (bench/gpu_pair.sh installs once for both of its sides and sets GPU_SESSION_INSTALLED=1)
+if [ -z "${GPU_SESSION_INSTALLED:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
+  fi
+  # the newer real-library ops' wheels (FlagGems, torchao, GemLite; bench/realworld_ops.py), if carried
+  if ls .whl_libs/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_libs/*.whl
+  fi
 fi
 export PYTHONPATH=$PWD/src:/tmp/site
 {
