@@ -60,7 +60,7 @@ def test_defaults_without_variables(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores to pin a process to fewer")
-def test_the_default_workers_are_the_cores_the_process_may_run_on(tmp_path: Path) -> None:
+def test_the_default_workers_are_the_cores_the_process_may_run_on() -> None:
     """A process pinned to one core (taskset, a cpuset, a launcher pinning a rank to its GPU's
     cores) gets one worker by default, not one per core of the machine."""
     code = (
