@@ -59,6 +59,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import choice_harness
 import kernels_bench
 import triton_kiln as kiln
+from triton_kiln.settings import usable_cores
 
 
 def matmul_configs() -> list[triton.Config]:
@@ -283,7 +284,7 @@ def run_set(set_name: str) -> dict[str, Any]:
             5,
         )
         t_ms, k_ms = statistics.median(t_runs), statistics.median(k_runs)
-    limit = choice_harness.limit_s([to_json(run)], len(os.sched_getaffinity(0)))
+    limit = choice_harness.limit_s([to_json(run)], usable_cores())
     result.update(
         {
             "shape": SHAPES[set_name],
@@ -363,7 +364,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
             "triton_version": triton.__version__,
             "torch_version": torch.__version__,
-            "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
+            "cores": usable_cores(),  # the cores this run may use (taskset)
         },
         "sets": {},
     }

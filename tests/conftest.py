@@ -17,6 +17,7 @@ import pytest
 
 from triton_kiln import CompilePool, CompileRequest, GPUTarget
 from triton_kiln.pool.handles import ENV_POOL_ID
+from triton_kiln.settings import usable_cores
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -112,7 +113,7 @@ def suite_processes(config: pytest.Config) -> int:
     wanted = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
     if wanted is not None and wanted.strip().isdigit():
         return int(wanted)
-    return max(1, min(len(os.sched_getaffinity(0)), SUITE_PROCESSES_MAX))
+    return min(usable_cores(), SUITE_PROCESSES_MAX)
 
 
 @pytest.hookimpl(tryfirst=True)
