@@ -135,10 +135,12 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._screen_ms = (2.0, 10.0)  # rough first pass: picks contenders only (docs/TIMING.md)
         # the final round times the screened configs within 10% of the fastest (2 to 5 of them:
         # the screening alone never decides between two ok configs) in 3 passes sharing one rep,
-        # their runs pooled into do_bench's median (session.final_round, race.contenders)
+        # their runs pooled into do_bench's median (session.final_round, race.contenders); one
+        # clearly more than 2% behind after a pass leaves the race (race.outpaced)
         self._final_margin = 0.10
         self._final_top_k = (2, 5)
         self._final_passes = 3
+        self._final_drop_margin = 0.02
         self._sandbox_wanted = self._settings.sandbox if sandbox is None else sandbox
         self._check_outputs = check_outputs
         self._reference = reference

@@ -7,7 +7,8 @@ others still compile; the final round then times, on a quiet machine, only the c
 could still win. How many depends on the spread (close or noisy screenings widen it), at least
 two whenever two configs are ok: the screening, taken while the CPU compiles and the GPU idles
 between configs, never decides alone. :func:`pooled_estimate` is a finalist's time: do_bench's
-median of every run of its passes.
+median of every run of its passes; after each pass but the last, :func:`outpaced` names the
+finalists that leave the race (clearly more than the tolerance behind the leader).
 """
 
 from __future__ import annotations
@@ -69,3 +70,20 @@ def pooled_estimate(passes: list[list[float]], runs: list[float] | None) -> list
     if runs:
         return quantiles(runs, (0.5, 0.2, 0.8))
     return [statistics.median(run[i] for run in passes) for i in range(3)]
+
+
+def outpaced(estimates: Mapping[str, Sequence[float]], margin: float) -> set[str]:
+    """The finalists (label -> ``[median, p20, p80]`` so far) that leave the race after a pass:
+    more than ``margin`` behind the leader (the lowest median), and their fast end (p20) beyond
+    the leader's slow end (p80), so that no overlap of the two spreads could make them the
+    faster. What leaves cannot be the config within ``margin`` of the fastest; a difference
+    inside either spread is noise, and the finalist stays for the next pass."""
+    if len(estimates) < 2:
+        return set()
+    leader = min(estimates, key=lambda label: estimates[label][0])
+    median, _, high = estimates[leader]
+    return {
+        label
+        for label, (other, low, _) in estimates.items()
+        if label != leader and other > median * (1 + margin) and low > high
+    }

@@ -11,7 +11,8 @@
           record its ConfigResult in the database (committed at once)
       output rule (outputs.py): reject or flag configs by all configs' outputs at once
       final round (when kiln owns the timing): the best few trusted ones (race.py), full
-          length, 3 alternating passes of do_bench's loop, their runs pooled into its median
+          length, 3 alternating passes of do_bench's loop, their runs pooled into its median;
+          one clearly behind after a pass leaves the race
       best = the fastest trusted config (a flagged one only when all are) -> tuner.cache[key],
           configs_timings, last_run; finish the run; log any faster flagged config passed over
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
@@ -40,7 +41,7 @@ from triton_kiln.autotuner import node_share, node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.progress import TuningProgress
-from triton_kiln.autotuner.race import contenders, eligible, pooled_estimate
+from triton_kiln.autotuner.race import contenders, eligible, outpaced, pooled_estimate
 from triton_kiln.autotuner.run_identity import local_device, run_identity
 from triton_kiln.autotuner.specialize import (
     Candidate,
@@ -279,39 +280,57 @@ class TuningSession:
         Only *contenders* (see :func:`contenders`: at least two when two configs are ok, so the
         screening taken while the CPU compiled never decides alone) are timed, in
         ``_final_passes`` alternating passes that share Triton's single ``rep`` between them
-        (drift hits every finalist alike), each finalist warmed up once, on its first pass
-        (later ones: one call, the GPU busy): it costs do_bench's ``warmup + rep``. Each pass is
-        do_bench's loop (an L2 flush of 256 MB before every run, events around each run); every
-        run's time comes back and a finalist's time is do_bench's median (and 20th/80th
-        percentiles) of all its runs pooled, the estimate ``triton.autotune`` would compute from
-        as many runs. A bencher that sends no runs back (in-process) gives each pass's median,
-        and the median over the passes is taken."""
+        (drift hits every finalist alike). The GPU is warmed up once, with do_bench's ``warmup``,
+        before the round's first run; every later call starts with one warm-up call, the GPU
+        busy back to back. Each pass is do_bench's loop (an L2 flush of 256 MB before every run,
+        events around each run); every run's time comes back and a finalist's time is do_bench's
+        median (and 20th/80th percentiles) of all its runs pooled, the estimate
+        ``triton.autotune`` would compute from as many runs. A bencher that sends no runs back
+        (in-process) gives each pass's median, and the median over the passes is taken.
+
+        After each pass but the last, a finalist clearly behind the leader (:func:`outpaced`:
+        more than ``_final_drop_margin`` behind, beyond both spreads) leaves the race with the
+        estimate it has; the round ends when one is left. A finalist that stays gets do_bench's
+        ``rep`` of runs in all."""
         tuner = self.tuner
         finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
         if len(finalists) < 2:
             return  # nothing left to decide: the screening's timings stand
         self.progress.phase(f"final round: {len(finalists)} configs")
         passes_n = tuner._final_passes
-        first = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False, samples=True)
-        later = Phase(0.0, tuner._rep_ms / passes_n, check=False, samples=True)  # one warm-up call
+        warm = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False, samples=True)
+        busy = Phase(0.0, tuner._rep_ms / passes_n, check=False, samples=True)  # one warm-up call
         passes: dict[str, list[list[float]]] = {c.label: [] for c in finalists}
         runs: dict[str, list[float] | None] = {c.label: [] for c in finalists}
         failed: dict[str, ConfigResult] = {}
+        racing = list(finalists)
+        warmed = False  # until a call has run ok (one that fails may take its sandbox with it)
         for round_ in range(passes_n):
-            full = first if round_ == 0 else later
-            for candidate in finalists if round_ % 2 == 0 else finalists[::-1]:
-                if candidate.label in failed:
-                    continue
+            for candidate in racing if round_ % 2 == 0 else racing[::-1]:
                 assert candidate.future is not None
-                result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, full)
+                phase = busy if warmed else warm
+                result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, phase)
                 if result.status != "ok":
                     failed[candidate.label] = result
                     continue
+                warmed = True
                 passes[candidate.label].append([float(t) for t in times][:3])
                 pooled = runs[candidate.label]
                 runs[candidate.label] = (
                     [*pooled, *self.last_samples] if pooled is not None and self.last_samples else None
                 )
+            racing = [c for c in racing if c.label not in failed]
+            if round_ == passes_n - 1:
+                break
+            estimates = {c.label: pooled_estimate(passes[c.label], runs[c.label]) for c in racing}
+            behind = outpaced(estimates, tuner._final_drop_margin)
+            if behind:
+                log.debug("kiln: %s: final round, after pass %d of %d: %s left the race (more than %.0f%% "
+                          "behind)", self.name, round_ + 1, passes_n, "; ".join(sorted(behind)),
+                          100 * tuner._final_drop_margin)  # fmt: skip
+                racing = [c for c in racing if c.label not in behind]
+            if len(racing) < 2:
+                break
         for candidate in finalists:
             previous = results[candidate.label]
             failure = failed.get(candidate.label)
