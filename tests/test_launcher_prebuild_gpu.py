@@ -18,7 +18,6 @@ import pytest
 import triton
 import triton.language as tl
 
-import kernels
 import triton_kiln as kiln
 from triton_kiln import CompilePool, jit_routing
 from triton_kiln.launch import prebuild
@@ -38,6 +37,17 @@ def triple_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
+
+
+@triton.jit
+def routed_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """This file's own plain kernel: a kernel another test of the process launched with the same
+    arguments (``kernels.add_kernel`` in test_jit_routing_gpu.py) is in its ``JITFunction``'s
+    memory and would never reach the routed compile."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    x = tl.load(x_ptr + offsets, mask=mask)
+    tl.store(out_ptr + offsets, 2 * x + tl.load(y_ptr + offsets, mask=mask), mask=mask)
 
 
 def _in_tritons_cache(src: str, name: str) -> bool:
@@ -96,7 +106,7 @@ def test_a_routed_plain_jit_kernels_first_launch_runs_no_gcc(
     x = torch.rand(n, device="cuda")
     y = torch.rand(n, device="cuda")
     out = torch.empty_like(x)
-    kernels.add_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
+    routed_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
     torch.cuda.synchronize()
     torch.testing.assert_close(out, 2 * x + y)
     assert routed.stats.submitted >= 1  # compiled in kiln's pool
