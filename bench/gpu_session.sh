@@ -115,6 +115,12 @@ for phase in "$@"; do
     suite)  # every GPU-marked test, Helion's, the native sandbox's and the wheel's included
       python3 -c "import setuptools, wheel; print('setuptools', setuptools.__version__)" 2>&1 | tee -a "$out/device.txt"
       TAIL=25 run gpu-suite 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ ;;
+    suite-inductor)  # the suite in two halves, one per GPU: bench/gpu_pair.sh suite-inductor suite-rest
+      TAIL=6 run gpu-suite-inductor 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/test_inductor_gpu.py tests/test_inductor.py ;;
+    suite-rest)  # every other GPU-marked test (the half beside suite-inductor)
+      TAIL=25 run gpu-suite-rest 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ \
+        --ignore=tests/test_inductor_gpu.py --ignore=tests/test_inductor.py ;;
     record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
       TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
     devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests (#21)
