@@ -406,6 +406,12 @@ def test_a_finalist_clearly_slower_after_a_pass_leaves_the_race(make_pool: Any, 
     results = {r.label.split(",")[0]: r for r in tuner.last_run.results}
     assert results["BLOCK=64"].runtime_ms == pytest.approx(1.5)  # its time from the pass it ran
     assert results["BLOCK=64"].screen_ms == pytest.approx(1.02)  # and still shown as a finalist
+    note = "final round: left after pass 1 of 3, over 2% behind"
+    assert note in (results["BLOCK=64"].reason or "")
+    assert results["BLOCK=64"].trusted  # a note, not a flag: it stays eligible
+    assert results["BLOCK=32"].reason is None
+    assert results["BLOCK=16"].reason is None
+    assert note in format_table(tuner.last_run)  # what `kiln report` shows
 
 
 def test_the_race_ends_when_one_finalist_is_left(make_pool: Any, tmp_path: Path) -> None:

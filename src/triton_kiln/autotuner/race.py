@@ -87,3 +87,12 @@ def outpaced(estimates: Mapping[str, Sequence[float]], margin: float) -> set[str
         for label, (other, low, _) in estimates.items()
         if label != leader and other > median * (1 + margin) and low > high
     }
+
+
+def left_race_note(passes: int, of: int, margin: float) -> str:
+    """The note on a finalist that left the race after ``passes`` of the round's ``of`` passes
+    (an ``ok`` config's ``reason`` carries notes: the reports show it)."""
+    return (
+        f"final round: left after pass {passes} of {of}, over {100 * margin:.0f}% behind the leader "
+        f"beyond both spreads (its time is from the runs it had)"
+    )

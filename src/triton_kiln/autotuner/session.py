@@ -41,7 +41,7 @@ from triton_kiln.autotuner import node_share, node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.progress import TuningProgress
-from triton_kiln.autotuner.race import contenders, eligible, outpaced, pooled_estimate
+from triton_kiln.autotuner.race import contenders, eligible, left_race_note, outpaced, pooled_estimate
 from triton_kiln.autotuner.run_identity import local_device, run_identity
 from triton_kiln.autotuner.specialize import (
     Candidate,
@@ -290,8 +290,8 @@ class TuningSession:
 
         After each pass but the last, a finalist clearly behind the leader (:func:`outpaced`:
         more than ``_final_drop_margin`` behind, beyond both spreads) leaves the race with the
-        estimate it has; the round ends when one is left. A finalist that stays gets do_bench's
-        ``rep`` of runs in all."""
+        estimate it has and a note saying so (its ``reason``); the round ends when one is left.
+        A finalist that stays gets do_bench's ``rep`` of runs in all."""
         tuner = self.tuner
         finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
         if len(finalists) < 2:
@@ -304,6 +304,7 @@ class TuningSession:
         runs: dict[str, list[float] | None] = {c.label: [] for c in finalists}
         failed: dict[str, ConfigResult] = {}
         racing = list(finalists)
+        left: dict[str, int] = {}  # a finalist that left the race -> the passes it ran
         warmed = False  # until a call has run ok (one that fails may take its sandbox with it)
         for round_ in range(passes_n):
             for candidate in racing if round_ % 2 == 0 else racing[::-1]:
@@ -329,6 +330,7 @@ class TuningSession:
                           "behind)", self.name, round_ + 1, passes_n, "; ".join(sorted(behind)),
                           100 * tuner._final_drop_margin)  # fmt: skip
                 racing = [c for c in racing if c.label not in behind]
+                left.update((label, round_ + 1) for label in behind)
             if len(racing) < 2:
                 break
         for candidate in finalists:
@@ -338,6 +340,9 @@ class TuningSession:
                 estimate = pooled_estimate(passes[candidate.label], runs[candidate.label])
                 result = replace(previous, runtime_ms=estimate[0], runtime_ms_p20=estimate[1])
                 result = replace(result, runtime_ms_p80=estimate[2], screen_ms=previous.runtime_ms)
+                if candidate.label in left:  # its notes say why its time rests on fewer runs
+                    note = left_race_note(left[candidate.label], passes_n, tuner._final_drop_margin)
+                    result = replace(result, reason="; ".join(filter(None, (previous.reason, note))))
                 timings[candidate.config] = estimate
             else:
                 result = failure
