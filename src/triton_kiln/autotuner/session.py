@@ -290,8 +290,9 @@ class TuningSession:
 
         After each pass but the last, a finalist clearly behind the leader (:func:`outpaced`:
         more than ``_final_drop_margin`` behind, beyond both spreads) leaves the race with the
-        estimate it has and a note saying so (its ``reason``); the round ends when one is left.
-        A finalist that stays gets do_bench's ``rep`` of runs in all."""
+        estimate it has and a note saying so (its ``reason``). The round ends when one is left
+        (its time from the passes run so far); a finalist still racing at the end got do_bench's
+        ``rep`` of runs in all."""
         tuner = self.tuner
         finalists = contenders(candidates, results, tuner._final_margin, tuner._final_top_k)
         if len(finalists) < 2:
