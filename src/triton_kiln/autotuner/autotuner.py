@@ -133,10 +133,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._warmup_ms = 25.0 if warmup is None else float(warmup)
         self._rep_ms = 100.0 if rep is None else float(rep)
         self._screen_ms = (2.0, 10.0)  # rough first pass: picks contenders only (docs/TIMING.md)
-        # the final round times the screened configs within 10% of the fastest (2 to 5 of them:
-        # the screening alone never decides between two ok configs) in 3 passes sharing one rep,
-        # their runs pooled into do_bench's median (session.final_round, race.contenders); one
-        # clearly more than 2% behind after a pass leaves the race (race.outpaced)
+        # the final round: screened configs within 10% of the fastest (2 to 5), 3 passes sharing
+        # one rep, runs pooled; one over 2% behind after a pass leaves (race.py, docs/TIMING.md)
         self._final_margin = 0.10
         self._final_top_k = (2, 5)
         self._final_passes = 3

@@ -8,13 +8,15 @@ could still win. How many depends on the spread (close or noisy screenings widen
 two whenever two configs are ok: the screening, taken while the CPU compiles and the GPU idles
 between configs, never decides alone. :func:`pooled_estimate` is a finalist's time: do_bench's
 median of every run of its passes; after each pass but the last, :func:`outpaced` names the
-finalists that leave the race (clearly more than the tolerance behind the leader).
+finalists that leave the race (clearly more than the tolerance behind the leader). :class:`Race`
+runs the passes; the session times each call and records the results.
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from triton_kiln.autotuner.specialize import Candidate
 from triton_kiln.sandbox.timing import quantiles
@@ -96,3 +98,58 @@ def left_race_note(passes: int, of: int, margin: float) -> str:
         f"final round: left after pass {passes} of {of}, over {100 * margin:.0f}% behind the leader "
         f"beyond both spreads (its time is from the runs it had)"
     )
+
+
+TimeOne = Callable[[Candidate, bool], tuple[ConfigResult, Sequence[float], Sequence[float] | None]]
+"""``(candidate, warm) -> (result, [median, p20, p80], every run or None)``: one pass of one
+finalist; ``warm`` asks for do_bench's warm-up (the round's first call that runs ok)."""
+
+
+@dataclass
+class Race:
+    """A final round's passes over its ``finalists``, fastest first: ``passes_n`` alternating
+    passes; after each but the last, the finalists :func:`outpaced` by more than ``margin`` leave
+    it (``left``: label -> the passes it ran), and it ends when one is left. ``failed`` holds
+    the results of finalists whose timing failed; :meth:`estimate` is a finalist's time."""
+
+    finalists: Sequence[Candidate]
+    passes_n: int
+    margin: float
+    passes: dict[str, list[list[float]]] = field(init=False)
+    runs: dict[str, list[float] | None] = field(init=False)
+    failed: dict[str, ConfigResult] = field(default_factory=dict)
+    left: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.passes = {c.label: [] for c in self.finalists}
+        self.runs = {c.label: [] for c in self.finalists}
+
+    def run(self, time_one: TimeOne) -> None:
+        racing = list(self.finalists)
+        warmed = False  # until a call has run ok (one that fails may take its sandbox with it)
+        for round_ in range(self.passes_n):
+            for candidate in racing if round_ % 2 == 0 else racing[::-1]:
+                result, times, samples = time_one(candidate, not warmed)
+                if result.status != "ok":
+                    self.failed[candidate.label] = result
+                    continue
+                warmed = True
+                self.passes[candidate.label].append([float(t) for t in times][:3])
+                pooled = self.runs[candidate.label]
+                self.runs[candidate.label] = [*pooled, *samples] if pooled is not None and samples else None
+            racing = [c for c in racing if c.label not in self.failed]
+            if round_ == self.passes_n - 1:
+                return
+            behind = outpaced({c.label: self.estimate(c.label) for c in racing}, self.margin)
+            self.left.update((label, round_ + 1) for label in behind)
+            racing = [c for c in racing if c.label not in behind]
+            if len(racing) < 2:
+                return
+
+    def estimate(self, label: str) -> list[float]:
+        """``label``'s ``[median, p20, p80]`` over the passes it ran (:func:`pooled_estimate`)."""
+        return pooled_estimate(self.passes[label], self.runs[label])
+
+    def note(self, label: str) -> str | None:
+        """What ``label``'s reason adds: that it left the race, or ``None``."""
+        return left_race_note(self.left[label], self.passes_n, self.margin) if label in self.left else None

@@ -41,7 +41,7 @@ from triton_kiln.autotuner import node_share, node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.progress import TuningProgress
-from triton_kiln.autotuner.race import contenders, eligible, left_race_note, outpaced, pooled_estimate
+from triton_kiln.autotuner.race import Race, contenders, eligible
 from triton_kiln.autotuner.run_identity import local_device, run_identity
 from triton_kiln.autotuner.specialize import (
     Candidate,
@@ -288,7 +288,7 @@ class TuningSession:
         ``triton.autotune`` would compute from as many runs. A bencher that sends no runs back
         (in-process) gives each pass's median, and the median over the passes is taken.
 
-        After each pass but the last, a finalist clearly behind the leader (:func:`outpaced`:
+        After each pass but the last, a finalist clearly behind the leader (:class:`Race`:
         more than ``_final_drop_margin`` behind, beyond both spreads) leaves the race with the
         estimate it has and a note saying so (its ``reason``). The round ends when one is left
         (its time from the passes run so far); a finalist still racing at the end got do_bench's
@@ -301,48 +301,27 @@ class TuningSession:
         passes_n = tuner._final_passes
         warm = Phase(tuner._warmup_ms, tuner._rep_ms / passes_n, check=False, samples=True)
         busy = Phase(0.0, tuner._rep_ms / passes_n, check=False, samples=True)  # one warm-up call
-        passes: dict[str, list[list[float]]] = {c.label: [] for c in finalists}
-        runs: dict[str, list[float] | None] = {c.label: [] for c in finalists}
-        failed: dict[str, ConfigResult] = {}
-        racing = list(finalists)
-        left: dict[str, int] = {}  # a finalist that left the race -> the passes it ran
-        warmed = False  # until a call has run ok (one that fails may take its sandbox with it)
-        for round_ in range(passes_n):
-            for candidate in racing if round_ % 2 == 0 else racing[::-1]:
-                assert candidate.future is not None
-                phase = busy if warmed else warm
-                result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, phase)
-                if result.status != "ok":
-                    failed[candidate.label] = result
-                    continue
-                warmed = True
-                passes[candidate.label].append([float(t) for t in times][:3])
-                pooled = runs[candidate.label]
-                runs[candidate.label] = (
-                    [*pooled, *self.last_samples] if pooled is not None and self.last_samples else None
-                )
-            racing = [c for c in racing if c.label not in failed]
-            if round_ == passes_n - 1:
-                break
-            estimates = {c.label: pooled_estimate(passes[c.label], runs[c.label]) for c in racing}
-            behind = outpaced(estimates, tuner._final_drop_margin)
-            if behind:
-                log.debug("kiln: %s: final round, after pass %d of %d: %s left the race (more than %.0f%% "
-                          "behind)", self.name, round_ + 1, passes_n, "; ".join(sorted(behind)),
-                          100 * tuner._final_drop_margin)  # fmt: skip
-                racing = [c for c in racing if c.label not in behind]
-                left.update((label, round_ + 1) for label in behind)
-            if len(racing) < 2:
-                break
+
+        def time_one(candidate: Candidate, first: bool) -> tuple[ConfigResult, Any, list[float] | None]:
+            assert candidate.future is not None
+            phase = warm if first else busy
+            result, times = self.evaluate(candidate, candidate.future, bencher, grid, None, phase)
+            return result, times, self.last_samples
+
+        race = Race(finalists, passes_n, tuner._final_drop_margin)
+        race.run(time_one)
+        if race.left:
+            log.debug("kiln: %s: final round: %s left the race (more than %.0f%% behind)", self.name,
+                      "; ".join(f"{label} after pass {n}" for label, n in race.left.items()),
+                      100 * tuner._final_drop_margin)  # fmt: skip
         for candidate in finalists:
             previous = results[candidate.label]
-            failure = failed.get(candidate.label)
+            failure = race.failed.get(candidate.label)
             if failure is None:
-                estimate = pooled_estimate(passes[candidate.label], runs[candidate.label])
+                estimate = race.estimate(candidate.label)
                 result = replace(previous, runtime_ms=estimate[0], runtime_ms_p20=estimate[1])
                 result = replace(result, runtime_ms_p80=estimate[2], screen_ms=previous.runtime_ms)
-                if candidate.label in left:  # its notes say why its time rests on fewer runs
-                    note = left_race_note(left[candidate.label], passes_n, tuner._final_drop_margin)
+                if note := race.note(candidate.label):  # why its time rests on fewer runs
                     result = replace(result, reason="; ".join(filter(None, (previous.reason, note))))
                 timings[candidate.config] = estimate
             else:
