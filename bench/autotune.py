@@ -58,6 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import choice_harness
 import kernels_bench
+import machine_state
 import triton_kiln as kiln
 from triton_kiln.settings import usable_cores
 
@@ -365,6 +366,7 @@ def main(argv: list[str] | None = None) -> int:
             "triton_version": triton.__version__,
             "torch_version": torch.__version__,
             "cores": usable_cores(),  # the cores this run may use (taskset)
+            "host": machine_state.host(),  # the CPU model and the load as the run starts
         },
         "sets": {},
     }

@@ -1,4 +1,5 @@
-"""What else the machine is doing when a benchmark process starts (bench/inductor_child.py).
+"""What else the machine is doing when a benchmark process starts (bench/inductor_child.py),
+and which host a benchmark ran on (:func:`host`: bench/realworld.py, autotune.py, ranks.py).
 
 A warm ResNet-50 process with kiln imported torch more slowly than stock's in all 7 runs on the
 H100 (median 1.17x), before kiln was imported at all. This records, before ``import torch``,
@@ -8,8 +9,10 @@ compile workers, sandboxes) are still alive or busy, and how busy the machine's 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -55,4 +58,24 @@ def snapshot(sample_s: float = 0.5) -> dict[str, Any]:
         "cpu_mhz": round(freq.current, 1) if freq else None,
         "physical_cores": psutil.cpu_count(logical=False),
         "logical_cpus": psutil.cpu_count(logical=True),
+    }
+
+
+def host() -> dict[str, Any]:
+    """The host, recorded in a benchmark's meta so that runs on different machines can be told
+    apart: its CPU model (two H200 hosts' compile floors differed by 28-51% on 2026-11-28, and
+    the runs did not say which CPUs they had), logical CPUs, current frequency, and the load
+    averages as the run starts (another job on a shared host shows there)."""
+    model = None
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    freq = psutil.cpu_freq()
+    return {
+        "cpu_model": model,
+        "logical_cpus": psutil.cpu_count(logical=True),
+        "cpu_mhz": round(freq.current, 1) if freq else None,
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
     }

@@ -56,6 +56,13 @@ BENCH = Path(__file__).resolve().parent
 CONFIGS = 72
 
 
+def _host() -> dict[str, Any]:
+    sys.path.insert(0, str(BENCH))
+    import machine_state
+
+    return machine_state.host()
+
+
 def child(arm: str, go: Path, every: int = 1) -> dict[str, Any]:
     """One process of a case (see the module docstring); returns what it reports."""
     sys.path.insert(0, str(BENCH))
@@ -337,6 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         report = op_child(args.child, args.op, args.go) if args.op else child(args.child, args.go, args.every)
         print("RESULT " + json.dumps(report), flush=True)
         return 0
+    args.host = _host()  # as the run starts, before its processes load the machine
     if args.op is not None:
         return main_op(args)
     arms = ["kiln-cpu"] if args.cpu else [a.strip() for a in args.arms.split(",") if a.strip()]
@@ -390,6 +398,7 @@ def _write(args: argparse.Namespace, rows: list[dict[str, Any]], device: str) ->
             "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
             "triton_version": triton.__version__,
             "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
+            "host": args.host,  # the CPU model and the load as the run started
             "op": args.op,
         },
         "rows": rows,

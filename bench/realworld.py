@@ -73,6 +73,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import choice_harness
+import machine_state
 import realworld_ops
 
 HERE = Path(__file__).resolve().parent
@@ -346,6 +347,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "cores": len(os.sched_getaffinity(0)),  # the cores this run may use (taskset)
+        "host": machine_state.host(),  # the CPU model and the load as the run starts
         "repeats": args.repeats,
         "dry_run": args.dry_run,
     }
