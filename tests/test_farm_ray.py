@@ -352,6 +352,29 @@ def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch
     assert not cluster.leftovers()
 
 
+@pytest.mark.timeout(120)
+def test_a_call_to_a_node_actor_whose_node_is_gone_means_the_node_was_lost(cluster: LocalRayCluster) -> None:
+    """CI, 2026-11-28: in test_a_lost_nodes_jobs_run_again_on_another_node a call to the killed
+    node's actor came back from Ray as ``ActorUnschedulableError`` ("the node specified via
+    NodeAffinitySchedulingStrategy doesn't exist any more"), which the farm took for the job's own
+    failure: the job was skipped rather than run again on the node left. An actor pinned to a
+    node that does not exist gets that error on every call."""
+    from triton_kiln.farm import ray_api
+
+    connected = ray_api.connect(cluster.address, {})
+    try:
+        gone = ray_api.NodeInfo("ab" * 28, "127.0.0.9", 1)
+        actor, _ = ray_api.start_node_actor(gone, 1, 1, (1, (), None))
+        reply, outcome, message = ray_api.fetch(ray_api.control(actor, "ready"))
+        assert reply is None
+        assert "not schedulable" in message
+        assert outcome is ray_api.Outcome.ACTOR_LOST, message
+        ray_api.kill(actor)
+    finally:
+        if connected:
+            ray_api.disconnect()
+
+
 @pytest.mark.timeout(300)
 def test_kiln_compile_on_ray_fills_the_cache_and_exits(cluster: LocalRayCluster, tmp_path: Path) -> None:
     # A real `kiln compile` process: it joins the cluster, compiles 3 configs x 2 targets, and
