@@ -164,7 +164,11 @@ def fetch(ref: Any) -> tuple[Any, Outcome | None, str]:
     """``(reply, None, "")`` of a finished call, or ``(None, outcome, Ray's message)``."""
     ray = ray_module()
     exceptions = ray.exceptions
-    lost = (
+    try:
+        return ray.get(ref), None, ""
+    except exceptions.TaskCancelledError as exc:
+        return None, Outcome.CANCELLED, _text(exc)
+    except (
         exceptions.RayActorError,  # ActorDiedError, ActorUnavailableError: the process or its node
         exceptions.NodeDiedError,
         exceptions.ObjectLostError,
@@ -172,13 +176,8 @@ def fetch(ref: Any) -> tuple[Any, Outcome | None, str]:
         exceptions.WorkerCrashedError,
         # the actor's node is gone (its hard node affinity cannot be met): seen when a node was
         # killed while the farm ran; a RayError but not a RayActorError
-        getattr(exceptions, "ActorUnschedulableError", exceptions.NodeDiedError),
-    )
-    try:
-        return ray.get(ref), None, ""
-    except exceptions.TaskCancelledError as exc:
-        return None, Outcome.CANCELLED, _text(exc)
-    except lost as exc:
+        exceptions.ActorUnschedulableError,
+    ) as exc:
         return None, Outcome.ACTOR_LOST, _text(exc)
     except exceptions.RayError as exc:
         return None, Outcome.TASK_ERROR, _text(exc)
