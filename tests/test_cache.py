@@ -155,7 +155,7 @@ def test_info_clear_and_prune(
     sizes = {e.path.name: e.size for e in before.entries}
     limit = before.size - sizes[keys[0]] - sizes[keys[1]]
     assert abs(limit - 4 * one) < one  # about four entries
-    pruned = runner.invoke(main, ["cache", "prune", "--max-size", str(limit)])
+    pruned = runner.invoke(main, ["cache", "prune", "--max-size", f"{limit}B"])
     assert pruned.exit_code == 0, pruned.output
     assert pruned.output.startswith("removed 2 compiled kernels")
     assert {e.path.name for e in usage.scan(store.root).entries} == set(keys[2:])  # the newest four
@@ -202,7 +202,7 @@ def test_a_bad_size_is_one_error_line(tmp_path: Path) -> None:
     assert result.output.count("\n") == 1
 
 
-@pytest.mark.parametrize("command", [["clear", "--yes"], ["prune", "--max-size", "0"]])
+@pytest.mark.parametrize("command", [["clear", "--yes"], ["prune", "--max-size", "0B"]])
 def test_nothing_outside_the_cache_is_deleted_or_followed(
     artifact: CompiledArtifact, tmp_path: Path, command: list[str]
 ) -> None:
@@ -251,3 +251,148 @@ def test_the_cache_document_says_what_the_commands_do() -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "CACHE.md").read_text()
     for needle in ("KILN_CACHE_MAX_MB", "10240", "kiln cache prune --max-size", "--yes", "kiln settings"):
         assert needle in text
+
+
+# ---------------------------------------------------------------------------- audit: units, foreign dirs
+
+
+@pytest.mark.parametrize("size", ["10240", "0", "1.5", " 4096 "])
+def test_a_size_without_a_unit_is_refused_and_nothing_is_removed(
+    artifact: CompiledArtifact, tmp_path: Path, size: str
+) -> None:
+    """Audit: ``--max-size 10240`` (MiB in KILN_CACHE_MAX_MB's terms) meant 10240 bytes and
+    emptied the cache without a question."""
+    store = ArtifactStore(tmp_path / "cache")
+    keys = fill(store, artifact, 3)
+    result = CliRunner().invoke(
+        main, ["cache", "prune", "--max-size", size, "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith("Error: --max-size ")
+    assert "give a unit" in result.output
+    for example in ("10240M", "10G", "500K"):
+        assert example in result.output
+    assert result.output.count("\n") == 1
+    assert sorted(e.path.name for e in usage.scan(store.root).entries) == sorted(keys)
+
+
+def test_sizes_with_a_unit_still_prune(artifact: CompiledArtifact, tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "cache")
+    fill(store, artifact, 3)
+    runner = CliRunner()
+    kept = runner.invoke(
+        main, ["cache", "prune", "--max-size", "10G", "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert kept.exit_code == 0, kept.output
+    assert len(usage.scan(store.root).entries) == 3
+    emptied = runner.invoke(
+        main, ["cache", "prune", "--max-size", "0B", "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert emptied.exit_code == 0, emptied.output
+    assert usage.scan(store.root).entries == []
+
+
+def _foreign_tree(root: Path) -> dict[Path, bytes]:
+    """A directory that is not a kiln cache: files and folders of someone else's."""
+    files = {
+        root / "bin" / "tool": b"#!/bin/sh\n",
+        root / "lib" / "libx.so": b"\x7fELF" + b"\0" * 2000,
+        root / "share" / "doc" / "README": b"docs",
+        root / "native" / "readme.txt": b"a folder named like kiln's launcher build",
+    }
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return files
+
+
+@pytest.mark.parametrize(
+    "command", [["info"], ["clear", "--yes"], ["prune", "--max-size", "0B"]], ids=" ".join
+)
+def test_a_directory_that_is_not_a_kiln_cache_is_neither_walked_nor_cleaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """Audit: ``kiln cache info --cache-dir /usr`` walked the whole tree (8 s) and called 5.7 GiB
+    of it kiln's launcher build; ``clear`` and ``prune`` went ahead too."""
+    foreign = tmp_path / "usr"
+    files = _foreign_tree(foreign)
+    walked: list[Path] = []
+    real_tree_size, real_scan = usage.tree_size, usage.scan
+
+    def tree_size(path: Path) -> int:
+        walked.append(path)
+        return real_tree_size(path)
+
+    def scan(path: Path) -> usage.Usage:
+        walked.append(path)
+        return real_scan(path)
+
+    monkeypatch.setattr(usage, "tree_size", tree_size)
+    monkeypatch.setattr(usage, "scan", scan)
+    result = CliRunner().invoke(main, ["cache", *command, "--cache-dir", str(foreign)])
+    assert result.exit_code == 1, result.output
+    assert result.output.startswith(f"Error: {foreign} is not a kiln cache (it holds none of ")
+    assert "artifacts-v2/" in result.output
+    assert "--cache-dir" in result.output
+    assert result.output.count("\n") == 1
+    assert walked == []
+    assert {path: path.read_bytes() for path in files} == files
+
+
+@pytest.mark.parametrize(
+    "marker", ["artifacts-v2", "artifacts-v1", "bundle-records", "tuning.sqlite3", "triton-key-v1.json"]
+)
+def test_any_kiln_marker_makes_a_directory_a_cache(tmp_path: Path, marker: str) -> None:
+    cache = tmp_path / "cache"
+    _foreign_tree(cache)
+    if marker.endswith((".json", ".sqlite3")):
+        (cache / marker).write_bytes(b"")
+    else:
+        (cache / marker).mkdir()
+    result = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(cache)])
+    assert result.exit_code == 0, result.output
+    assert f"cache:           {cache}\n" in result.output
+
+
+def test_an_empty_directory_is_an_empty_cache(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "compiled:        0 entries" in result.output
+
+
+@pytest.mark.parametrize(
+    "command", [["info"], ["clear", "--yes"], ["prune", "--max-size", "1G"]], ids=" ".join
+)
+@pytest.mark.parametrize("var", ["KILN_WORKERS", "KILN_AUTOTUNE", "KILN_MEMORY_POLL_S"])
+def test_cache_commands_ignore_settings_they_do_not_use(
+    artifact: CompiledArtifact, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str], var: str
+) -> None:
+    """Audit: ``KILN_WORKERS=abc kiln cache info`` failed on a setting the command never uses."""
+    cache = tmp_path / "cache"
+    fill(ArtifactStore(cache), artifact, 1)
+    monkeypatch.setenv("KILN_CACHE_DIR", str(cache))
+    monkeypatch.setenv(var, "abc")
+    result = CliRunner().invoke(main, ["cache", *command])
+    assert result.exit_code == 0, result.output
+    assert str(cache) in result.output
+
+
+@pytest.mark.parametrize(
+    ("var", "value", "commands"),
+    [
+        ("KILN_CACHE_MAX_MB", "abc", [["info"]]),
+        ("KILN_TUNING_DB", "/", [["info"]]),
+        ("KILN_CACHE_DIR", "/dev/null", [["info"], ["clear", "--yes"], ["prune", "--max-size", "1G"]]),
+    ],
+)
+def test_cache_commands_refuse_a_bad_setting_they_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, var: str, value: str, commands: list[list[str]]
+) -> None:
+    if var != "KILN_CACHE_DIR":
+        monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(var, value)
+    for command in commands:
+        result = CliRunner().invoke(main, ["cache", *command])
+        assert result.exit_code == 1, (command, result.output)
+        assert result.output.startswith(f"Error: {var}="), (command, result.output)
+        assert result.output.count("\n") == 1, (command, result.output)

@@ -127,3 +127,65 @@ def test_report_without_a_database_says_so(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["report", "--db", str(tmp_path / "none.sqlite3")])
     assert result.exit_code != 0
     assert "no tuning database" in result.output
+
+
+def _database_with_runs(path: Path, *kernels: str) -> Path:
+    """A real tuning database (kiln's own writer): one finished run per kernel name, in order."""
+    with TuningDatabase(path) as db:
+        for kernel in kernels:
+            run = db.begin_run(kernel, "k" * 64, '["4096"]', "NVIDIA H200", "9.0", "3.6.0", default_label="A")
+            db.record(run, _result("A", "ok", 2.0))
+            db.finish_run(run, "A", 3.0, 1.0)
+    return path
+
+
+@pytest.mark.parametrize("limit", ["99999999999999999999999", "-1", "0"])
+def test_report_limit_out_of_range_is_refused(tmp_path: Path, limit: str) -> None:
+    """Audit: a huge --limit ended in an OverflowError traceback; 0 said "no tuning runs" of a
+    database that has them; -1 listed every run (SQLite's LIMIT -1)."""
+    path = _database_with_runs(tmp_path / "good.db", "matmul")
+    result = CliRunner().invoke(main, ["report", "--db", str(path), "--limit", limit])
+    assert result.exit_code == 2, result.output
+    assert not isinstance(result.exception, OverflowError)
+    assert "Invalid value for '--limit'" in result.output
+    assert "1<=x<=" in result.output
+    assert "no tuning runs" not in result.output
+
+
+def test_report_json_file_names_stay_inside_the_directory(tmp_path: Path) -> None:
+    """Audit: a kernel named ``../../evil/name`` made ``--json out`` write outside ``out``."""
+    hostile = ["../../evil/name", f"{tmp_path}/abs/path", ".hidden", "..", "a\\b:c", "\u00e9t\u00e9\nx"]
+    path = _database_with_runs(tmp_path / "db" / "good.db", "matmul", *hostile)
+    out = tmp_path / "a" / "b" / "out"
+    before = set(tmp_path.rglob("*"))
+    result = CliRunner().invoke(main, ["report", "--db", str(path), "--json", str(out), "--limit", "10"])
+    assert result.exit_code == 0, result.output
+    made = set(tmp_path.rglob("*")) - before
+    files = sorted(p for p in made if p.is_file())
+    assert len(files) == 1 + len(hostile)
+    for file in files:
+        assert file.parent == out, file
+        assert not file.name.startswith(".")
+        assert set(file.name) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+    assert sorted(p for p in made if p.is_dir()) == [tmp_path / "a", tmp_path / "a" / "b", out]
+    kernels = sorted(json.loads(f.read_text())["run"]["kernel"] for f in files)
+    assert kernels == sorted(["matmul", *hostile])  # the name is kept whole inside the file
+
+
+def test_report_on_a_newer_database_names_the_command_line_option(tmp_path: Path) -> None:
+    """Audit: the advice was ``TuningDatabase(path=...)`` (the Python API) in the CLI."""
+    path = _database_with_runs(tmp_path / "future.db", "matmul")
+    with TuningDatabase(path):
+        pass
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    conn.close()
+    result = CliRunner().invoke(main, ["report", "--db", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "TuningDatabase(" not in result.output
+    assert "newer kiln" in result.output
+    assert "--db" in result.output
+    assert result.output.count("\n") == 1

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +177,180 @@ def test_a_bad_signature_or_value_is_one_error_line(signature: str, values: list
     errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, result.output
     assert expected in errors[0], result.output
+
+
+# --- the audit of `kiln compile` (its messages and exit status): each case below failed before ---
+
+ADD_SIGNATURE = "x_ptr=*fp32,y_ptr=*fp32,out_ptr=*fp32,n=i32"  # tests/kernels.py's add_kernel
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str, str], Path]]:
+    """Writes a module of the test's own, importable by name while the test runs (sys.path and
+    sys.modules as they were after it)."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.syspath_prepend(str(folder))
+    names: list[str] = []
+
+    def write(name: str, source: str) -> Path:
+        path = folder / f"{name}.py"
+        path.write_text(textwrap.dedent(source))
+        names.append(name)
+        return path
+
+    yield write
+    for name in names:
+        sys.modules.pop(name, None)
+
+
+def _error_line(result: Any) -> str:
+    """The one ``Error:`` line of a refused command (no traceback, nothing compiled)."""
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, result.output
+    assert "Traceback" not in result.output, result.output
+    assert "compiled on" not in result.output, result.output  # refused before any compile
+    return errors[0]
+
+
+REASONS = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def offsets_of(start, BLOCK: tl.constexpr):
+    return start + tl.arange(0, BLOCK)
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK != 32, "BLOCK=32 is not supported")
+    offsets = offsets_of(tl.program_id(0) * BLOCK, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask), mask=mask)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_compile_errors_reason_and_location_are_on_its_failure_line(
+    tmp_path: Path, user_module: Callable[[str, str], Path]
+) -> None:
+    """Triton's CompilationError reads ``at 2:4:``, the source, a caret, then the reason: the
+    failure line shows the location and the reason (for an error in a called @triton.jit
+    function, whose own message ends at the caret, the reason of the innermost error)."""
+    user_module("cli_reason_kernels", REASONS)
+    result = CliRunner().invoke(
+        main,
+        ["compile", "cli_reason_kernels:add_kernel", "--signature", ADD_SIGNATURE, "--config", "BLOCK=32",
+         "--config", "BLOCK=100", "--config", "BLOCK=64", "--workers", "2",
+         "--cache-dir", str(tmp_path / "c")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "1 of 3 compiled" in result.output
+    lines = {
+        line.split("[")[1].split(",")[0]: line for line in result.output.splitlines() if "] cuda:90: " in line
+    }
+    assert lines["BLOCK=32"].endswith("cuda:90: at 2:4: BLOCK=32 is not supported"), result.output
+    assert "cuda:90: at 3:14: " in lines["BLOCK=100"], result.output
+    assert lines["BLOCK=100"].endswith("arange's range must be a power of 2"), result.output
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], "BLOCK is a tl.constexpr parameter with no value: give --constexpr BLOCK=... or --config "
+             "'BLOCK=...'"),
+        (["--config", "BLOCK=64", "--config", "num_warps=2"],
+         "BLOCK is a tl.constexpr parameter with no value in --config 'num_warps=2': give --constexpr "
+         "BLOCK=... or --config 'BLOCK=...'"),
+    ],
+    ids=["no-value", "one-config-without"],
+)  # fmt: skip
+def test_a_constexpr_without_a_value_is_named(extra: list[str], expected: str) -> None:
+    result = CliRunner().invoke(main, ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, *extra])
+    assert result.exit_code == 2, result.output
+    assert expected in _error_line(result)
+    assert "dynamic_func" not in result.output
+
+
+@pytest.mark.timeout(300)
+def test_the_exit_status_is_1_when_nothing_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--workers", "1",
+            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    every_one_failed = CliRunner().invoke(main, [*args, "--config", "BLOCK=100", "--config", "BLOCK=48"])
+    assert every_one_failed.exit_code == 1, every_one_failed.output
+    assert "0 of 2 compiled" in every_one_failed.output
+    monkeypatch.setenv("KILN_ZYGOTE_START_TIMEOUT_S", "0.01")
+    monkeypatch.setenv("KILN_ZYGOTE_RESTARTS", "1")
+    no_pool = CliRunner().invoke(main, [*args, "--constexpr", "BLOCK=64"])
+    assert no_pool.exit_code == 1, no_pool.output
+    assert "0 of 1 compiled" in no_pool.output
+    assert "it did not become ready within 10 ms (KILN_ZYGOTE_START_TIMEOUT_S" in no_pool.output
+
+
+def test_an_unknown_or_failing_preload_is_refused_up_front(user_module: Callable[[str, str], Path]) -> None:
+    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64"]
+    unknown = CliRunner().invoke(main, [*args, "--preload", "no_such_preload_module_here"])
+    assert unknown.exit_code == 2, unknown.output
+    line = _error_line(unknown)
+    assert "--preload no_such_preload_module_here: no module of that name" in line, line
+    user_module("cli_failing_preload", "raise RuntimeError('preload boom')\n")
+    failing = CliRunner().invoke(main, [*args, "--preload", "cli_failing_preload"])
+    assert failing.exit_code == 2, failing.output
+    line = _error_line(failing)
+    expected = (
+        "--preload cli_failing_preload: importing 'cli_failing_preload' raised RuntimeError: preload boom "
+        "(cli_failing_preload.py:1)"
+    )
+    assert expected in line, line
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--config", "BLOCK=64,num_warps=four"], "num_warps=four: expected a power of two from 1 to 32"),
+        (["--config", "BLOCK=64,num_warps=3"], "num_warps=3: expected a power of two from 1 to 32"),
+        (["--config", "BLOCK=64,num_warps=64"], "num_warps=64: expected a power of two from 1 to 32"),
+        (["--config", "BLOCK=64,num_stages=-1"], "num_stages=-1: expected an integer of at least 0"),
+        (["--config", "BLOCK=64,num_stages=2.5"], "num_stages=2.5: expected an integer of at least 0"),
+        (["--config", "BLOCK=64,num_ctas=0"], "num_ctas=0: expected an integer of at least 1"),
+        (["--config", "BLOCK=64,maxnreg=0"], "maxnreg=0: expected a positive integer"),
+        (["--config", "BLOCK=64,BOGUS=3"],
+         "BOGUS is neither a compile option (num_warps, num_stages, num_ctas, maxnreg, ir_override) nor a "
+         "parameter of add_kernel (its parameters: x_ptr, y_ptr, out_ptr, n, BLOCK)"),
+        (["--constexpr", "BLOCK=64,BOGUS=3"],
+         "BOGUS is not a parameter of add_kernel (its parameters: x_ptr, y_ptr, out_ptr, n, BLOCK)"),
+    ],
+    ids=["warps-word", "warps-3", "warps-64", "stages-negative", "stages-float", "ctas-0", "maxnreg-0",
+         "config-unknown", "constexpr-unknown"],
+)  # fmt: skip
+def test_a_bad_config_value_is_one_error_line(option: list[str], expected: str) -> None:
+    result = CliRunner().invoke(
+        main, ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, *option]
+    )
+    assert result.exit_code == 2, result.output
+    assert expected in _error_line(result)
+
+
+@pytest.mark.timeout(300)
+def test_the_json_path_is_checked_before_compiling_and_its_folder_made(tmp_path: Path) -> None:
+    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64",
+            "--workers", "1", "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    (tmp_path / "a-file").write_text("")
+    under_a_file = CliRunner().invoke(main, [*args, "--json", str(tmp_path / "a-file" / "s.json")])
+    assert under_a_file.exit_code == 2, under_a_file.output
+    assert "a-file is not a directory" in _error_line(under_a_file)
+    target = tmp_path / "new" / "folder" / "s.json"
+    made = CliRunner().invoke(main, [*args, "--json", str(target)])
+    assert made.exit_code == 0, made.output
+    assert json.loads(target.read_text())["compiled"] == 1
+
+
+def test_keyboard_interrupt_at_import_still_propagates(user_module: Callable[[str, str], Path]) -> None:
+    from triton_kiln.cli_compile import resolve
+
+    user_module("cli_interrupted_import", "raise KeyboardInterrupt\n")
+    with pytest.raises(KeyboardInterrupt):
+        resolve("cli_interrupted_import:k")

@@ -21,13 +21,16 @@ from triton_kiln.cli import main
 from triton_kiln.demo.run import demo_settings
 
 
-def _kiln(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def _kiln(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """``kiln ...`` in a real process (what a user sees on a terminal)."""
     return subprocess.run(
         [sys.executable, "-m", "triton_kiln", *args],
         capture_output=True,
         text=True,
         env={**os.environ, **(env or {})},
+        cwd=cwd,
         timeout=120,
         check=False,
     )
@@ -132,3 +135,88 @@ def test_demo_honours_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     assert demo_settings(2, 4.0) == (2, 4.0)  # --workers / --timeout beat the variables
     with settings.scope(job_timeout_s=9.0):
         assert demo_settings(None, None) == (3, 9.0)
+
+
+# --- `kiln compile`'s arguments (an audit's cases; each failed before) ---
+
+ADD_SIGNATURE = "x_ptr=*fp32,y_ptr=*fp32,out_ptr=*fp32,n=i32"
+ADD_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask), mask=mask)
+"""
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("raise RuntimeError('boom at import')\n",
+         "importing 'raising' raised RuntimeError: boom at import (raising.py:1)"),
+        ("import helper_of_raising\n",
+         "importing 'raising' raised ValueError: deep (helper_of_raising.py:3)"),
+        ("x = = 1\n", "importing 'raising' raised SyntaxError: invalid syntax (raising.py, line 1)"),
+        ("import sys\n\nsys.exit(3)\n", "importing 'raising' raised SystemExit: 3 (raising.py:3)"),
+    ],
+    ids=["runtime-error", "in-a-module-it-imports", "syntax-error", "sys-exit"],
+)  # fmt: skip
+def test_a_module_that_fails_at_import_is_one_error_line(tmp_path: Path, source: str, expected: str) -> None:
+    (tmp_path / "raising.py").write_text(source)
+    (tmp_path / "helper_of_raising.py").write_text("def f():\n    pass\nraise ValueError('deep')\n")
+    result = _kiln("compile", "raising:add_kernel", "--signature", ADD_SIGNATURE, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    line = _one_error_line(result)
+    assert expected in line, line
+
+
+def test_a_py_path_that_is_missing_or_shadowed_is_one_error_line(tmp_path: Path) -> None:
+    work1, work2 = tmp_path / "work1", tmp_path / "work2"
+    work1.mkdir()
+    work2.mkdir()
+    (work2 / "copy.py").write_text(ADD_KERNEL)
+    missing = _one_error_line(_kiln("compile", "./nofile.py:k", "--signature", ADD_SIGNATURE, cwd=work1))
+    assert "./nofile.py: no such file" in missing, missing
+    shadowed = _one_error_line(
+        _kiln("compile", "../work2/copy.py:add_kernel", "--signature", ADD_SIGNATURE, cwd=work1)
+    )
+    assert "../work2/copy.py is shadowed by the module 'copy'" in shadowed, shadowed
+    assert "rename" in shadowed, shadowed
+    assert "has no 'add_kernel'" not in shadowed
+
+
+@pytest.mark.timeout(300)
+def test_a_py_path_in_another_folder_compiles(tmp_path: Path) -> None:
+    work1, work2 = tmp_path / "work1", tmp_path / "work2"
+    work1.mkdir()
+    work2.mkdir()
+    (work2 / "kern_by_path.py").write_text(ADD_KERNEL)
+    result = _kiln(
+        "compile", "../work2/kern_by_path.py:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr",
+        "BLOCK=64", "--workers", "1", "--cache-dir", str(tmp_path / "cache"), cwd=work1,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "1 of 1 compiled" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("flag", "expected", "variable"),
+    [
+        (["--workers", "0"], "--workers 0: expected 1 to ", "KILN_WORKERS"),
+        (["--workers", "100000"], "--workers 100000: expected 1 to ", "KILN_WORKERS"),
+        (["--timeout", "0"], "--timeout 0: expected", "KILN_JOB_TIMEOUT_S"),
+        (["--timeout", "nan"], "--timeout nan: expected", "KILN_JOB_TIMEOUT_S"),
+    ],
+    ids=["workers-0", "workers-too-many", "timeout-0", "timeout-nan"],
+)
+def test_compile_flags_errors_name_the_flag(flag: list[str], expected: str, variable: str) -> None:
+    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64", *flag]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert expected in result.output, result.output
+    assert variable not in result.output
+    assert "compiled on" not in result.output

@@ -261,3 +261,95 @@ def test_a_remote_cache_without_the_redis_package_is_one_clear_error(
     assert "the redis package is not installed" in result.output
     assert "pip install 'triton-kiln[redis]'" in result.output
     assert "s3cret" not in result.output
+
+
+# ------------------------------------------------ --bundle and --json checked before the workload runs
+# Found by an audit: an unwritable --bundle passed the early check and failed only after the workload
+# (minutes of tuning on a GPU), and the --json summary was then never written either.
+
+UNDER_A_FILE = "/etc/passwd is"  # a path under a regular file: refused even for root
+PROC = "/proc"  # procfs: no new file, even for root (whose permission bits say it may write)
+
+
+@pytest.mark.usefixtures("fake_gpu")
+@pytest.mark.parametrize(
+    ("option", "path", "why"),
+    [
+        ("--bundle", "/etc/passwd/x.tgz", UNDER_A_FILE),
+        ("--bundle", "/etc/passwd/sub/bundle-dir", UNDER_A_FILE),
+        ("--bundle", "/proc/x.tgz", PROC),
+        ("--json", "/etc/passwd/s.json", UNDER_A_FILE),
+        ("--json", "/proc/s.json", PROC),
+    ],
+)
+def test_an_unwritable_bundle_or_json_path_is_refused_before_the_workload_runs(
+    option: str, path: str, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    marker = tmp_path / "called"
+    monkeypatch.setenv("TUNE_MARKER", str(marker))
+    result = _tune("tune_workloads:touch", "--no-install", "--cache-dir", str(tmp_path / "c"), option, path)
+    assert result.exit_code != 0, result.output
+    assert not marker.exists(), "the workload ran before the path was checked"
+    error = next(line for line in result.output.splitlines() if line.startswith("Error: "))
+    assert option in error, error  # the option, and the part of its path that is wrong
+    assert why in error, error
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops root's override of file modes (setpriv)")
+@pytest.mark.parametrize("option", ["--bundle", "--json"])
+def test_a_read_only_directory_is_refused_before_the_workload_runs(option: str, tmp_path: Path) -> None:
+    """A 0555 directory, with the command run as its owner without root's override of modes (as
+    any user but root runs it); the GPU faked in that process as ``fake_gpu`` fakes it here."""
+    read_only = tmp_path / "ro"
+    read_only.mkdir(mode=0o555)
+    read_only.chmod(0o555)
+    marker = tmp_path / "called"
+    path = read_only / ("b.tgz" if option == "--bundle" else "s.json")
+    args = [
+        "tune",
+        "tune_workloads:touch",
+        "--no-install",
+        "--cache-dir",
+        str(tmp_path / "c"),
+        option,
+        str(path),
+    ]
+    code = (
+        "import sys, torch; torch.cuda.is_available = lambda: True\n"
+        "from triton_kiln.cli import main; main(sys.argv[1:])"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'tests'}", "TUNE_MARKER": str(marker)}
+    result = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c", code, *args],
+        capture_output=True, text=True, env=env, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0, (result.stdout, result.stderr)
+    assert not marker.exists(), "the workload ran before the path was checked"
+    error = next(line for line in result.stderr.splitlines() if line.startswith("Error: "))
+    assert option in error, error
+    assert f"{read_only} is not writable" in error, error
+
+
+@pytest.mark.usefixtures("fake_gpu")
+@pytest.mark.timeout(300)
+def test_a_bundle_that_fails_after_tuning_still_writes_the_json_and_says_where_the_results_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "out"  # free when checked; the workload puts a regular file there
+    monkeypatch.setenv("TUNE_BLOCK", str(blocked))
+    cache = tmp_path / "cache"
+    result = _tune("tune_workloads:tune_then_block_the_bundle", "--no-install", "--cache-dir", str(cache),
+                   "--kernel", "add_kernel", "--bundle", str(blocked / "b.tgz"),
+                   "--json", str(tmp_path / "s.json"))  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert 'add_kernel  key {"n": 4096}: BLOCK=1024' in result.output
+    bundle = blocked / "b.tgz"
+    assert (
+        f"Error: cannot write --bundle {bundle}: {blocked} is a file, not a directory; no bundle was "
+        f"written; the tuning results are in the tuning database {cache / 'tuning.sqlite3'}" in result.output
+    )
+    assert f"`kiln bundle save PATH --cache-dir {cache}`" in result.output
+    summary = json.loads((tmp_path / "s.json").read_text())
+    assert summary["bundle"] is None
+    assert [run["kernel"] for run in summary["runs"]] == ["add_kernel"]

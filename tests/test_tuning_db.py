@@ -383,6 +383,27 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
         TuningDatabase(db_path)
 
 
+def test_a_read_only_database_reads_and_never_writes(db_path: Path) -> None:
+    """``read_only=True`` (``kiln report``): a version-1 file is read as migrated, in memory, and
+    left as it was; writes are refused in words; a missing file is not created."""
+    write_v1_database(db_path)
+    before = db_path.read_bytes()
+    with TuningDatabase(db_path, read_only=True) as db:
+        assert "read-only" in repr(db)
+        old = db.lookup(**IDENTITY)
+        assert old is not None
+        assert (old.best_label, old.split) == ("B", None)
+        with pytest.raises(TuningDatabaseError, match=r"opened with read_only=True; open a TuningDatabase"):
+            begin(db)
+    assert db_path.read_bytes() == before
+    assert sorted(p.name for p in db_path.parent.iterdir()) == [db_path.name]  # no -wal / -shm left
+    assert schema_version_of(db_path) == 1
+    missing = db_path.with_name("missing.sqlite3")
+    with pytest.raises(TuningDatabaseError, match="no tuning database at"):
+        TuningDatabase(missing, read_only=True)
+    assert not missing.exists()
+
+
 def test_migration_runs_once_when_many_open_a_version_1_file(db_path: Path) -> None:
     # Every opener sees version 1 at first; the write lock lets exactly one migrate (a second
     # ALTER TABLE would fail with "duplicate column name").

@@ -51,3 +51,21 @@ def write_then_fail() -> None:
         db.record(run, ConfigResult("BLOCK=64", _config(64), "ok", compile_s=0.4, runtime_ms=0.02))
         db.finish_run(run, "BLOCK=64", 0.5, 0.4)
     raise RuntimeError("the workload's third shape ran out of memory")
+
+
+def tune_then_block_the_bundle() -> None:
+    """Tunes ``add_kernel`` for real as far as a bundle needs (one variant compiled into the kiln
+    cache and recorded there, its run in the tuning database), then puts a regular file where the
+    bundle's directory is to be made (the path in TUNE_BLOCK): writing the bundle then fails."""
+    from bundle_maker import compile_parts
+    from triton_kiln import settings
+    from triton_kiln.bundle.index import write_record
+
+    cache = settings.current().cache_dir
+    record, _ = compile_parts(cache)
+    write_record(cache, record, record.entries[0])
+    with TuningDatabase(default_database_path()) as db:
+        run = db.begin_run("add_kernel", "e" * 64, '{"n": 4096}', DEVICE, "9.0", "3.6.0", "BLOCK=1024")
+        db.record(run, ConfigResult("BLOCK=1024", _config(1024), "ok", compile_s=0.4, runtime_ms=0.01))
+        db.finish_run(run, "BLOCK=1024", 0.5, 0.4)
+    Path(os.environ["TUNE_BLOCK"]).write_text("in the way of the bundle's directory")

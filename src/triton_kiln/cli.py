@@ -3,7 +3,10 @@
 Every kiln error (and every file-system error) a command meets ends as one ``Error: ...`` line
 on stderr and exit status 1, never a traceback (:class:`_KilnGroup`). Settings are read by the
 commands that need them, so a malformed ``KILN_*`` variable is that one line there, and
-``kiln --help``, ``kiln bundle show`` and ``kiln settings`` (which shows it) still work.
+``kiln --help``, ``kiln bundle show`` and ``kiln settings`` (which shows it) still work; ``kiln
+cache`` reads only the settings it uses (:mod:`kiln.cli_cache`). ``kiln report`` only reads the
+tuning database; it and ``kiln bundle save`` check where they will write before the work
+(:func:`kiln.files.check_writable`), and say so naming the path as given.
 """
 
 from __future__ import annotations
@@ -70,20 +73,21 @@ def demo(arch: int, workers: int | None, timeout_s: float | None) -> None:
 
 
 _SQLITE_HEADER = b"SQLite format 3\x00"
+_DB_HINT = "pass --db the path of one (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)"
+MAX_REPORT_RUNS = 1_000_000
 
 
 def _check_tuning_database(path: Path) -> None:
-    """Refuse a file that is not a kiln tuning database, read-only, before kiln opens it for
-    writing (which would turn an empty SQLite file into one, and add -wal/-shm files)."""
+    """Refuse a file that is not a kiln tuning database, or one of a newer kiln, in words for the
+    command line; the file is only read (never written, even in a directory the user can write)."""
+    from triton_kiln.tuning.schema import DEFAULT_BUSY_TIMEOUT_S, SCHEMA_VERSION, connect_read_only
+
     with open(path, "rb") as handle:
         header = handle.read(len(_SQLITE_HEADER))
     if header != _SQLITE_HEADER:
-        raise click.ClickException(
-            f"{path} is not a kiln tuning database (not an SQLite file); pass --db the path of one "
-            f"(default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)."
-        )
+        raise click.ClickException(f"{path} is not a kiln tuning database (not an SQLite file); {_DB_HINT}.")
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        conn = connect_read_only(path, DEFAULT_BUSY_TIMEOUT_S)
         try:
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         finally:
@@ -94,8 +98,14 @@ def _check_tuning_database(path: Path) -> None:
         reason = ""
     if row is None:
         raise click.ClickException(
-            f"{path} is an SQLite file but not a readable kiln tuning database{reason}; pass --db the "
-            f"path of one (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3)."
+            f"{path} is an SQLite file but not a readable kiln tuning database{reason}; {_DB_HINT}."
+        )
+    version = str(row[0])
+    if version.isdigit() and int(version) > SCHEMA_VERSION:
+        raise click.ClickException(
+            f"{path} was written by a newer kiln (schema version {version}; this kiln reads up to "
+            f"{SCHEMA_VERSION}): upgrade kiln (pip install -U triton-kiln) to read it, or pass --db "
+            f"another database."
         )
 
 
@@ -108,7 +118,13 @@ def _check_tuning_database(path: Path) -> None:
     help="Tuning database (default: KILN_TUNING_DB, else <cache dir>/tuning.sqlite3).",
 )
 @click.option("--kernel", default=None, help="Only runs of this kernel (by name).")
-@click.option("--limit", default=5, show_default=True, help="How many runs, newest first.")
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_REPORT_RUNS),
+    default=5,
+    show_default=True,
+    help=f"How many runs, newest first (1 to {MAX_REPORT_RUNS:,}).",
+)
 @click.option(
     "--json",
     "json_dir",
@@ -127,20 +143,32 @@ def _check_tuning_database(path: Path) -> None:
 def report(
     db_path: str | None, kernel: str | None, limit: int, json_dir: str | None, html_path: str | None
 ) -> None:
-    """Print the latest tuning runs from the tuning database as tables (or write them as a page)."""
+    """Print the latest tuning runs from the tuning database as tables (or write them as a page).
+
+    The database is only read (a directory the user cannot write is fine); where the page or the
+    JSON files cannot be written is said before it is read.
+    """
+    from triton_kiln.files import check_writable, safe_name, write_error
     from triton_kiln.tuning import TuningDatabase, default_database_path, format_table, write_json
 
+    if html_path:
+        check_writable(Path(html_path), f"--html {html_path}")
+    if json_dir:
+        check_writable(Path(json_dir), f"--json {json_dir}", directory=True)
     path = Path(db_path) if db_path else default_database_path()
     if not path.exists():
         raise click.ClickException(f"no tuning database at {path}; tune a kernel with kiln.autotune first")
     _check_tuning_database(path)
-    with TuningDatabase(path) as database:
+    with TuningDatabase(path, read_only=True) as database:
         runs = database.runs(kernel=kernel, limit=limit)
         every_run = database.runs(limit=-1) if html_path else []
     if html_path:
         from triton_kiln.tuning.html_report import write_html
 
-        written = write_html(html_path, runs, every_run, source=str(path))
+        try:
+            written = write_html(html_path, runs, every_run, source=str(path))
+        except OSError as exc:
+            raise write_error(f"--html {html_path}", Path(html_path), exc) from None
         click.echo(f"written: {written} ({len(runs)} runs shown, {len(every_run)} in the database)")
     elif not runs:
         click.echo(f"no tuning runs{f' of {kernel!r}' if kernel else ''} in {path}")
@@ -149,8 +177,11 @@ def report(
         if not html_path:
             click.echo(format_table(run) + "\n")
         if json_dir:
-            target = Path(json_dir) / f"{run.kernel}-{index}.json"
-            write_json(run, target)
+            target = Path(json_dir) / f"{safe_name(run.kernel, fallback='kernel')}-{index}.json"
+            try:
+                write_json(run, target)
+            except OSError as exc:
+                raise write_error(f"--json {json_dir}", Path(json_dir), exc, directory=True) from None
             click.echo(f"written: {target}")
 
 
@@ -221,16 +252,23 @@ def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
     from triton_kiln import settings
     from triton_kiln.bundle import BundleError, collect_recorded, write_bundle
     from triton_kiln.bundle.format import check_bundle_path
+    from triton_kiln.files import check_writable, write_error
 
     check_bundle_path(Path(path))  # before anything is read or made
+    check_writable(Path(path), f"the bundle {path}")
     root = Path(cache_dir) if cache_dir else settings.current().cache_dir
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             kernels, binaries = collect_recorded(root, kernel)
+        except BundleError as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
             written = write_bundle(Path(path), kernels, binaries)
         except BundleError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            raise write_error(f"the bundle {path}", Path(path), exc) from None
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)
     for record in kernels:

@@ -1,12 +1,19 @@
 """``kiln cache info | clear | prune``: the cache directory, seen and cleaned (docs/CACHE.md).
 
-None of these creates the cache directory; each reads ``KILN_CACHE_DIR`` (or ``--cache-dir``)
-and, for ``info``, ``KILN_TUNING_DB`` and ``KILN_CACHE_MAX_MB``. The work is :mod:`kiln.cache`'s.
+None of these creates the cache directory. Each reads only the settings it uses, so a malformed
+variable it does not use (``KILN_WORKERS=abc``) does not stop it: ``KILN_CACHE_DIR`` (unless
+``--cache-dir`` is given) and, for ``info``, ``KILN_TUNING_DB`` and ``KILN_CACHE_MAX_MB``.
+A directory that holds files but none that kiln writes at the top of its cache (:data:`MARKERS`)
+is refused before it is walked: ``--cache-dir /usr`` would take seconds to measure and could
+only be a mistake. The work is :mod:`kiln.cache`'s.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -17,11 +24,61 @@ _CACHE_DIR_OPTION = click.option(
     help="The kiln cache (default: KILN_CACHE_DIR, else ~/.cache/kiln).",
 )
 
+MARKERS = re.compile(r"artifacts-v\d+|bundle-records|tuning\.sqlite3|triton-key-v\d+\.json")
+"""Names kiln writes at the top of its cache directory (kiln.cache's layout): the artifact stores,
+the bundle records, the tuning database and Triton's key. (``native/`` and ``node/`` are too
+common a name to tell a kiln cache by.)"""
+_MARKERS_SHOWN = "artifacts-v2/, bundle-records/, tuning.sqlite3, triton-key-v1.json"
+
+_BARE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+
+
+def _settings(*names: str) -> dict[str, Any]:
+    """The settings ``names`` in force (environment and scopes); a malformed one among them is a
+    SettingsError naming its variable, one not among them is not read."""
+    from triton_kiln import settings
+    from triton_kiln.errors import SettingsError
+
+    settings.warn_unknown_variables()
+    rows = {row.name: row for row in settings.describe() if row.name in names}
+    for name in names:
+        if rows[name].error:
+            raise SettingsError(rows[name].error)
+    return {name: rows[name].value for name in names}
+
 
 def _root(cache_dir: str | None) -> Path:
-    from triton_kiln import settings
+    return Path(cache_dir) if cache_dir else Path(_settings("cache_dir")["cache_dir"])
 
-    return Path(cache_dir) if cache_dir else settings.current().cache_dir
+
+def _check_is_cache(root: Path) -> None:
+    """Refuse a directory with entries but none of :data:`MARKERS` (an empty one is an empty cache)."""
+    with os.scandir(root) as entries:
+        names = [entry.name for entry in entries]
+    if names and not any(MARKERS.fullmatch(name) for name in names):
+        raise click.ClickException(
+            f"{root} is not a kiln cache (it holds none of {_MARKERS_SHOWN}); nothing was read or "
+            f"removed. Pass --cache-dir the kiln cache (default: KILN_CACHE_DIR, else ~/.cache/kiln)."
+        )
+
+
+def _max_size(text: str) -> int:
+    """Bytes in ``--max-size``; a number without a unit is refused (KILN_CACHE_MAX_MB counts MiB,
+    so a bare ``10240`` meant for 10 GiB would empty the cache)."""
+    from triton_kiln.cache import CacheSizeError, parse_size
+
+    units = "K, M, G and T count powers of 1024, B bytes: 0B empties the store"
+    if _BARE_NUMBER.fullmatch(text):
+        raise click.ClickException(
+            f"--max-size {text.strip()} has no unit; give a unit: 10240M, 10G, or 500K ({units}); "
+            f"nothing was removed"
+        )
+    try:
+        return parse_size(text)
+    except CacheSizeError:
+        raise click.ClickException(
+            f"{text!r} is not a size: give a number with a unit, as in 500K, 10240M, 10G or 1.5GiB ({units})"
+        ) from None
 
 
 @click.group()
@@ -33,17 +90,16 @@ def cache() -> None:
 @_CACHE_DIR_OPTION
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many compiled kernels it holds, their size and the cap."""
-    from triton_kiln import settings
     from triton_kiln.cache import STORE_DIR, human, info
-    from triton_kiln.tuning.db import default_database_path
+    from triton_kiln.tuning.db import DATABASE_FILENAME
 
-    current = settings.current()
-    root = Path(cache_dir) if cache_dir else current.cache_dir
-    found = info(
-        root, default_database_path(current if cache_dir is None else current.replace(cache_dir=root))
-    )
+    used = _settings("cache_dir", "tuning_db", "cache_max_mb")
+    root = Path(cache_dir) if cache_dir else Path(used["cache_dir"])
+    if root.is_dir():
+        _check_is_cache(root)
+    found = info(root, Path(used["tuning_db"]) if used["tuning_db"] else root / DATABASE_FILENAME)
     click.echo(f"cache:           {root}{'' if found.exists else ' (does not exist: nothing compiled yet)'}")
-    cap = "none" if current.cache_max_mb is None else human(current.cache_max_mb << 20)
+    cap = "none" if used["cache_max_mb"] is None else human(used["cache_max_mb"] << 20)
     click.echo(
         f"compiled:        {found.entries} entries, {human(found.size)} in {STORE_DIR}/ "
         f"(cap {cap}, KILN_CACHE_MAX_MB)"
@@ -73,6 +129,7 @@ def cache_clear(cache_dir: str | None, yes: bool) -> None:
     if not root.is_dir():
         click.echo(f"no kiln cache at {root}: nothing to clear")
         return
+    _check_is_cache(root)
     found = info(root, root / "tuning.sqlite3")
     if not yes:
         click.confirm(
@@ -92,17 +149,19 @@ def cache_clear(cache_dir: str | None, yes: bool) -> None:
 @click.option(
     "--max-size",
     required=True,
-    help="Evict least recently used kernels until the cache holds at most this: bytes, or 500M, 2G.",
+    help="Evict least recently used kernels until the cache holds at most this much: a number with "
+    "a unit, K, M, G, T (powers of 1024) or B for bytes: 500M, 10G, 0B (empties it).",
 )
 def cache_prune(cache_dir: str | None, max_size: str) -> None:
     """Evict least recently used compiled kernels down to --max-size."""
-    from triton_kiln.cache import human, parse_size, prune
+    from triton_kiln.cache import human, prune
 
-    limit = parse_size(max_size)  # a bad size is one Error: line, before anything is read
+    limit = _max_size(max_size)  # a bad size is one Error: line, before anything is read
     root = _root(cache_dir)
     if not root.is_dir():
         click.echo(f"no kiln cache at {root}: nothing to prune")
         return
+    _check_is_cache(root)
     result = prune(root, limit)
     click.echo(
         f"removed {result.removed} compiled kernels ({human(result.freed)}); "

@@ -14,14 +14,22 @@ real call's (:mod:`kiln.cli_signature`), so tuning finds these binaries in the c
 per config, target and call goes to the local :class:`~kiln.pool.CompilePool`, or with ``--ray``
 to a :class:`~kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
 a remote cache configured, in it too). A progress bar runs on a terminal; the end is a summary
-of failures by cause. The exit status is 0 unless ``--strict`` is given and a config failed.
+of failures by cause, and a line per failed config with the reason (for Triton's
+``CompilationError``, its location and the reason, which its message puts last). The exit status is
+1 when not one request compiled (every one failed, or the pool could not start), and with
+``--strict`` when any failed; else 0.
+
+Arguments are checked before anything is compiled, each a one-line ``Error:``: the module,
+``--preload``, ``--workers``, ``--timeout`` and ``--json`` (whose folder is made then) in
+:mod:`kiln.cli_args`; ``--signature``, ``--value``, ``--config`` and ``--constexpr`` in
+:mod:`kiln.cli_signature`.
 """
 
 from __future__ import annotations
 
 import ast
-import importlib
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -30,7 +38,9 @@ from typing import Any
 
 import click
 
-from triton_kiln.errors import KilnError
+from triton_kiln.cli_args import check_json_path, check_preloads, check_timeout, check_workers
+from triton_kiln.cli_args import resolve as resolve  # noqa: PLC0414 - kiln tune imports it from here
+from triton_kiln.errors import KilnError, RemoteTraceback
 
 summary_json_option = click.option(
     "--json",
@@ -74,29 +84,6 @@ def _pairs(text: str, what: str) -> dict[str, str]:
     return pairs
 
 
-def resolve(spec: str) -> Any:
-    """The object ``MODULE:NAME`` (or ``path/to/file.py:NAME``) names; the current directory is importable."""
-    module_name, sep, attr = spec.rpartition(":")
-    if not sep or not module_name or not attr:
-        raise click.BadParameter(f"{spec!r} is not MODULE:NAME", param_hint="MODULE:KERNEL")
-    if str(Path.cwd()) not in sys.path:
-        sys.path.insert(0, str(Path.cwd()))
-    if module_name.endswith(".py"):
-        path = Path(module_name).resolve()
-        sys.path.insert(0, str(path.parent))
-        module_name = path.stem
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise click.ClickException(f"cannot import {module_name!r}: {exc}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise click.ClickException(f"{module_name!r} has no {attr!r}") from None
-    return obj
-
-
 def kernel_and_configs(obj: Any) -> tuple[Any, list[Any]]:
     """The ``@triton.jit`` function under ``obj`` and its autotuner's configs (``triton.Config``s)."""
     from triton_kiln.triton_compat import is_jit_function
@@ -131,6 +118,44 @@ def failure_cause(exc: BaseException) -> str:
     if is_out_of_resources(exc):
         return "out of resources"
     return type(exc).__name__
+
+
+_LOCATION = re.compile(r"at \d+:\d+:")  # how Triton's CompilationError begins: "at 2:38:"
+_CHAINED = re.compile(
+    r"\n(?:The above exception was the direct cause of the following exception|"
+    r"During handling of the above exception, another exception occurred):\n"
+)
+
+
+def failure_line(exc: BaseException) -> str:
+    """A failed config's line: the message's first line, or for Triton's ``CompilationError``
+    (``at 2:38:``, the source, a caret, then the reason) the location and the reason. An error in
+    a called ``@triton.jit`` function ends at the caret: the reason is the innermost error's."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    if not _LOCATION.fullmatch(lines[0].strip()) or len(lines) < 2:
+        return lines[0]
+    reason = lines[-1].strip()
+    if set(reason) <= {"^", "~", " "}:
+        reason = _innermost_reason(exc) or "(no reason given)"
+    return f"{lines[0].strip()} {reason}"
+
+
+def _innermost_reason(exc: BaseException) -> str | None:
+    """The last line of the innermost error under ``exc`` that gives a reason (its causes, and
+    those in a worker's traceback)."""
+    chain: list[str] = []  # the outermost first
+    cause = exc.__cause__
+    while cause is not None:
+        # a worker's traceback text lists a chain's innermost exception first
+        chain += reversed(_CHAINED.split(cause.tb)) if isinstance(cause, RemoteTraceback) else [str(cause)]
+        cause = cause.__cause__
+    for text in reversed(chain):
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if lines and not set(lines[-1]) <= {"^", "~", " "}:
+            return lines[-1]
+    return None
 
 
 @click.command("compile")
@@ -168,15 +193,26 @@ def failure_cause(exc: BaseException) -> str:
     help="With --ray: use the nodes' standing compilers (`kiln farm up`), left running after "
     "[default: KILN_FARM_STANDING].",
 )
-@click.option("--workers", type=int, default=None, help="Local compile workers [default: KILN_WORKERS].")
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    callback=check_workers,
+    help="Local compile workers [default: KILN_WORKERS].",
+)
 @click.option(
     "--timeout",
     "timeout_s",
     type=float,
     default=None,
+    callback=check_timeout,
     help="Seconds before a compile counts as hung [default: KILN_JOB_TIMEOUT_S].",
 )
-@click.option("--preload", multiple=True, help="Modules every compile worker imports first (repeat).")
+@click.option(
+    "--preload",
+    multiple=True,
+    help="Modules every compile worker imports first (repeat); each is imported here first.",
+)
 @click.option(
     "--cache-dir",
     type=click.Path(file_okay=False),
@@ -190,7 +226,11 @@ def failure_cause(exc: BaseException) -> str:
     help="Refused: a bundle needs tuning on a GPU (`kiln tune MODULE:FUNCTION --bundle PATH`).",
 )
 @summary_json_option
-@click.option("--strict", is_flag=True, help="Exit with status 1 when any config failed.")
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Exit with status 1 when any config failed (without it: when none compiled).",
+)
 def compile_command(
     kernel_spec: str,
     signature: str | None,
@@ -211,7 +251,8 @@ def compile_command(
     """Compile a kernel's configs for each --target into the kiln cache, here or on a Ray cluster.
 
     The binaries are those a real call with these argument types (and --value integers) looks
-    up: 'kiln tune' and kiln.autotune then find them compiled."""
+    up: 'kiln tune' and kiln.autotune then find them compiled. The exit status is 1 when none
+    compiled (with --strict: when any failed)."""
     if bundle_path is not None:
         raise click.ClickException(
             "--bundle: a bundle holds one tuned config per tuning key, chosen by timing on a GPU, and "
@@ -221,6 +262,10 @@ def compile_command(
             "cache; or tune with kiln.autotune there and write it with `kiln bundle save`."
         )
     requests = build_requests(kernel_spec, signature, configs, constexprs, targets or ("cuda:90",), values)
+    if ray_address is None:  # on a cluster the nodes import them, maybe from what is not here
+        check_preloads(preload)
+    if json_path:
+        check_json_path(json_path)  # its folder made now, the arguments being good; written at the end
     pool = _make_pool(ray_address, workers, timeout_s, preload, cache_dir, standing=standing or None)
     started = time.perf_counter()
     try:
@@ -234,8 +279,7 @@ def compile_command(
     for cause, count in causes.most_common():
         click.echo(f"  {count:4d} failed: {cause}")
     for label, exc in failures:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        click.echo(f"  {label}: {first}", err=True)
+        click.echo(f"  {label}: {failure_line(exc)}", err=True)
     if json_path:
         summary = {
             "kernel": kernel_spec,
@@ -244,11 +288,14 @@ def compile_command(
             "wall_s": round(wall_s, 3),
             "failed": dict(causes),
             "failures": [
-                {"config": label, "cause": failure_cause(e), "error": str(e)} for label, e in failures
+                {"config": label, "cause": failure_cause(e), "reason": failure_line(e), "error": str(e)}
+                for label, e in failures
             ],
         }
-        Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
-    if strict and failures:
+        from triton_kiln.files import atomic_write
+
+        atomic_write(Path(json_path), (json.dumps(summary, indent=1) + "\n").encode())
+    if failures and (strict or len(failures) == len(requests)):
         sys.exit(1)
 
 
@@ -262,10 +309,16 @@ def build_requests(
 ) -> list[Any]:
     """One request per config, target and ``--value`` call, as the autotuner builds a real call's
     (module :mod:`kiln.cli_signature`); requests that come out the same are listed once."""
-    import triton
-
-    from triton_kiln.cli_signature import call_requests, distinct, parse_types, parse_values
-    from triton_kiln.tuning.configs import COMPILE_OPTIONS
+    from triton_kiln.cli_signature import (
+        call_requests,
+        check_common,
+        check_constexpr_values,
+        distinct,
+        parse_config,
+        parse_types,
+        parse_values,
+    )
+    from triton_kiln.tuning.configs import config_label
 
     kernel, chosen = kernel_and_configs(resolve(kernel_spec))
     if signature is None:
@@ -281,15 +334,20 @@ def build_requests(
     else:
         types = _pairs(signature, "--signature")
     common = {k: _value(v) for item in constexprs for k, v in _pairs(item, "--constexpr").items()}
+    check_common(kernel, common)
     if configs:
-        chosen = []
-        for text in configs:
-            values_ = {k: _value(v) for k, v in _pairs(text, "--config").items()}
-            kwargs = {k: v for k, v in values_.items() if k not in COMPILE_OPTIONS}
-            options = {k: v for k, v in values_.items() if k in COMPILE_OPTIONS}
-            chosen.append(triton.Config(kwargs, **options))
-    if not chosen:
-        chosen = [triton.Config({})]  # a plain @triton.jit kernel: one compile with --constexpr values
+        wheres = [f" in --config {text!r}" for text in configs]
+        chosen = [
+            parse_config(kernel, {k: _value(v) for k, v in _pairs(text, "--config").items()}, text)
+            for text in configs
+        ]
+    elif chosen:
+        wheres = [f" in its autotune config {config_label(c)}" for c in chosen]
+    else:
+        import triton
+
+        chosen, wheres = [triton.Config({})], [""]  # a plain @triton.jit kernel: one compile
+    check_constexpr_values(kernel, list(zip(chosen, wheres, strict=True)), common)
     arg_types = parse_types(kernel, {str(k): str(v) for k, v in types.items()})
     calls = parse_values(values, _pairs)
     try:

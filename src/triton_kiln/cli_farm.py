@@ -32,7 +32,14 @@ def farm() -> None:
     default=None,
     help="Memory one compile may use [default: KILN_MEMORY_LIMIT_MB, else none].",
 )
-@click.option("--timeout", "timeout_s", type=float, default=120.0, show_default=True, help="Seconds to wait.")
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait for every node's pool to be warm (more than 0).",
+)
 def farm_up(
     ray_address: str,
     cpus_per_node: int | None,

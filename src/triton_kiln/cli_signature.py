@@ -21,6 +21,11 @@ The notation is Triton's AOT compiler's (``triton/tools/compile.py``), with torc
 ``--value NAME=INT,...`` gives the integers of one call (the M, N, K tuning will see); the
 specialization then follows from each value exactly as in a real call. Repeat it for several
 calls: each adds its requests, and requests that come out the same are compiled once.
+
+``--config`` and ``--constexpr`` are checked here too, before anything is compiled: each keyword
+is a compile option (``num_warps`` a power of two from 1 to 32, ``num_stages`` at least 0,
+``num_ctas`` at least 1, ``maxnreg`` positive) or a parameter of the kernel, and every
+``tl.constexpr`` parameter without a default has a value in every config.
 """
 
 from __future__ import annotations
@@ -227,3 +232,89 @@ def distinct(requests: Sequence[Any]) -> list[Any]:
     for request in requests:
         seen.setdefault(request.key, request)
     return list(seen.values())
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    # Triton asserts a power of two; 32 warps of 32 threads are the 1024 threads a block may have
+    "num_warps": (
+        lambda v: _is_int(v) and 1 <= v <= 32 and v & (v - 1) == 0,
+        "a power of two from 1 to 32 (warps per program)",
+    ),
+    "num_stages": (  # 0 as well: Triton compiles it as 1, and AMD configs use it
+        lambda v: _is_int(v) and v >= 0,
+        "an integer of at least 0 (software-pipelining stages; 0 and 1 pipeline nothing)",
+    ),
+    "num_ctas": (lambda v: _is_int(v) and v >= 1, "an integer of at least 1 (CTAs in a cluster)"),
+    "maxnreg": (lambda v: _is_int(v) and v >= 1, "a positive integer (registers per thread)"),
+}
+"""What ``--config`` may give each compile option, checked before anything is compiled."""
+
+
+def parse_config(kernel: Any, values: Mapping[str, Any], text: str) -> Any:
+    """The ``triton.Config`` one ``--config`` gives (its values parsed), its names and option values
+    checked: a keyword is a compile option or a parameter of the kernel."""
+    import triton
+
+    from triton_kiln.tuning.configs import COMPILE_OPTIONS
+
+    params = [p.name for p in _params(kernel)]
+    for name, value in values.items():
+        if name not in COMPILE_OPTIONS and name not in params:
+            raise click.BadParameter(
+                f"{name} is neither a compile option ({', '.join(COMPILE_OPTIONS)}) nor a parameter "
+                f"of {kernel.__name__} (its parameters: {', '.join(params)}); in {text!r}",
+                param_hint="--config",
+            )
+        check, expected = _OPTION_RULES.get(name, (lambda _: True, ""))
+        if not check(value):
+            raise click.BadParameter(
+                f"{name}={value}: expected {expected}; in {text!r}", param_hint="--config"
+            )
+    kwargs = {k: v for k, v in values.items() if k not in COMPILE_OPTIONS}
+    return triton.Config(kwargs, **{k: v for k, v in values.items() if k in COMPILE_OPTIONS})
+
+
+def check_common(kernel: Any, common: Mapping[str, Any]) -> None:
+    """``--constexpr`` names parameters of the kernel (compile options go in ``--config``)."""
+    from triton_kiln.tuning.configs import COMPILE_OPTIONS
+
+    params = [p.name for p in _params(kernel)]
+    for name in common:
+        if name in COMPILE_OPTIONS:
+            raise click.BadParameter(
+                f"{name} is a compile option, not a parameter: give it in --config '{name}=...'",
+                param_hint="--constexpr",
+            )
+        if name not in params:
+            raise click.BadParameter(
+                f"{name} is not a parameter of {kernel.__name__} (its parameters: {', '.join(params)})",
+                param_hint="--constexpr",
+            )
+
+
+def check_constexpr_values(
+    kernel: Any, configs: Sequence[tuple[Any, str]], common: Mapping[str, Any]
+) -> None:
+    """Every ``tl.constexpr`` parameter without a default has a value in each config, from the
+    config or ``--constexpr``; ``configs`` pairs each with where it came from (``""`` for none)."""
+    needed = [p.name for p in _params(kernel) if p.is_constexpr and not p.has_default]
+    for config, where in configs:
+        missing = [name for name in needed if name not in config.kwargs and name not in common]
+        if missing:
+            names = ", ".join(missing)
+            what = "a tl.constexpr parameter" if len(missing) == 1 else "tl.constexpr parameters"
+            example = ",".join(f"{name}=..." for name in missing)
+            raise click.UsageError(
+                f"{names} {'is' if len(missing) == 1 else 'are'} {what} with no value{where}: "
+                f"give --constexpr {example} or --config '{example}'"
+            )
+
+
+def _params(kernel: Any) -> list[Any]:
+    from triton_kiln.triton_compat import jit_params
+
+    return jit_params(kernel)

@@ -19,6 +19,10 @@ on representative inputs. The command:
    path: :func:`kiln.bundle.collect_recorded` + :func:`kiln.bundle.write_bundle`) of the kernels
    tuned here, or of ``--kernel`` NAMEs.
 
+``--bundle`` and ``--json`` are checked before step 2 (:func:`check_output`): a path kiln could not
+write is refused before any tuning, not after it. If the bundle cannot be written anyway, the error
+says where the results are (the tuning database, the kiln cache), and ``--json`` is still written.
+
 If FUNCTION raises, its last traceback line is an ``Error:``, and what was tuned before is still
 reported and bundled (every finished run is already in the database); the exit status is then 1.
 Otherwise it is 0, or with ``--strict`` 1 when a run found no working config or did not finish.
@@ -31,7 +35,9 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import os
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -190,8 +196,11 @@ def tune_command(
     check_workload_spec(function_spec)
     if kernels and bundle_path is None:
         raise click.UsageError("--kernel chooses what goes into the bundle: give --bundle PATH too")
-    if bundle_path is not None:
-        check_bundle_path(Path(bundle_path))  # before minutes of tuning
+    if bundle_path is not None:  # before minutes of tuning: the bundle is written after them
+        check_bundle_path(Path(bundle_path))
+        check_output(Path(bundle_path), f"--bundle {bundle_path}")
+    if json_path:
+        check_output(Path(json_path), f"--json {json_path}")
     problem = gpu_problem()
     if problem is not None:
         raise click.ClickException(problem)
@@ -224,7 +233,7 @@ def tune_command(
         written = None
         if bundle_path is not None:
             names = list(kernels) or sorted({o.kernel for o in outcomes if o.best_label is not None})
-            written = _bundle(Path(bundle_path), current.cache_dir, names)
+            written = _bundle(Path(bundle_path), current, names)
         if current.remote_cache is not None and any(o.finished for o in outcomes):
             where = settings.redacted_url(current.remote_cache)
             click.echo(f"tuning results also in the remote cache {where} (runs taken from it are listed too)")
@@ -240,7 +249,12 @@ def tune_command(
             if current.remote_cache is None
             else settings.redacted_url(current.remote_cache),
         }
-        Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
+        try:
+            Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")
+        except OSError as exc:
+            from triton_kiln.files import write_error
+
+            raise write_error(f"--json {json_path}", Path(json_path), exc) from None
     if isinstance(error, KeyboardInterrupt):
         sys.exit(130)
     unbundled = bundle_path is not None and written is None
@@ -282,9 +296,33 @@ def format_report(outcomes: list[RunOutcome], wall_s: float, path: Path) -> str:
     return "\n".join([head, *(line for o in outcomes for line in o.lines())])
 
 
-def _bundle(path: Path, cache_dir: Path, names: list[str]) -> Path | None:
-    """The variants of ``names`` recorded in ``cache_dir``, written to ``path`` (as `kiln bundle save`)."""
+def check_output(path: Path, what: str) -> None:
+    """Refuse an output ``path`` (``what``: the option and path as given) kiln could not write,
+    before the workload runs: :func:`kiln.files.check_writable` (under a file, a directory without
+    write permission), then a file made and removed where ``path`` will go, which finds what
+    permission bits do not tell (root in ``/proc``)."""
+    from triton_kiln.files import OutputPathError, check_writable
+
+    check_writable(path, what)
+    folder = path.absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the missing directories are made when it is written
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".kiln-tune-check-")
+    except OSError as exc:
+        raise OutputPathError(
+            f"cannot write {what}: the directory {folder} takes no new file ({exc.strerror or exc})"
+        ) from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _bundle(path: Path, current: Any, names: list[str]) -> Path | None:
+    """The variants of ``names`` recorded in the kiln cache of the settings ``current``, written to
+    ``path`` (as `kiln bundle save`); ``None`` (said why) if none was written."""
     from triton_kiln.bundle import BundleError, collect_recorded, write_bundle
+    from triton_kiln.files import write_error
+    from triton_kiln.tuning import default_database_path
 
     if not names:
         click.echo(
@@ -293,6 +331,7 @@ def _bundle(path: Path, cache_dir: Path, names: list[str]) -> Path | None:
             err=True,
         )
         return None
+    cache_dir = current.cache_dir
     records: list[Any] = []
     binaries: dict[str, Any] = {}
     with warnings.catch_warnings(record=True) as caught:
@@ -305,6 +344,15 @@ def _bundle(path: Path, cache_dir: Path, names: list[str]) -> Path | None:
             written = write_bundle(path, records, binaries)
         except BundleError as exc:
             click.echo(f"Error: no bundle written to {path}: {exc}", err=True)
+            return None
+        except OSError as exc:  # the path was writable when checked, before the tuning
+            click.echo(
+                f"Error: {write_error(f'--bundle {path}', path, exc)}; no bundle was written; the tuning "
+                f"results are in the tuning database {default_database_path(current)} and the "
+                f"binaries in the kiln cache {cache_dir}: write the bundle from them with "
+                f"`kiln bundle save PATH --cache-dir {cache_dir}`",
+                err=True,
+            )
             return None
     for warning in caught:
         click.echo(f"warning: {warning.message}", err=True)

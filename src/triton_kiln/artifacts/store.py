@@ -72,6 +72,10 @@ class CacheWarning(UserWarning):
     """A cache entry was unreadable and has been ignored."""
 
 
+class CacheWriteWarning(CacheWarning):
+    """The cache directory cannot be written: compiles go on, their binaries are not kept."""
+
+
 class RemoteEntries(Protocol):
     """A cache of entries shared by machines (:class:`kiln.remote.RemoteArtifacts`), each entry as
     ``{file name: bytes}``: the files of its directory here. Neither method raises when the remote
@@ -104,6 +108,7 @@ class ArtifactStore:
         self._measured_at = 0.0
         self.remote = remote
         """Read through on a miss, written after each put (``None``: none); see :meth:`adopt`."""
+        self._write_warned = threading.Event()  # put_or_warn warned once already
 
     def path_for(self, key: str) -> Path:
         if len(key) < 8 or not all(c in "0123456789abcdef" for c in key):
@@ -226,6 +231,30 @@ class ArtifactStore:
         if self.remote is not None and self._valid(final, artifact.key):
             self.remote.publish(artifact.key, files)  # what was written, once it reads back verified
         return final
+
+    def put_or_warn(self, artifact: CompiledArtifact) -> Path | None:
+        """:meth:`put`, for a pool whose caller has the artifact already: a failed write is
+        ``None`` and, the first time for this store, a :class:`CacheWriteWarning` naming the
+        directory and the system's reason (later ones are logged on ``kiln.cache`` at INFO)."""
+        try:
+            return self.put(artifact)
+        except OSError as exc:
+            message = (
+                f"kiln could not write compiled kernels to its cache {self.root.parent} "
+                f"({type(exc).__name__}: {exc.strerror or exc}); this process's callers get them, "
+                f"but they are not kept, so the next process compiles them again. Make the directory "
+                f"writable, or set KILN_CACHE_DIR (--cache-dir) to one you can write (KILN_DISK_CACHE=0: "
+                f"memory only)."
+            )
+        if self._write_warned.is_set():
+            log.info("%s", message)
+            return None
+        self._write_warned.set()
+        try:
+            warnings.warn(message, CacheWriteWarning, stacklevel=2)
+        except Warning:  # warnings made errors (-W error): not raised in the pool's thread
+            log.warning("%s", message)
+        return None
 
     def _install(self, tmp: Path, final: Path, key: str) -> bool:
         """Rename entry ``tmp`` into place; ``False`` (``tmp`` removed) if a valid one is there."""

@@ -314,8 +314,9 @@ class BundleReader:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._storage = open_storage(self.path)
+        raw = self._storage.manifest()  # its errors name the bundle already
         try:
-            data = parse_manifest(self._storage.manifest())
+            data = parse_manifest(raw)
         except BundleMetadataError as exc:
             raise BundleMetadataError(exc.field_name, f"{self.path}: {exc.kernel}") from None
         except BundleError as exc:

@@ -4,7 +4,8 @@ Modules: ``pool`` (:class:`RayCompilePool`, the caller's side), ``batch`` (its b
 ``jobs`` (its jobs, counters and start-up clock), ``nodes`` (its node actors: started, fed,
 replaced), ``node_actor`` (one per Ray node: that node's warm kiln CompilePool), ``wire`` (the
 plain-data replies and their checks), ``ray_api`` (every use of Ray; the only module importing
-it), ``errors``. See docs/DISTRIBUTED.md. Importing this package does not import Ray: making a pool does.
+it), ``reach`` (whether an address answers, asked before joining it), ``errors``. See
+docs/DISTRIBUTED.md. Importing this package does not import Ray: making a pool does.
 """
 
 from __future__ import annotations

@@ -372,10 +372,7 @@ class RayCompilePool(BatchMethods):
 
     def _complete(self, job: FarmJob, artifact: CompiledArtifact) -> None:
         if self.store is not None:
-            try:
-                self.store.put(artifact)
-            except OSError as exc:
-                log.warning("kiln could not store artifact %s: %s", artifact.key[:12], exc)
+            self.store.put_or_warn(artifact)  # a failed write warns (once); the caller has its binary
         with self._lock:
             self._inflight.pop(job.request.key, None)
             self._memory.put(artifact)

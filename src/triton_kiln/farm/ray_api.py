@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from triton_kiln.farm import reach
 from triton_kiln.farm.errors import FarmError
 
 
@@ -52,17 +53,17 @@ def ray_module() -> Any:
 
 def connect(address: str | None, init_kwargs: dict[str, Any]) -> bool:
     """Join the cluster at ``address`` (``None``: Ray's own choice, ``RAY_ADDRESS`` or a new local
-    one); ``True`` when this call connected (and the pool should disconnect at shutdown)."""
+    one); ``True`` when this call connected (and the pool should disconnect at shutdown). An
+    explicit ``host:port`` is probed first (:mod:`kiln.farm.reach`), so one where no cluster runs
+    fails within seconds instead of Ray retrying for minutes."""
     ray = ray_module()
     if ray.is_initialized():
         return False
+    reach.check_address(address)  # an explicit host:port nobody answers on: fail now, not in minutes
     try:
         ray.init(address=address, **{"log_to_driver": False, **init_kwargs})
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        raise FarmError(
-            f"could not join the Ray cluster at {address or 'RAY_ADDRESS / a new local cluster'}: {exc}; "
-            f"start one with `ray start --head` and pass its address (host:port)"
-        ) from None
+        raise reach.join_error(address or "RAY_ADDRESS / a new local cluster", str(exc)) from None
     return True
 
 

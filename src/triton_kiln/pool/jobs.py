@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import logging
 import math
 import threading
 from collections.abc import Iterator
@@ -32,8 +31,6 @@ from triton_kiln.pool.memory_cache import MemoryCache
 if TYPE_CHECKING:
     from triton_kiln.pool.node_jobs import NodeJobs
     from triton_kiln.pool.sealed import SealedRequest
-
-log = logging.getLogger("kiln.pool")
 
 
 @dataclass
@@ -128,10 +125,7 @@ class JobTable:
     def complete(self, job: Job, artifact: CompiledArtifact, *, stored: bool = False) -> None:
         """``job`` ended with ``artifact`` (``stored``: read from the store, another process's)."""
         if self.store is not None and not stored:
-            try:
-                self.store.put(artifact)
-            except OSError as exc:
-                log.warning("kiln could not store artifact %s: %s", artifact.key[:12], exc)
+            self.store.put_or_warn(artifact)  # a failed write warns (once); the caller has its binary
         if self.node is not None:
             self.node.ended(job, None)  # stored first, then the node's lock is let go
         with self.lock:

@@ -36,7 +36,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from triton_kiln.errors import ZygoteError, describe_exit
+from triton_kiln.errors import ZygoteError, describe_exit, format_seconds
 from triton_kiln.pool.handles import ZygoteHandle
 from triton_kiln.pool.jobs import JobTable
 from triton_kiln.pool.protocol import Preload, ZygoteInit
@@ -194,7 +194,8 @@ class Supervisor:
         if not was_ready and not planned:
             self.failures += 1
             if zygote.timed_out:
-                reason = f"it did not become ready within {self.settings.zygote_start_timeout_s:.0f} s"
+                limit = format_seconds(self.settings.zygote_start_timeout_s)
+                reason = f"it did not become ready within {limit} (KILN_ZYGOTE_START_TIMEOUT_S)"
             else:
                 reason = f"it ended with {describe_exit(returncode)} during start-up"
             if self.failures >= self.settings.zygote_restarts:

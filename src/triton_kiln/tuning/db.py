@@ -12,6 +12,10 @@ A run is written as it goes::
 
 and read back with :meth:`TuningDatabase.lookup`, which only ever returns a *finished* run
 for exactly the same kernel identity, key, device, compute capability and Triton version.
+``TuningDatabase(path, read_only=True)`` reads an existing file and never writes it (``kiln
+report``): it works in a directory the user cannot write, leaves no -wal/-shm file behind, and
+reads a file of an older schema as migrated without migrating the file
+(:func:`~kiln.tuning.schema.open_read_only`).
 
 Crashes and restarts
     Each :meth:`~TuningDatabase.record` is its own committed transaction, so a process killed
@@ -65,6 +69,7 @@ from triton_kiln.tuning.schema import (
     TuningDatabaseError,
     database_error,
     open_connection,
+    open_read_only,
     transaction,
 )
 
@@ -97,28 +102,46 @@ class TuningDatabase:
     """Autotuning results in one SQLite file, safe for many threads and processes at once.
 
     ``path`` defaults to :func:`default_database_path`. Use as a context manager, or call
-    :meth:`close`. See the module's documentation for the guarantees.
+    :meth:`close`. See the module's documentation for the guarantees. ``read_only``: open an
+    existing file for reading only (its writing methods raise :class:`TuningDatabaseError`).
     """
 
-    def __init__(self, path: Path | str | None = None, *, busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S):
+    def __init__(
+        self,
+        path: Path | str | None = None,
+        *,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+        read_only: bool = False,
+    ):
         self.path = Path(path) if path is not None else default_database_path()
         self.busy_timeout_s = busy_timeout_s
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._conn: sqlite3.Connection | None = None
         self._pid = os.getpid()
         self._closed = False
         with self._lock:
-            self._conn = open_connection(self.path, self.busy_timeout_s)
+            self._conn = self._open()
+
+    def _open(self) -> sqlite3.Connection:
+        if self.read_only:
+            return open_read_only(self.path, self.busy_timeout_s)
+        return open_connection(self.path, self.busy_timeout_s)
 
     # -- connection ---------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _connection(self, action: str) -> Iterator[sqlite3.Connection]:
+    def _connection(self, action: str, *, write: bool = False) -> Iterator[sqlite3.Connection]:
         """The connection, under the lock, with SQLite errors turned into TuningDatabaseError."""
         with self._lock:
             if self._closed:
                 raise TuningDatabaseError(
                     f"the tuning database {self.path} is closed; open a new TuningDatabase to {action}."
+                )
+            if write and self.read_only:
+                raise TuningDatabaseError(
+                    f"cannot {action} the tuning database {self.path}: it was opened with "
+                    f"read_only=True; open a TuningDatabase without it to write."
                 )
             if self._pid != os.getpid():  # forked: never use the parent's connection
                 if self._conn is not None:
@@ -126,7 +149,7 @@ class TuningDatabase:
                 self._conn = None
                 self._pid = os.getpid()
             if self._conn is None:
-                self._conn = open_connection(self.path, self.busy_timeout_s)
+                self._conn = self._open()
             try:
                 yield self._conn
             except sqlite3.Error as exc:
@@ -155,7 +178,7 @@ class TuningDatabase:
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
-        return f"TuningDatabase({str(self.path)!r}, {state})"
+        return f"TuningDatabase({str(self.path)!r}, {state}{', read-only' if self.read_only else ''})"
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -170,7 +193,7 @@ class TuningDatabase:
         default_label: str | None,
     ) -> int:
         """Start a run; returns its id, for :meth:`record` and :meth:`finish_run`."""
-        with self._connection("begin a run in") as conn, transaction(conn, immediate=True):
+        with self._connection("begin a run in", write=True) as conn, transaction(conn, immediate=True):
             cursor = conn.execute(
                 "INSERT INTO runs (kernel, kernel_key, key_repr, device_name, capability, triton_version, "
                 "started_at, default_label) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -188,7 +211,7 @@ class TuningDatabase:
         the run's order). A finished run cannot be changed.
         """
         config_json = json.dumps(result.config, allow_nan=False)
-        with self._connection("record a result in") as conn, transaction(conn, immediate=True):
+        with self._connection("record a result in", write=True) as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, f"record config {result.label!r}")
             conn.execute(
                 f"INSERT INTO configs (run_id, {_CONFIG_COLUMNS}, recorded_at) "
@@ -229,7 +252,7 @@ class TuningDatabase:
         the label of a recorded result (or ``None`` when no config worked); ``split`` is
         :attr:`TuningRun.split` (where the wall time went)."""
         split_json = None if split is None else json.dumps(dict(split), allow_nan=False)
-        with self._connection("finish a run in") as conn, transaction(conn, immediate=True):
+        with self._connection("finish a run in", write=True) as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, "finish it")
             if (
                 best_label is not None
@@ -250,7 +273,7 @@ class TuningDatabase:
     def record_adoption(self, run_id: int, waited_s: float) -> None:
         """This process adopted finished run ``run_id`` after waiting ``waited_s`` for another
         process of the node to tune it (:mod:`kiln.autotuner.node_tuning`); ``kiln report`` counts them."""
-        with self._connection("record an adoption in") as conn, transaction(conn, immediate=True):
+        with self._connection("record an adoption in", write=True) as conn, transaction(conn, immediate=True):
             conn.execute(
                 "INSERT INTO adoptions (run_id, pid, host, waited_s, adopted_at) VALUES (?, ?, ?, ?, ?)",
                 (run_id, os.getpid(), socket.gethostname(), waited_s, time.time()),

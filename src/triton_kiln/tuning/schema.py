@@ -3,7 +3,8 @@
 :func:`open_connection` opens (or creates) the file: WAL journaling (retried while another
 process switches it), ``synchronous=NORMAL``, foreign keys, and the schema created once or its
 version checked (:data:`SCHEMA_VERSION`; an older file is migrated in place (:data:`MIGRATIONS`),
-a newer one refused, never misread).
+a newer one refused, never misread). :func:`open_read_only` opens an existing file without ever
+writing it (``kiln report``), so it works in a directory the user cannot write (:func:`connect_read_only`).
 :func:`transaction` is every read's and write's transaction (writers ``BEGIN IMMEDIATE``).
 :func:`database_error` turns SQLite's errors into :class:`TuningDatabaseError` messages that say
 what to do. The queries themselves live in :mod:`kiln.tuning.db`.
@@ -12,6 +13,7 @@ what to do. The queries themselves live in :mod:`kiln.tuning.db`.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 import warnings
@@ -125,6 +127,115 @@ def open_connection(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     return conn
 
 
+class _ReadOnlyConnection(sqlite3.Connection):
+    """A connection of :func:`connect_read_only`: at :meth:`close`, the -wal and -shm files that
+    opening it made are removed (see there)."""
+
+    tidy: Path | None = None
+
+    def close(self) -> None:
+        super().close()
+        path, self.tidy = self.tidy, None
+        if path is not None and any(os.path.lexists(f"{path}{end}") for end in _SIDECARS):
+            _remove_sidecars(path)
+
+
+_SIDECARS = ("-wal", "-shm")
+_NO_SHARED_MEMORY = (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN)
+"""SQLite's primary error codes when ``mode=ro`` cannot use a WAL file's -shm (it cannot be made:
+``SQLITE_READONLY_DIRECTORY``, ``SQLITE_READONLY_CANTINIT``; or cannot be opened)."""
+
+
+def connect_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection that never writes the database at ``path`` (an existing file), its first read
+    done (the schema's table list), so a file that is not a database fails here.
+
+    It opens ``mode=ro``. A file in WAL mode (kiln's) needs its -shm file, which SQLite makes
+    beside it: where it cannot (a directory the user cannot write), it opens ``immutable=1``
+    instead, which reads the file alone; a commit still in another process's -wal file is then
+    not seen. Where the -wal and -shm files did not exist before, closing the connection has
+    SQLite remove them as it does at a last connection's close (never from under another's),
+    so a read leaves nothing behind.
+    """
+    uri = path.resolve().as_uri()
+    tidy = None if any(os.path.lexists(f"{path}{end}") for end in _SIDECARS) else path
+    try:
+        return _read_only(f"{uri}?mode=ro", busy_timeout_s, tidy)
+    except sqlite3.Error as exc:
+        if getattr(exc, "sqlite_errorcode", 0) & 0xFF not in _NO_SHARED_MEMORY or not path.is_file():
+            raise
+    return _read_only(f"{uri}?immutable=1", busy_timeout_s, None)
+
+
+def _read_only(uri: str, busy_timeout_s: float, tidy: Path | None) -> sqlite3.Connection:
+    conn = sqlite3.connect(
+        uri, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False,
+        factory=_ReadOnlyConnection,
+    )  # fmt: skip
+    conn.tidy = tidy
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _remove_sidecars(path: Path) -> None:
+    """Open ``path`` for writing, read it and close it: the last connection to close removes the
+    -wal and -shm files (after a checkpoint of an empty -wal: the file is not changed). Where
+    another process has the file open, or this one may not write it, they stay (SQLite's rule)."""
+    with contextlib.suppress(sqlite3.Error):
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, isolation_level=None)
+        try:
+            conn.execute("PRAGMA query_only = 1")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+
+
+def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+    """A connection to the existing database at ``path`` that never writes it
+    (:func:`connect_read_only`), its schema version checked. A file of an older schema is copied
+    into memory and migrated there: the file is read as this kiln reads it, and left as it was."""
+    if not path.is_file():
+        raise TuningDatabaseError(
+            f"no tuning database at {path}; a read-only open needs an existing file (TuningDatabase "
+            f"without read_only=True creates one)."
+        )
+    try:
+        conn = connect_read_only(path, busy_timeout_s)
+    except sqlite3.Error as exc:
+        raise database_error(path, busy_timeout_s, "open", exc) from exc
+    try:
+        with transaction(conn):
+            if not _has_meta(conn):
+                raise _not_a_tuning_database(path)
+            version = _check_version(conn, path)
+        if version == SCHEMA_VERSION:
+            return conn
+        memory = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        conn.backup(memory)
+        conn.close()
+        with transaction(memory, immediate=True):
+            _migrate(memory, path, version)
+        return memory
+    except sqlite3.Error as exc:
+        conn.close()
+        raise database_error(path, busy_timeout_s, "open", exc) from exc
+    except BaseException:
+        conn.close()
+        raise
+
+
+def _not_a_tuning_database(path: Path) -> TuningDatabaseError:
+    return TuningDatabaseError(
+        f"{path} is an SQLite database but not a kiln tuning database (it has no 'meta' table). "
+        f"Pass another path, or delete the file if it is yours to remove."
+    )
+
+
 def _set_wal(conn: sqlite3.Connection, path: Path, busy_timeout_s: float) -> None:
     # Switching a new file to WAL takes an exclusive lock; retry while other openers hold it.
     deadline = time.monotonic() + busy_timeout_s
@@ -152,10 +263,7 @@ def _ensure_schema(conn: sqlite3.Connection, path: Path) -> None:
     with transaction(conn, immediate=True):  # a new file (create the tables) or an old one (migrate)
         if not _has_meta(conn):
             if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-                raise TuningDatabaseError(
-                    f"{path} is an SQLite database but not a kiln tuning database (it has no "
-                    f"'meta' table). Pass another path, or delete the file if it is yours to remove."
-                )
+                raise _not_a_tuning_database(path)
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     conn.execute(statement)
