@@ -189,3 +189,27 @@ def test_report_on_a_newer_database_names_the_command_line_option(tmp_path: Path
     assert "newer kiln" in result.output
     assert "--db" in result.output
     assert result.output.count("\n") == 1
+
+
+def test_report_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    """``kiln report | head -2``: the reader leaves after its lines; the report stops without an
+    error about the pipe (it printed ``Error: [Errno 32] Broken pipe``)."""
+    import os
+    import subprocess
+    import sys
+
+    db = _database_with_runs(tmp_path / "t.db", *[f"kernel_{i}" for i in range(400)])
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "KILN_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "triton_kiln", "report", "--db", str(db), "--limit", "400"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does once it has its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) != 0  # the report did not get to say all it had
+    for noise in ("Broken pipe", "Traceback", "Exception ignored"):
+        assert noise not in err, err

@@ -1,7 +1,8 @@
 """kiln's command line (``kiln --help``).
 
 Every kiln error (and every file-system error) a command meets ends as one ``Error: ...`` line
-on stderr and exit status 1, never a traceback (:class:`_KilnGroup`). Settings are read by the
+on stderr and exit status 1, never a traceback (:class:`_KilnGroup`); output into a pipe whose
+reader left (``kiln report | head``) stops quietly, status 1. Settings are read by the
 commands that need them, so a malformed ``KILN_*`` variable is that one line there, and
 ``kiln --help``, ``kiln bundle show`` and ``kiln settings`` (which shows it) still work; ``kiln
 cache`` reads only the settings it uses (:mod:`kiln.cli_cache`). ``kiln report`` only reads the
@@ -26,14 +27,27 @@ if TYPE_CHECKING:
 
 class _KilnGroup(click.Group):
     """A click group that turns :class:`~kiln.errors.KilnError` and ``OSError`` into
-    ``Error: <message on one line>`` and exit status 1."""
+    ``Error: <message on one line>`` and exit status 1 (a closed output pipe: status 1, quietly)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # `kiln report | head`: the reader has what it wanted
+            _quiet_stdout()
+            sys.exit(1)
         except (KilnError, OSError) as exc:
             text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
             raise click.ClickException(text or type(exc).__name__) from None
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: the closed pipe's unflushed output is dropped at exit instead of
+    failing there again ("Exception ignored ... BrokenPipeError")."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 @click.group(cls=_KilnGroup)
