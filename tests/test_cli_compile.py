@@ -354,3 +354,28 @@ def test_keyboard_interrupt_at_import_still_propagates(user_module: Callable[[st
     user_module("cli_interrupted_import", "raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):
         resolve("cli_interrupted_import:k")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        (
+            "kernels:ZERO_WRITER",
+            "kernels:ZERO_WRITER is an int, not a @triton.jit kernel nor an autotuned one",
+        ),
+        (
+            "cli_compile_plain:helper",
+            "cli_compile_plain:helper is a Python function, not a @triton.jit kernel",
+        ),
+    ],
+)
+def test_an_object_that_is_no_kernel_is_named_as_given(
+    spec: str, expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # it said "<function helper at 0x7f...> is not a @triton.jit kernel nor an autotuned one"
+    (tmp_path / "cli_compile_plain.py").write_text("def helper(x):\n    return x\n")
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["compile", spec, "--signature", "x=i32"])
+    assert result.exit_code == 1, result.output
+    assert expected in result.output
+    assert "0x" not in result.output

@@ -100,7 +100,7 @@ def test_a_spec_that_is_not_module_function_is_refused_before_the_gpu_check() ->
     [
         ("no_such_module_here:warm_up", "cannot import 'no_such_module_here'"),
         ("tune_workloads:no_such_function", "'tune_workloads' has no 'no_such_function'"),
-        ("tune_workloads:NOT_CALLABLE", "tune_workloads:NOT_CALLABLE is a int, not a function"),
+        ("tune_workloads:NOT_CALLABLE", "tune_workloads:NOT_CALLABLE is an int, not a function"),
         ("tune_workloads:needs_arguments", "takes arguments (n); FUNCTION is called with none"),
     ],
 )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import math
 import os
 import re
@@ -195,3 +196,9 @@ def check_timeout(ctx: click.Context, param: click.Parameter, value: float | Non
     if value is not None and not (math.isfinite(value) and value >= 0.001):
         raise click.UsageError(f"--timeout {value:g}: expected a finite number of seconds, at least 0.001")
     return value
+
+
+def a_kind(obj: Any) -> str:
+    """What ``obj`` is, for an error: "a Python function", "an int", "a JITFunction"."""
+    kind = "Python function" if inspect.isfunction(obj) else type(obj).__name__
+    return f"{'an' if kind[0].lower() in 'aeiou' else 'a'} {kind}"

@@ -38,7 +38,7 @@ from typing import Any
 
 import click
 
-from triton_kiln.cli_args import check_json_path, check_preloads, check_timeout, check_workers
+from triton_kiln.cli_args import a_kind, check_json_path, check_preloads, check_timeout, check_workers
 from triton_kiln.cli_args import resolve as resolve  # noqa: PLC0414 - kiln tune imports it from here
 from triton_kiln.errors import KilnError, RemoteTraceback
 
@@ -84,8 +84,9 @@ def _pairs(text: str, what: str) -> dict[str, str]:
     return pairs
 
 
-def kernel_and_configs(obj: Any) -> tuple[Any, list[Any]]:
-    """The ``@triton.jit`` function under ``obj`` and its autotuner's configs (``triton.Config``s)."""
+def kernel_and_configs(obj: Any, spec: str) -> tuple[Any, list[Any]]:
+    """The ``@triton.jit`` function under ``obj`` (what ``spec`` names) and its autotuner's configs
+    (``triton.Config``s)."""
     from triton_kiln.triton_compat import is_jit_function
 
     configs: list[Any] = []
@@ -94,7 +95,9 @@ def kernel_and_configs(obj: Any) -> tuple[Any, list[Any]]:
         if hasattr(inner, "configs") and not configs:
             configs = list(inner.configs)
         if not hasattr(inner, "fn"):
-            raise click.ClickException(f"{obj!r} is not a @triton.jit kernel nor an autotuned one")
+            raise click.ClickException(
+                f"{spec} is {a_kind(obj)}, not a @triton.jit kernel nor an autotuned one"
+            )
         inner = inner.fn
     return inner, configs
 
@@ -320,7 +323,7 @@ def build_requests(
     )
     from triton_kiln.tuning.configs import config_label
 
-    kernel, chosen = kernel_and_configs(resolve(kernel_spec))
+    kernel, chosen = kernel_and_configs(resolve(kernel_spec), kernel_spec)
     if signature is None:
         raise click.UsageError(
             "--signature is required: the type of each non-constexpr argument, 'x_ptr=*fp32,n=i32'"

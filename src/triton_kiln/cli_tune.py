@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
+from triton_kiln.cli_args import a_kind
 from triton_kiln.cli_compile import resolve, summary_json_option
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def workload(spec: str) -> Callable[[], Any]:
     obj = resolve(spec)
     if not callable(obj):
         raise click.ClickException(
-            f"{spec} is a {type(obj).__name__}, not a function; FUNCTION is a function taking no "
+            f"{spec} is {a_kind(obj)}, not a function; FUNCTION is a function taking no "
             f"arguments that calls your kernels on representative inputs."
         )
     try:
