@@ -169,3 +169,21 @@ def test_a_fast_crash_does_not_read_zero_seconds() -> None:
     assert "after 31 ms" in str(error)
     assert "0.0 s" not in str(error)
     assert "after 3.1 s" in str(WorkerCrashedError(JobInfo("k"), 3.1, (), -signal.SIGABRT))
+
+
+@pytest.mark.parametrize("arch", ["gfx", "gfxzzz", "gfx12345", "942", "sm_90"])
+def test_a_hip_arch_that_is_no_gfx_name_is_refused_before_the_compile(arch: str) -> None:
+    # `kiln compile --target hip:gfx` ended in Triton's "invalid literal for int()", and
+    # hip:gfx12345 went to the compiler and failed there as "PassManager::run failed"
+    with pytest.raises(TargetError) as info:
+        _request(target=GPUTarget("hip", arch, 64))
+    text = str(info.value)
+    assert f"GPUTarget arch {arch!r} is not an AMD GPU name" in text
+    assert "gfx942" in text
+
+
+@pytest.mark.parametrize("arch", ["gfx90a", "gfx942", "gfx950", "gfx1100", "gfx1201"])
+def test_hip_gfx_names_pass_the_check(arch: str) -> None:
+    from triton_kiln.triton_compat import target_problem
+
+    assert target_problem(GPUTarget("hip", arch, 64)) is None

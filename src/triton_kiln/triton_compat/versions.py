@@ -4,6 +4,7 @@ against what this Triton accepts."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -170,6 +171,11 @@ def set_scratch_allocators(allocator: Any) -> None:
     _allocation.set_profile_allocator(allocator)
 
 
+_GFX_NAME = re.compile(r"gfx(9[0-9][0-9a-f]|1[0-9][0-9][0-9a-f])")
+"""An AMD GPU's LLVM name as Triton's HIP backend parses it: gfx9xx (gfx90a, gfx942, gfx950) or
+gfx1xxx (gfx1100, gfx1201)."""
+
+
 def target_problem(target: GPUTarget) -> str | None:
     """Why ``target`` cannot be compiled for (``None``: it can), saying how to write it."""
     backend, arch, warp_size = target.backend, target.arch, target.warp_size
@@ -177,6 +183,13 @@ def target_problem(target: GPUTarget) -> str | None:
         return f"GPUTarget backend must be a string such as 'cuda', got {backend!r}"
     if isinstance(warp_size, bool) or not isinstance(warp_size, int) or warp_size <= 0:
         return f"GPUTarget warp_size must be a positive int (32 on NVIDIA GPUs), got {warp_size!r}"
+    if backend == "hip":
+        if isinstance(arch, str) and _GFX_NAME.fullmatch(arch):
+            return None
+        return (
+            f"GPUTarget arch {arch!r} is not an AMD GPU name such as gfx942 (MI300), gfx90a (MI200) "
+            f"or gfx1100; write GPUTarget('hip', 'gfx942', 64)"
+        )
     if backend != "cuda":
         return None
     if isinstance(arch, bool) or not isinstance(arch, int):
