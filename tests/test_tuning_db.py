@@ -452,8 +452,9 @@ def test_damaged_schema_version_is_refused(db_path: Path) -> None:
 def test_files_that_are_not_tuning_databases_are_refused(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.sqlite3"
     garbage.write_bytes(b"this is not an SQLite file, not at all" * 100)
-    with pytest.raises(TuningDatabaseError, match="delete it"):
+    with pytest.raises(TuningDatabaseError, match="not a kiln tuning database") as info:
         TuningDatabase(garbage)
+    assert "delete" not in str(info.value)  # it may not be kiln's to delete
     other = tmp_path / "other.sqlite3"
     conn = sqlite3.connect(other)
     with conn:

@@ -36,6 +36,8 @@ from typing import Any
 
 import click
 
+from triton_kiln.compile.options import option_problem
+
 INT_TYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64")
 _INT_STAND_INS = {  # (unspecialized, multiple of 16): values Triton types as this type
     "i32": (17, 16),
@@ -234,26 +236,6 @@ def distinct(requests: Sequence[Any]) -> list[Any]:
     return list(seen.values())
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_OPTION_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    # Triton asserts a power of two; 32 warps of 32 threads are the 1024 threads a block may have
-    "num_warps": (
-        lambda v: _is_int(v) and 1 <= v <= 32 and v & (v - 1) == 0,
-        "a power of two from 1 to 32 (warps per program)",
-    ),
-    "num_stages": (  # 0 as well: Triton compiles it as 1, and AMD configs use it
-        lambda v: _is_int(v) and v >= 0,
-        "an integer of at least 0 (software-pipelining stages; 0 and 1 pipeline nothing)",
-    ),
-    "num_ctas": (lambda v: _is_int(v) and v >= 1, "an integer of at least 1 (CTAs in a cluster)"),
-    "maxnreg": (lambda v: _is_int(v) and v >= 1, "a positive integer (registers per thread)"),
-}
-"""What ``--config`` may give each compile option, checked before anything is compiled."""
-
-
 def parse_config(kernel: Any, values: Mapping[str, Any], text: str) -> Any:
     """The ``triton.Config`` one ``--config`` gives (its values parsed), its names and option values
     checked: a keyword is a compile option or a parameter of the kernel."""
@@ -269,11 +251,9 @@ def parse_config(kernel: Any, values: Mapping[str, Any], text: str) -> Any:
                 f"of {kernel.__name__} (its parameters: {', '.join(params)}); in {text!r}",
                 param_hint="--config",
             )
-        check, expected = _OPTION_RULES.get(name, (lambda _: True, ""))
-        if not check(value):
-            raise click.BadParameter(
-                f"{name}={value}: expected {expected}; in {text!r}", param_hint="--config"
-            )
+        problem = option_problem(name, value)  # the rules CompileRequest checks too
+        if problem is not None:
+            raise click.BadParameter(f"{name}={value}: {problem}; in {text!r}", param_hint="--config")
     kwargs = {k: v for k, v in values.items() if k not in COMPILE_OPTIONS}
     return triton.Config(kwargs, **{k: v for k, v in values.items() if k in COMPILE_OPTIONS})
 

@@ -222,6 +222,7 @@ class Settings:
     process is benchmarking before benchmarking it itself (a dead one's is re-run at once)."""
 
     def __post_init__(self) -> None:
+        _convert_paths(self)
         _check_ranges(self)
 
     def replace(self, **changes: Any) -> Settings:
@@ -510,6 +511,25 @@ def _range_error(name: str, value: Any, *, from_env: bool) -> SettingsError | No
     if from_env:
         return SettingsError(f"{_variable(name)}={shown} is not valid: {problem}.")
     return SettingsError(f"the setting {name}={shown} ({_variable(name)}) is not valid: {problem}.")
+
+
+_PATH_SETTINGS = ("cache_dir", "tuning_db", "remote_key_file")
+"""Settings that are paths: a str given for one (``scope(cache_dir="/x")``) is kept as a Path."""
+
+
+def _convert_paths(values: Settings) -> None:
+    for name in _PATH_SETTINGS:
+        value = getattr(values, name)
+        if value is None and name != "cache_dir":
+            continue
+        text = os.fspath(value) if isinstance(value, str | os.PathLike) else None
+        if not isinstance(text, str) or not text.strip():
+            what = "an empty path" if isinstance(text, str) else f"a {type(value).__name__}"
+            raise SettingsError(
+                f"the setting {name}={value!r} ({_variable(name)}) is not valid: expected a path "
+                f"(a str or pathlib.Path), got {what}."
+            )
+        object.__setattr__(values, name, Path(text).expanduser())
 
 
 def _check_ranges(values: Settings) -> None:

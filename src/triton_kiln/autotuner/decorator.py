@@ -8,13 +8,14 @@ from concurrent.futures import Future
 from typing import Any
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner.autotuner import Autotuner
+from triton_kiln.autotuner import arguments
+from triton_kiln.autotuner.autotuner import Autotuner, _TritonAutotuner
 from triton_kiln.pool import CompilePool
 
 
 def autotune(
-    configs: list[Any],
-    key: list[str],
+    configs: list[Any] | None,
+    key: list[str] | str,
     prune_configs_by: dict[str, Any] | None = None,
     reset_to_zero: list[str] | None = None,
     restore_value: list[str] | None = None,
@@ -34,10 +35,12 @@ def autotune(
     database: Any = None,
     target: Any = None,
     precompile: Sequence[Sequence[Any]] | None = None,
-) -> Callable[[Any], Autotuner]:
+) -> Callable[[Any], Any]:
     """``triton.autotune`` with parallel compiles, a crash-proof GPU sandbox and a tuning database.
 
-    Same arguments and attributes as ``triton.autotune``; kiln's own (keyword-only):
+    Same arguments and attributes as ``triton.autotune``, checked at decoration
+    (:mod:`.arguments`; a bare string ``key="n"`` is ``["n"]``; over another autotuner:
+    ``NotImplementedError``); kiln's own (keyword-only):
 
     * ``sandbox``: benchmark in a separate GPU process (default ``KILN_SANDBOX``, on);
     * ``check_outputs``: compare each config's outputs with the reference (default on);
@@ -57,19 +60,49 @@ def autotune(
     ``KILN_*`` settings are read when the decorator is applied.
     """
 
-    def decorator(fn: Any) -> Autotuner:
+    kiln_given = {
+        "sandbox": sandbox is not None,
+        "check_outputs": check_outputs is not True,
+        **{name: value is not None for name, value in (("reference", reference), ("tolerances", tolerances))},
+        **{name: value is not None for name, value in (("pool", pool), ("database", database))},
+        **{name: value is not None for name, value in (("target", target), ("precompile", precompile))},
+    }
+
+    def decorator(fn: Any) -> Any:
+        routed = arguments.is_routed(kiln_given)
+        inner = arguments.stacked_over(fn)
+        if inner is not None:
+            if not routed:
+                raise arguments.StackedAutotunerError(arguments.stacked_message(fn, inner))
+            # Triton's own autotuner over the inner one, as the library wrote it: kiln's would fail
+            arguments.warn(fn, [arguments.stacked_message(fn, inner) + "; the outer one is Triton's"])
+            return _TritonAutotuner(
+                fn, fn.arg_names, configs, key, reset_to_zero, restore_value, pre_hook=pre_hook,
+                post_hook=post_hook, prune_configs_by=prune_configs_by, warmup=warmup, rep=rep,
+                use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results,
+            )  # fmt: skip
+        arguments.check_kernel(fn)
+        checked = arguments.check(
+            fn, routed, configs=configs, key=key, reset_to_zero=reset_to_zero,
+            restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, do_bench=do_bench,
+            warmup=warmup, rep=rep, prune_configs_by=prune_configs_by, sandbox=sandbox,
+            check_outputs=check_outputs, reference=reference, tolerances=tolerances, pool=pool,
+            database=database, target=target,
+        )  # fmt: skip
+        if checked.problems:
+            arguments.warn(fn, checked.problems)
         tuner = Autotuner(
             fn,
             fn.arg_names,
-            configs,
-            key,
+            checked.configs,
+            checked.key,
             reset_to_zero,
             restore_value,
             pre_hook=pre_hook,
             post_hook=post_hook,
             prune_configs_by=prune_configs_by,
-            warmup=warmup,
-            rep=rep,
+            warmup=checked.warmup,
+            rep=checked.rep,
             use_cuda_graph=use_cuda_graph,
             do_bench=do_bench,
             cache_results=cache_results,
@@ -78,8 +111,8 @@ def autotune(
             reference=reference,
             tolerances=tolerances,
             pool=pool,
-            database=database,
-            target=target,
+            database=checked.database,
+            target=checked.target,
         )
         for example in precompile or ():
             tuner.precompile(*example)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.autotuner import candidates as candidates_mod
 from triton_kiln.autotuner import node_share, node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
@@ -46,7 +47,6 @@ from triton_kiln.autotuner.run_identity import local_device, run_identity
 from triton_kiln.autotuner.specialize import (
     Candidate,
     candidate_result,
-    distinct,
     launch_grid,
     submit_compiles,
 )
@@ -90,7 +90,8 @@ class TuningSession:
     ) -> None:
         tuner = self.tuner
         started = time.monotonic()
-        candidates, duplicates = distinct([tuner._candidate(c, args, kwargs) for c in configs])
+        built = candidates_mod.build(tuner, configs, args, kwargs)  # a config refused: failed
+        candidates, duplicates = built.candidates, built.duplicates
         device = tuner._device or local_device(tuner._local_target())
         identity = run_identity(self.name, candidates, key, tuner._local_target(), device)
         database = tuner._get_database()
@@ -128,7 +129,9 @@ class TuningSession:
             with TuningProgress(self.name, len(candidates), tuner._settings.progress) as progress:
                 self.progress = progress
                 share = claimed.share if claimed is not None else None
+                built.record(database, run_id)
                 self._tune(key, candidates, identity, database, run_id, started, args, kwargs, grid, share)
+                built.apply(tuner)
                 progress.finish(time.monotonic() - started)
         finally:
             if claimed is not None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.compile.kernel_spec import KernelSpec
+from triton_kiln.compile.options import options_problem
 from triton_kiln.compile.unroll import static_unroll
 from triton_kiln.compile.values import canonical_value
 from triton_kiln.errors import JobInfo, RequestError, TargetError
@@ -153,6 +154,9 @@ class CompileRequest:
                 f"{spec.name}: unknown compile option(s) {sorted(bad_options)} for target "
                 f"{_target_label(target)}; Triton accepts {sorted(allowed)}."
             )
+        option_problem = options_problem(self.options)
+        if option_problem is not None:
+            raise RequestError(f"{spec.name}: {option_problem}.")
         unknown_attrs = set(self.attrs) - set(arg_names)
         if unknown_attrs:
             raise RequestError(f"{spec.name}: attrs name unknown arguments {sorted(unknown_attrs)}.")
@@ -278,8 +282,24 @@ def _check_signature_types(kernel: str, signature: Mapping[str, str]) -> None:
             raise RequestError(f"{kernel}: signature[{name!r}]: {problem}.")
 
 
-def _check_target(kernel: str, target: GPUTarget) -> None:
+BACKENDS = ("cuda", "hip")
+"""The backends a target may name (Triton's own ``GPUTarget.backend`` values)."""
+
+
+def target_problem(target: GPUTarget) -> str | None:
+    """Why ``target`` cannot be compiled for (``None``: it can): Triton's checks, and a backend
+    Triton has (``'nvidia'`` would otherwise fail deep in Triton, or in every zygote start)."""
     problem = triton_compat.target_problem(target)
+    if problem is None and target.backend not in BACKENDS:
+        problem = (
+            f"unknown backend {target.backend!r}; expected 'cuda' or 'hip', "
+            f"as in GPUTarget('cuda', 90, 32) or GPUTarget('hip', 'gfx942', 64)"
+        )
+    return problem
+
+
+def _check_target(kernel: str, target: GPUTarget) -> None:
+    problem = target_problem(target)
     if problem is not None:
         raise TargetError(f"{kernel}: {problem}.")
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.compile.request import CompileRequest
-from triton_kiln.errors import KilnError, PoolClosedError
+from triton_kiln.errors import KilnError, PoolClosedError, SettingsError
 from triton_kiln.pool.lookup import LookupCounts
 from triton_kiln.pool.memory_cache import MemoryCache
 
@@ -66,6 +66,30 @@ class Job:
     slot: object = None  # the node slot held while it runs (kiln.pool.node_jobs)
 
 
+def check_job_arguments(timeout_s: object, priority: object) -> None:
+    """:class:`SettingsError` naming ``timeout_s`` or ``priority`` unless each is ``None`` or fit:
+    a positive, finite number of seconds, and a real number (not NaN). Checked in the caller, so
+    a bad value never reaches the manager thread, whose queue compares them."""
+    if timeout_s is not None and not _positive_finite(timeout_s):
+        raise SettingsError(
+            f"timeout_s={timeout_s!r} is not valid: expected a positive, finite number of seconds "
+            f"(or None for the pool's job_timeout_s, KILN_JOB_TIMEOUT_S)."
+        )
+    if priority is not None and not _is_real(priority):
+        raise SettingsError(
+            f"priority={priority!r} is not valid: expected a number (higher starts first), or None "
+            f"for the pool's guess of the compile's cost."
+        )
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _positive_finite(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
+
+
 class JobQueue:
     """Pending jobs, highest priority first, FIFO among equals; retried jobs jump the queue."""
 
@@ -74,7 +98,7 @@ class JobQueue:
         self._seq = itertools.count()
 
     def push(self, job: Job, *, front: bool = False) -> None:
-        rank = -math.inf if front else -job.priority
+        rank = -math.inf if front else -job.priority  # a bad priority raises here, heap untouched
         heapq.heappush(self._heap, (rank, next(self._seq), job))
 
     def pop(self) -> Job:

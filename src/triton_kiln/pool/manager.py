@@ -178,10 +178,7 @@ class Manager:
             except queue.Empty:
                 return
             if isinstance(command, Submit):
-                if self.table.broken is not None:
-                    self.table.fail(command.job, self.table.broken)
-                elif self.node is None or self.node.admit(command.job):
-                    self.pending.push(command.job)
+                self._admit(command.job)
             elif isinstance(command, PreloadModules):
                 self.supervisor.preload.extend(command.modules)
                 self.supervisor.request_preload(command.modules)
@@ -196,6 +193,24 @@ class Manager:
                         job = self.pending.pop()
                         self.table.forget(job)
                         job.future.cancel()
+
+    def _admit(self, job: Job) -> None:
+        """Queue ``job``; a job whose own data cannot be queued fails alone, the pool goes on."""
+        if self.table.broken is not None:
+            self.table.fail(job, self.table.broken)
+            return
+        try:
+            if self.node is None or self.node.admit(job):
+                self.pending.push(job)
+        except Exception as exc:  # one job's bad data (its priority, say): that job fails, not the pool
+            log.exception("kiln could not queue job %s", job.id)
+            self.table.fail(
+                job,
+                KilnError(
+                    f"kiln could not queue this compile ({type(exc).__name__}: {exc}); check the "
+                    f"arguments it was submitted with. Other jobs go on."
+                ),
+            )
 
     def _poll_node(self, now: float) -> None:
         """Jobs another process of the node was compiling: served from its artifact, or ours now."""

@@ -47,10 +47,10 @@ from triton_kiln import settings as settings_mod
 from triton_kiln.artifacts import triton_files
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
-from triton_kiln.compile.request import CompileRequest, guess_compile_cost
-from triton_kiln.errors import PoolClosedError
+from triton_kiln.compile.request import CompileRequest, guess_compile_cost, target_problem
+from triton_kiln.errors import CacheDirError, PoolClosedError, TargetError
 from triton_kiln.pool.interface import BatchMethods
-from triton_kiln.pool.jobs import Job, JobTable, PoolStats
+from triton_kiln.pool.jobs import Job, JobTable, PoolStats, check_job_arguments
 from triton_kiln.pool.lookup import find_or_add
 from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
 from triton_kiln.pool.memory_cache import MemoryCache
@@ -73,8 +73,9 @@ class CompilePool(BatchMethods):
         workers, job_timeout_s, memory_limit_mb, cache_dir, use_disk_cache: override the
             matching fields of :class:`~kiln.settings.Settings` (default: ``KILN_*`` variables).
         preload: modules the zygote imports up front, so every worker inherits them
-            (modules of submitted kernels are added automatically).
-        warmup_target: the target of the zygote's warm-up compile.
+            (modules of submitted kernels are added automatically); one name is one module.
+        warmup_target: the target of the zygote's warm-up compile (a ``GPUTarget`` of backend
+            ``'cuda'`` or ``'hip'``, checked here), or ``None`` for none.
         settings: the settings to start from (default: those in force, see
             :func:`kiln.settings.current`). They are resolved here, once, and passed down.
     """
@@ -87,23 +88,40 @@ class CompilePool(BatchMethods):
         memory_limit_mb: int | None = None,
         cache_dir: str | Path | None = None,
         use_disk_cache: bool | None = None,
-        preload: Iterable[str] = (),
+        preload: str | Iterable[str] = (),
         warmup_target: GPUTarget | None = GPUTarget("cuda", 90, 32),  # noqa: B008 - immutable
         settings: Settings | None = None,
         start: bool = True,
     ) -> None:
+        check_warmup_target(warmup_target)
+        if settings is not None and not isinstance(settings, Settings):
+            raise TypeError(
+                f"settings must be a kiln Settings (triton_kiln.settings.Settings, e.g. "
+                f"settings.current().replace(workers=4)) or None, got a {type(settings).__name__}."
+            )
+        if use_disk_cache is not None and not isinstance(use_disk_cache, bool):
+            raise TypeError(
+                f"use_disk_cache must be True or False (or None: KILN_DISK_CACHE), got {use_disk_cache!r}."
+            )
+        modules = module_names(preload, "preload")
         base = settings or settings_mod.current()
         overrides = {
             "workers": workers,
             "job_timeout_s": job_timeout_s,
             "memory_limit_mb": memory_limit_mb,
-            "cache_dir": Path(cache_dir) if cache_dir is not None else None,
+            "cache_dir": cache_dir,  # a str becomes a Path there; an empty one is refused
             "use_disk_cache": use_disk_cache,
         }
         self.settings = base.replace(**{k: v for k, v in overrides.items() if v is not None})
         if self.settings.workers < 1:
             raise ValueError(f"workers must be at least 1, got {self.settings.workers}")
-        self.store = open_store(self.settings)
+        try:
+            self.store = open_store(self.settings)
+        except CacheDirError as exc:
+            if cache_dir is None:
+                raise
+            where = f"CompilePool(cache_dir={str(cache_dir)!r})"
+            raise CacheDirError(f"{where}: {str(exc).replace('KILN_CACHE_DIR', 'cache_dir')}") from exc
         self.pool_id = uuid.uuid4().hex
         memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
         self._table = JobTable(self.store, memory)
@@ -113,7 +131,7 @@ class CompilePool(BatchMethods):
             self.settings,
             self.pool_id,
             self._table,
-            preload=list(preload),
+            preload=modules,
             warmup_target=warmup_target,
             # Triton's key depends on Triton only, so every pool shares one key file: the one
             # in the base settings' cache directory, whatever this pool's own cache_dir.
@@ -157,11 +175,15 @@ class CompilePool(BatchMethods):
         Identical requests in flight share one future; a request compiled before (in this
         pool, or by any pool using the same cache directory) returns at once from the cache.
         Queued jobs start highest ``priority`` first (default: :func:`guess_compile_cost`, so a
-        batch runs its longest compiles first). A :class:`~kiln.pool.sealed.SealedRequest` is
-        compiled without being unpickled in this process (only its worker opens it).
+        batch runs its longest compiles first). ``timeout_s`` (a positive, finite number of
+        seconds; default the pool's ``job_timeout_s``) and ``priority`` (a number) are checked
+        here: a bad one raises :class:`~kiln.errors.SettingsError` and the pool goes on. A
+        :class:`~kiln.pool.sealed.SealedRequest` is compiled without being unpickled in this
+        process (only its worker opens it).
         """
         if not isinstance(request, (CompileRequest, SealedRequest)):
             raise TypeError(f"submit() takes a CompileRequest, got {type(request).__name__}")
+        check_job_arguments(timeout_s, priority)
         table = self._table
 
         def new_job() -> Job:
@@ -212,10 +234,11 @@ class CompilePool(BatchMethods):
         """The artifact laid out as Triton's cache does (``{"<name>.json": path, ...}``)."""
         return triton_files.triton_files(self.store, artifact)
 
-    def preload(self, modules: Iterable[str]) -> None:
+    def preload(self, modules: str | Iterable[str]) -> None:
         """Have the zygote import ``modules`` so later workers inherit them."""
+        names = module_names(modules, "modules")
         self.start()
-        self._manager.send(PreloadModules(list(modules)))
+        self._manager.send(PreloadModules(names))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop accepting jobs; finish (or with ``cancel_futures``, cancel) queued ones; end all processes."""
@@ -258,6 +281,28 @@ class CompilePool(BatchMethods):
 
     def worker_pids(self) -> list[int]:
         return self._manager.workers.pids()
+
+
+def module_names(modules: str | Iterable[str], what: str) -> list[str]:
+    """``modules`` as a list of module names: one name alone is one module, not its letters."""
+    names = [modules] if isinstance(modules, str) else modules
+    if not isinstance(names, Iterable) or not all(isinstance(n, str) and n for n in names):
+        raise TypeError(f"{what} must be module names, such as ['numpy', 'my_kernels'], got {modules!r}.")
+    return list(names)
+
+
+def check_warmup_target(target: object) -> None:
+    """A warm-up target the zygote can compile for, or ``None`` (checked before anything starts)."""
+    if target is None:
+        return
+    if not isinstance(target, GPUTarget):
+        raise TypeError(
+            f"warmup_target must be a triton GPUTarget or None, got {target!r}; "
+            f"pass GPUTarget('cuda', 90, 32) (an H100/H200)."
+        )
+    problem = target_problem(target)
+    if problem is not None:
+        raise TargetError(f"warmup_target={target}: {problem}.")
 
 
 def open_store(settings: Settings) -> ArtifactStore | None:

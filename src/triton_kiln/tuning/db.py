@@ -70,6 +70,7 @@ from triton_kiln.tuning.schema import (
     database_error,
     open_connection,
     open_read_only,
+    path_source,
     transaction,
 )
 
@@ -114,6 +115,7 @@ class TuningDatabase:
         read_only: bool = False,
     ):
         self.path = Path(path) if path is not None else default_database_path()
+        self.source = path_source(self.path, given=path is not None)  # for messages: where it came from
         self.busy_timeout_s = busy_timeout_s
         self.read_only = read_only
         self._lock = threading.RLock()
@@ -125,8 +127,8 @@ class TuningDatabase:
 
     def _open(self) -> sqlite3.Connection:
         if self.read_only:
-            return open_read_only(self.path, self.busy_timeout_s)
-        return open_connection(self.path, self.busy_timeout_s)
+            return open_read_only(self.path, self.busy_timeout_s, self.source)
+        return open_connection(self.path, self.busy_timeout_s, self.source)
 
     # -- connection ---------------------------------------------------------------------------
 
@@ -153,7 +155,7 @@ class TuningDatabase:
             try:
                 yield self._conn
             except sqlite3.Error as exc:
-                raise database_error(self.path, self.busy_timeout_s, action, exc) from exc
+                raise database_error(self.path, self.busy_timeout_s, action, exc, self.source) from exc
 
     def close(self) -> None:
         """Close the connection (idempotent). Later calls raise :class:`TuningDatabaseError`."""

@@ -94,14 +94,14 @@ class TuningDatabaseError(KilnError):
     """The tuning database cannot be opened, read or written (or was asked for something invalid)."""
 
 
-def open_connection(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+def open_connection(path: Path, busy_timeout_s: float, source: str = "argument") -> sqlite3.Connection:
     """A connection to the database at ``path``: WAL, foreign keys, the schema checked or created."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise TuningDatabaseError(
-            f"cannot create the directory of the tuning database {path}: {exc}. "
-            f"Point KILN_CACHE_DIR (or path=) at a writable directory."
+            f"cannot create the directory of the tuning database {path}{_SOURCES[source][0]}: {exc}. "
+            f"Name a file in a writable directory ({_SOURCES[source][1]})."
         ) from exc
     conn: sqlite3.Connection | None = None
     try:
@@ -119,7 +119,7 @@ def open_connection(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         if conn is not None:
             conn.close()
-        raise database_error(path, busy_timeout_s, "open", exc) from exc
+        raise database_error(path, busy_timeout_s, "open", exc, source) from exc
     except BaseException:
         if conn is not None:
             conn.close()
@@ -195,7 +195,7 @@ def _remove_sidecars(path: Path) -> None:
             conn.close()
 
 
-def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
+def open_read_only(path: Path, busy_timeout_s: float, source: str = "argument") -> sqlite3.Connection:
     """A connection to the existing database at ``path`` that never writes it
     (:func:`connect_read_only`), its schema version checked. A file of an older schema is copied
     into memory and migrated there: the file is read as this kiln reads it, and left as it was."""
@@ -207,7 +207,7 @@ def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
     try:
         conn = connect_read_only(path, busy_timeout_s)
     except sqlite3.Error as exc:
-        raise database_error(path, busy_timeout_s, "open", exc) from exc
+        raise database_error(path, busy_timeout_s, "open", exc, source) from exc
     try:
         with transaction(conn):
             if not _has_meta(conn):
@@ -223,7 +223,7 @@ def open_read_only(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
         return memory
     except sqlite3.Error as exc:
         conn.close()
-        raise database_error(path, busy_timeout_s, "open", exc) from exc
+        raise database_error(path, busy_timeout_s, "open", exc, source) from exc
     except BaseException:
         conn.close()
         raise
@@ -311,19 +311,62 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> int:
     return version
 
 
-def database_error(path: Path, busy_timeout_s: float, action: str, exc: sqlite3.Error) -> TuningDatabaseError:
-    """The TuningDatabaseError for an SQLite error while doing ``action``."""
+_SOURCES = {  # where a database's path came from: (how the message says so, how to change it)
+    "KILN_TUNING_DB": (" (set by KILN_TUNING_DB)", "point KILN_TUNING_DB at another file"),
+    "argument": (" (the path given to TuningDatabase(path=...))", "pass another path"),
+    "default": (" (the default, <cache_dir>/tuning.sqlite3)", "set KILN_TUNING_DB to another file"),
+}
+
+
+def path_source(path: Path, *, given: bool) -> str:
+    """Where ``path`` came from (a key of :data:`_SOURCES`), for messages only."""
+    from triton_kiln.settings import current
+
+    with contextlib.suppress(Exception):  # a message's detail: never an error of its own
+        if current().tuning_db == path:
+            return "KILN_TUNING_DB"
+    return "argument" if given else "default"
+
+
+def database_error(
+    path: Path, busy_timeout_s: float, action: str, exc: sqlite3.Error, source: str = "argument"
+) -> TuningDatabaseError:
+    """The TuningDatabaseError for an SQLite error while doing ``action``, saying where ``path``
+    came from (``source``, see :func:`path_source`) and advising deletion only of kiln's own file."""
+    origin, fix = _SOURCES.get(source, _SOURCES["argument"])
+    where = f"the tuning database {path}{origin}"
     if isinstance(exc, sqlite3.OperationalError) and is_busy(exc):
         return TuningDatabaseError(
-            f"could not {action} the tuning database {path}: another process held its lock "
+            f"could not {action} {where}: another process held its lock "
             f"for more than {busy_timeout_s:g} s ({exc}). Retry, or raise busy_timeout_s."
         )
     if isinstance(exc, sqlite3.IntegrityError):
-        return TuningDatabaseError(f"could not {action} the tuning database {path}: {exc}.")
+        return TuningDatabaseError(f"could not {action} {where}: {exc}.")
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        kind = "a directory" if path.is_dir() else "not a regular file (a device or other special file)"
+        return TuningDatabaseError(
+            f"could not {action} {where}: it is {kind}, not a file ({exc}). "
+            f"Name a database file ({fix}); kiln creates it."
+        )
+    if not _is_kilns(path):
+        return TuningDatabaseError(
+            f"could not {action} {where} ({type(exc).__name__}: {exc}): it is not a kiln tuning "
+            f"database. Name another file ({fix}); kiln creates it."
+        )
     return TuningDatabaseError(
-        f"could not {action} the tuning database {path} ({type(exc).__name__}: {exc}). It only "
+        f"could not {action} {where} ({type(exc).__name__}: {exc}). It only "
         f"caches tuning results: if this repeats, delete it (with its -wal and -shm files)."
     )
+
+
+def _is_kilns(path: Path) -> bool:
+    """Whether ``path`` is recognisably a kiln tuning database (an SQLite file with kiln's tables)."""
+    query = "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ('meta', 'runs')"
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as conn:
+            return len(conn.execute(query).fetchall()) == 2
+    except (sqlite3.Error, OSError, ValueError):
+        return False
 
 
 @contextlib.contextmanager
