@@ -48,7 +48,7 @@ def test_demo_talks_at_once_and_says_its_faults_are_its_own(monkeypatch: pytest.
         timeout_s=3.0,
         echo=lambda text: events.append((time.monotonic(), text)),
     )
-    assert ok
+    assert ok, "\n".join(text for _, text in events)  # what the demo said: which job ended how
     texts = [text for _, text in events]
     assert texts.index("<pool starts>") > 0  # something was said before the pool started
     output = "\n".join(t for t in texts if t != "<pool starts>")
