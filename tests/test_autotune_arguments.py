@@ -270,3 +270,20 @@ def test_a_correct_routed_kernel_gets_no_warning(routed: None) -> None:
     kernel, told = decorate_routed(reset_to_zero=["out_ptr"], key=["n"])
     assert isinstance(kernel, kiln.Autotuner)
     assert told == []
+
+
+@pytest.mark.parametrize(
+    ("name", "module"),
+    [
+        ("AutotuneArgumentWarning", "triton_kiln.autotuner.arguments"),
+        ("CacheWriteWarning", "triton_kiln.artifacts.store"),
+    ],
+)
+def test_the_warnings_kiln_gives_are_importable_from_the_package(name: str, module: str) -> None:
+    # to filter one, a user writes warnings.filterwarnings("ignore", category=kiln.<Name>)
+    import importlib
+
+    import triton_kiln
+
+    assert name in triton_kiln.__all__
+    assert getattr(triton_kiln, name) is getattr(importlib.import_module(module), name)

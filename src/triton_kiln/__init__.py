@@ -47,6 +47,8 @@ _LAZY: dict[str, str] = {
     "Settings": "triton_kiln.settings",
     "ArtifactStore": "triton_kiln.artifacts.store",
     "CacheWarning": "triton_kiln.artifacts.store",
+    "CacheWriteWarning": "triton_kiln.artifacts.store",
+    "AutotuneArgumentWarning": "triton_kiln.autotuner.arguments",
     "GPUTarget": "triton_kiln.triton_compat",
     "KernelLauncher": "triton_kiln.launch",
     "JitCompileCrashedError": "triton_kiln.jit_routing",
@@ -78,9 +80,10 @@ if TYPE_CHECKING:
     from triton import Config
 
     from triton_kiln.artifacts.artifact import CompiledArtifact
-    from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
+    from triton_kiln.artifacts.store import ArtifactStore, CacheWarning, CacheWriteWarning
     from triton_kiln.artifacts.triton_files import to_triton_kernel
     from triton_kiln.autotuner import AutotuneError, Autotuner, autotune, precompile
+    from triton_kiln.autotuner.arguments import AutotuneArgumentWarning
     from triton_kiln.bundle import Bundle, BundleError, BundleMissError, load_bundle, save_bundle
     from triton_kiln.compile.request import CompileRequest
     from triton_kiln.errors import (
@@ -125,12 +128,14 @@ from triton_kiln.version import __version__ as __version__  # noqa: E402
 __all__ = [
     "ArtifactError",
     "ArtifactStore",
+    "AutotuneArgumentWarning",
     "AutotuneError",
     "Autotuner",
     "Bundle",
     "BundleError",
     "BundleMissError",
     "CacheWarning",
+    "CacheWriteWarning",
     "CompilePool",
     "CompileRequest",
     "CompileTimeoutError",
