@@ -66,8 +66,9 @@ def test_bad_warmup_target_is_refused_by_the_constructor(tmp_path: Path) -> None
         CompilePool(cache_dir=tmp_path, workers=1, warmup_target="cuda:90", start=False)  # type: ignore[arg-type]
     with pytest.raises(TargetError, match="unknown backend 'nvidia'; expected 'cuda' or 'hip'"):
         CompilePool(cache_dir=tmp_path, workers=1, warmup_target=GPUTarget("nvidia", 90, 32), start=False)
-    with pytest.raises(TargetError, match="arch"):
-        CompilePool(cache_dir=tmp_path, workers=1, warmup_target=GPUTarget("cuda", 91, 32), start=False)
+    # an arch is left to the warm-up itself, whose failure quotes ptxas (test_zygote.py)
+    sm91 = GPUTarget("cuda", 91, 32)
+    CompilePool(cache_dir=tmp_path, workers=1, warmup_target=sm91, start=False).shutdown()
     CompilePool(cache_dir=tmp_path, workers=1, warmup_target=None, start=False).shutdown()
     CompilePool(cache_dir=tmp_path, workers=1, warmup_target=SM90, start=False).shutdown()
 

@@ -68,8 +68,10 @@ def test_defining_a_tuned_kernel_prewarms_unless_it_brings_its_own_pool(
 ) -> None:
     monkeypatch.setattr(registry, "gpu_present", lambda: True)
     configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
-    kiln.autotune(configs=configs, key=["n"], sandbox=False, pool=object())(add_kernel)
+    own = kiln.CompilePool(workers=1, start=False)  # not started: nothing to warm for it
+    kiln.autotune(configs=configs, key=["n"], sandbox=False, pool=own)(add_kernel)
     _join_prewarm()
+    own.shutdown()
     assert fresh == []  # its own pool, no sandbox: nothing to warm
     kiln.autotune(configs=configs, key=["n"], sandbox=True)(add_kernel)
     _join_prewarm()
