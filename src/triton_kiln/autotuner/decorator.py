@@ -60,12 +60,15 @@ def autotune(
     ``KILN_*`` settings are read when the decorator is applied.
     """
 
-    kiln_given = {
+    kiln_given = {  # which of kiln's own arguments were given (none: maybe routed by install())
         "sandbox": sandbox is not None,
         "check_outputs": check_outputs is not True,
-        **{name: value is not None for name, value in (("reference", reference), ("tolerances", tolerances))},
-        **{name: value is not None for name, value in (("pool", pool), ("database", database))},
-        **{name: value is not None for name, value in (("target", target), ("precompile", precompile))},
+        "reference": reference is not None,
+        "tolerances": tolerances is not None,
+        "pool": pool is not None,
+        "database": database is not None,
+        "target": target is not None,
+        "precompile": precompile is not None,
     }
 
     def decorator(fn: Any) -> Any:

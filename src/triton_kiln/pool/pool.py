@@ -302,9 +302,8 @@ def check_warmup_target(target: object) -> None:
             f"warmup_target must be a triton GPUTarget or None, got {target!r}; "
             f"pass GPUTarget('cuda', 90, 32) (an H100/H200)."
         )
-    problem = target_problem(target)
-    if problem is not None and target.backend not in BACKENDS:
-        raise TargetError(f"warmup_target={target}: {problem}.")
+    if target.backend not in BACKENDS:
+        raise TargetError(f"warmup_target={target}: {target_problem(target)}.")
 
 
 def open_store(settings: Settings) -> ArtifactStore | None:
