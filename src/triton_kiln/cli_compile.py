@@ -54,13 +54,11 @@ summary_json_option = click.option(
 
 def parse_target(text: str) -> Any:
     """``cuda:90`` -> ``GPUTarget("cuda", 90, 32)``; ``hip:gfx942`` -> ``GPUTarget("hip", "gfx942", 64)``."""
-    from triton_kiln.triton_compat import GPUTarget
+    from triton_kiln.compile.request import target_from_text
 
-    backend, _, arch = text.partition(":")
-    if backend == "cuda" and arch.isdigit():
-        return GPUTarget("cuda", int(arch), 32)
-    if backend == "hip" and arch.startswith("gfx"):
-        return GPUTarget("hip", arch, 64)
+    target = target_from_text(text)
+    if target is not None:
+        return target
     raise click.BadParameter(
         f"{text!r} is not a target; write cuda:90, cuda:100 or hip:gfx942", param_hint="--target"
     )

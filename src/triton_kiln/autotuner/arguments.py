@@ -256,11 +256,11 @@ def _target(target: Any) -> Any:
     if target is None or isinstance(target, triton_compat.GPUTarget):
         return target
     if isinstance(target, str):
-        backend, _, arch = target.partition(":")
-        if backend == "cuda" and arch.isdigit():
-            return triton_compat.GPUTarget("cuda", int(arch), 32)
-        if backend == "hip" and arch.startswith("gfx"):
-            return triton_compat.GPUTarget("hip", arch, 64)
+        from triton_kiln.compile.request import target_from_text
+
+        parsed = target_from_text(target)
+        if parsed is not None:
+            return parsed
     raise TypeError(
         f"target is a GPUTarget or a string like 'cuda:90', 'cuda:100' or 'hip:gfx942'; got {target!r}"
     )

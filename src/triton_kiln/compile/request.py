@@ -286,6 +286,17 @@ BACKENDS = ("cuda", "hip")
 """The backends a target may name (Triton's own ``GPUTarget.backend`` values)."""
 
 
+def target_from_text(text: str) -> GPUTarget | None:
+    """``cuda:90`` -> ``GPUTarget("cuda", 90, 32)``; ``hip:gfx942`` -> ``GPUTarget("hip", "gfx942",
+    64)``; ``None`` for text of another form (``kiln compile --target``, ``kiln.autotune(target=)``)."""
+    backend, _, arch = text.partition(":")
+    if backend == "cuda" and arch.isdigit():
+        return GPUTarget("cuda", int(arch), 32)
+    if backend == "hip" and arch.startswith("gfx"):
+        return GPUTarget("hip", arch, 64)
+    return None
+
+
 def target_problem(target: GPUTarget) -> str | None:
     """Why ``target`` cannot be compiled for (``None``: it can): Triton's checks, and a backend
     Triton has (``'nvidia'`` would otherwise fail deep in Triton, or in every zygote start)."""
