@@ -164,26 +164,11 @@ def _configs(configs: Any) -> list[Any]:
     return list(configs)
 
 
-def _backend_options() -> set[str]:
-    """Compile options a config's kwargs may set (``waves_per_eu``...): any backend's."""
-    names: set[str] = set()
-    for module, cls in (
-        ("triton.backends.nvidia.compiler", "CUDAOptions"),
-        ("triton.backends.amd.compiler", "HIPOptions"),
-    ):
-        try:
-            options = getattr(__import__(module, fromlist=[cls]), cls)
-        except (ImportError, AttributeError):
-            continue
-        names.update(getattr(options, "__dataclass_fields__", {}))
-    return names
-
-
 def _check_config_kwargs(
     configs: list[Any], params: list[str], jit_fn: Any, listing: str, wrong: Callable[[Exception], None]
 ) -> None:
     kwargs = {name for config in configs for name in config.kwargs}
-    unknown = sorted(kwargs - set(params) - _backend_options())
+    unknown = sorted(kwargs - set(params) - triton_compat.any_backend_option_names())
     if unknown:
         wrong(ValueError(f"a config sets {_names(unknown)}, not parameters of the kernel ({listing})"))
     runtime = {p.name for p in getattr(jit_fn, "params", ()) if not getattr(p, "is_constexpr", True)}

@@ -122,6 +122,9 @@ from triton_kiln.triton_compat.compiling import (
     triton_cache_group as triton_cache_group,
 )
 from triton_kiln.triton_compat.core import (
+    any_backend_option_names as any_backend_option_names,
+)
+from triton_kiln.triton_compat.core import (
     backend_option_names as backend_option_names,
 )
 from triton_kiln.triton_compat.core import (

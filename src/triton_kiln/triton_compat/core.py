@@ -40,6 +40,23 @@ def backend_option_names(target: GPUTarget) -> frozenset[str]:
     return frozenset(names - {"arch", "backend_name", "warp_size"})
 
 
+@functools.cache
+def any_backend_option_names() -> frozenset[str]:
+    """The fields of every backend's options class Triton has (``CUDAOptions``, ``HIPOptions``):
+    what a ``triton.Config``'s kwargs may set besides the kernel's parameters (``waves_per_eu``)."""
+    names: set[str] = set()
+    for module, cls in (
+        ("triton.backends.nvidia.compiler", "CUDAOptions"),
+        ("triton.backends.amd.compiler", "HIPOptions"),
+    ):
+        try:
+            options = getattr(__import__(module, fromlist=[cls]), cls)
+        except (ImportError, AttributeError):
+            continue
+        names.update(getattr(options, "__dataclass_fields__", {}))
+    return frozenset(names)
+
+
 def cache_invalidating_env() -> dict[str, str]:
     """The environment variables Triton folds into its own cache key, with current values."""
     try:
