@@ -10,7 +10,7 @@
       tuning.sqlite3 (-wal, -shm)        the tuning database (unless KILN_TUNING_DB puts it
                                          elsewhere): tuning results, not counted in the cap and
                                          never removed by kiln (a re-tune costs minutes)
-      native/, triton-key-v1.json        kiln's C launcher build and Triton's key (small, rebuilt)
+      native/, triton-key-v2.json        kiln's C launcher build and Triton's key (small, rebuilt)
       node/                              the node's lock files (docs/NODE.md; empty files, small)
 
 Everything here stays inside the cache directory and follows no symbolic link inside it (see

@@ -28,7 +28,6 @@ MARKERS = re.compile(r"artifacts-v\d+|bundle-records|tuning\.sqlite3|triton-key-
 """Names kiln writes at the top of its cache directory (kiln.cache's layout): the artifact stores,
 the bundle records, the tuning database and Triton's key. (``native/`` and ``node/`` are too
 common a name to tell a kiln cache by.)"""
-_MARKERS_SHOWN = "artifacts-v2/, bundle-records/, tuning.sqlite3, triton-key-v1.json"
 
 _BARE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 
@@ -53,11 +52,17 @@ def _root(cache_dir: str | None) -> Path:
 
 def _check_is_cache(root: Path) -> None:
     """Refuse a directory with entries but none of :data:`MARKERS` (an empty one is an empty cache)."""
+    from triton_kiln.bundle.index import RECORDS_DIR
+    from triton_kiln.cache import STORE_DIR
+    from triton_kiln.triton_compat.core import KEY_FILE
+    from triton_kiln.tuning.db import DATABASE_FILENAME
+
     with os.scandir(root) as entries:
         names = [entry.name for entry in entries]
     if names and not any(MARKERS.fullmatch(name) for name in names):
+        shown = f"{STORE_DIR}/, {RECORDS_DIR}/, {DATABASE_FILENAME}, {KEY_FILE}"
         raise click.ClickException(
-            f"{root} is not a kiln cache (it holds none of {_MARKERS_SHOWN}); nothing was read or "
+            f"{root} is not a kiln cache (it holds none of {shown}); nothing was read or "
             f"removed. Pass --cache-dir the kiln cache (default: KILN_CACHE_DIR, else ~/.cache/kiln)."
         )
 

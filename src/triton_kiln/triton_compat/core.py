@@ -91,6 +91,8 @@ def local_target() -> GPUTarget | None:
 # ----------------------------------------------------------------------------- Triton's key
 
 _KEY_FILE_VERSION = 2  # 2: the fingerprint names libtriton.so's path, size, mtime and inode
+KEY_FILE = f"triton-key-v{_KEY_FILE_VERSION}.json"
+"""The file in kiln's cache directory that keeps Triton's key."""
 
 
 def _triton_dir() -> Path:
@@ -155,7 +157,7 @@ def _triton_key(cache_dir: Path | None) -> str:
     if stored is not None:
         return stored
     fingerprint = _fingerprint()
-    path = None if cache_dir is None else cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json"
+    path = None if cache_dir is None else cache_dir / KEY_FILE
     compute = _TRITONS_OWN
     if compute is None:
         import triton.runtime.cache as cache_mod
@@ -180,7 +182,7 @@ def stored_triton_key(cache_dir: Path | None) -> str | None:
     if cache_dir is None:
         return None
     try:
-        record = json.loads((cache_dir / f"triton-key-v{_KEY_FILE_VERSION}.json").read_text())
+        record = json.loads((cache_dir / KEY_FILE).read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or not isinstance(record.get("key"), str):
