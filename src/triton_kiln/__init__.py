@@ -17,14 +17,14 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-# kiln's loggers are "kiln.*" (kiln.pool, kiln.autotune, ...). As the logging HOWTO asks of a
+# kiln's loggers are "kiln.*" (triton_kiln.pool, triton_kiln.autotune, ...). As the logging HOWTO asks of a
 # library, kiln adds no handler but this one: the application decides what is shown. (Without
 # it, an application with no logging set up got kiln's WARNING lines on stderr through
 # logging.lastResort.) To see kiln's lines: logging.basicConfig(level=logging.INFO), see
 # docs/WATCHING.md.
 logging.getLogger("kiln").addHandler(logging.NullHandler())
 
-# Names are imported on first use, so that ``import kiln`` (and a process that only loads a
+# Names are imported on first use, so that ``import triton_kiln`` (and a process that only loads a
 # bundle) does not import Triton.
 _LAZY: dict[str, str] = {
     "as_completed": "concurrent.futures",
@@ -172,10 +172,10 @@ __all__ = [
 
 
 def _check_environment() -> None:
-    """At import, never raising (``kiln.settings``): report ``KILN_*`` names that are not
-    settings, once; with ``KILN_AUTOTUNE`` set, :func:`kiln.routing.install_from_environment`;
+    """At import, never raising (``triton_kiln.settings``): report ``KILN_*`` names that are not
+    settings, once; with ``KILN_AUTOTUNE`` set, :func:`triton_kiln.routing.install_from_environment`;
     with ``KILN_INDUCTOR`` set (not in kiln's own processes),
-    :func:`kiln.inductor.install_from_environment`."""
+    :func:`triton_kiln.inductor.install_from_environment`."""
     import os
 
     if not any(var.startswith("KILN_") for var in os.environ):

@@ -14,7 +14,7 @@
       node/                              the node's lock files (docs/NODE.md; empty files, small)
 
 Everything here stays inside the cache directory and follows no symbolic link inside it (see
-:mod:`kiln.artifacts.usage`): a link is removed as a link, never what it points to. Nothing here
+:mod:`triton_kiln.artifacts.usage`): a link is removed as a link, never what it points to. Nothing here
 creates the cache directory.
 """
 

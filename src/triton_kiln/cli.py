@@ -5,9 +5,9 @@ on stderr and exit status 1, never a traceback (:class:`_KilnGroup`); output int
 reader left (``kiln report | head``) stops quietly, status 1. Settings are read by the
 commands that need them, so a malformed ``KILN_*`` variable is that one line there, and
 ``kiln --help``, ``kiln bundle show`` and ``kiln settings`` (which shows it) still work; ``kiln
-cache`` reads only the settings it uses (:mod:`kiln.cli_cache`). ``kiln report`` only reads the
+cache`` reads only the settings it uses (:mod:`triton_kiln.cli_cache`). ``kiln report`` only reads the
 tuning database; it and ``kiln bundle save`` check where they will write before the work
-(:func:`kiln.files.check_writable`), and say so naming the path as given.
+(:func:`triton_kiln.files.check_writable`), and say so naming the path as given.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 class _KilnGroup(click.Group):
-    """A click group that turns :class:`~kiln.errors.KilnError` and ``OSError`` into
+    """A click group that turns :class:`~triton_kiln.errors.KilnError` and ``OSError`` into
     ``Error: <message on one line>`` and exit status 1 (a closed output pipe: status 1, quietly)."""
 
     def invoke(self, ctx: click.Context) -> Any:

@@ -5,7 +5,7 @@ variable it does not use (``KILN_WORKERS=abc``) does not stop it: ``KILN_CACHE_D
 ``--cache-dir`` is given) and, for ``info``, ``KILN_TUNING_DB`` and ``KILN_CACHE_MAX_MB``.
 A directory that holds files but none that kiln writes at the top of its cache (:data:`MARKERS`)
 is refused before it is walked: ``--cache-dir /usr`` would take seconds to measure and could
-only be a mistake. The work is :mod:`kiln.cache`'s.
+only be a mistake. The work is :mod:`triton_kiln.cache`'s.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ _CACHE_DIR_OPTION = click.option(
 )
 
 MARKERS = re.compile(r"artifacts-v\d+|bundle-records|tuning\.sqlite3|triton-key-v\d+\.json")
-"""Names kiln writes at the top of its cache directory (kiln.cache's layout): the artifact stores,
+"""Names kiln writes at the top of its cache directory (triton_kiln.cache's layout): the artifact stores,
 the bundle records, the tuning database and Triton's key. (``native/`` and ``node/`` are too
 common a name to tell a kiln cache by.)"""
 

@@ -6,13 +6,13 @@
         --value M=4096,N=4096,K=4096 --target cuda:90 --target cuda:100 \\
         [--config 'BLOCK_M=64,num_warps=4' ...] [--ray HOST:PORT]
 
-The configs are the kernel's own (a ``triton.autotune`` / ``kiln.autotune`` kernel's list),
+The configs are the kernel's own (a ``triton.autotune`` / ``triton_kiln.autotune`` kernel's list),
 or those given with ``--config`` (which replace them); ``--constexpr NAME=VALUE`` adds values
 common to every config. ``--signature`` (Triton's notation: ``*fp16``, ``*fp16:1``, ``i32:16``,
 ``i32:1``) and ``--value`` describe the calls tuning will make; their requests are built as a
-real call's (:mod:`kiln.cli_signature`), so tuning finds these binaries in the cache. One request
-per config, target and call goes to the local :class:`~kiln.pool.CompilePool`, or with ``--ray``
-to a :class:`~kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
+real call's (:mod:`triton_kiln.cli_signature`), so tuning finds these binaries in the cache. One request
+per config, target and call goes to the local :class:`~triton_kiln.pool.CompilePool`, or with ``--ray``
+to a :class:`~triton_kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
 a remote cache configured, in it too). A progress bar runs on a terminal; the end is a summary
 of failures by cause, and a line per failed config with the reason (for Triton's
 ``CompilationError``, its location and the reason, which its message puts last). The exit status is
@@ -21,8 +21,8 @@ of failures by cause, and a line per failed config with the reason (for Triton's
 
 Arguments are checked before anything is compiled, each a one-line ``Error:``: the module,
 ``--preload``, ``--workers``, ``--timeout`` and ``--json`` (whose folder is made then) in
-:mod:`kiln.cli_args`; ``--signature``, ``--value``, ``--config`` and ``--constexpr`` in
-:mod:`kiln.cli_signature`.
+:mod:`triton_kiln.cli_args`; ``--signature``, ``--value``, ``--config`` and ``--constexpr`` in
+:mod:`triton_kiln.cli_signature`.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def compile_command(
     """Compile a kernel's configs for each --target into the kiln cache, here or on a Ray cluster.
 
     The binaries are those a real call with these argument types (and --value integers) looks
-    up: 'kiln tune' and kiln.autotune then find them compiled. The exit status is 1 when none
+    up: 'kiln tune' and triton_kiln.autotune then find them compiled. The exit status is 1 when none
     compiled (with --strict: when any failed)."""
     if bundle_path is not None:
         raise click.ClickException(
@@ -309,7 +309,7 @@ def build_requests(
     values: tuple[str, ...] = (),
 ) -> list[Any]:
     """One request per config, target and ``--value`` call, as the autotuner builds a real call's
-    (module :mod:`kiln.cli_signature`); requests that come out the same are listed once."""
+    (module :mod:`triton_kiln.cli_signature`); requests that come out the same are listed once."""
     from triton_kiln.cli_signature import (
         call_requests,
         check_common,

@@ -3,7 +3,7 @@
 ``up`` starts (or finds) one warm kiln pool per live node, a named detached Ray actor that every
 driver (``kiln compile --ray ADDRESS --standing``, ``RayCompilePool(standing=True)``) shares,
 and prints one line per node once each is warm; ``down`` ends them. See docs/DISTRIBUTED.md.
-Ray is imported only when a command runs (:mod:`kiln.farm.ray_api`).
+Ray is imported only when a command runs (:mod:`triton_kiln.farm.ray_api`).
 """
 
 from __future__ import annotations

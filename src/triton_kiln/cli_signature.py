@@ -4,9 +4,9 @@ A binary is found in the cache only under the key of the request a real call bui
 real call's request carries Triton's specialization of its arguments: ``tt.divisibility`` 16 on
 16-byte-aligned pointers and on integers that are multiples of 16, an integer equal to 1 turned
 into a constexpr, an integer's type chosen by its value. So ``kiln compile`` does not build
-requests from the types: it makes *stand-in arguments* (a :class:`~kiln.triton_compat.StandInTensor`
+requests from the types: it makes *stand-in arguments* (a :class:`~triton_kiln.triton_compat.StandInTensor`
 per pointer, a plain ``int`` per integer) that Triton specializes as it would the real ones, and
-builds each request through the autotuner's own :func:`~kiln.autotuner.specialize.request_for`
+builds each request through the autotuner's own :func:`~triton_kiln.autotuner.specialize.request_for`
 (Triton's binder, then Triton's packing). Keys match a real call's by construction.
 
 The notation is Triton's AOT compiler's (``triton/tools/compile.py``), with torch's defaults::

@@ -10,13 +10,13 @@ on representative inputs. The command:
 
 1. refuses at once without a usable GPU (``torch.cuda.is_available()``): tuning times every config
    on the GPU it runs on; ``kiln compile`` fills the cache without one;
-2. ``kiln.install()`` (unless ``--no-install``), so every ``triton.autotune`` kernel the workload's
-   modules define from then on is a ``kiln.autotune`` one, then imports and calls FUNCTION;
+2. ``triton_kiln.install()`` (unless ``--no-install``), so every ``triton.autotune`` kernel the workload's
+   modules define from then on is a ``triton_kiln.autotune`` one, then imports and calls FUNCTION;
 3. reads back from the tuning database the runs begun since the command started
-   (:func:`kiln.tuning.recent.runs_since`): per kernel and key, the chosen config, configs tried
+   (:func:`triton_kiln.tuning.recent.runs_since`): per kernel and key, the chosen config, configs tried
    and failed by cause, wall time;
 4. with ``--bundle PATH``, writes the variants recorded in the kiln cache (``kiln bundle save``'s
-   path: :func:`kiln.bundle.collect_recorded` + :func:`kiln.bundle.write_bundle`) of the kernels
+   path: :func:`triton_kiln.bundle.collect_recorded` + :func:`triton_kiln.bundle.write_bundle`) of the kernels
    tuned here, or of ``--kernel`` NAMEs.
 
 ``--bundle`` and ``--json`` are checked before step 2 (:func:`check_output`): a path kiln could not
@@ -27,7 +27,7 @@ If FUNCTION raises, its last traceback line is an ``Error:``, and what was tuned
 reported and bundled (every finished run is already in the database); the exit status is then 1.
 Otherwise it is 0, or with ``--strict`` 1 when a run found no working config or did not finish.
 With ``KILN_REMOTE_CACHE`` set, the autotuner also writes each finished run to the remote cache
-(:mod:`kiln.remote.tuning`), and the output says so.
+(:mod:`triton_kiln.remote.tuning`), and the output says so.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def check_workload_spec(spec: str) -> None:
 
 
 def workload(spec: str) -> Callable[[], Any]:
-    """The zero-argument callable ``spec`` names (imported now: after ``kiln.install()``)."""
+    """The zero-argument callable ``spec`` names (imported now: after ``triton_kiln.install()``)."""
     obj = resolve(spec)
     if not callable(obj):
         raise click.ClickException(
@@ -119,7 +119,7 @@ def raised_line(spec: str, exc: BaseException) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class CompileCounts:
-    """What the process's compile pool did (:class:`~kiln.pool.PoolStats`), and its difference."""
+    """What the process's compile pool did (:class:`~triton_kiln.pool.PoolStats`), and its difference."""
 
     requested: int
     compiled: int
@@ -218,7 +218,7 @@ def tune_command(
 
             kiln.install()
         function = workload(function_spec)
-        pool = get_pool()  # the process's pool, which kiln.autotune'd kernels compile in
+        pool = get_pool()  # the process's pool, which triton_kiln.autotune'd kernels compile in
         before = CompileCounts.of(pool.stats)
         error: BaseException | None = None
         try:
@@ -299,7 +299,7 @@ def format_report(outcomes: list[RunOutcome], wall_s: float, path: Path) -> str:
 
 def check_output(path: Path, what: str) -> None:
     """Refuse an output ``path`` (``what``: the option and path as given) kiln could not write,
-    before the workload runs: :func:`kiln.files.check_writable` (under a file, a directory without
+    before the workload runs: :func:`triton_kiln.files.check_writable` (under a file, a directory without
     write permission), then a file made and removed where ``path`` will go, which finds what
     permission bits do not tell (root in ``/proc``)."""
     from triton_kiln.files import OutputPathError, check_writable

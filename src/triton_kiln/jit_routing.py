@@ -1,13 +1,13 @@
-"""Plain ``@triton.jit`` kernels' compiles in kiln's pool, under :func:`kiln.install`
+"""Plain ``@triton.jit`` kernels' compiles in kiln's pool, under :func:`triton_kiln.install`
 (``KILN_ROUTE_JIT=0`` turns it off; docs/JIT_ROUTING.md).
 
-Where it hooks: ``JITFunction._do_compile`` (:mod:`kiln.triton_compat.jit_hook`), which Triton
+Where it hooks: ``JITFunction._do_compile`` (:mod:`triton_kiln.triton_compat.jit_hook`), which Triton
 calls on a miss of the function's in-memory cache. The replacement::
 
     kernel[grid](...)  -> JITFunction.run: in-memory cache miss -> _do_compile (kiln's)
       the compile _do_compile would make (its ASTSource, target, options)
       Triton's cache holds its hash?       yes -> Triton's own _do_compile (a cache hit)
-      a CompileRequest (kernel by name/source, as kiln.autotune's)   cannot: Triton's own compile
+      a CompileRequest (kernel by name/source, as triton_kiln.autotune's)   cannot: Triton's own compile
       kiln's pool compiles it (the zygote's fork; kiln's caches first)          (debug log)
         died (signal, timeout, memory) -> JitCompileCrashedError naming the kernel and why
       the binary written into Triton's cache under the hash Triton's own functions give the
@@ -16,7 +16,7 @@ calls on a miss of the function's in-memory cache. The replacement::
       checked: the kernel it returns was looked up under that hash (else a WARNING: Triton
       compiled it here itself; never a binary under a hash it was not asked for)
 
-The binary's identity is kiln's request key, as for ``kiln.autotune``: the kernel's source and
+The binary's identity is kiln's request key, as for ``triton_kiln.autotune``: the kernel's source and
 every ``@jit`` function and global it reads, signature, constexprs, attrs, options, target,
 Triton's version and key and environment (a kernel kiln cannot ship, e.g. a ``__main__`` kernel
 without source, raises building the request, and Triton compiles it itself, logged at DEBUG).
@@ -52,7 +52,7 @@ run, ~0.26 s); past it the launch builds the launcher itself, as Triton always d
 class JitCompileCrashedError(KilnError, RuntimeError):
     """A plain ``@triton.jit`` kernel's compile died in kiln's pool (the compiler crashed on a
     signal, hung past ``KILN_JOB_TIMEOUT_S`` or passed the memory limit). ``__cause__`` is kiln's
-    :class:`~kiln.errors.JobFailure` (signal, seconds, the compiler's last stderr lines)."""
+    :class:`~triton_kiln.errors.JobFailure` (signal, seconds, the compiler's last stderr lines)."""
 
     def __init__(self, kernel: str, source_file: str, failure: JobFailure) -> None:
         self.kernel = kernel

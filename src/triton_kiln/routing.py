@@ -1,29 +1,31 @@
-"""``kiln.install()``: kiln for code you don't own (Liger-Kernel, flash-linear-attention...).
+"""``triton_kiln.install()``: kiln for code you don't own (Liger-Kernel, flash-linear-attention...).
 
 ::
 
-    import kiln; kiln.install()     # or KILN_AUTOTUNE=1, read once at `import kiln`
+    import triton_kiln; triton_kiln.install()  # or KILN_AUTOTUNE=1, read at `import triton_kiln`
                                     # (install_from_environment: an import never raises)
-    import liger_kernel, fla        # their @triton.autotune kernels are now kiln.autotune's
+    import liger_kernel, fla        # their @triton.autotune kernels are now triton_kiln.autotune's
 
-What it routes, by rebinding names in Triton's modules (:func:`kiln.triton_compat.autotune_names`):
+What it routes, by rebinding names in Triton's modules (:func:`triton_kiln.triton_compat.autotune_names`):
 
 * ``triton.autotune`` (also ``triton.runtime.autotune``, ``triton.runtime.autotuner.autotune``):
-  every kernel decorated *after* ``install()`` is a :class:`kiln.Autotuner`;
+  every kernel decorated *after* ``install()`` is a :class:`triton_kiln.Autotuner`;
 * ``triton.runtime.autotuner.Autotuner`` (and ``triton.runtime.Autotuner``): a library's own
   autotuner class defined *after* ``install()`` (FLA's ``CachedAutotuner``) derives from kiln's.
   A subclass that overrides a method kiln relies on is put back on Triton's class, with the
-  reason logged (see :data:`kiln.autotuner.autotuner.TRITON_ONLY_METHODS`), never broken.
+  reason logged (see :data:`triton_kiln.autotuner.autotuner.TRITON_ONLY_METHODS`), never broken.
 
 * ``JITFunction._do_compile`` (unless ``KILN_ROUTE_JIT=0``): plain ``@triton.jit`` kernels,
   whenever defined, compile in kiln's pool; a compiler crash raises
-  :class:`kiln.jit_routing.JitCompileCrashedError` (:mod:`kiln.jit_routing`, docs/JIT_ROUTING.md).
+  :class:`triton_kiln.jit_routing.JitCompileCrashedError` (:mod:`triton_kiln.jit_routing`,
+  docs/JIT_ROUTING.md).
 
 What it does not route: kernels decorated before ``install()``, classes defined before it, and
 code that kept its own reference to Triton's ``autotune``/``Autotuner`` (``from triton import
 autotune`` executed earlier). ``uninstall()`` restores Triton's names; kernels already made stay
-kiln's. Both are logged at INFO on the ``kiln.install`` logger. (This module is ``kiln.routing``; the
-functions are ``kiln.install``/``kiln.uninstall``.)
+kiln's. Both are logged at INFO on the ``triton_kiln.install`` logger. (This module is
+``triton_kiln.routing``; the
+functions are ``triton_kiln.install``/``triton_kiln.uninstall``.)
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ _saved: list[tuple[Any, str, Any]] = []  # (module, name, Triton's value)
 def install() -> None:
     """Route ``triton.autotune`` and later subclasses of Triton's ``Autotuner`` through kiln.
 
-    Raises :class:`~kiln.errors.SettingsError` (naming the variable), with nothing routed, if a
+    Raises :class:`~triton_kiln.errors.SettingsError` (naming the variable), with nothing routed, if a
     ``KILN_*`` variable is malformed.
     """
     from triton_kiln import settings
@@ -61,10 +63,10 @@ def install_from_environment() -> None:
 
     An import must not fail on a setting (every ``kiln`` command, ``kiln --help`` included,
     imports kiln first). So: a malformed ``KILN_AUTOTUNE`` routes nothing and logs one line
-    naming it (``kiln.install`` logger, WARNING); with ``KILN_AUTOTUNE=1`` and another malformed
+    naming it (``triton_kiln.install`` logger, WARNING); with ``KILN_AUTOTUNE=1`` and another malformed
     variable, ``triton.autotune`` is routed (what was asked for), nothing is prewarmed, and the
-    :class:`~kiln.errors.SettingsError` naming the variable is raised where kiln is first used:
-    when a kernel is decorated (its :class:`kiln.Autotuner` is made) or a pool is made (logged
+    :class:`~triton_kiln.errors.SettingsError` naming the variable is raised where kiln is first used:
+    when a kernel is decorated (its :class:`triton_kiln.Autotuner` is made) or a pool is made (logged
     here at DEBUG only, so a ``kiln`` command says it once, as its ``Error:`` line).
     """
     from triton_kiln import notices, settings
@@ -107,7 +109,7 @@ def _route() -> None:
 
 
 def _route_jit() -> None:
-    # Plain @triton.jit kernels (not autotuned): their compiles in kiln's pool (kiln.jit_routing).
+    # Plain @triton.jit kernels (not autotuned): their compiles in kiln's pool (triton_kiln.jit_routing).
     from triton_kiln import jit_routing
 
     jit_routing.install()

@@ -4,10 +4,10 @@ Every knob kiln has lives here. :func:`current` returns the settings in force: t
 from the environment, overridden by any active :func:`scope` (used by tests and by callers
 who want a setting for one block of code)::
 
-    with kiln.settings.scope(job_timeout_s=5.0):
+    with triton_kiln.settings.scope(job_timeout_s=5.0):
         pool = CompilePool()          # this pool sees a 5 s timeout
 
-A malformed variable raises :class:`~kiln.errors.SettingsError` naming the variable, its
+A malformed variable raises :class:`~triton_kiln.errors.SettingsError` naming the variable, its
 value and what was expected; so does a value out of its range, however it was given (the
 environment, :func:`scope`, a ``CompilePool`` argument): numbers must be finite and within the
 bounds in ``_RANGES``, the cache directory a directory (or creatable), the tuning database a
@@ -15,8 +15,8 @@ file (or creatable), never a directory.
 
 When the error comes: settings are read where a kiln object is made (a pool, an autotuner, a
 bundle, a CLI command that needs them), never at ``import triton_kiln``; an import with
-``KILN_AUTOTUNE`` set reads only that variable (see :mod:`kiln.routing`). A ``KILN_*`` variable
-that is not a setting (a typo: ``KILN_JOBS``) is logged once per process on the ``kiln.settings``
+``KILN_AUTOTUNE`` set reads only that variable (see :mod:`triton_kiln.routing`). A ``KILN_*`` variable
+that is not a setting (a typo: ``KILN_JOBS``) is logged once per process on the ``triton_kiln.settings``
 logger, with the closest known name (:func:`warn_unknown_variables`); the names kiln sets in its
 own child processes and ``KILN_TEST_*`` / ``KILN_CI_*`` (test and CI tooling) are not settings
 and are never reported. :func:`describe` says where each effective value came from (``kiln
@@ -133,26 +133,26 @@ class Settings:
 
     inductor: bool = False
     """``KILN_INDUCTOR``: ``1`` routes torch Inductor's Triton compiles through kiln's pool at
-    ``import triton_kiln`` (:func:`kiln.inductor.install`; docs/INDUCTOR.md)."""
+    ``import triton_kiln`` (:func:`triton_kiln.inductor.install`; docs/INDUCTOR.md)."""
 
     inductor_sandbox: bool = False
-    """``KILN_INDUCTOR_SANDBOX``: ``1`` makes :func:`kiln.inductor.install` (without
+    """``KILN_INDUCTOR_SANDBOX``: ``1`` makes :func:`triton_kiln.inductor.install` (without
     ``sandbox_benchmarks``) run Inductor's max-autotune template benchmarks in a kiln sandbox
     process, each under ``KILN_BENCH_TIMEOUT_S`` (docs/INDUCTOR.md)."""
 
     inductor_sidecar: bool = True
-    """``KILN_INDUCTOR_SIDECAR``: ``0`` makes :func:`kiln.inductor.install` do each Triton compile
+    """``KILN_INDUCTOR_SIDECAR``: ``0`` makes :func:`triton_kiln.inductor.install` do each Triton compile
     job's in-process work (module load, configs described, results pickled) in the caller's own
     threads rather than in kiln's Inductor sidecar process (docs/INDUCTOR.md)."""
 
     inductor_quiet_benchmarks: bool = True
-    """``KILN_INDUCTOR_QUIET_BENCHMARKS``: under :func:`kiln.inductor.install`, kiln's compile
+    """``KILN_INDUCTOR_QUIET_BENCHMARKS``: under :func:`triton_kiln.inductor.install`, kiln's compile
     processes are held still (``SIGSTOP``, then ``SIGCONT``) while one of Inductor's benchmarks
     times a GPU kernel, so kiln's compiles do not slow the host the timing includes; ``0`` lets
     them run on (docs/INDUCTOR.md)."""
 
     route_jit: bool = True
-    """``KILN_ROUTE_JIT``: under :func:`kiln.install` (or ``KILN_AUTOTUNE=1``), plain
+    """``KILN_ROUTE_JIT``: under :func:`triton_kiln.install` (or ``KILN_AUTOTUNE=1``), plain
     ``@triton.jit`` kernels compile in kiln's pool too; ``0`` leaves them to Triton
     (docs/JIT_ROUTING.md)."""
 
@@ -192,7 +192,7 @@ class Settings:
     and loads only what carries a valid signature. Unset: entries are checksummed, not signed."""
 
     farm_standing: bool = False
-    """``KILN_FARM_STANDING``: ``1`` makes :class:`~kiln.farm.RayCompilePool` (and ``kiln compile
+    """``KILN_FARM_STANDING``: ``1`` makes :class:`~triton_kiln.farm.RayCompilePool` (and ``kiln compile
     --ray``) use each node's standing compiler (``kiln farm up``): one warm kiln pool per node,
     shared by every driver and left running when a driver ends (docs/DISTRIBUTED.md); ``0``: each
     driver starts its own node actors and ends them."""
@@ -619,7 +619,7 @@ def unknown_message(var: str, closest: str | None) -> str:
 
 
 def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
-    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``);
+    """Log each ``KILN_*`` variable that is not a setting, once per process (``triton_kiln.settings``);
     not in kiln's own child processes (the zygote, the sandboxes), whose parent has said it."""
     env = os.environ if environ is None else environ
     with _warned_lock:

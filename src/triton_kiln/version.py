@@ -1,3 +1,3 @@
-"""kiln's version (one place; `kiln.__version__` and bundle manifests read it)."""
+"""kiln's version (one place; `triton_kiln.__version__` and bundle manifests read it)."""
 
 __version__ = "0.1.0"

@@ -1,15 +1,15 @@
 """The compiled result of a request: binary, entry name and every field needed to launch it.
 
 A :class:`CompiledArtifact` is plain data (bytes, strings, JSON-able metadata), so it crosses
-process boundaries cheaply and is stored on disk without pickle (see :mod:`kiln.artifacts.store`).
+process boundaries cheaply and is stored on disk without pickle (see :mod:`triton_kiln.artifacts.store`).
 Launch metadata is *required*: :meth:`CompiledArtifact.launch_field` raises
-:class:`~kiln.errors.MissingMetadataError` naming a missing field instead of guessing.
+:class:`~triton_kiln.errors.MissingMetadataError` naming a missing field instead of guessing.
 
-Turning an artifact back into Triton's ``CompiledKernel`` is :mod:`kiln.artifacts.triton_files`'s.
+Turning an artifact back into Triton's ``CompiledKernel`` is :mod:`triton_kiln.artifacts.triton_files`'s.
 
 The text IRs (``asm``: LLVM IR, TTIR, TTGIR, PTX) are for inspection only: nothing in kiln
 launches from them, so the pool's memory cache keeps :meth:`CompiledArtifact.without_ir` copies
-unless ``KILN_KEEP_IR=1`` (see :mod:`kiln.pool.memory_cache`).
+unless ``KILN_KEEP_IR=1`` (see :mod:`triton_kiln.pool.memory_cache`).
 """
 
 from __future__ import annotations

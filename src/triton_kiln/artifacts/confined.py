@@ -12,7 +12,7 @@ outside that directory is named, opened or written:
   size kiln recorded;
 * new files are created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` in a directory kiln just made.
 
-Refusals raise :class:`~kiln.errors.ArtifactError` saying what was found; a missing file
+Refusals raise :class:`~triton_kiln.errors.ArtifactError` saying what was found; a missing file
 raises ``FileNotFoundError`` as it is.
 """
 

@@ -5,12 +5,12 @@ text IRs, and ``artifact.json``: kiln's record with every file's sha256 and size
 store writes into a directory and what a remote cache holds.
 
 :func:`read_entry` is the one reader of an entry, whether the entry is in the store
-(:meth:`ArtifactStore.get <kiln.artifacts.store.ArtifactStore.get>`) or was just fetched from a
+(:meth:`ArtifactStore.get <triton_kiln.artifacts.store.ArtifactStore.get>`) or was just fetched from a
 remote cache and staged in a temporary directory (:meth:`ArtifactStore.adopt
-<kiln.artifacts.store.ArtifactStore.adopt>`): the record's format and key, each file named in
-the manifest opened through :mod:`kiln.artifacts.confined` and matched against its recorded
+<triton_kiln.artifacts.store.ArtifactStore.adopt>`): the record's format and key, each file named in
+the manifest opened through :mod:`triton_kiln.artifacts.confined` and matched against its recorded
 size and sha256, the binary against ``binary_sha256``, and ``triton/`` (if present) against the
-verified bytes. Anything else raises :class:`~kiln.errors.ArtifactError` (or ``OSError``,
+verified bytes. Anything else raises :class:`~triton_kiln.errors.ArtifactError` (or ``OSError``,
 ``ValueError``, ``KeyError``, ``TypeError`` from a malformed record: :data:`READ_ERRORS`).
 """
 

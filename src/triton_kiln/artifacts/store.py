@@ -11,7 +11,7 @@ Layout (``root`` is ``Settings.cache_dir``)::
 
 ``artifact.json`` lists every file the entry serves with its sha256 and size (``"files"``), the
 metadata and the text IRs included. A read opens the entry and each file through directory
-descriptors (:mod:`kiln.artifacts.confined`): names are single components (no absolute paths,
+descriptors (:mod:`triton_kiln.artifacts.confined`): names are single components (no absolute paths,
 no ``..``), files are opened ``O_NOFOLLOW | O_NONBLOCK`` and must be regular, singly linked and
 of the recorded size, and every file is hashed before it is used. ``triton/``, if present, must
 be a real directory whose files equal the verified bytes. An entry failing any check (bad JSON,
@@ -20,9 +20,9 @@ skipped with a :class:`CacheWarning` and treated as a miss: the caller recompile
 write replaces the entry. Entries of format 1 (``artifacts-v1``, no per-file hashes) are never
 read.
 
-A remote cache (``remote``, :class:`RemoteEntries`; :mod:`kiln.remote` when ``KILN_REMOTE_CACHE``
+A remote cache (``remote``, :class:`RemoteEntries`; :mod:`triton_kiln.remote` when ``KILN_REMOTE_CACHE``
 is set) sits behind the store: a local miss asks it, and what it returns is staged in a
-temporary directory and read by the same reader (:func:`kiln.artifacts.entry.read_entry`) before
+temporary directory and read by the same reader (:func:`triton_kiln.artifacts.entry.read_entry`) before
 it is renamed into place (:meth:`ArtifactStore.adopt`); one that fails is a miss with a
 :class:`CacheWarning`. Each entry :meth:`ArtifactStore.put` writes is read back verified and then
 published to it.
@@ -36,7 +36,7 @@ fsynced, and renamed into place in one step, so a reader never sees half an entr
 killed writer leaves only a temporary directory (cleaned on the next write). Nothing is
 unpickled.
 
-Size cap (``max_bytes``, from ``KILN_CACHE_MAX_MB``; :mod:`kiln.artifacts.usage`): every read
+Size cap (``max_bytes``, from ``KILN_CACHE_MAX_MB``; :mod:`triton_kiln.artifacts.usage`): every read
 touches its entry's directory (its mtime is the entry's last use), and a write that takes the
 store past the cap evicts the least recently used entries down to 90% of it. The store's size
 is measured by one scan at the first write of the process and at most every five minutes after,
@@ -77,7 +77,7 @@ class CacheWriteWarning(CacheWarning):
 
 
 class RemoteEntries(Protocol):
-    """A cache of entries shared by machines (:class:`kiln.remote.RemoteArtifacts`), each entry as
+    """A cache of entries shared by machines (:class:`triton_kiln.remote.RemoteArtifacts`), each entry as
     ``{file name: bytes}``: the files of its directory here. Neither method raises when the remote
     is unreachable or slow (it says so once and answers a miss)."""
 
@@ -163,9 +163,9 @@ class ArtifactStore:
         """Make ``files`` (an entry's directory, fetched from a remote cache) the entry of ``key``.
 
         The files are written into a temporary directory beside the entry's place and read
-        back by :func:`~kiln.artifacts.entry.read_entry`, the reader of every local entry; only
+        back by :func:`~triton_kiln.artifacts.entry.read_entry`, the reader of every local entry; only
         an entry that passes is renamed into place. A file its manifest does not list, a bad
-        name, a checksum or size mismatch raise (:data:`~kiln.artifacts.entry.READ_ERRORS`)
+        name, a checksum or size mismatch raise (:data:`~triton_kiln.artifacts.entry.READ_ERRORS`)
         and leave nothing behind.
         """
         final = self.path_for(key)
@@ -235,7 +235,7 @@ class ArtifactStore:
     def put_or_warn(self, artifact: CompiledArtifact) -> Path | None:
         """:meth:`put`, for a pool whose caller has the artifact already: a failed write is
         ``None`` and, the first time for this store, a :class:`CacheWriteWarning` naming the
-        directory and the system's reason (later ones are logged on ``kiln.cache`` at INFO)."""
+        directory and the system's reason (later ones are logged on ``triton_kiln.cache`` at INFO)."""
         try:
             return self.put(artifact)
         except OSError as exc:

@@ -13,7 +13,7 @@ Where the files go (:func:`triton_dir`)::
 
 The directory is trusted only after a check, on every call: it must be a real directory (not a
 symlink) whose two files are regular, unlinked elsewhere and byte-equal to the artifact's binary
-and metadata (read through :mod:`kiln.artifacts.confined`). Anything else is rebuilt, never
+and metadata (read through :mod:`triton_kiln.artifacts.confined`). Anything else is rebuilt, never
 written into: the files are created ``O_EXCL | O_NOFOLLOW`` in a fresh hidden directory beside
 it, which is then renamed into place (a planted symlink is unlinked first, not followed).
 

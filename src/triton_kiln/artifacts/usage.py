@@ -1,6 +1,6 @@
 """The artifact store as a whole: its entries, their sizes and last use, and LRU eviction.
 
-Used by :class:`~kiln.artifacts.store.ArtifactStore` (the ``KILN_CACHE_MAX_MB`` cap, applied as
+Used by :class:`~triton_kiln.artifacts.store.ArtifactStore` (the ``KILN_CACHE_MAX_MB`` cap, applied as
 the store grows) and by ``kiln cache info | clear | prune``::
 
     <store root>/ab/<key>/      an entry: size = the sum of its regular files' sizes (triton/ too),

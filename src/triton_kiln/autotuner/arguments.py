@@ -1,16 +1,16 @@
-"""``kiln.autotune``'s arguments, checked when the decorator is applied.
+"""``triton_kiln.autotune``'s arguments, checked when the decorator is applied.
 
 Triton's ``autotune`` accepts almost anything at decoration and fails on the first call, deep in
 its code, or never (a ``key`` naming no parameter tunes once for every shape, and kiln's tuning
 database would reuse that config in every later process). kiln checks here what it can name:
 
-* called directly (``kiln.autotune``), a wrong argument raises ``TypeError`` / ``ValueError``
+* called directly (``triton_kiln.autotune``), a wrong argument raises ``TypeError`` / ``ValueError``
   (``NotImplementedError`` for an autotuner stacked over another), saying what to write;
-* for a kernel :func:`kiln.install` routed from ``@triton.autotune``, which Triton would have
+* for a kernel :func:`triton_kiln.install` routed from ``@triton.autotune``, which Triton would have
   accepted, the kernel is decorated as Triton would and one :class:`AutotuneArgumentWarning`
   names what is wrong: a library that imports under Triton must import under kiln.
 
-``kiln.install()`` binds ``triton.autotune`` to this same function, so a call is taken as routed
+``triton_kiln.install()`` binds ``triton.autotune`` to this same function, so a call is taken as routed
 when the routing is in effect and none of kiln's own (keyword-only) arguments was given: a
 library written for Triton cannot pass those. A direct call after ``install()`` that passes none
 of them gets the warnings, not the errors (the safe side of the drop-in).
@@ -34,11 +34,11 @@ from triton_kiln import triton_compat
 
 
 class AutotuneArgumentWarning(UserWarning):
-    """A kernel routed by ``kiln.install()`` has an argument Triton accepts but that is wrong."""
+    """A kernel routed by ``triton_kiln.install()`` has an argument Triton accepts but that is wrong."""
 
 
 class StackedAutotunerError(NotImplementedError):
-    """``kiln.autotune`` was applied over another autotuner."""
+    """``triton_kiln.autotune`` was applied over another autotuner."""
 
 
 @dataclass
@@ -55,13 +55,14 @@ class Checked:
 
 
 def is_routed(kiln_arguments: dict[str, Any]) -> bool:
-    """Whether this decoration came through ``triton.autotune`` routed by ``kiln.install()``."""
+    """Whether this decoration came through ``triton.autotune`` routed by ``triton_kiln.install()``."""
     import triton
 
     from triton_kiln.autotuner.decorator import autotune
 
-    # kiln.install() puts kiln's autotune in Triton's place (kiln.routing): read here from Triton,
-    # as importing kiln.routing would make the autotuner package depend on what depends on it
+    # triton_kiln.install() puts kiln's autotune in Triton's place (triton_kiln.routing): read here from
+    # Triton,
+    # as importing triton_kiln.routing would make the autotuner package depend on what depends on it
     return triton.autotune is autotune and not any(kiln_arguments.values())
 
 

@@ -1,10 +1,10 @@
-"""``kiln.autotune``: ``triton.autotune``'s contract, with parallel compiles and a GPU sandbox.
+"""``triton_kiln.autotune``: ``triton.autotune``'s contract, with parallel compiles and a GPU sandbox.
 
 :class:`Autotuner` takes ``triton.autotune``'s arguments and fills the same attributes
 (``cache``, ``best_config``, ``configs_timings``, ``bench_time``, ``nargs``); this module holds
 the contract and hands the work to one module each::
 
-    kernel[grid](*args)  -> kiln's C dispatcher (variants.py, kiln.launch.dispatch): a call like
+    kernel[grid](*args)  -> kiln's C dispatcher (variants.py, triton_kiln.launch.dispatch): a call like
                             an earlier one launches its variant without entering Python
         miss -> run(*args, grid=grid)
                   a loaded bundle has this call? adopt it                     (variants.py)
@@ -69,7 +69,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
     never kiln's C dispatcher (whose misses run kiln's own tuning)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A library's own autotuner class derived from kiln's (:func:`kiln.install` routes
+        """A library's own autotuner class derived from kiln's (:func:`triton_kiln.install` routes
         Triton's ``Autotuner`` name here): kept on kiln unless it overrides what kiln relies on,
         or its ``run`` reaches nothing of kiln's; the log says which part of kiln it uses
         (:func:`.library_search.place_subclass`)."""
@@ -150,7 +150,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._device: LocalDevice | None = None  # and the GPU's identity here (run_identity.py)
         self._lock = threading.RLock()
         self._requests = RequestCache()  # the full path builds a request once per kind of call
-        self.last_run: Any = None  # the kiln.tuning.TuningRun of the latest tuning
+        self.last_run: Any = None  # the triton_kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
         self._told: set[tuple[Any, ...]] = set()  # keys whose source was logged (provenance.py)
@@ -379,8 +379,8 @@ _DATABASES_LOCK = threading.Lock()
 
 
 def _shared_database(path: Path, remote: settings_mod.Settings | None = None) -> Any:
-    """The process's :class:`~kiln.tuning.TuningDatabase` at ``path`` (one per file), with
-    ``remote``'s remote cache behind it (:mod:`kiln.remote`) when one is given."""
+    """The process's :class:`~triton_kiln.tuning.TuningDatabase` at ``path`` (one per file), with
+    ``remote``'s remote cache behind it (:mod:`triton_kiln.remote`) when one is given."""
     from triton_kiln.tuning import TuningDatabase
 
     url = remote.remote_cache if remote is not None else None

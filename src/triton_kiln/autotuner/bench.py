@@ -2,7 +2,7 @@
 
 Two benchers exist, chosen by :func:`make_bencher`:
 
-* :class:`SandboxBencher`: the config runs in the GPU sandbox (:mod:`kiln.sandbox`), a separate
+* :class:`SandboxBencher`: the config runs in the GPU sandbox (:mod:`triton_kiln.sandbox`), a separate
   process, on copies of the inputs; a crash, hang or illegal memory access ends that config
   only. Outputs are checked there.
 * :class:`InProcessBencher`: the config runs in the caller's process, as ``triton.autotune``
@@ -60,7 +60,7 @@ class Bencher(Protocol):
     def bench(
         self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
     ) -> Any:
-        """One config's :class:`~kiln.sandbox.BenchOutcome` (failures are outcomes too)."""
+        """One config's :class:`~triton_kiln.sandbox.BenchOutcome` (failures are outcomes too)."""
         ...
 
     def user_reference(self) -> dict[str, Any] | None:
@@ -144,8 +144,8 @@ def user_reference(
 
 def shared_sandbox(device: int) -> Sandbox:
     """The process's sandbox for ``device`` (one per GPU, shared by every autotuner, started
-    early by :func:`kiln.sandbox.prestart`): kiln's torch-free sandbox unless
-    ``KILN_NATIVE_SANDBOX=0`` (see :mod:`kiln.sandbox.registry`)."""
+    early by :func:`triton_kiln.sandbox.prestart`): kiln's torch-free sandbox unless
+    ``KILN_NATIVE_SANDBOX=0`` (see :mod:`triton_kiln.sandbox.registry`)."""
     from triton_kiln.sandbox.registry import shared
 
     sandbox: Sandbox = shared(device)

@@ -1,6 +1,6 @@
 """Where the autotuner gets a compiled binary's files and Triton's kernel object for it.
 
-Both come from the artifact store (:mod:`kiln.artifacts.triton_files`), not from the pool: a
+Both come from the artifact store (:mod:`triton_kiln.artifacts.triton_files`), not from the pool: a
 binary laid out as Triton's cache does (for the sandbox, which loads it from files) and Triton's
 ``CompiledKernel`` (for in-process benchmarks and launches). The store lays each binary out once
 per process; the pool is asked only which store it writes to.

@@ -1,7 +1,7 @@
 """The output check's kernel, compiled by kiln's pool for the tuning device, for the sandbox.
 
-The native sandbox compares outputs on the GPU (:mod:`kiln.sandbox.device_check`) with
-:func:`kiln.sandbox.compare_kernel.output_summary_kernel`. The sandbox never compiles (it has no
+The native sandbox compares outputs on the GPU (:mod:`triton_kiln.sandbox.device_check`) with
+:func:`triton_kiln.sandbox.compare_kernel.output_summary_kernel`. The sandbox never compiles (it has no
 Triton); the tuner submits one request per variant the inputs' dtypes need to its pool, ahead of
 every config (highest priority), when a tuning run starts. The artifacts land in kiln's disk
 cache, so a machine compiles them once; later runs and processes get them at once::

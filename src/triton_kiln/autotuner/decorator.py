@@ -1,4 +1,4 @@
-"""``kiln.autotune`` and ``kiln.precompile``: the decorator that makes an :class:`Autotuner`,
+"""``triton_kiln.autotune`` and ``triton_kiln.precompile``: the decorator that makes an :class:`Autotuner`,
 and starting a tuned kernel's compiles ahead of its first call."""
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ def autotune(
     * ``reference``: ``f(args: dict) -> None`` writing the expected outputs into (clones of)
       the arguments; default: the first config that ran cleanly;
     * ``tolerances``: ``(rtol, atol)`` for the output check (default: by dtype);
-    * ``pool``: the :class:`~kiln.CompilePool` to compile in (default: :func:`kiln.get_pool`);
-    * ``database``: a ``kiln.tuning.TuningDatabase``, or ``False`` for none (default: the one
+    * ``pool``: the :class:`~triton_kiln.CompilePool` to compile in (default: :func:`triton_kiln.get_pool`);
+    * ``database``: a ``triton_kiln.tuning.TuningDatabase``, or ``False`` for none (default: the one
       at ``KILN_TUNING_DB``);
     * ``target``: the ``GPUTarget`` to compile for (default: the local GPU's);
     * ``precompile``: example argument tuples (dtypes stand for tensors, e.g.
@@ -125,7 +125,7 @@ def autotune(
 
 
 def precompile(kernel: Any, *args: Any, **kwargs: Any) -> list[Future[CompiledArtifact]]:
-    """Start compiling a ``kiln.autotune``'d kernel's configs for calls like ``kernel(*args)``.
+    """Start compiling a ``triton_kiln.autotune``'d kernel's configs for calls like ``kernel(*args)``.
 
     Returns the list of futures at once; the first real call waits only for what is missing.
     Arguments may be dtypes standing for tensors (``torch.float16``), as in Triton's warmup.

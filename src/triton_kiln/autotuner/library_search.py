@@ -2,8 +2,8 @@
 
 Some libraries derive their autotuner from Triton's and replace ``run`` with their own search
 (FlagGems' ``LibTuner``: its own key, SQL cache and policy, then ``self.fn.run(...)``), timing
-each config with the inherited ``Autotuner._bench``. Under :func:`kiln.install` such a class
-derives from kiln's :class:`~kiln.autotuner.Autotuner`, whose ``_bench`` is served here::
+each config with the inherited ``Autotuner._bench``. Under :func:`triton_kiln.install` such a class
+derives from kiln's :class:`~triton_kiln.autotuner.Autotuner`, whose ``_bench`` is served here::
 
     LibTuner.run (wrapped by kiln: the search ends when it returns)
       policy -> self._bench(*args, config=c, **kwargs)        (Triton's contract: [p50, p20, p80])

@@ -1,6 +1,6 @@
 """The output rule: which configs of a finished tuning run are rejected, flagged or trusted.
 
-During the run each checked config's outputs come back as a :class:`~kiln.sandbox.compare.Verdict`:
+During the run each checked config's outputs come back as a :class:`~triton_kiln.sandbox.compare.Verdict`:
 per output argument, the representative (a distinct output, named by a hash of its bytes) it
 agreed with, those it was compared with and did not agree with, and whether the run wrote
 NaN/Inf. :func:`decide` looks at every config's verdicts at once, before the winner is picked,
@@ -29,7 +29,7 @@ with each config's parameters (its kwargs, ``num_warps``, ``num_stages``, ``num_
 
 A flagged config stays ``ok`` but never wins over a trusted one (an ``ok`` config nothing
 flagged): the winner is the fastest trusted config, and a faster flagged one is named as passed
-over (:attr:`~kiln.tuning.results.TuningRun.passed_over`). Only when every ``ok`` config is
+over (:attr:`~triton_kiln.tuning.results.TuningRun.passed_over`). Only when every ``ok`` config is
 flagged does the fastest of them win, and the log and ``kiln report`` say that no config's
 outputs could be confirmed.
 """
@@ -91,7 +91,7 @@ class Decision:
 
 
 def config_params(config: Mapping[str, Any]) -> dict[str, Any]:
-    """A config record's parameters (:func:`~kiln.tuning.configs.config_json`): kwargs, options."""
+    """A config record's parameters (:func:`~triton_kiln.tuning.configs.config_json`): kwargs, options."""
     params = {str(k): v for k, v in dict(config.get("kwargs", {})).items()}
     params.update((name, config.get(name)) for name in CONFIG_OPTIONS)
     return params
@@ -220,7 +220,7 @@ def _scratch_parameter(
 
 
 class InProcessCheck:
-    """The sandbox's :class:`~kiln.sandbox.compare.Representatives`, for in-process benchmarks:
+    """The sandbox's :class:`~triton_kiln.sandbox.compare.Representatives`, for in-process benchmarks:
     outputs arrive as tensors (``BenchOutcome.outputs``), placed here into a :class:`Verdict`."""
 
     def __init__(self, tolerances: tuple[float, float] | None, reference: Mapping[str, Any] | None) -> None:

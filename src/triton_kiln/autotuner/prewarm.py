@@ -1,11 +1,11 @@
 """Start what a first tuning waits for while the caller is still importing its kernels.
 
-Called by ``kiln.install()`` (before the libraries it routes are imported) and when a tuned
+Called by ``triton_kiln.install()`` (before the libraries it routes are imported) and when a tuned
 kernel is defined, and only where a GPU is present (so, where tuning will happen; CI and
 CPU-only machines start nothing); the key is computed once per process::
 
     kernel defined -> prewarm()
-        ├─ the device's benchmark sandbox starts          (kiln.sandbox.registry.prestart)
+        ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart)
         ├─ thread "kiln-driver-prebuild": Triton's CUDA driver utilities (gcc, ~0.3 s on a fresh
         │     Triton cache) into Triton's cache, before the first launch needs them
         └─ thread "kiln-prewarm":

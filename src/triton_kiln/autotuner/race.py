@@ -27,7 +27,7 @@ _INF = float("inf")
 
 def eligible(candidates: Sequence[Candidate], results: Mapping[str, ConfigResult]) -> list[Candidate]:
     """The configs that may win: the ``ok`` ones the output check trusts (did not flag), or,
-    when it trusts none, every ``ok`` one (see :mod:`kiln.autotuner.outputs`)."""
+    when it trusts none, every ``ok`` one (see :mod:`triton_kiln.autotuner.outputs`)."""
     ok = [c for c in candidates if results[c.label].status == "ok"]
     return [c for c in ok if results[c.label].trusted] or ok
 

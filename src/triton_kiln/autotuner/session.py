@@ -21,7 +21,7 @@
           failed and the best so far, fed by each compile's done callback and every recorded
           result; with TRITON_PRINT_AUTOTUNING, Triton's per-config lines: provenance.py)
 
-A config that fails anywhere is skipped with the status :func:`~kiln.autotuner.bench.classify`
+A config that fails anywhere is skipped with the status :func:`~triton_kiln.autotuner.bench.classify`
 (or the sandbox) gave it; if every one fails, :class:`AutotuneError` lists each with its reason.
 """
 
@@ -175,7 +175,7 @@ class TuningSession:
         results: dict[str, ConfigResult] = {}
         timings: dict[Any, Any] = {}
         # Outputs are checked against the user's reference, else decided across every config at
-        # the end of the screening (kiln.autotuner.outputs); in-process outputs are placed here.
+        # the end of the screening (triton_kiln.autotuner.outputs); in-process outputs are placed here.
         user_reference = bencher.user_reference()
         checker = OutputChecks(user_reference is not None, InProcessCheck(tuner._tolerances, user_reference))
         first_result_s: float | None = None

@@ -1,4 +1,4 @@
-"""From a call's real arguments to one :class:`~kiln.compile.request.CompileRequest` per config.
+"""From a call's real arguments to one :class:`~triton_kiln.compile.request.CompileRequest` per config.
 
 kiln specializes exactly as Triton's JIT does (same types, same ``tt.divisibility`` hints for
 16-byte-aligned pointers and multiples of 16, integers equal to 1 turned into constexprs), by
@@ -187,7 +187,7 @@ def candidate_for(
 def submit_compiles(tuner: Any, pool: Any, candidates: Iterable[Candidate]) -> None:
     """Send each candidate's compile to ``pool`` (the longest guessed compile first) and, with
     ``KILN_PREBUILD_LAUNCHERS`` on, build Triton 3.5/3.6's launcher for their signatures beside
-    the compiles (:mod:`kiln.launch.prebuild`)."""
+    the compiles (:mod:`triton_kiln.launch.prebuild`)."""
     submitted = list(candidates)
     for candidate in submitted:
         candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))

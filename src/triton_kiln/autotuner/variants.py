@@ -3,12 +3,12 @@
 A variant is one config's binary for one kind of call. After the full path has launched it
 (:meth:`Variants.launch`), it is
 
-* registered in the launch tables (:class:`~kiln.launch.dispatch.LaunchTables`), so the next
+* registered in the launch tables (:class:`~triton_kiln.launch.dispatch.LaunchTables`), so the next
   call like this one is matched by kiln's C dispatcher and launched without entering Python
   (calls with only positional arguments and no config ``pre_hook``); the key covers everything
   that chose the config and the binary, so a hit launches exactly what the full path would;
-* remembered for :func:`kiln.save_bundle` and recorded in ``<cache>/bundle-records`` for
-  ``kiln bundle save`` (:mod:`kiln.bundle.index`).
+* remembered for :func:`triton_kiln.save_bundle` and recorded in ``<cache>/bundle-records`` for
+  ``kiln bundle save`` (:mod:`triton_kiln.bundle.index`).
 
 :meth:`Variants.from_bundle` adopts a loaded bundle's variant instead of tuning. The tables are
 emptied whenever the autotuner's ``cache`` changes (:class:`TuningCache`).

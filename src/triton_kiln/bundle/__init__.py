@@ -1,12 +1,12 @@
 """Bundles: tuned kernels that a fresh process (or a C/C++ host) runs without compiling.
 
-* :func:`save_bundle` writes the variants ``kiln.autotune``'d kernels have launched in this
+* :func:`save_bundle` writes the variants ``triton_kiln.autotune``'d kernels have launched in this
   process; ``kiln bundle save PATH`` writes those recorded in the kiln cache by any process.
 * :func:`load_bundle` reads one back (:mod:`.runtime`); the format is in :mod:`.format` and
   ``docs/BUNDLES.md``.
 
 Importing this package does not import Triton, nor the autotuner: :func:`save_bundle` takes any
-:class:`BundleSource` (``kiln.autotune``'d kernels are).
+:class:`BundleSource` (``triton_kiln.autotune``'d kernels are).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ __all__ = [
 
 @runtime_checkable
 class BundleSource(Protocol):
-    """A kernel whose launched variants can be saved (``kiln.autotune``'d kernels)."""
+    """A kernel whose launched variants can be saved (``triton_kiln.autotune``'d kernels)."""
 
     def bundle_record(self) -> tuple[KernelRecord, dict[str, Any]]:
         """Its variants launched in this process: a KernelRecord and the binaries by key."""
@@ -45,7 +45,7 @@ class BundleSource(Protocol):
 
 
 def save_bundle(path: str | Path, *kernels: Any) -> Path:
-    """Write the tuned variants of ``kernels`` (``kiln.autotune``'d) that this process launched.
+    """Write the tuned variants of ``kernels`` (``triton_kiln.autotune``'d) that this process launched.
 
     Each variant carries its binary, launch metadata, argument specialization and tuning
     record. ``path`` is a directory, or an archive if it ends in ``.tar``, ``.tar.gz`` or

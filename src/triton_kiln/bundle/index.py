@@ -1,8 +1,8 @@
 """The kiln cache's index of tuned variants, which ``kiln bundle save`` turns into a bundle.
 
-Each time a ``kiln.autotune``'d kernel launches a variant for the first time in a process, it
+Each time a ``triton_kiln.autotune``'d kernel launches a variant for the first time in a process, it
 writes ``<cache_dir>/bundle-records/<hash>.json`` (atomically): the kernel's parameter record
-and the variant's :class:`~kiln.bundle.format.EntryRecord`, whose binary stays in the artifact
+and the variant's :class:`~triton_kiln.bundle.format.EntryRecord`, whose binary stays in the artifact
 store under its key. :func:`collect_recorded` gathers them back, newest record per variant,
 with their binaries from the store; records whose binary is gone are skipped with a warning.
 """

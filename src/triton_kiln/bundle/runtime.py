@@ -8,11 +8,11 @@
                                                 (kiln's C launcher, built lazily per entry)
 
 Matching: each entry is indexed under the call key a matching call produces (see
-:mod:`kiln.launch.spec`), for every number of positional arguments a caller may pass (the
+:mod:`triton_kiln.launch.spec`), for every number of positional arguments a caller may pass (the
 parameters left out must be constexprs fixed by the config, or have defaults). A call that
 matches no entry raises :class:`BundleMissError`, listing what the bundle has.
 
-Loaded bundles are also registered, so a ``kiln.autotune``'d kernel with the same source
+Loaded bundles are also registered, so a ``triton_kiln.autotune``'d kernel with the same source
 adopts a bundle's entry instead of tuning (it logs which happened at INFO).
 
 ``bundle[name][grid](*args)`` returns ``None``: a bundle's process has no Triton, so there is no
@@ -279,11 +279,11 @@ _registry_lock = threading.Lock()
 
 
 def load_bundle(path: str | Path, *, register: bool = True) -> Bundle:
-    """Load a bundle written by :func:`kiln.save_bundle` or ``kiln bundle save``.
+    """Load a bundle written by :func:`triton_kiln.save_bundle` or ``kiln bundle save``.
 
     Checks the format, every binary's checksum, and that this machine's GPU and driver can run
     every binary. The kernels run with no Triton compiler imported; with ``register`` (the
-    default), ``kiln.autotune``'d kernels of the same source also use the bundle's results.
+    default), ``triton_kiln.autotune``'d kernels of the same source also use the bundle's results.
     """
     bundle = Bundle(path)
     if register:

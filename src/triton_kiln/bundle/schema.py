@@ -1,7 +1,7 @@
 """The manifest's schema: every field of ``manifest.json`` checked for type and range at load.
 
 :func:`parse_manifest` turns the manifest's bytes into validated JSON data or raises a
-:class:`~kiln.bundle.errors.BundleError` subclass whose message names the field by its path
+:class:`~triton_kiln.bundle.errors.BundleError` subclass whose message names the field by its path
 (``kernels[0].entries[1].config.num_warps: expected a positive integer, got the string 'four'``).
 Later code (``format.py``'s records, the runtime, the launcher) relies on these checks and
 never sees a ``KeyError``, ``TypeError`` or ``RecursionError`` from a hostile manifest.

@@ -16,12 +16,12 @@ kept as the values Python gave them (what Triton binds). The spec serves two pur
   user's module (which may import torch: seconds per process). Otherwise it travels as
   ``module:qualname`` and the worker imports it (usually from the zygote's preloaded modules).
   A kernel that is neither importable (``__main__``, a function body, a notebook) nor
-  rebuildable makes :class:`~kiln.errors.KernelSpecError` before anything is compiled; it
+  rebuildable makes :class:`~triton_kiln.errors.KernelSpecError` before anything is compiled; it
   names the globals and defaults that cannot travel and says what to change.
 
 Nothing here imports a worker or starts a process; it is pure analysis. The worker's side
-(rebuilding or importing the function) is :mod:`kiln.compile.rebuild`; the data forms of
-values are :mod:`kiln.compile.values`.
+(rebuilding or importing the function) is :mod:`triton_kiln.compile.rebuild`; the data forms of
+values are :mod:`triton_kiln.compile.values`.
 """
 
 from __future__ import annotations
@@ -207,13 +207,13 @@ class KernelSpec:
     first_line: int
     jit_options: tuple[tuple[str, Any], ...]
     globals: tuple[tuple[str, GlobalValue], ...]
-    language: str = gluon.TRITON  # "triton", "gluon" or "constexpr_function" (kiln.compile.gluon)
+    language: str = gluon.TRITON  # "triton", "gluon" or "constexpr_function" (triton_kiln.compile.gluon)
     defaults: tuple[tuple[str, GlobalValue], ...] = ()  # parameter -> its default, in order
     lazy_annotations: bool = False
 
     # -- construction -------------------------------------------------------------------
 
-    batch = staticmethod(spec_batch.batch)  # see kiln.compile.spec_batch
+    batch = staticmethod(spec_batch.batch)  # see triton_kiln.compile.spec_batch
 
     @classmethod
     def of(cls, fn: Any, *, _seen: dict[int, KernelSpec] | None = None) -> KernelSpec:

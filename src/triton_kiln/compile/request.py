@@ -91,9 +91,9 @@ class CompileRequest:
         attrs: specialization attributes per argument (``{"x_ptr": [["tt.divisibility", 16]]}``).
         triton_env: the ``TRITON_*`` variables the worker compiles with (default: this process's).
         triton_key_dir: where Triton's key is kept between processes (part of every key; see
-            :func:`kiln.triton_compat.triton_key`); default: that of the settings in force
-            (:func:`kiln.settings.default_triton_key_dir`). Callers that hold a
-            :class:`~kiln.settings.Settings` pass ``settings.triton_key_dir``.
+            :func:`triton_kiln.triton_compat.triton_key`); default: that of the settings in force
+            (:func:`triton_kiln.settings.default_triton_key_dir`). Callers that hold a
+            :class:`~triton_kiln.settings.Settings` pass ``settings.triton_key_dir``.
     """
 
     kernel: Any
@@ -288,7 +288,8 @@ BACKENDS = ("cuda", "hip")
 
 def target_from_text(text: str) -> GPUTarget | None:
     """``cuda:90`` -> ``GPUTarget("cuda", 90, 32)``; ``hip:gfx942`` -> ``GPUTarget("hip", "gfx942",
-    64)``; ``None`` for text of another form (``kiln compile --target``, ``kiln.autotune(target=)``)."""
+    64)``; ``None`` for text of another form (``kiln compile --target``,
+    ``triton_kiln.autotune(target=)``)."""
     backend, _, arch = text.partition(":")
     if backend == "cuda" and arch.isdigit():
         return GPUTarget("cuda", int(arch), 32)
@@ -327,7 +328,7 @@ def guess_compile_cost(request: CompileRequest) -> float:
     Compile time grows with tile sizes (power-of-two constexprs of 16 or more) and pipeline
     stages; the pool starts the most expensive guesses first so that the longest compile does
     not start last and set the batch's tail. A kernel whose ``tl.static_range`` loops unroll by
-    constexprs (:mod:`kiln.compile.unroll`) compiles in time proportional to the copies they
+    constexprs (:mod:`triton_kiln.compile.unroll`) compiles in time proportional to the copies they
     make, whatever the tile: there the copies count first (small tiles, many copies: the
     longest compiles) and the tiles only break ties (their tenth root).
     """

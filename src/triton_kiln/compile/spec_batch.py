@@ -1,6 +1,6 @@
 """Describing a kernel once for a batch of requests: :meth:`KernelSpec.batch`.
 
-:meth:`~kiln.compile.kernel_spec.KernelSpec.of` reads a kernel's globals each time it is called
+:meth:`~triton_kiln.compile.kernel_spec.KernelSpec.of` reads a kernel's globals each time it is called
 (they may change between calls). A caller that makes the requests of one kernel's configs
 together, with nothing able to change those globals in between (Inductor's configs of a
 kernel), opens a batch: inside it, each ``@jit`` function is described once (a few ms a config).

@@ -8,7 +8,7 @@ took 3.5-4.5 s per config with ``BLOCK_H=64`` (32 copies) against 0.35-0.6 s wit
 (4 copies) on an H100 host (bench/results/realworld-moe-h100-2026-11-24-b.json): about
 0.11 s per copy, whatever the tile. :func:`static_unroll` gives that copy count, read from the
 kernel's source (parsed once per source) and evaluated on the request's constexprs;
-:func:`kiln.compile.request.guess_compile_cost` ranks by it.
+:func:`triton_kiln.compile.request.guess_compile_cost` ranks by it.
 
 Only what can be evaluated is counted: integer constants, constexpr names, ``+ - * // %``,
 ``cdiv`` (``triton.cdiv``/``tl.cdiv``), ``min``/``max``. A trip count that reads anything else

@@ -1,8 +1,8 @@
 """How values a kernel depends on are written as data: canonical, type-tagged JSON forms.
 
 Keys hash these forms (so ``1``, ``1.0`` and ``True`` never share a key), and kernels sent to a
-worker as source carry their globals in them (:mod:`kiln.compile.kernel_spec` writes them,
-:mod:`kiln.compile.rebuild` reads them back).
+worker as source carry their globals in them (:mod:`triton_kiln.compile.kernel_spec` writes them,
+:mod:`triton_kiln.compile.rebuild` reads them back).
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ DEMO_TIMEOUT_S = 5.0
 
 def demo_settings(workers: int | None, timeout_s: float | None) -> tuple[int, float]:
     """The demo's workers and timeout: the arguments, else ``KILN_WORKERS`` /
-    ``KILN_JOB_TIMEOUT_S`` (or a :func:`kiln.settings.scope`), else the demo's own defaults
+    ``KILN_JOB_TIMEOUT_S`` (or a :func:`triton_kiln.settings.scope`), else the demo's own defaults
     (at most 8 workers; 5 s, since one job hangs on purpose)."""
     current = settings.current()
     given = settings.overridden()
@@ -144,8 +144,8 @@ def run_demo(
 
     It talks from the start: a line before the pool starts, one when it is ready, then a table
     row as each job finishes (every line within :data:`WIDTH` columns). Raises
-    :class:`~kiln.errors.TargetError` at once for a target Triton cannot compile for, and
-    :class:`~kiln.errors.SettingsError` for out-of-range workers or timeout, before starting anything.
+    :class:`~triton_kiln.errors.TargetError` at once for a target Triton cannot compile for, and
+    :class:`~triton_kiln.errors.SettingsError` for out-of-range workers or timeout, before starting anything.
     """
     import os
 

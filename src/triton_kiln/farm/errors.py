@@ -1,4 +1,4 @@
-"""The compile farm's own errors (kiln's job errors, :mod:`kiln.errors`, are used as they are)."""
+"""The compile farm's own errors (kiln's job errors, :mod:`triton_kiln.errors`, are used as they are)."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ here is a driver's: each call carries its job (the sealed request, its timeout, 
 variables), the pool's memory cache is keyed by compile key (the same for every driver), and
 ``ready()`` only describes the actor. What is the actor's own, fixed when it was started, is
 its CPUs, ``preload`` modules, memory limit and niceness (a driver asking for other preloads or
-another memory limit is refused by that driver: :class:`~kiln.farm.nodes.NodeActors`).
+another memory limit is refused by that driver: :class:`~triton_kiln.farm.nodes.NodeActors`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ log = logging.getLogger("kiln.farm")
 
 
 class NodeCompiler:
-    """A Ray node's kiln compile pool, as an actor (made by :func:`kiln.farm.ray_api.start_node_actor`)."""
+    """A Ray node's kiln compile pool, as an actor (made by
+    :func:`triton_kiln.farm.ray_api.start_node_actor`)."""
 
     def __init__(
         self, workers: int, preload: tuple[str, ...], memory_limit_mb: int | None, niceness: int | None = None

@@ -1,4 +1,4 @@
-"""The node actors of one :class:`~kiln.farm.RayCompilePool`, as its scheduler thread sees them.
+"""The node actors of one :class:`~triton_kiln.farm.RayCompilePool`, as its scheduler thread sees them.
 
 ::
 
@@ -62,7 +62,7 @@ def compile_concurrency(cpus: int, standing: bool) -> int:
 def actor_args(
     cpus: int, preload: tuple[str, ...], memory_limit_mb: int | None, niceness: int | None
 ) -> tuple[Any, ...]:
-    """:class:`~kiln.farm.node_actor.NodeCompiler`'s constructor arguments."""
+    """:class:`~triton_kiln.farm.node_actor.NodeCompiler`'s constructor arguments."""
     return (cpus, preload, memory_limit_mb, niceness)
 
 
@@ -100,7 +100,7 @@ class NodeActor:
 
 
 class NodeActors:
-    """Starts, watches and replaces one :class:`~kiln.farm.node_actor.NodeCompiler` per node."""
+    """Starts, watches and replaces one :class:`~triton_kiln.farm.node_actor.NodeCompiler` per node."""
 
     def __init__(
         self,

@@ -1,4 +1,5 @@
-"""The compile pool on a Ray cluster: :class:`RayCompilePool`, :class:`~kiln.pool.CompilePool`'s interface.
+"""The compile pool on a Ray cluster: :class:`RayCompilePool`, :class:`~triton_kiln.pool.CompilePool`'s
+interface.
 
 Data flow::
 
@@ -14,7 +15,7 @@ Data flow::
                                                                                request opened only
                                                                                in a kiln worker)
 
-* One actor per node (:mod:`kiln.farm.node_actor`), started with the pool (its kiln pool's
+* One actor per node (:mod:`triton_kiln.farm.node_actor`), started with the pool (its kiln pool's
   zygote warms then) and on nodes that join later; it holds the node's CPUs (``cpus_per_node``)
   and its pool has as many workers: one zygote per node, never one per Ray worker process.
   ``standing=True``: the node's standing actor (``kiln farm up``), shared by every driver, is
@@ -78,7 +79,7 @@ class RayCompilePool(BatchMethods):
         address: the cluster (``"host:port"`` of ``ray start --head``, ``"auto"``, or ``None`` for
             ``RAY_ADDRESS`` or a new local cluster). Not used when Ray is already initialized.
         job_timeout_s, memory_limit_mb, cache_dir, use_disk_cache: as for
-            :class:`~kiln.pool.CompilePool` (each job's limits are enforced on its node).
+            :class:`~triton_kiln.pool.CompilePool` (each job's limits are enforced on its node).
         preload: modules the nodes' zygotes import (for instance one that installs Triton hooks).
         node_retries: how many times a job of a lost node (or node actor) runs again.
         cpus_per_node: the CPUs each node's actor holds and compiles with (``None``: all of the

@@ -1,13 +1,13 @@
 """Every use of Ray's API (checked against Ray 2.60.0): kiln's one module that imports ``ray``.
 
 Used: ``ray.init`` / ``shutdown``, ``ray.nodes`` (live nodes and their CPUs), ``ray.remote`` on
-:class:`~kiln.farm.node_actor.NodeCompiler` with a hard ``NodeAffinitySchedulingStrategy`` and a
+:class:`~triton_kiln.farm.node_actor.NodeCompiler` with a hard ``NodeAffinitySchedulingStrategy`` and a
 concurrency group for its short calls, named detached actors (``get_actor``, ``get_if_exists``,
 ``ray.util.list_named_actors``) for standing compilers, ``ray.wait`` / ``get`` on its calls'
 refs, ``ray.kill``, and ``ray.exceptions``.
 
 Nothing else in kiln imports Ray; this module is imported when a
-:class:`~kiln.farm.RayCompilePool` is made, so ``import triton_kiln`` never needs Ray
+:class:`~triton_kiln.farm.RayCompilePool` is made, so ``import triton_kiln`` never needs Ray
 (``pip install 'triton-kiln[ray]'`` installs it).
 """
 
@@ -54,7 +54,7 @@ def ray_module() -> Any:
 def connect(address: str | None, init_kwargs: dict[str, Any]) -> bool:
     """Join the cluster at ``address`` (``None``: Ray's own choice, ``RAY_ADDRESS`` or a new local
     one); ``True`` when this call connected (and the pool should disconnect at shutdown). An
-    explicit ``host:port`` is probed first (:mod:`kiln.farm.reach`), so one where no cluster runs
+    explicit ``host:port`` is probed first (:mod:`triton_kiln.farm.reach`), so one where no cluster runs
     fails within seconds instead of Ray retrying for minutes."""
     ray = ray_module()
     if ray.is_initialized():
@@ -88,7 +88,7 @@ def standing_name(node_id: str) -> str:
 def start_node_actor(
     node: NodeInfo, cpus: int, concurrency: int, args: tuple[Any, ...], *, standing: bool = False
 ) -> tuple[Any, bool]:
-    """A :class:`~kiln.farm.node_actor.NodeCompiler` on ``node`` (hard node affinity), holding
+    """A :class:`~triton_kiln.farm.node_actor.NodeCompiler` on ``node`` (hard node affinity), holding
     ``cpus`` of its CPUs and taking ``concurrency`` compile calls at once; ``(its handle, True)``
     (it starts in the background: call its ``ready`` method to know when it runs).
 
@@ -98,7 +98,7 @@ def start_node_actor(
     actor's name is free again), one is made (``get_if_exists``, so two drivers racing make one).
 
     ``max_restarts=0``, ``max_task_retries=0``: Ray restarts nothing and re-runs no call; a lost
-    actor's jobs are re-run by kiln (:class:`~kiln.farm.pool.RayCompilePool`), on any live node.
+    actor's jobs are re-run by kiln (:class:`~triton_kiln.farm.pool.RayCompilePool`), on any live node.
     """
     ray = ray_module()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

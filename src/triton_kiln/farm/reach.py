@@ -4,7 +4,7 @@
 client retries for minutes, printing ``Failed to get cluster ID ... TimedOut`` lines. So before
 joining an explicit ``host:port`` (or ``ray://host:port``), :func:`check_address` resolves the
 host and opens a TCP connection to the port, each step waiting at most :data:`PROBE_TIMEOUT_S`,
-and raises kiln's :class:`~kiln.farm.errors.FarmError` naming the step that failed: the name
+and raises kiln's :class:`~triton_kiln.farm.errors.FarmError` naming the step that failed: the name
 does not resolve, nothing listens there (connection refused), or no answer in time (a host that
 drops packets, a firewall). Addresses Ray looks up itself (``None``: ``RAY_ADDRESS`` or a new local
 cluster, ``"auto"``, ``"local"``) and ones that are not ``host:port`` (Ray refuses those at once)

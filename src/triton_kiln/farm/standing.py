@@ -40,7 +40,7 @@ def up(
     """Start (or find) the standing compiler of every live node and wait until each kiln pool is
     warm; one dict per node: ``node``, ``address``, ``started`` (``False``: it was running),
     ``warm``, ``mismatch`` (why it does not run these settings, or ``None``) and what
-    :meth:`~kiln.farm.node_actor.NodeCompiler.warm` says (host, pid, workers, zygote, preloads)."""
+    :meth:`~triton_kiln.farm.node_actor.NodeCompiler.warm` says (host, pid, workers, zygote, preloads)."""
     modules = tuple(preload)
     owns = ray_api.connect(address, {})
     try:

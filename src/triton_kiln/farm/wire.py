@@ -8,7 +8,7 @@ A node actor answers with plain data only, built here and read back here::
                                   asm, compile_s, sha256}    binary's sha256 matches, the launch
                                                              metadata is complete (CompiledArtifact)
     exception --error_reply----> {"ok": False, error:    --read_reply--> the job's exception
-                                  RemoteError}               (kiln.pool.failures' one codec)
+                                  RemoteError}               (triton_kiln.pool.failures' one codec)
 
 The artifact is never pickled as an object: a verified reply is rebuilt field by field, so a
 actor can send back nothing but bytes, strings and numbers the caller checks.
@@ -52,7 +52,7 @@ def error_reply(exc: BaseException, seconds: float, node: str) -> Reply:
 def read_reply(reply: object, key: str, job: JobInfo) -> CompiledArtifact | BaseException:
     """The artifact (verified) or exception a node actor's ``reply`` stands for (in the caller).
 
-    A reply that fails a check is an :class:`~kiln.errors.ArtifactError` saying which: it is
+    A reply that fails a check is an :class:`~triton_kiln.errors.ArtifactError` saying which: it is
     never stored nor returned as an artifact.
     """
     if not isinstance(reply, Mapping) or not isinstance(reply.get("ok"), bool):

@@ -2,12 +2,12 @@
 
 One line turns it on::
 
-    import helion, kiln.helion
+    import helion, triton_kiln.helion
 
-    @helion.kernel(autotuner_fn=kiln.helion.autotuner_fn)   # this kernel
+    @helion.kernel(autotuner_fn=triton_kiln.helion.autotuner_fn)   # this kernel
     def softmax(x: torch.Tensor) -> torch.Tensor: ...
 
-    kiln.helion.install()                                    # or: every kernel of the process
+    triton_kiln.helion.install()                                    # or: every kernel of the process
 
 Helion still generates the code, searches, benchmarks and classifies failures; kiln replaces
 its precompile step (a fork per config) and compiles the reference config (the accuracy
@@ -15,7 +15,7 @@ baseline) before Helion runs it in-process. A C++ ``abort()`` in Triton's compil
 fails one config, which Helion skips, instead of the autotuning process. Binaries land in
 the Triton cache directory Helion's benchmark reads, so nothing is compiled twice.
 
-Data flow and the Helion internals involved: :mod:`kiln.helion.adapter`. Which pool and
+Data flow and the Helion internals involved: :mod:`triton_kiln.helion.adapter`. Which pool and
 target: :func:`configure`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1).
 """
 

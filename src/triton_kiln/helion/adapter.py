@@ -1,7 +1,7 @@
 """The one module that touches Helion's private autotuner API (Helion 1.5.0 and 1.5.1).
 
 Importing it checks Helion's version and the private names used below, and raises
-:class:`~kiln.helion.errors.UnsupportedHelionError` on anything else. What it plugs in::
+:class:`~triton_kiln.helion.errors.UnsupportedHelionError` on anything else. What it plugs in::
 
     helion autotune (caller thread)                      kiln pool (zygote + workers)
       BaseSearch._prepare -> KilnBenchmarkProvider(...)

@@ -1,6 +1,6 @@
 """Which kiln pool and GPU target Helion's precompiles go to (set by :func:`configure`).
 
-By default: kiln's process-wide pool (:func:`kiln.get_pool`, ``KILN_*`` settings) and the
+By default: kiln's process-wide pool (:func:`triton_kiln.get_pool`, ``KILN_*`` settings) and the
 local GPU's target. Tests on a machine without a GPU pass ``target=GPUTarget("cuda", 90, 32)``.
 """
 
@@ -14,7 +14,7 @@ from triton_kiln import CompilePool, GPUTarget, get_pool
 
 @dataclass(frozen=True)
 class HelionPoolConfig:
-    pool: CompilePool | None = None  # None: kiln.get_pool()
+    pool: CompilePool | None = None  # None: triton_kiln.get_pool()
     target: GPUTarget | None = None  # None: the local GPU (an error without one)
 
 

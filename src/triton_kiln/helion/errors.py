@@ -1,4 +1,4 @@
-"""Errors of kiln's Helion integration (subclasses of :class:`kiln.errors.KilnError`; all pickle)."""
+"""Errors of kiln's Helion integration (subclasses of :class:`triton_kiln.errors.KilnError`; all pickle)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ so Helion's own waiting, timeout, classification and clean-up code runs unchange
                         and its result is ignored
 
 ``pid`` is ``None``: nothing here is a process of Helion's to signal; kiln's workers, their
-process groups and timeouts stay kiln's (see :mod:`kiln.pool.pool`).
+process groups and timeouts stay kiln's (see :mod:`triton_kiln.pool.pool`).
 """
 
 from __future__ import annotations

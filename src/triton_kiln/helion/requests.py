@@ -4,7 +4,7 @@ Helion's generated host code launches its ``@triton.jit`` kernel through a launc
 adapter swaps in one that captures the kernel and its call arguments instead of running it
 (as Helion's own fork precompile does). This module turns that capture into:
 
-* a :class:`~kiln.CompileRequest` for kiln's pool, bound exactly as Triton's JIT binds the
+* a :class:`~triton_kiln.CompileRequest` for kiln's pool, bound exactly as Triton's JIT binds the
   call (Triton's own binder for an explicit target, so no GPU driver is needed: CPU tests
   compile for ``GPUTarget("cuda", 90, 32)``);
 * the Triton cache entry the parent's JIT will look up when Helion benchmarks the config
@@ -16,7 +16,7 @@ metadata JSON, ``__grp__`` group file), so the benchmark's ``kernel(...)`` is a 
 nothing is compiled twice, whether kiln compiled the config now or found it in its own cache.
 
 The Triton internals this needs (what ``JITFunction.run`` binds with, what ``triton.compile``
-keys and stores with) are in :mod:`kiln.triton_compat`.
+keys and stores with) are in :mod:`triton_kiln.triton_compat`.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def in_triton_cache(launch: LaunchCompile) -> bool:
 
 
 def place_in_triton_cache(launch: LaunchCompile, artifact: Any) -> bool:
-    """Write ``artifact`` (a :class:`~kiln.CompiledArtifact`) where Triton's JIT will look for it.
+    """Write ``artifact`` (a :class:`~triton_kiln.CompiledArtifact`) where Triton's JIT will look for it.
 
     Returns ``False`` when the entry was already there (kiln's worker compiled into the same
     directory under the same hash), ``True`` when it was written now. The metadata's

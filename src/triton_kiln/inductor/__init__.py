@@ -12,7 +12,7 @@ compile pool, so a compiler crash or hang fails one config, not the graph (docs/
 Modules: :mod:`.routing` (install/uninstall, the replaced attributes), :mod:`.jobs` (the
 pool Inductor is given), :mod:`.configs` (a kernel's configs in kiln's pool, Triton's cache
 seeded), :mod:`.benchmarks` (template benchmarks in a sandbox process), :mod:`.errors`. Every
-torch private name is in :mod:`kiln.triton_compat.inductor`.
+torch private name is in :mod:`triton_kiln.triton_compat.inductor`.
 """
 
 from __future__ import annotations

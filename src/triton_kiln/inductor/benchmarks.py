@@ -22,7 +22,7 @@
     (an inf choice is never selected; the parent never ran it)
 
 Collective choices keep Inductor's own benchmarker (they must run in every rank's process).
-The sandbox process is one per installed kiln.inductor, started at ``install()`` when a GPU is
+The sandbox process is one per installed triton_kiln.inductor, started at ``install()`` when a GPU is
 present; the benchmarks run one at a time (one GPU, no contention between them).
 """
 
@@ -69,7 +69,7 @@ class SandboxBenchmarks:
 
     def __init__(self, sandbox: CallSandbox, parent_key_parts: ParentKeyParts | None = None) -> None:
         """``parent_key_parts(kernel, constants)``: this process's key parts for that compile (the
-        config compiler's :meth:`~kiln.inductor.configs.ConfigCompiler.key_parts_for`), to say
+        config compiler's :meth:`~triton_kiln.inductor.configs.ConfigCompiler.key_parts_for`), to say
         why the sandbox missed."""
         self.sandbox = sandbox
         self.stats = BenchmarkStats()

@@ -2,7 +2,7 @@
 finds them.
 
 For each config, Inductor's own helpers (``_create_compile_meta``, ``_create_compile_options``,
-via :func:`kiln.triton_compat.inductor.config_compile`) give ``triton.compile``'s arguments; kiln
+via :func:`triton_kiln.triton_compat.inductor.config_compile`) give ``triton.compile``'s arguments; kiln
 compiles them in a worker (which rebuilds the kernel from its source and never imports torch)
 and writes the result into Triton's cache under the hash ``triton.compile`` gives those
 arguments. Inductor's own ``_precompile_config`` then runs unchanged and finds a cache hit: the
@@ -15,7 +15,7 @@ compiler runs in this process. A kernel loaded so that coordinate descent will t
 kiln's pool in the background: the tuning compiles its neighbours on the kernel's first launch.
 
 A config whose compile dies (a signal, the job timeout, the memory limit) is a
-:class:`~kiln.errors.JobFailure`: the kernel loses that config (:func:`compile_all`), or, where
+:class:`~triton_kiln.errors.JobFailure`: the kernel loses that config (:func:`compile_all`), or, where
 Inductor compiles one config alone, :class:`InductorConfigCrashedError` is raised and Inductor
 treats the config as failed. Any other error is the compile's own (a ``CompilationError``, a
 ``PTXASError``) and reaches Inductor as itself, as ``triton.compile`` would have raised it.
@@ -208,9 +208,9 @@ class ConfigCompiler:
                 self._recent.popitem(last=False)
 
     def key_parts_for(self, kernel_name: str, constants: str | None = None) -> dict[str, str] | None:
-        """The key parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`) this process
+        """The key parts (:func:`~triton_kiln.triton_compat.compiling.compile_key_parts`) this process
         gave ``kernel_name`` with these constexpr values (a
-        :func:`~kiln.triton_compat.compiling.constants_label`), else its last config's (marked
+        :func:`~triton_kiln.triton_compat.compiling.constants_label`), else its last config's (marked
         ``"same_config": "no"``), else ``None``: to tell why another process (the benchmark
         sandbox) keyed the same compile differently."""
         with self._lock:
@@ -301,7 +301,7 @@ class ConfigCompiler:
 def seed_triton_cache(job: ConfigJob, artifact: CompiledArtifact) -> None:
     """Write ``artifact`` into Triton's cache (``TRITON_CACHE_DIR``, Triton's layout: binary,
     metadata and the text IRs kiln kept) under the hash ``triton.compile`` gives the config.
-    Not while Inductor times a kernel in another thread (:mod:`kiln.pool.pause`): this is work
+    Not while Inductor times a kernel in another thread (:mod:`triton_kiln.pool.pause`): this is work
     under the GIL."""
     PAUSE.wait_running()
     triton_seed.seed_triton_cache(job.slot, artifact)

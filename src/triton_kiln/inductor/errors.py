@@ -1,4 +1,4 @@
-"""The errors :mod:`kiln.inductor` raises into Inductor, and the one ``install()`` raises on a torch
+"""The errors :mod:`triton_kiln.inductor` raises into Inductor, and the one ``install()`` raises on a torch
 it cannot route."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from triton_kiln.errors import JobFailure, KilnError
 class InductorConfigCrashedError(KilnError, RuntimeError):
     """One config of an Inductor kernel could not be compiled: its kiln worker crashed, hung
     past the job timeout or passed the memory limit (``__cause__`` is kiln's
-    :class:`~kiln.errors.JobFailure`). Raised where Inductor compiles a single config (coordinate
+    :class:`~triton_kiln.errors.JobFailure`). Raised where Inductor compiles a single config (coordinate
     descent, runtime autotune), which then treats the config as failed."""
 
     def __init__(self, kernel: str, source_file: str, config: str, failure: JobFailure) -> None:

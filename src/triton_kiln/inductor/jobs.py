@@ -1,4 +1,4 @@
-"""What ``AsyncCompile.process_pool()`` returns while :mod:`kiln.inductor` is installed.
+"""What ``AsyncCompile.process_pool()`` returns while :mod:`triton_kiln.inductor` is installed.
 
 ::
 

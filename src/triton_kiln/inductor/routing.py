@@ -1,18 +1,18 @@
-"""``kiln.inductor.install()`` / ``uninstall()`` / ``KILN_INDUCTOR=1``: Inductor's Triton
+"""``triton_kiln.inductor.install()`` / ``uninstall()`` / ``KILN_INDUCTOR=1``: Inductor's Triton
 compiles through kiln's pool.
 
-It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` names them), and
+It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.inductor` names them), and
 ``uninstall()`` puts the very same objects back:
 
-* ``AsyncCompile.process_pool``: returns an :class:`~kiln.inductor.jobs.InductorPool`, whose
+* ``AsyncCompile.process_pool``: returns an :class:`~triton_kiln.inductor.jobs.InductorPool`, whose
   warm-up answer is ready at once (so Inductor never compiles in this process while a pool
   warms up) and which serves ``_worker_compile_triton`` jobs with kiln's pool; other jobs go to
   Inductor's own pool, made on first need. Its first call (Inductor's ``warm_pool()``, where
   stock Inductor starts its own compile processes) starts kiln's Inductor sidecar
-  (:mod:`~kiln.inductor.sidecar`), which then does each job's in-process work;
+  (:mod:`~triton_kiln.inductor.sidecar`), which then does each job's in-process work;
 * ``CachingAutotuner._precompile_worker``: every config of a kernel compiled in kiln's pool at
   once before Inductor's own loop, a config whose compile died dropped
-  (:meth:`~kiln.inductor.configs.ConfigCompiler.compile_all`);
+  (:meth:`~triton_kiln.inductor.configs.ConfigCompiler.compile_all`);
 * ``CachingAutotuner._precompile_config``: the one config compiled in kiln's pool first, then
   Inductor's own code, which finds Triton's cache filled (coordinate descent, runtime autotune,
   the C++-wrapper's lazy compile, template benchmarks all come here);
@@ -30,23 +30,23 @@ It replaces five attributes of Inductor's (:mod:`kiln.triton_compat.inductor` na
   warm when max-autotune's template choices, chosen during lowering, need it), unless it loads
   a kernel coordinate descent will tune: kiln's pool starts then, in the background, for the
   neighbours that tuning compiles on the kernel's first launch
-  (:meth:`~kiln.inductor.configs.ConfigCompiler.submit`). Any compile that reaches kiln starts
+  (:meth:`~triton_kiln.inductor.configs.ConfigCompiler.submit`). Any compile that reaches kiln starts
   kiln's pool too.
 
 And, unless ``KILN_INDUCTOR_QUIET_BENCHMARKS=0``, each GPU timing method of Inductor's
-benchmarker classes (``benchmark_gpu``; :func:`kiln.triton_compat.inductor.benchmark_points`):
-kiln's compile processes are held still while it runs (:mod:`~kiln.pool.pause`), since the time
+benchmarker classes (``benchmark_gpu``; :func:`triton_kiln.triton_compat.inductor.benchmark_points`):
+kiln's compile processes are held still while it runs (:mod:`~triton_kiln.pool.pause`), since the time
 of a short kernel includes the host's launch, which kiln's compiles beside it slow (max-autotune
 then picked ATen convolutions stock Inductor does not, and the model ran 16-20% slower).
 
 With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) one more:
 
 * ``AlgorithmSelectorCache.make_benchmark_fn``: max-autotune's GPU template choices are timed in a
-  kiln sandbox process (:mod:`~kiln.inductor.benchmarks`), so an illegal memory access or a hang
+  kiln sandbox process (:mod:`~triton_kiln.inductor.benchmarks`), so an illegal memory access or a hang
   costs one choice (time ``inf``), never the parent's CUDA context.
 
 Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
-through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
+through kiln too (the methods are the class's). Both are logged at INFO on ``triton_kiln.inductor``.
 """
 
 from __future__ import annotations
@@ -133,9 +133,9 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
     ``sandbox_benchmarks``: time max-autotune's GPU template choices in a kiln sandbox process
     (``None``: the ``KILN_INDUCTOR_SANDBOX`` setting); calling again with another value turns the
     sandbox on or off. ``sidecar``: do each compile job's in-process work in kiln's Inductor
-    sidecar process (:mod:`~kiln.inductor.sidecar`) rather than in this process's threads
+    sidecar process (:mod:`~triton_kiln.inductor.sidecar`) rather than in this process's threads
     (``None``: the ``KILN_INDUCTOR_SIDECAR`` setting, on by default); fixed at the first
-    ``install()`` until ``uninstall()``. Raises :class:`~kiln.errors.SettingsError` naming a
+    ``install()`` until ``uninstall()``. Raises :class:`~triton_kiln.errors.SettingsError` naming a
     malformed ``KILN_*`` variable, :class:`InductorUnavailableError` without torch, and
     :class:`InductorUnsupportedError` when this torch's Inductor lacks an attribute kiln
     replaces; nothing is routed then.
@@ -239,7 +239,7 @@ def installed() -> bool:
 
 def install_from_environment() -> None:
     """``KILN_INDUCTOR=1`` at ``import triton_kiln``: install, and never raise (the reason is
-    logged on ``kiln.inductor`` at WARNING, and nothing is routed)."""
+    logged on ``triton_kiln.inductor`` at WARNING, and nothing is routed)."""
     from triton_kiln import notices, settings
     from triton_kiln.errors import SettingsError
 
@@ -304,7 +304,7 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
 
 def _held_while_timing(original: Any) -> Any:
     """One of Inductor's GPU timing methods, run with kiln's compile processes held still
-    (:mod:`kiln.pool.pause`): what it times includes the host's launches, which kiln's compiles
+    (:mod:`triton_kiln.pool.pause`): what it times includes the host's launches, which kiln's compiles
     running beside it would slow."""
 
     @functools.wraps(original)

@@ -8,7 +8,7 @@ its compiles in kiln's pool behind it.
     ----------------                                   ------------------------------
     AsyncCompile.process_pool() (Inductor's warm_pool,
       where stock starts its own pool) -> start() -- spawn -->  import torch, Inductor;
-                                                       kiln.inductor installed in-thread
+                                                       triton_kiln.inductor installed in-thread
     GraphLowering.__init__ -> want_pool() ----------->  ("start_pool"): kiln's pool started
     InductorPool.submit(_worker_compile_triton, ...)
       -> submit(fn, args, fallback):
@@ -29,7 +29,7 @@ processes; here it is done in this one, so the caller only unpickles results, as
 No job ever waits for the sidecar: until it is ready (importing torch takes it 3-4 s on a machine
 with bytecode caches, ~14 s on one without, such as the GPU machine's image with
 ``PYTHONDONTWRITEBYTECODE=1``), and after it failed, jobs take the in-process path
-(:func:`kiln.inductor.jobs.compile_job`), which compiles in the caller's own kiln pool. Nothing is
+(:func:`triton_kiln.inductor.jobs.compile_job`), which compiles in the caller's own kiln pool. Nothing is
 lost when the sidecar dies. ``KILN_INDUCTOR_SIDECAR=0`` uses that path only.
 """
 

@@ -2,11 +2,11 @@
 
 ::
 
-    parent (kiln.inductor.sidecar)            this process                         kiln's pool
+    parent (triton_kiln.inductor.sidecar)            this process                         kiln's pool
     ------------------------------            ------------                         -----------
     init {settings, log level, threads,  -->  the parent's kiln settings in force;
           preload}                            the preload modules imported;
-                                              import Inductor, kiln.inductor
+                                              import Inductor, triton_kiln.inductor
                                               installed in-thread
                                         <--   ("ready", seconds)
     ("start_pool") (a graph is lowered)  -->  kiln's pool started  ---------------> zygote, workers

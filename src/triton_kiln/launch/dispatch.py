@@ -13,8 +13,9 @@
       .key(args)    -> the same call key, from Python (None: the key cannot describe the args)
       .put(len(args), key, entry) / .get(args) / .clear()
 
-An entry is anything with ``.fast`` (see :class:`kiln.launch.entry.LaunchEntry`). The owner is
-the autotuner (:mod:`kiln.autotuner.variants`) or a bundle's kernel (:mod:`kiln.bundle.runtime`);
+An entry is anything with ``.fast`` (see :class:`triton_kiln.launch.entry.LaunchEntry`). The owner is
+the autotuner (:mod:`triton_kiln.autotuner.variants`) or a bundle's kernel
+(:mod:`triton_kiln.bundle.runtime`);
 both read and write their tables only through this class.
 """
 
@@ -49,7 +50,7 @@ class LaunchTables:
         cache_dir: Path | None = None,
         normalize: Callable[..., tuple[Any, ...]] | None = None,
     ) -> None:
-        """``flags``: one byte per parameter (:func:`kiln.launch.spec.param_flags`); ``owner``
+        """``flags``: one byte per parameter (:func:`triton_kiln.launch.spec.param_flags`); ``owner``
         gets ``best_config`` set on each hit; ``name`` is the kernel's, for the log;
         ``normalize(*args, **kwargs)``: a keyword call (or one of a length with no entries) as
         one positional tuple (see ``_kiln_launch.c``), or ``None``: such calls take the full path."""

@@ -1,7 +1,7 @@
 """Triton's own per-signature launcher, built in the background while kiln's pool compiles.
 
 On Triton 3.5 and 3.6, a kernel's first launch builds a C launcher for its signature with gcc
-(~0.26 s, in the launching thread; :mod:`kiln.triton_compat.triton_launcher`). Its source
+(~0.26 s, in the launching thread; :mod:`triton_kiln.triton_compat.triton_launcher`). Its source
 depends only on the signature, which kiln knows when it submits the compile, so the build
 starts then, in a thread, beside the pool's compile::
 
@@ -49,7 +49,7 @@ BUILD_THREADS = 2
 class LauncherPrebuilder:
     """Builds launcher sources on daemon threads, each distinct source once per process.
 
-    ``builder(source) -> bool`` is :func:`kiln.triton_compat.triton_launcher.build_launcher`
+    ``builder(source) -> bool`` is :func:`triton_kiln.triton_compat.triton_launcher.build_launcher`
     unless given (tests substitute a recorder for gcc)."""
 
     def __init__(self, builder: Callable[[str], bool] | None = None, threads: int = BUILD_THREADS) -> None:
@@ -161,7 +161,7 @@ _driver_utils_lock = threading.Lock()
 def start_driver_utils(builder: Callable[[], bool] | None = None) -> bool:
     """Build Triton's CUDA driver utilities (``cuda_utils``, ~0.3 s of gcc on a fresh Triton
     cache) on a daemon thread, once per process, so the first launch or binary load finds them in
-    Triton's cache; ``True`` when the thread was started now. Never raises. ``kiln.install()``
+    Triton's cache; ``True`` when the thread was started now. Never raises. ``triton_kiln.install()``
     calls it on a GPU machine (``autotuner/prewarm.py``)."""
     global _driver_utils_started
     with _driver_utils_lock:

@@ -17,8 +17,8 @@ their alignment (``*_scratch_align``). At every launch Triton's launcher
 
 The buffer is dropped once the launch is queued (a stream-ordered allocator, torch's, reuses it
 only after the kernel). kiln's C launcher (``_kiln_launch.c``) does the same at every launch,
-with the allocators :func:`~kiln.triton_compat.scratch_allocator_sources` names; the native
-sandbox, which has no torch, gives it its own (:class:`~kiln.sandbox.device_inputs.ScratchMemory`).
+with the allocators :func:`~triton_kiln.triton_compat.scratch_allocator_sources` names; the native
+sandbox, which has no torch, gives it its own (:class:`~triton_kiln.sandbox.device_inputs.ScratchMemory`).
 This module is the rule in Python (for the C launcher's arguments, and for tests to check the C
 launcher and Triton against).
 """

@@ -140,7 +140,8 @@ class LaunchSpec:
 
     @classmethod
     def from_request(cls, request: Any) -> LaunchSpec:
-        """From a :class:`~kiln.compile.request.CompileRequest` (its signature, constexprs and attrs)."""
+        """From a :class:`~triton_kiln.compile.request.CompileRequest` (its signature, constexprs and
+        attrs)."""
         args = []
         for name, kind in request.signature.items():
             divisible = any(list(attr) == ["tt.divisibility", 16] for attr in request.attrs.get(name, ()))

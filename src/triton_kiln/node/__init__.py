@@ -1,8 +1,8 @@
 """One node, many processes: what they share through the cache directory (docs/NODE.md).
 
 :mod:`.locks` holds the node-wide locks (flock'd files whose holder's death frees them) and
-the compile slots; the pool (:mod:`kiln.pool.node_jobs`) and the autotuner
-(:mod:`kiln.autotuner.node_tuning`) build on them. This package imports nothing of kiln's
+the compile slots; the pool (:mod:`triton_kiln.pool.node_jobs`) and the autotuner
+(:mod:`triton_kiln.autotuner.node_tuning`) build on them. This package imports nothing of kiln's
 but its errors, so every part may use it.
 """
 

@@ -21,7 +21,7 @@ file conflict even inside one process (two pools sharing a cache directory).
 * **Local file systems only** (flock over NFS is not reliable): the cache directory of a node.
 
 Nothing here blocks: :meth:`FileLock.try_acquire` answers at once; waiting is the callers' poll
-(:mod:`kiln.pool.node_jobs`, :mod:`kiln.autotuner.node_tuning`).
+(:mod:`triton_kiln.pool.node_jobs`, :mod:`triton_kiln.autotuner.node_tuning`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""kiln's crash-isolated compile pool (see :mod:`kiln.pool.pool` for the data flow).
+"""kiln's crash-isolated compile pool (see :mod:`triton_kiln.pool.pool` for the data flow).
 
 Modules, one role each: ``pool`` (the caller API), ``jobs`` (what caller threads and the
 manager share), ``manager`` (the manager thread's loop), ``workers`` (forking, dispatching to
@@ -7,7 +7,7 @@ exceptions -> the caller's errors), ``protocol`` (the typed messages), ``handles
 buffers of each child), and the child processes' own code: ``zygote``, ``worker``, ``warmup``.
 
 The names below load on first use, so that the zygote and its workers, which import
-``kiln.pool.zygote`` and ``kiln.pool.worker``, do not import the parent's side of the pool.
+``triton_kiln.pool.zygote`` and ``triton_kiln.pool.worker``, do not import the parent's side of the pool.
 """
 
 from __future__ import annotations

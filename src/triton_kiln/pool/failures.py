@@ -1,16 +1,16 @@
 """How a job's failure becomes the exception its caller raises: one codec, one mapping.
 
-Two families of failure (see :mod:`kiln.errors`):
+Two families of failure (see :mod:`triton_kiln.errors`):
 
 * **The job's own exception** travels as a :class:`RemoteError`, the pool's one exception
   codec. The worker captures it (:meth:`RemoteError.capture`: pickled as itself, else as class +
   args + picklable attributes, else only as text); the manager rebuilds it
   (:meth:`RemoteError.rebuild`): the original type with the worker's traceback as
-  ``__cause__``, or :class:`~kiln.errors.RemoteCompileError` when the parent cannot rebuild it.
+  ``__cause__``, or :class:`~triton_kiln.errors.RemoteCompileError` when the parent cannot rebuild it.
 * **A worker's death** becomes kiln's own error (:func:`death_error`): a timeout kill is a
-  :class:`~kiln.errors.CompileTimeoutError`, a memory kill a
-  :class:`~kiln.errors.WorkerMemoryError`, anything else a
-  :class:`~kiln.errors.WorkerCrashedError`, each with the seconds, exit status and the last
+  :class:`~triton_kiln.errors.CompileTimeoutError`, a memory kill a
+  :class:`~triton_kiln.errors.WorkerMemoryError`, anything else a
+  :class:`~triton_kiln.errors.WorkerCrashedError`, each with the seconds, exit status and the last
   lines the worker wrote to stderr.
 
 ::

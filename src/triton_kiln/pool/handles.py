@@ -1,8 +1,8 @@
 """The parent's view of its child processes: one handle for the zygote, one per worker.
 
 Handles own file descriptors and buffers only; every decision (what to send, when to kill,
-how a death maps to an error) belongs to the manager thread (:mod:`kiln.pool.manager`, with
-:mod:`kiln.pool.supervisor` for the zygote), the only thread that touches them.
+how a death maps to an error) belongs to the manager thread (:mod:`triton_kiln.pool.manager`, with
+:mod:`triton_kiln.pool.supervisor` for the zygote), the only thread that touches them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """What a compile pool offers its callers, as a :class:`typing.Protocol`, and the batch methods
 both pools build on their own ``submit``.
 
-Both :class:`kiln.pool.CompilePool` (processes forked on this machine) and
-:class:`kiln.farm.RayCompilePool` (Ray tasks on a cluster) satisfy :class:`CompileService`, so
+Both :class:`triton_kiln.pool.CompilePool` (processes forked on this machine) and
+:class:`triton_kiln.farm.RayCompilePool` (Ray tasks on a cluster) satisfy :class:`CompileService`, so
 code that only submits requests and reads futures (the ``kiln compile`` command, a benchmark)
 takes either. Their ``compile``, ``compile_many`` and ``as_completed`` are one code,
 :class:`BatchMethods`; only the order a batch is submitted in differs.

@@ -4,7 +4,7 @@
 * :class:`JobQueue`: jobs waiting for a worker, highest priority first.
 * :class:`JobTable`: everything both sides of the pool touch, under one lock: the jobs in
   flight (so identical requests share one future), the memory cache of finished artifacts
-  (:class:`~kiln.pool.memory_cache.MemoryCache`, bounded in bytes),
+  (:class:`~triton_kiln.pool.memory_cache.MemoryCache`, bounded in bytes),
   the counters (:class:`PoolStats`), whether the pool is closing or broken, and the two
   events callers wait on. A job ends here, once: :meth:`JobTable.complete` (stored on disk,
   remembered, future resolved) or :meth:`JobTable.fail`.
@@ -63,7 +63,7 @@ class Job:
     module: str | None = None  # what a worker imports for the kernel (None: rebuilt from source)
     attempts: int = 0
     started: float = 0.0
-    slot: object = None  # the node slot held while it runs (kiln.pool.node_jobs)
+    slot: object = None  # the node slot held while it runs (triton_kiln.pool.node_jobs)
 
 
 def check_job_arguments(timeout_s: object, priority: object) -> None:

@@ -1,5 +1,5 @@
-"""The lookups before a compile, shared by :class:`~kiln.pool.CompilePool` and
-:class:`~kiln.farm.RayCompilePool`: memory -> in flight -> disk (and its remote store) -> a new job.
+"""The lookups before a compile, shared by :class:`~triton_kiln.pool.CompilePool` and
+:class:`~triton_kiln.farm.RayCompilePool`: memory -> in flight -> disk (and its remote store) -> a new job.
 
 ::
 

@@ -13,12 +13,12 @@
 
 Each turn of the loop: drain commands; wait on every fd (wake-up pipe, the zygote's socket and
 output, each worker's socket and stderr) until the nearest deadline; then check the zygote
-(:class:`~kiln.pool.supervisor.Supervisor`), the workers' limits, finish the workers that died,
-fork replacements and dispatch (:class:`~kiln.pool.workers.Workers`).
+(:class:`~triton_kiln.pool.supervisor.Supervisor`), the workers' limits, finish the workers that died,
+fork replacements and dispatch (:class:`~triton_kiln.pool.workers.Workers`).
 
 Only this thread reads the fds above or registers them; caller threads put commands on the
 queue and write one byte to the wake-up pipe (and close it for a pool that never started).
-A bug in this loop fails every job with a :class:`~kiln.errors.KilnError`; it never hangs.
+A bug in this loop fails every job with a :class:`~triton_kiln.errors.KilnError`; it never hangs.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A repeated request is answered from here before the disk cache or a worker is as
 kept is what a launch needs: the binary and the metadata. The text IRs (LLVM IR, TTIR, TTGIR,
 PTX; most of an artifact's size: 1.8 of 2 MB for a 256x256 matmul) are dropped unless
 ``KILN_KEEP_IR=1`` (:attr:`Settings.keep_ir`); the disk entry keeps them, and
-:meth:`kiln.ArtifactStore.get` reads them back. The bound is ``KILN_MEMORY_CACHE_MB``
+:meth:`triton_kiln.ArtifactStore.get` reads them back. The bound is ``KILN_MEMORY_CACHE_MB``
 (:attr:`Settings.memory_cache_mb`), counted with :attr:`CompiledArtifact.nbytes`; an artifact
 larger than the whole bound is not kept.
 
@@ -13,7 +13,7 @@ hit returns that very object (so ``pool.submit(r).result() is pool.compile(r)`` 
 IRs cost nothing extra: the caller keeps them alive, not the cache); once the caller lets go,
 a hit returns the copy without IRs.
 
-Not thread-safe on its own: the pool's :class:`~kiln.pool.jobs.JobTable` calls it under its lock.
+Not thread-safe on its own: the pool's :class:`~triton_kiln.pool.jobs.JobTable` calls it under its lock.
 """
 
 from __future__ import annotations

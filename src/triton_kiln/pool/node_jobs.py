@@ -2,7 +2,7 @@
 
 ::
 
-    manager thread (this module)            cache directory (kiln.node.locks)      other processes
+    manager thread (this module)            cache directory (triton_kiln.node.locks)      other processes
     ----------------------------            ---------------------------------      ---------------
     Submit(job) -> admit(job):
         key lock free?  take it ----------> node/compile/ab/<key>.lock  (flock)

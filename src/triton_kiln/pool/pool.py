@@ -1,6 +1,6 @@
 """The compile pool's caller API: :class:`CompilePool` and the process-wide :func:`get_pool`.
 
-Data flow (the modules of :mod:`kiln.pool`, and who runs what)::
+Data flow (the modules of :mod:`triton_kiln.pool`, and who runs what)::
 
     caller threads (pool.py)       manager thread (manager.py)                  processes
     ------------------------       ---------------------------                  ---------
@@ -15,14 +15,14 @@ Data flow (the modules of :mod:`kiln.pool`, and who runs what)::
                                     Forked / Exited(pid, status) <-------------  (reaps workers)
 
 * A job runs on exactly one worker, over that worker's own socket, so a dead worker maps to
-  exactly one job: that job fails with a :class:`~kiln.errors.WorkerCrashedError` naming the
+  exactly one job: that job fails with a :class:`~triton_kiln.errors.WorkerCrashedError` naming the
   signal, exit code, seconds and the worker's last stderr lines (failures.py); the worker is
   replaced by a fresh fork and queued jobs go on.
 * Timeouts and the memory limit are enforced by the manager: it asks the zygote to kill the
-  worker's process group and fails the job with :class:`~kiln.errors.CompileTimeoutError` or
-  :class:`~kiln.errors.WorkerMemoryError` when the zygote reports the death.
+  worker's process group and fails the job with :class:`~triton_kiln.errors.CompileTimeoutError` or
+  :class:`~triton_kiln.errors.WorkerMemoryError` when the zygote reports the death.
 * If the zygote dies, its workers die with it; their jobs are retried once on a new zygote.
-  If it cannot start, pending jobs fail with :class:`~kiln.errors.ZygoteError` saying why.
+  If it cannot start, pending jobs fail with :class:`~triton_kiln.errors.ZygoteError` saying why.
 * Identical requests in flight share one future; finished artifacts are kept in memory and
   (by default) on disk, so a repeated request never reaches a worker. Lookups go memory ->
   in flight -> disk -> worker (jobs.py holds what both threads share). The memory cache holds
@@ -71,13 +71,13 @@ class CompilePool(BatchMethods):
 
     Args:
         workers, job_timeout_s, memory_limit_mb, cache_dir, use_disk_cache: override the
-            matching fields of :class:`~kiln.settings.Settings` (default: ``KILN_*`` variables).
+            matching fields of :class:`~triton_kiln.settings.Settings` (default: ``KILN_*`` variables).
         preload: modules the zygote imports up front, so every worker inherits them
             (modules of submitted kernels are added automatically); one name is one module.
         warmup_target: the target of the zygote's warm-up compile (a ``GPUTarget`` of backend
             ``'cuda'`` or ``'hip'``, checked here), or ``None`` for none.
         settings: the settings to start from (default: those in force, see
-            :func:`kiln.settings.current`). They are resolved here, once, and passed down.
+            :func:`triton_kiln.settings.current`). They are resolved here, once, and passed down.
     """
 
     def __init__(
@@ -177,8 +177,8 @@ class CompilePool(BatchMethods):
         Queued jobs start highest ``priority`` first (default: :func:`guess_compile_cost`, so a
         batch runs its longest compiles first). ``timeout_s`` (a positive, finite number of
         seconds; default the pool's ``job_timeout_s``) and ``priority`` (a number) are checked
-        here: a bad one raises :class:`~kiln.errors.SettingsError` and the pool goes on. A
-        :class:`~kiln.pool.sealed.SealedRequest` is compiled without being unpickled in this
+        here: a bad one raises :class:`~triton_kiln.errors.SettingsError` and the pool goes on. A
+        :class:`~triton_kiln.pool.sealed.SealedRequest` is compiled without being unpickled in this
         process (only its worker opens it).
         """
         if not isinstance(request, (CompileRequest, SealedRequest)):
@@ -225,7 +225,7 @@ class CompilePool(BatchMethods):
         """Triton's launchable ``CompiledKernel`` for ``request``, compiled (or cached) by this pool.
 
         The parent never calls ``triton.compile``: the binary comes from a worker or the cache
-        (see :func:`kiln.artifacts.triton_files.load_kernel`).
+        (see :func:`triton_kiln.artifacts.triton_files.load_kernel`).
         """
         artifact = artifact or self.compile(request)
         return triton_files.load_kernel(self.store, request, artifact)
@@ -309,7 +309,7 @@ def check_warmup_target(target: object) -> None:
 def open_store(settings: Settings) -> ArtifactStore | None:
     """The artifact store ``settings`` describe (``None``: no disk cache): ``KILN_CACHE_DIR``
     capped at ``KILN_CACHE_MAX_MB``, with ``KILN_REMOTE_CACHE`` behind it when set (only then
-    is :mod:`kiln.remote` imported)."""
+    is :mod:`triton_kiln.remote` imported)."""
     if not settings.use_disk_cache:
         return None
     remote = None

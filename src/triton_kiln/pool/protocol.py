@@ -1,6 +1,6 @@
 """The messages kiln's compile processes exchange: one frozen dataclass per kind.
 
-Two kinds of channel exist (see :mod:`kiln.pool.pool` for the whole picture)::
+Two kinds of channel exist (see :mod:`triton_kiln.pool.pool` for the whole picture)::
 
     manager thread                              zygote
       ZygoteInit (first packet)            ->
@@ -21,7 +21,7 @@ Two kinds of channel exist (see :mod:`kiln.pool.pool` for the whole picture)::
   message (:func:`pack` / :func:`unpack`), ``Fork`` packets carry the new worker's file
   descriptors (``SCM_RIGHTS``).
 * parent <-> worker: an ``AF_UNIX``/``SOCK_STREAM`` socket per worker, carrying length-prefixed
-  frames (:mod:`kiln.framing`), because a reply (a cubin plus its IRs) can be large.
+  frames (:mod:`triton_kiln.framing`), because a reply (a cubin plus its IRs) can be large.
 
 Only kiln's own processes sit on either end, and they run the same code, so pickle is safe
 here; nothing read from *disk* is ever unpickled.
@@ -122,7 +122,7 @@ FromZygote = Ready | Preloaded | Forked | ForkFailed | Exited
 
 @dataclass(frozen=True)
 class RunJob:
-    """Compile the pickled :class:`~kiln.compile.request.CompileRequest` ``request``."""
+    """Compile the pickled :class:`~triton_kiln.compile.request.CompileRequest` ``request``."""
 
     job_id: int
     request: bytes

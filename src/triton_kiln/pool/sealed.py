@@ -1,7 +1,7 @@
 """A compile request that stays pickled until a kiln worker opens it: :class:`SealedRequest`.
 
 A process that compiles nothing itself but hands requests to its pool (the compile farm's node
-actor, :mod:`kiln.farm.node_actor`) must not unpickle them: a request's pickle runs code (a
+actor, :mod:`triton_kiln.farm.node_actor`) must not unpickle them: a request's pickle runs code (a
 constexpr value's ``__reduce__``, the kernel module's import), and a crash there would take that
 long-lived process down with every job it holds. The caller seals the request once::
 
@@ -9,7 +9,7 @@ long-lived process down with every job it holds. The caller seals the request on
     node:   CompilePool.submit(sealed) --RunJob(payload)--> kiln worker: pickle.loads, compile
 
 so the request is unpickled only in a forked kiln worker, where a crash fails that job alone
-(:class:`~kiln.errors.WorkerCrashedError`), as in the caller's own pool.
+(:class:`~triton_kiln.errors.WorkerCrashedError`), as in the caller's own pool.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
 
 Its stdout and stderr are a pipe the parent reads, so the last lines a C++ assertion prints
 before ``abort()`` reach the error the caller sees. A Python exception from the compile goes
-back through :class:`~kiln.pool.failures.RemoteError` (as itself when it survives a pickle
+back through :class:`~triton_kiln.pool.failures.RemoteError` (as itself when it survives a pickle
 round trip, else as its type name, message and traceback text). The worker exits when its
 channel closes, and is killed with the zygote.
 """
@@ -56,7 +56,7 @@ def run_job(job: RunJob) -> JobDone | JobFailed:
         from triton_kiln.compile.gluon import language_source
 
         kernel = request.spec.load()
-        # A @gluon.jit kernel compiles from Gluon's own AST source (kiln.compile.gluon).
+        # A @gluon.jit kernel compiles from Gluon's own AST source (triton_kiln.compile.gluon).
         source = language_source(request.ast_source(kernel), kernel)
         compiled = triton_compat.compile_kernel(source, request.target, dict(request.options))
         seconds = time.perf_counter() - started

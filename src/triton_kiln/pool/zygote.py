@@ -17,7 +17,7 @@ told to, all without touching CUDA. Then it serves the parent over one ``SOCK_SE
       |  <- Preloaded({module: error})          |
       |  EOF / SIGTERM (parent gone)        ->  |  killpg every worker, reap, exit
 
-(the messages are the records of :mod:`kiln.pool.protocol`.)
+(the messages are the records of :mod:`triton_kiln.pool.protocol`.)
 
 Rules it keeps:
 

@@ -2,7 +2,7 @@
 
 Imported only when ``KILN_REMOTE_CACHE`` is set (by the pool, where it opens its artifact
 store, and by the autotuner, where it opens the tuning database); ``redis`` is imported only
-by :mod:`kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
+by :mod:`triton_kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
 
 ::
 
@@ -19,7 +19,7 @@ by :mod:`kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
     CircuitBreaker (health.py): a failure opens it for KILN_REMOTE_RETRY_S, one warning.
     Signer (signing.py): with KILN_REMOTE_KEY_FILE, HMAC-SHA256 on what is written and read.
 
-Names in Redis: :mod:`kiln.remote.names`. Set-up, what is verified, failure behaviour and
+Names in Redis: :mod:`triton_kiln.remote.names`. Set-up, what is verified, failure behaviour and
 sizes: docs/REMOTE_CACHE.md.
 """
 

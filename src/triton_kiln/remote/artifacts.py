@@ -1,4 +1,4 @@
-"""Artifact-store entries in Redis: what :class:`~kiln.artifacts.store.ArtifactStore` reads
+"""Artifact-store entries in Redis: what :class:`~triton_kiln.artifacts.store.ArtifactStore` reads
 through on a miss and writes to after each compile (its ``remote``).
 
 ::
@@ -38,7 +38,8 @@ class RemoteArtifacts:
     ) -> None:
         self.client = client
         self.signer = signer
-        """Signs what is written and checks what is read (``KILN_REMOTE_KEY_FILE``; kiln.remote.signing)."""
+        """Signs what is written and checks what is read (``KILN_REMOTE_KEY_FILE``;
+        triton_kiln.remote.signing)."""
         self.where = client.where
         self.max_entry_bytes = max_entry_bytes
         self.ttl_s = ttl_s

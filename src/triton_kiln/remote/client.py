@@ -3,12 +3,12 @@
 :class:`RedisClient` holds a connection pool of redis-py's, made with short connect and read
 timeouts (``KILN_REMOTE_TIMEOUT_S``) and redis-py's own retries off, so a dead or slow server
 costs one timeout, not several. Every request goes through :meth:`RedisClient._request`, which
-asks the :class:`~kiln.remote.health.CircuitBreaker` first and turns every failure (a refused
+asks the :class:`~triton_kiln.remote.health.CircuitBreaker` first and turns every failure (a refused
 or timed-out connection, an error reply, a server going away mid-reply) into "no answer": a
 read returns ``None`` (a miss), a write is dropped, and the breaker opens (one warning per
 process). Nothing here raises because of the server.
 
-What is stored (names: :mod:`kiln.remote.names`):
+What is stored (names: :mod:`triton_kiln.remote.names`):
 
 * an artifact entry: a Redis hash ``{file name: bytes}`` written in one ``MULTI`` (``DEL``,
   ``HSET``, ``EXPIRE``), so a reader sees the old entry or the new one, never half of one;

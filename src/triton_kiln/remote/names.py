@@ -6,11 +6,11 @@
     kiln:r1:tuning:s<schema>:<sha256>        string (JSON): one finished tuning run
 
 ``r1`` is this layout's version (:data:`REMOTE_FORMAT`); ``a2`` the artifact entry's format
-(:data:`~kiln.artifacts.artifact.ARTIFACT_FORMAT`); ``s<schema>`` the tuning database's schema
+(:data:`~triton_kiln.artifacts.artifact.ARTIFACT_FORMAT`); ``s<schema>`` the tuning database's schema
 version. A kiln that changes any of them reads and writes other names, so two kilns never
 misread each other's entries. Everything that decides what a binary is (Triton's version and
 key, the target, the options, the kernel's source) is already inside the compile key
-(:attr:`CompileRequest.key <kiln.compile.request.CompileRequest.key>`), and everything that
+(:attr:`CompileRequest.key <triton_kiln.compile.request.CompileRequest.key>`), and everything that
 identifies a tuning run (kernel, configs, key values, device, capability, Triton's version)
 inside the run's identity, hashed here. One Redis database can hold several teams' kilns
 apart with ``KILN_REMOTE_CACHE``'s database number (``redis://host:6379/3``).

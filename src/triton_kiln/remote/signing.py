@@ -11,7 +11,7 @@ kiln writes carries an HMAC-SHA256 over the Redis key's name and:
 * for a tuning run, its JSON.
 
 A reader with a key loads only what carries a valid signature under that key; a missing or
-wrong one is a miss with a :class:`~kiln.artifacts.store.CacheWarning`. A reader without a key
+wrong one is a miss with a :class:`~triton_kiln.artifacts.store.CacheWarning`. A reader without a key
 ignores signatures. The key never leaves the machine: only signatures are written.
 """
 

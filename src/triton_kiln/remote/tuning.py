@@ -34,7 +34,7 @@ _IDENTITY = ("kernel_key", "key_repr", "device_name", "capability", "triton_vers
 
 
 class RemoteTuningDatabase:
-    """A :class:`~kiln.tuning.TuningDatabase` (``local``) with a remote behind it (see above)."""
+    """A :class:`~triton_kiln.tuning.TuningDatabase` (``local``) with a remote behind it (see above)."""
 
     def __init__(
         self, local: TuningDatabase, client: RedisClient, *, ttl_s: int | None, signer: Signer | None = None

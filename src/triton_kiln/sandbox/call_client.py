@@ -107,7 +107,7 @@ class CallSandbox:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> CallOutcome:
-        """``fn()`` in the sandbox, as a :class:`~kiln.sandbox.calls.CallOutcome` (never raises for
+        """``fn()`` in the sandbox, as a :class:`~triton_kiln.sandbox.calls.CallOutcome` (never raises for
         what happens to the call; ``fn`` that cannot be pickled is a :class:`CallRaisedError`)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()

@@ -9,7 +9,7 @@
                                             <-    CallReturned(value) | CallRaised(error, tb, sticky)
       (socket closed)                       ->    exit
 
-A callable that raises (an ``Exception``) is that call's :class:`~kiln.sandbox.calls.CallRaised`
+A callable that raises (an ``Exception``) is that call's :class:`~triton_kiln.sandbox.calls.CallRaised`
 and the process goes on; after a sticky CUDA error (an illegal memory access: this process's
 context is gone for good) it replies, then exits with ``STICKY_EXIT``. A callable that ends the
 process (``abort()``, a segfault, ``sys.exit``) or hangs is the client's to see: it watches the

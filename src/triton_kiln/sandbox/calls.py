@@ -1,6 +1,6 @@
 """What a call sandbox (:mod:`.call_client` / :mod:`.call_worker`) says, and how a call can fail.
 
-One dataclass per message kind (the frames of :mod:`kiln.framing` carry them as they are):
+One dataclass per message kind (the frames of :mod:`triton_kiln.framing` carry them as they are):
 
 * client -> worker: :class:`CallInit` (once, first), then one :class:`CallItem` per call;
 * worker -> client: :class:`CallHello` (ready), then per call :class:`CallReturned` or
@@ -78,7 +78,7 @@ class CallRaised:
 
 @dataclass(frozen=True)
 class CallOutcome:
-    """What :meth:`~kiln.sandbox.call_client.CallSandbox.call` returns: a value or a failure."""
+    """What :meth:`~triton_kiln.sandbox.call_client.CallSandbox.call` returns: a value or a failure."""
 
     value: Any = None
     failure: CallFailure | None = None

@@ -3,7 +3,7 @@
 :class:`WorkerProcess` spawns ``python -c "from <module> import main; main()"`` (a fresh
 interpreter, never a fork) from one long-lived thread, so that the child's parent-death signal,
 which follows the *thread* that created it, fires only when the caller's process ends. It sends
-and receives :mod:`kiln.framing` frames with deadlines and reports how the process ended.
+and receives :mod:`triton_kiln.framing` frames with deadlines and reports how the process ended.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ::
 
     tuner thread                     Sandbox (this module)                sandbox process
-      set_inputs / set_reference ->  kept, sent lazily on next bench   (kiln.sandbox.worker)
+      set_inputs / set_reference ->  kept, sent lazily on next bench   (triton_kiln.sandbox.worker)
       bench(spec, timeout_s)     ->  start/restart if needed ---------> spawned interpreter
                                      ("inputs", ...) ("reference", ...) ("bench", spec) ---->
                                  <-  ("ok", timings, check) | ("err", kind, message, tb, sticky)

@@ -6,7 +6,7 @@ of a single reference: per output argument, up to :data:`MAX_REPRESENTATIVES` di
 Each config's output is placed with the first it agrees with (or becomes a new one), and the
 :class:`Verdict` that travels back names, per argument, which representative that was and which
 it did not agree with (:class:`OutputCheck`), and whether the run wrote NaN/Inf. The tuner
-decides from all configs' verdicts at the end of the run (:mod:`kiln.autotuner.outputs`), where
+decides from all configs' verdicts at the end of the run (:mod:`triton_kiln.autotuner.outputs`), where
 it knows each config's parameters; no tensor ever travels back.
 """
 

@@ -1,5 +1,5 @@
 """The output check's kernel: one pass over an output, a representative and the argument before
-the run, reduced to the few numbers the rule needs (:mod:`kiln.sandbox.device_summary`).
+the run, reduced to the few numbers the rule needs (:mod:`triton_kiln.sandbox.device_summary`).
 
 The native sandbox launches it through kiln's C launcher like any compiled config; it is
 compiled by kiln's compile pool for the device's target (once per machine: the artifact lands

@@ -1,12 +1,12 @@
-"""The output check of :mod:`kiln.sandbox.compare`, on numpy arrays, for the torch-free sandbox.
+"""The output check of :mod:`triton_kiln.sandbox.compare`, on numpy arrays, for the torch-free sandbox.
 
 The native sandbox copies a tensor's bytes to the host and decodes them here by torch's dtype
 name: float16/32/64 as numpy floats, bfloat16 through ``uint16 << 16`` as float32, the float8
 types through a 256-entry table, integers and bool as themselves, anything else as raw unsigned
-words (compared exactly, as :func:`kiln.sandbox.compare.compare` compares non-float dtypes).
-:func:`compare` applies the same rule, tolerances and messages as ``kiln.sandbox.compare.compare``;
+words (compared exactly, as :func:`triton_kiln.sandbox.compare.compare` compares non-float dtypes).
+:func:`compare` applies the same rule, tolerances and messages as ``triton_kiln.sandbox.compare.compare``;
 :func:`compare_one`, :func:`fingerprint_words` and :func:`produced_nonfinite` are what the native
-sandbox's :class:`~kiln.sandbox.compare.Representatives` needs.
+sandbox's :class:`~triton_kiln.sandbox.compare.Representatives` needs.
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def compare(
     reference: Mapping[str, HostArray],
     tolerances: tuple[float, float] | None = None,
 ) -> Comparison:
-    """:func:`kiln.sandbox.compare.judge` on host arrays: the same rule, tolerances and messages."""
+    """:func:`triton_kiln.sandbox.compare.judge` on host arrays: the same rule, tolerances and messages."""
     return judge(outputs, reference, tolerances, _describe, _measure)
 
 
@@ -231,12 +231,13 @@ def _measure(out: HostArray, ref: HostArray) -> Measured:
 def compare_one(
     name: str, output: HostArray, representative: HostArray, tolerances: tuple[float, float] | None
 ) -> Comparison:
-    """:func:`compare` of one argument (what :class:`~kiln.sandbox.compare.Representatives` uses)."""
+    """:func:`compare` of one argument (what :class:`~triton_kiln.sandbox.compare.Representatives` uses)."""
     return compare({name: output}, {name: representative}, tolerances)
 
 
 def fingerprint_words(dtype: str, words: Any) -> str:
-    """:func:`kiln.sandbox.compare.fingerprint` of a tensor's stored words (as :func:`raw_view` gives)."""
+    """:func:`triton_kiln.sandbox.compare.fingerprint` of a tensor's stored words (as :func:`raw_view`
+    gives)."""
     contiguous = np.ascontiguousarray(words)
     return fingerprint(dtype, tuple(contiguous.shape), contiguous.view(np.uint8).tobytes())
 

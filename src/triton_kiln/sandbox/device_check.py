@@ -2,9 +2,9 @@
 
 ::
 
-    client (kiln.sandbox.native_client)         native sandbox (kiln.sandbox.native_worker)
+    client (triton_kiln.sandbox.native_client)         native sandbox (triton_kiln.sandbox.native_worker)
       ("compare_kernels", {dtype: spec})   ->   DeviceCheck.set_kernels: each variant of
-                                                kiln.sandbox.compare_kernel (compiled by the
+                                                triton_kiln.sandbox.compare_kernel (compiled by the
                                                 caller's pool for this device) -> kiln's Launcher
       ("bench", ...) want_outputs          ->   DeviceCheck.check(): for each output, against its
                                                 representatives (device copies, kept here):
@@ -12,9 +12,9 @@
                                                 (~21 KB), Summary -> Measured -> the rule's judge
 
 It keeps what :meth:`NativeState.check_outputs` keeps on the host (the first clean run settles
-the outputs, up to :data:`~kiln.sandbox.compare.MAX_REPRESENTATIVES` distinct outputs per
-argument, a :class:`~kiln.sandbox.compare.Verdict` travels back), with the same rule
-(:func:`kiln.sandbox.compare.judge` over :func:`kiln.sandbox.device_summary.measured`). What
+the outputs, up to :data:`~triton_kiln.sandbox.compare.MAX_REPRESENTATIVES` distinct outputs per
+argument, a :class:`~triton_kiln.sandbox.compare.Verdict` travels back), with the same rule
+(:func:`triton_kiln.sandbox.compare.judge` over :func:`triton_kiln.sandbox.device_summary.measured`). What
 still reaches the host: the rows, and a new representative's bytes once (its name is the hash
 of its bytes, as on the host, so both sandboxes name the same output alike). It serves a set of
 inputs only when every tensor's dtype has a compiled variant and is contiguous, and no user
@@ -34,13 +34,13 @@ from triton_kiln.sandbox.device_summary import SLOTS, Summary, measured, produce
 
 log = logging.getLogger("kiln.sandbox")
 
-BLOCK = 1024  # as kiln.sandbox.compare_kernel (which imports Triton: never imported here)
+BLOCK = 1024  # as triton_kiln.sandbox.compare_kernel (which imports Triton: never imported here)
 MAX_PROGRAMS = 264
 FLOATS = frozenset({"torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"})
 
 
 def programs(n: int) -> int:
-    """:func:`kiln.sandbox.compare_kernel.programs`: the summary kernel's grid for ``n`` elements."""
+    """:func:`triton_kiln.sandbox.compare_kernel.programs`: the summary kernel's grid for ``n`` elements."""
     return max(1, min(MAX_PROGRAMS, -(-n // BLOCK)))
 
 

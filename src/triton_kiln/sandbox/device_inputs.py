@@ -1,6 +1,6 @@
 """The native sandbox's own copies of the inputs: device buffers, a pristine copy, read-back.
 
-Used only inside the native sandbox (:mod:`kiln.sandbox.native_worker`), through kiln's C
+Used only inside the native sandbox (:mod:`triton_kiln.sandbox.native_worker`), through kiln's C
 module (no torch)::
 
     load(inputs)   for each TensorDesc: cuMemAlloc a working and a pristine buffer (span + the
@@ -166,7 +166,7 @@ class ScratchMemory:
     """``allocator(size, align, stream) -> device pointer``: Triton's scratch, without torch.
 
     kiln's C launcher calls it at each launch (and once per timing loop) with Triton's size and
-    alignment (:mod:`kiln.launch.scratch`). Every launch of the sandbox is queued on one stream,
+    alignment (:mod:`triton_kiln.launch.scratch`). Every launch of the sandbox is queued on one stream,
     so one buffer serves them all; a larger request waits for the device, frees it and
     allocates a larger one. Give each scratch kind (global, profile) its own: both can be asked
     for by one launch.

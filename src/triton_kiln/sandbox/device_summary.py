@@ -1,11 +1,11 @@
 """What the output check's kernel sends to the host, and how it becomes the rule's verdict.
 
-:mod:`kiln.sandbox.compare_kernel` reduces an output, a representative and the argument before
+:mod:`triton_kiln.sandbox.compare_kernel` reduces an output, a representative and the argument before
 the run to per-program rows of ten numbers (its module docstring names them);
 :meth:`Summary.reduce` folds the rows (sums and maxima) into a :class:`Summary`, and
-:func:`measured` turns that into the :class:`~kiln.sandbox.compare.Measured` that
-:func:`kiln.sandbox.compare_np._measure` computes from the host copies of the same tensors, so
-:func:`kiln.sandbox.compare.judge` gives the same verdict either way (the exact rule unchanged):
+:func:`measured` turns that into the :class:`~triton_kiln.sandbox.compare.Measured` that
+:func:`triton_kiln.sandbox.compare_np._measure` computes from the host copies of the same tensors, so
+:func:`triton_kiln.sandbox.compare.judge` gives the same verdict either way (the exact rule unchanged):
 
 =====================================  ==============================================
 host rule (compare_np._measure)         summary
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from triton_kiln.sandbox.compare import Measured
 
-SLOTS = 10  # as kiln.sandbox.compare_kernel.SLOTS (that module imports Triton; this one must not)
+SLOTS = 10  # as triton_kiln.sandbox.compare_kernel.SLOTS (that module imports Triton; this one must not)
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ class Summary:
 
 
 def measured(summary: Summary, floating: bool) -> Measured:
-    """What :func:`kiln.sandbox.compare_np._measure` measures of the same tensors."""
+    """What :func:`triton_kiln.sandbox.compare_np._measure` measures of the same tensors."""
     if summary.differ == 0:
         return Measured("same")
     if not floating:
@@ -92,5 +92,5 @@ def measured(summary: Summary, floating: bool) -> Measured:
 
 
 def produced_nonfinite(summary: Summary, floating: bool) -> bool:
-    """:func:`kiln.sandbox.compare_np.produced_nonfinite` from the summary."""
+    """:func:`triton_kiln.sandbox.compare_np.produced_nonfinite` from the summary."""
     return floating and summary.nonfinite > 0

@@ -134,7 +134,7 @@ def describe_inputs(
     """Every argument for the sandbox (tensors as :class:`TensorDesc`), and why each host copy is one.
 
     Call it after the caller's pending work on the tensors is finished (the sandbox reads them
-    on its own stream): :meth:`kiln.sandbox.native_client.NativeSandbox.set_inputs` synchronizes.
+    on its own stream): :meth:`triton_kiln.sandbox.native_client.NativeSandbox.set_inputs` synchronizes.
     """
     import torch
 

@@ -3,19 +3,19 @@
 ::
 
     NativeSandbox.bench(spec)
-      native sandbox (kiln.sandbox.native_worker: ready in well under a second)
+      native sandbox (triton_kiln.sandbox.native_worker: ready in well under a second)
         first use: wait for its hello, send the inputs (CUDA IPC handles; host copies where IPC
         is impossible -- or, if the sandbox cannot open them, all again as host copies)
         "ok"          -> NativeBenchOutcome, with the sandbox's own timings in .sandbox
-        "unsupported" -> the torch sandbox (kiln.sandbox.client.Sandbox), started on first
+        "unsupported" -> the torch sandbox (triton_kiln.sandbox.client.Sandbox), started on first
                          need, gets the inputs (and the reference the native one settled on)
         "err" sticky  -> the sandbox exits; the next bench starts a fresh one (inputs again)
       could not start at all ("fatal": no driver, no C compiler) -> every config goes to the
         torch sandbox, which reports its own failure if the GPU is unusable
 
-Like :class:`~kiln.sandbox.client.Sandbox` it is synchronous, guarded by a lock, and turns
+Like :class:`~triton_kiln.sandbox.client.Sandbox` it is synchronous, guarded by a lock, and turns
 every failure into a :class:`BenchOutcome` (never an exception). :meth:`start` returns at once;
-the process warms up on its own (see :mod:`kiln.sandbox.registry`).
+the process warms up on its own (see :mod:`triton_kiln.sandbox.registry`).
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class NativeSandbox:
 
     def set_compare_kernels(self, specs: dict[str, dict[str, Any]]) -> None:
         """The output check's kernel for each dtype (``{dtype: spec}``, compiled for this device):
-        outputs are then compared on the GPU (:mod:`kiln.sandbox.device_check`); sent with the
+        outputs are then compared on the GPU (:mod:`triton_kiln.sandbox.device_check`); sent with the
         inputs, to every sandbox process."""
         with self._lock:
             self._compare_kernels = dict(specs)

@@ -1,9 +1,9 @@
 """The native sandbox process: times compiled configs through kiln's C module, without torch.
 
-It speaks the protocol of :mod:`kiln.sandbox.worker` (same frames, same replies, a few more
+It speaks the protocol of :mod:`triton_kiln.sandbox.worker` (same frames, same replies, a few more
 kinds), and is ready in a fraction of a second: Python, kiln's C module and a CUDA context::
 
-    client (kiln.sandbox.native_client)             native sandbox (spawned; own CUDA context)
+    client (triton_kiln.sandbox.native_client)             native sandbox (spawned; own CUDA context)
       {"sys_path", "device", "c_module"}       ->   kiln's C module (the caller's build), cuda_init,
                                                     a 256 MB L2-flush buffer
       <- ("hello", pid, {"ready_at", "init_s"}) | ("fatal", reason)  (then exit EXIT_NO_DEVICE)
@@ -14,7 +14,7 @@ kinds), and is ready in a fraction of a second: Python, kiln's C module and a CU
       <- ("ok_reference",)
       ("get_reference",)                       ->   <- ("reference_data", {name: TensorDesc} | None, tol)
       ("compare_kernels", {dtype: spec})       ->   the output check's kernel, to check on the GPU
-      <- ("ok_compare_kernels", {"loaded", "failed"})  (kiln.sandbox.device_check)
+      <- ("ok_compare_kernels", {"loaded", "failed"})  (triton_kiln.sandbox.device_check)
       ("bench", BenchSpec fields)              ->   cubin -> kiln's Launcher -> restore inputs ->
                                                     run once -> check outputs (numpy) ->
                                                     bench_loop (do_bench's loop, in C)
@@ -24,15 +24,15 @@ kinds), and is ready in a fraction of a second: Python, kiln's C module and a CU
 
 Binaries that ask for Triton's runtime allocation (global scratch: device-side tensor
 descriptors; profile scratch) run here too: the sandbox is their allocator
-(:class:`~kiln.sandbox.device_inputs.ScratchMemory`, cuMemAlloc, one buffer per kind), which
+(:class:`~triton_kiln.sandbox.device_inputs.ScratchMemory`, cuMemAlloc, one buffer per kind), which
 kiln's launcher calls with Triton's size and alignment.
 
 ``info`` carries the sandbox's own measurements (seconds loading, checking, benchmarking).
 After a sticky CUDA error (illegal address...) it replies and exits with ``STICKY_EXIT``; the
-client starts a fresh one. Outputs are checked as in :mod:`kiln.sandbox.worker`: each output
-argument keeps a few distinct representatives (:class:`~kiln.sandbox.compare.Representatives`;
+client starts a fresh one. Outputs are checked as in :mod:`triton_kiln.sandbox.worker`: each output
+argument keeps a few distinct representatives (:class:`~triton_kiln.sandbox.compare.Representatives`;
 the first clean run's, or the user's reference, first); only a
-:class:`~kiln.sandbox.compare.Verdict` travels back, never the tensors.
+:class:`~triton_kiln.sandbox.compare.Verdict` travels back, never the tensors.
 """
 
 from __future__ import annotations
@@ -59,10 +59,10 @@ from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = "KILN_NATIVE_SANDBOX_FD"
 ENV_PARENT = "KILN_NATIVE_SANDBOX_PARENT"
-STICKY_EXIT = 3  # as kiln.sandbox.worker.STICKY_EXIT
+STICKY_EXIT = 3  # as triton_kiln.sandbox.worker.STICKY_EXIT
 EXIT_NO_DEVICE = 4  # the sandbox could not start (no driver, no GPU, no C module)
 FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's L2 flush buffer
-_TRITON_EXTRA_PARAMS = 2  # as kiln.launch.launcher: Triton's global and profile scratch pointers
+_TRITON_EXTRA_PARAMS = 2  # as triton_kiln.launch.launcher: Triton's global and profile scratch pointers
 
 # CUDA errors after which the context is unusable (cudaError_enum): illegal address, launch
 # timeout, device assert, hardware stack error, illegal instruction, misaligned address,
@@ -265,7 +265,7 @@ class NativeState:
         return ("ok", quantiles(times, (0.5, 0.2, 0.8)), check, info)
 
     def check_outputs(self) -> Any:
-        """Place this run's outputs among the representatives (:class:`~kiln.sandbox.compare.Verdict`).
+        """Place this run's outputs among the representatives (:class:`~triton_kiln.sandbox.compare.Verdict`).
 
         The first clean run settles which tensors are outputs (those it changed; all, if it
         changed none) and becomes the reference; the verdict's triple is against it (or the

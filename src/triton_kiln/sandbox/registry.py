@@ -4,7 +4,7 @@
 without initializing CUDA in the caller: ``/dev/nvidia*``, or torch's answer when torch is
 already imported), so that it is ready by the first call; :func:`shared` returns that same
 sandbox to the tuner, which keeps it across tunings. With ``KILN_NATIVE_SANDBOX=0`` both give
-the torch sandbox (:class:`~kiln.sandbox.client.Sandbox`), as before.
+the torch sandbox (:class:`~triton_kiln.sandbox.client.Sandbox`), as before.
 """
 
 from __future__ import annotations

@@ -11,11 +11,11 @@
       <- ("ok", timings [p50, p20, p80], check) | ("err", kind, message, sticky)
 
 Outputs are checked inside the sandbox, on the GPU: each output argument keeps a few distinct
-representatives (:class:`~kiln.sandbox.compare.Representatives`; the first config that runs
+representatives (:class:`~triton_kiln.sandbox.compare.Representatives`; the first config that runs
 cleanly, or the user's reference when one was sent, first), and only a
-:class:`~kiln.sandbox.compare.Verdict` travels back (ok, largest difference and detail against
+:class:`~triton_kiln.sandbox.compare.Verdict` travels back (ok, largest difference and detail against
 the reference; per argument, the representative it agreed with), never the tensors. The tuner
-decides at the end of the run (:mod:`kiln.autotuner.outputs`).
+decides at the end of the run (:mod:`triton_kiln.autotuner.outputs`).
 
 Binaries that ask for Triton's runtime allocation (global scratch: device-side tensor
 descriptors; profile scratch) get it from the allocator the sandbox sets for itself at start
@@ -177,7 +177,7 @@ class _State:
         return ("ok", timings, check, samples if spec.get("want_samples") else None)
 
     def check_outputs(self) -> Verdict:
-        """Place this run's outputs among the representatives (:class:`~kiln.sandbox.compare.Verdict`).
+        """Place this run's outputs among the representatives (:class:`~triton_kiln.sandbox.compare.Verdict`).
 
         The first clean run settles which tensors are outputs (those it changed; all, if it
         changed none) and becomes the reference; the verdict's triple is against it (or the

@@ -13,8 +13,8 @@ Modules: :mod:`.core` (targets, backends, environment, Triton's key), :mod:`.com
 compile pool's and Helion adapter's needs, Gluon), :mod:`.autotuning` (the autotuner's,
 sandbox's and launcher's), :mod:`.versions` (version differences, validation); imported by
 module, not re-exported: :mod:`.inductor` (torch Inductor's names), :mod:`.jit_hook` (where
-:mod:`kiln.jit_routing` hooks Triton's JIT), :mod:`.triton_launcher` (Triton 3.5/3.6's
-per-signature C launcher: its source and build, for :mod:`kiln.launch.prebuild`). Every name is
+:mod:`triton_kiln.jit_routing` hooks Triton's JIT), :mod:`.triton_launcher` (Triton 3.5/3.6's
+per-signature C launcher: its source and build, for :mod:`triton_kiln.launch.prebuild`). Every name is
 re-exported here: callers write ``triton_compat.name``.
 """
 

@@ -22,8 +22,8 @@ from triton_kiln.triton_compat.core import make_backend
 
 @functools.cache
 def triton_autotuner_class() -> type:
-    """Triton's own ``Autotuner``, which ``kiln.autotune``'s class extends (the contract's
-    attributes); read once, so it stays Triton's while :func:`kiln.install` routes the name."""
+    """Triton's own ``Autotuner``, which ``triton_kiln.autotune``'s class extends (the contract's
+    attributes); read once, so it stays Triton's while :func:`triton_kiln.install` routes the name."""
     from triton.runtime.autotuner import Autotuner
 
     cls: type = Autotuner
@@ -32,7 +32,7 @@ def triton_autotuner_class() -> type:
 
 def autotune_names() -> list[tuple[Any, str]]:
     """Where Triton exposes ``autotune`` and ``Autotuner``: ``(module, attribute)`` pairs that
-    :func:`kiln.install` rebinds (code that reads them afterwards gets kiln's)."""
+    :func:`triton_kiln.install` rebinds (code that reads them afterwards gets kiln's)."""
     import triton
     import triton.runtime
     import triton.runtime.autotuner

@@ -224,7 +224,7 @@ def put_in_triton_cache(compile_hash_: str, files: Mapping[str, bytes | str], me
     manager.put_group(metadata_name, group)
 
 
-# --- Gluon (kiln.compile.gluon) ---
+# --- Gluon (triton_kiln.compile.gluon) ---
 
 
 def is_constexpr_function(fn: Any) -> bool:

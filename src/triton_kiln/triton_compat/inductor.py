@@ -1,4 +1,4 @@
-"""Every private name of torch Inductor kiln touches (:mod:`kiln.inductor`), and every difference
+"""Every private name of torch Inductor kiln touches (:mod:`triton_kiln.inductor`), and every difference
 between the torch versions it was checked against: torch 2.11.0 (Triton 3.6.0) and 2.13.0
 (Triton 3.7.1).
 
@@ -85,7 +85,7 @@ def torch_version() -> str:
 
 @dataclass(frozen=True)
 class PatchPoint:
-    """An attribute of Inductor's that :mod:`kiln.inductor` replaces (and gives back)."""
+    """An attribute of Inductor's that :mod:`triton_kiln.inductor` replaces (and gives back)."""
 
     owner: Any
     name: str
@@ -389,7 +389,7 @@ def coordesc_neighbours(autotuner: Any, config: Any) -> list[Any]:
     return found
 
 
-# --- template benchmarks (kiln.inductor.benchmarks) ---
+# --- template benchmarks (triton_kiln.inductor.benchmarks) ---
 
 
 def make_benchmark_fn_point() -> PatchPoint:
@@ -463,7 +463,7 @@ _COMPILED_HERE: list[dict[str, str]] = []
 
 def watch_compiles() -> None:
     """Record each Triton compile of this process that misses the cache: its kernel's name and its
-    key's parts (:func:`~kiln.triton_compat.compiling.compile_key_parts`). A benchmark process
+    key's parts (:func:`~triton_kiln.triton_compat.compiling.compile_key_parts`). A benchmark process
     should only load what kiln compiled; a miss is a key that differs from the parent's, and its
     parts say which part (:func:`compiles_here`). Triton 3.6 and 3.7: ``get_cache_key`` as
     ``triton.compiler.compiler`` imports it, and ``knobs.compilation.listener``."""

@@ -1,6 +1,6 @@
 """Triton's own per-signature C launcher (Triton 3.5 and 3.6) and its CUDA driver utilities
 (every version): their sources, and their build into Triton's cache ahead of the first launch
-(:mod:`kiln.launch.prebuild` calls these).
+(:mod:`triton_kiln.launch.prebuild` calls these).
 
 What Triton does on a kernel's first launch (``CompiledKernel._init_handles``)::
 

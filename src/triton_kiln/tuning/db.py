@@ -15,7 +15,7 @@ for exactly the same kernel identity, key, device, compute capability and Triton
 ``TuningDatabase(path, read_only=True)`` reads an existing file and never writes it (``kiln
 report``): it works in a directory the user cannot write, leaves no -wal/-shm file behind, and
 reads a file of an older schema as migrated without migrating the file
-(:func:`~kiln.tuning.schema.open_read_only`).
+(:func:`~triton_kiln.tuning.schema.open_read_only`).
 
 Crashes and restarts
     Each :meth:`~TuningDatabase.record` is its own committed transaction, so a process killed
@@ -274,7 +274,8 @@ class TuningDatabase:
 
     def record_adoption(self, run_id: int, waited_s: float) -> None:
         """This process adopted finished run ``run_id`` after waiting ``waited_s`` for another
-        process of the node to tune it (:mod:`kiln.autotuner.node_tuning`); ``kiln report`` counts them."""
+        process of the node to tune it (:mod:`triton_kiln.autotuner.node_tuning`); ``kiln report`` counts
+        them."""
         with self._connection("record an adoption in", write=True) as conn, transaction(conn, immediate=True):
             conn.execute(
                 "INSERT INTO adoptions (run_id, pid, host, waited_s, adopted_at) VALUES (?, ?, ?, ?, ?)",

@@ -5,7 +5,7 @@
   time), the chosen config and flagged ones coloured, and below them every config that failed,
   marked with its status and cause.
 * :func:`split_chart`: where the run's wall time went (:attr:`TuningRun.split`, see
-  :mod:`kiln.autotuner.timesplit`) as stacked bars: the tuning thread's parts (sandbox wait,
+  :mod:`triton_kiln.autotuner.timesplit`) as stacked bars: the tuning thread's parts (sandbox wait,
   screening, final round, other), compiling on the same scale (it overlaps them), and, when the
   native sandbox reported it, what the benchmark calls spent inside the sandbox (inputs, loading,
   checked runs, timing, round trip).

@@ -4,13 +4,13 @@
 to the database as they tune), then reads back the runs begun since then::
 
     started = time.time()
-    workload()                                  # kiln.autotune'd kernels: begin_run ... finish_run
+    workload()                                  # triton_kiln.autotune'd kernels: begin_run ... finish_run
     with TuningDatabase(path) as database:
         outcomes = [RunOutcome.of(run) for run in runs_since(database, started)]
 
 A run another process of the machine began in the same window (one sharing the database) is
 listed too: the database does not record which process wrote a run. A run taken from the remote
-cache (:mod:`kiln.remote.tuning`) is written to the local database when it is adopted, so it is
+cache (:mod:`triton_kiln.remote.tuning`) is written to the local database when it is adopted, so it is
 listed as well: its best config is what this machine launches.
 """
 
@@ -39,7 +39,8 @@ _SIGNAL = re.compile(r"\bSIG[A-Z0-9]+\b")
 
 
 class RunSource(Protocol):
-    """What :func:`runs_since` reads: a :class:`~kiln.tuning.TuningDatabase` (a remote behind it or not)."""
+    """What :func:`runs_since` reads: a :class:`~triton_kiln.tuning.TuningDatabase` (a remote behind it
+    or not)."""
 
     def runs(self, kernel: str | None = None, limit: int = 100) -> list[TuningRun]: ...
 

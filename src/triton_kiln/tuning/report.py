@@ -14,7 +14,7 @@ The table, one row per config in the order they were measured::
 When the run had a final round, a line names its contenders, each with its screening median and
 its final one (``final round (screening -> full timing): BLOCK=128, ... 0.7000 -> 0.8000 ms, ...``).
 The last line, where the wall time went (:attr:`TuningRun.split`, see
-:mod:`kiln.autotuner.timesplit`), is left out for runs recorded without it. Compiling overlaps
+:mod:`triton_kiln.autotuner.timesplit`), is left out for runs recorded without it. Compiling overlaps
 the other parts; sandbox wait, benchmarking, final round and other add up to the wall time.
 
 An ``ok`` config the output check flagged (outputs it could not confirm) shows ``ok, flagged``

@@ -1,8 +1,8 @@
 """What an autotuning run measured: one :class:`ConfigResult` per config, one :class:`TuningRun` per run.
 
 Both are frozen dataclasses that turn into plain JSON-able dicts (``to_json``) and back
-(``from_json``). They are what :class:`~kiln.tuning.db.TuningDatabase` stores and returns and
-what :mod:`kiln.tuning.report` prints.
+(``from_json``). They are what :class:`~triton_kiln.tuning.db.TuningDatabase` stores and returns and
+what :mod:`triton_kiln.tuning.report` prints.
 
 Floats that JSON cannot carry are written as strings: ``+inf`` as ``"inf"`` and ``-inf`` as
 ``"-inf"`` (``from_json`` reads them back), so every dict here passes ``json.dumps(...,
@@ -125,7 +125,8 @@ class ConfigResult:
     """Largest absolute difference from the reference output (``inf`` if the output has NaN/inf)."""
 
     artifact_key: str | None = None
-    """Compile key of the artifact in the :class:`~kiln.artifacts.store.ArtifactStore`, if it compiled."""
+    """Compile key of the artifact in the :class:`~triton_kiln.artifacts.store.ArtifactStore`, if it
+    compiled."""
 
     screen_ms: float | None = None
     """For a config timed again in the final round (a contender): its median runtime in the
@@ -163,7 +164,7 @@ class ConfigResult:
 
     @property
     def flagged(self) -> bool:
-        """An ``"ok"`` config whose outputs the check flagged (see :mod:`kiln.autotuner.outputs`)."""
+        """An ``"ok"`` config whose outputs the check flagged (see :mod:`triton_kiln.autotuner.outputs`)."""
         return self.ok and (self.reason or "").startswith(FLAGGED)
 
     @property
@@ -243,17 +244,17 @@ class TuningRun:
     split: dict[str, float] | None = None
     """Where the wall time went, in seconds (``None`` for runs recorded before kiln measured it):
     ``sandbox_wait_s``, ``compile_s`` (overlaps the others), ``bench_s``, ``final_s``, ``other_s``;
-    see :mod:`kiln.autotuner.timesplit`."""
+    see :mod:`triton_kiln.autotuner.timesplit`."""
 
     finished_at: float | None = None
     """Unix time the run finished; ``None`` for a run that is still going or whose process died."""
 
     run_id: int | None = None
-    """Row id in the :class:`~kiln.tuning.db.TuningDatabase` it was read from, else ``None``."""
+    """Row id in the :class:`~triton_kiln.tuning.db.TuningDatabase` it was read from, else ``None``."""
 
     adoptions: int = 0
     """Processes of the node that waited for this run while it was tuned and took its best config
-    instead of tuning (:mod:`kiln.autotuner.node_tuning`), as the database read it."""
+    instead of tuning (:mod:`triton_kiln.autotuner.node_tuning`), as the database read it."""
 
     adoption_wait_s: float | None = None
     """The longest of their waits, in seconds (``None``: no adoption)."""

@@ -7,7 +7,7 @@ a newer one refused, never misread). :func:`open_read_only` opens an existing fi
 writing it (``kiln report``), so it works in a directory the user cannot write (:func:`connect_read_only`).
 :func:`transaction` is every read's and write's transaction (writers ``BEGIN IMMEDIATE``).
 :func:`database_error` turns SQLite's errors into :class:`TuningDatabaseError` messages that say
-what to do. The queries themselves live in :mod:`kiln.tuning.db`.
+what to do. The queries themselves live in :mod:`triton_kiln.tuning.db`.
 """
 
 from __future__ import annotations
