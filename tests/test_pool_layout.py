@@ -1,6 +1,7 @@
-"""The compile side's layout (issue 9): no import cycle between kiln.compile, kiln.artifacts,
-kiln.pool and triton_compat (lazy and type-only imports included), Triton's internals only in
-triton_compat, and small modules."""
+"""The compile side's layout: no import cycle between triton_kiln.compile, triton_kiln.artifacts,
+triton_kiln.pool and triton_compat (lazy and type-only imports included), Triton's internals only
+in triton_compat, and small modules. Each graph check also fails on an empty graph, so a rename
+of the package cannot turn it into a check of nothing."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ def _kiln_imports(path: Path) -> set[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("kiln"))
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kiln"):
+            found.update(a.name for a in node.names if a.name.startswith("triton_kiln"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("triton_kiln"):
             subs = [f"{node.module}.{a.name}" for a in node.names]
             found.update(s for s in subs if _is_module(s))
             if not all(_is_module(s) for s in subs):
@@ -44,7 +45,7 @@ def _graph() -> dict[str, set[str]]:
     edges: dict[str, set[str]] = {}
     for name in COMPILE_SIDE:
         paths = sorted((SRC / name).rglob("*.py")) if (SRC / name).is_dir() else [SRC / f"{name}.py"]
-        unit = f"kiln.{name}"
+        unit = f"triton_kiln.{name}"
         for path in paths:
             for target in _kiln_imports(path):
                 if _unit(target) != unit:
@@ -54,7 +55,8 @@ def _graph() -> dict[str, set[str]]:
 
 def test_no_cycle_between_the_compile_side_packages() -> None:
     edges = _graph()
-    side = {f"kiln.{n}" for n in COMPILE_SIDE}
+    side = {f"triton_kiln.{n}" for n in COMPILE_SIDE}
+    assert {"triton_kiln.pool", "triton_kiln.compile", "triton_kiln.artifacts"} <= set(edges), edges
 
     def reaches(start: str, goal: str) -> bool:
         seen, todo = set(), [start]
@@ -69,13 +71,20 @@ def test_no_cycle_between_the_compile_side_packages() -> None:
 
     cycles = sorted(u for u in side if reaches(u, u))
     assert not cycles, f"import cycles through {cycles}: {edges}"
-    assert "kiln" not in set().union(*edges.values())  # nothing leans on the package's lazy API
+    assert "triton_kiln" not in set().union(*edges.values())  # nothing leans on the package's lazy API
 
 
 def test_triton_compat_imports_only_errors_and_files() -> None:
     imported = set().union(*(_kiln_imports(path) for path in (SRC / "triton_compat").glob("*.py")))
     outside = {name for name in imported if not name.startswith("triton_kiln.triton_compat")}
-    assert outside <= {"triton_kiln.errors", "kiln.files"}
+    assert outside, "no import of triton_kiln found in triton_compat: the check reads nothing"
+    assert outside <= {"triton_kiln.errors", "triton_kiln.files"}
+
+
+def test_the_import_reader_sees_the_package(tmp_path: Path) -> None:
+    source = tmp_path / "m.py"
+    source.write_text("import triton_kiln.errors\nfrom triton_kiln.pool import pool\nimport kilnx\n")
+    assert _kiln_imports(source) == {"triton_kiln.errors", "triton_kiln.pool.pool"}
 
 
 PRIVATE = re.compile(
