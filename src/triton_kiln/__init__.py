@@ -17,7 +17,7 @@ import importlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-# kiln's loggers are "kiln.*" (triton_kiln.pool, triton_kiln.autotune, ...). As the logging HOWTO asks of a
+# kiln's loggers are "kiln.*" (kiln.pool, kiln.autotune, ...). As the logging HOWTO asks of a
 # library, kiln adds no handler but this one: the application decides what is shown. (Without
 # it, an application with no logging set up got kiln's WARNING lines on stderr through
 # logging.lastResort.) To see kiln's lines: logging.basicConfig(level=logging.INFO), see

@@ -3,8 +3,8 @@
 ::
 
     import triton_kiln; triton_kiln.install()  # or KILN_AUTOTUNE=1, read at `import triton_kiln`
-                                    # (install_from_environment: an import never raises)
-    import liger_kernel, fla        # their @triton.autotune kernels are now triton_kiln.autotune's
+                                               # (install_from_environment: an import never raises)
+    import liger_kernel, fla  # their @triton.autotune kernels are now triton_kiln.autotune's
 
 What it routes, by rebinding names in Triton's modules (:func:`triton_kiln.triton_compat.autotune_names`):
 
@@ -23,9 +23,8 @@ What it routes, by rebinding names in Triton's modules (:func:`triton_kiln.trito
 What it does not route: kernels decorated before ``install()``, classes defined before it, and
 code that kept its own reference to Triton's ``autotune``/``Autotuner`` (``from triton import
 autotune`` executed earlier). ``uninstall()`` restores Triton's names; kernels already made stay
-kiln's. Both are logged at INFO on the ``triton_kiln.install`` logger. (This module is
-``triton_kiln.routing``; the
-functions are ``triton_kiln.install``/``triton_kiln.uninstall``.)
+kiln's. Both are logged at INFO on the ``kiln.install`` logger. (This module is
+``triton_kiln.routing``; the functions are ``triton_kiln.install``/``triton_kiln.uninstall``.)
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ def install_from_environment() -> None:
 
     An import must not fail on a setting (every ``kiln`` command, ``kiln --help`` included,
     imports kiln first). So: a malformed ``KILN_AUTOTUNE`` routes nothing and logs one line
-    naming it (``triton_kiln.install`` logger, WARNING); with ``KILN_AUTOTUNE=1`` and another malformed
+    naming it (``kiln.install`` logger, WARNING); with ``KILN_AUTOTUNE=1`` and another malformed
     variable, ``triton.autotune`` is routed (what was asked for), nothing is prewarmed, and the
     :class:`~triton_kiln.errors.SettingsError` naming the variable is raised where kiln is first used:
     when a kernel is decorated (its :class:`triton_kiln.Autotuner` is made) or a pool is made (logged

@@ -16,7 +16,7 @@ file (or creatable), never a directory.
 When the error comes: settings are read where a kiln object is made (a pool, an autotuner, a
 bundle, a CLI command that needs them), never at ``import triton_kiln``; an import with
 ``KILN_AUTOTUNE`` set reads only that variable (see :mod:`triton_kiln.routing`). A ``KILN_*`` variable
-that is not a setting (a typo: ``KILN_JOBS``) is logged once per process on the ``triton_kiln.settings``
+that is not a setting (a typo: ``KILN_JOBS``) is logged once per process on the ``kiln.settings``
 logger, with the closest known name (:func:`warn_unknown_variables`); the names kiln sets in its
 own child processes and ``KILN_TEST_*`` / ``KILN_CI_*`` (test and CI tooling) are not settings
 and are never reported. :func:`describe` says where each effective value came from (``kiln
@@ -619,7 +619,7 @@ def unknown_message(var: str, closest: str | None) -> str:
 
 
 def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
-    """Log each ``KILN_*`` variable that is not a setting, once per process (``triton_kiln.settings``);
+    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``);
     not in kiln's own child processes (the zygote, the sandboxes), whose parent has said it."""
     env = os.environ if environ is None else environ
     with _warned_lock:

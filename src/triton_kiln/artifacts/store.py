@@ -235,7 +235,7 @@ class ArtifactStore:
     def put_or_warn(self, artifact: CompiledArtifact) -> Path | None:
         """:meth:`put`, for a pool whose caller has the artifact already: a failed write is
         ``None`` and, the first time for this store, a :class:`CacheWriteWarning` naming the
-        directory and the system's reason (later ones are logged on ``triton_kiln.cache`` at INFO)."""
+        directory and the system's reason (later ones are logged on ``kiln.cache`` at INFO)."""
         try:
             return self.put(artifact)
         except OSError as exc:

@@ -60,9 +60,9 @@ def is_routed(kiln_arguments: dict[str, Any]) -> bool:
 
     from triton_kiln.autotuner.decorator import autotune
 
-    # triton_kiln.install() puts kiln's autotune in Triton's place (triton_kiln.routing): read here from
-    # Triton,
-    # as importing triton_kiln.routing would make the autotuner package depend on what depends on it
+    # triton_kiln.install() puts kiln's autotune in Triton's place (triton_kiln.routing): read here
+    # from Triton, as importing triton_kiln.routing would make the autotuner package depend on what
+    # depends on it
     return triton.autotune is autotune and not any(kiln_arguments.values())
 
 

@@ -1,7 +1,7 @@
 """Where a tuning key's config came from, said once per key; and a warning when the output check
 decided the winner (:func:`log_choice`).
 
-Every key an autotuner resolves gets one INFO line on the ``triton_kiln.autotune`` logger naming its
+Every key an autotuner resolves gets one INFO line on the ``kiln.autotune`` logger naming its
 source (:class:`Source`): tuned on this call (with the time and the number of configs), the
 tuning database, a bundle, or the autotuner's in-memory ``cache`` (a config put there by other
 code, such as a subclass's shared store or an assignment to ``cache``)::

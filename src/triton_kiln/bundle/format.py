@@ -10,12 +10,11 @@ A :class:`KernelRecord` describes one ``@triton.jit`` kernel (its parameters and
 matched against a call) and holds one :class:`EntryRecord` per tuned variant: the tuning key's
 values, the chosen config, the binary's file, checksum and full launch metadata (every field
 of :data:`triton_kiln.artifacts.artifact.LAUNCH_FIELDS` required), each argument's type and
-specialization, and
-the tuning record. Bundles are untrusted input: :class:`BundleReader` validates the manifest
-against its schema (:mod:`.schema`) and checks every binary at load, reading files only through
-:mod:`.storage` (regular files inside the bundle, size-capped, archives streamed). Every refusal
-is a :class:`BundleError` subclass (:mod:`.errors`) naming the entry and field. Nothing is
-unpickled, nothing written.
+specialization, and the tuning record. Bundles are untrusted input: :class:`BundleReader`
+validates the manifest against its schema (:mod:`.schema`) and checks every binary at load,
+reading files only through :mod:`.storage` (regular files inside the bundle, size-capped,
+archives streamed). Every refusal is a :class:`BundleError` subclass (:mod:`.errors`) naming the
+entry and field. Nothing is unpickled, nothing written.
 """
 
 from __future__ import annotations

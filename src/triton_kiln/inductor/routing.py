@@ -46,7 +46,7 @@ With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) one more:
   costs one choice (time ``inf``), never the parent's CUDA context.
 
 Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
-through kiln too (the methods are the class's). Both are logged at INFO on ``triton_kiln.inductor``.
+through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def installed() -> bool:
 
 def install_from_environment() -> None:
     """``KILN_INDUCTOR=1`` at ``import triton_kiln``: install, and never raise (the reason is
-    logged on ``triton_kiln.inductor`` at WARNING, and nothing is routed)."""
+    logged on ``kiln.inductor`` at WARNING, and nothing is routed)."""
     from triton_kiln import notices, settings
     from triton_kiln.errors import SettingsError
 

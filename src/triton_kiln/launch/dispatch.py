@@ -15,8 +15,7 @@
 
 An entry is anything with ``.fast`` (see :class:`triton_kiln.launch.entry.LaunchEntry`). The owner is
 the autotuner (:mod:`triton_kiln.autotuner.variants`) or a bundle's kernel
-(:mod:`triton_kiln.bundle.runtime`);
-both read and write their tables only through this class.
+(:mod:`triton_kiln.bundle.runtime`); both read and write their tables only through this class.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Where it comes from, in order:
    imported (built for another Python; a broken file), or was built from another version of
    ``_kiln_launch.c`` than the one next to it (it records the sha256 of its source in
    ``SOURCE_SHA256``: an editable install whose C source was edited since). The reason is
-   logged (``triton_kiln.launch``; a WARNING when one is there for this Python and this source but
+   logged (``kiln.launch``; a WARNING when one is there for this Python and this source but
    does not import, INFO otherwise: the cases of source trees) and kept (:func:`fallback_reason`).
 2. **Built here** (the fallback; :mod:`triton_kiln.launch.native_build`): compiled with the system
    C compiler on first use into a private directory of kiln's cache and loaded only when its

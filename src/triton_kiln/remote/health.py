@@ -7,7 +7,7 @@ network, then one request is let through to probe the server again (half-open); 
 succeeds, the breaker closes, if it fails, it opens for another period.
 
 The first failure in a process is reported once, as a :class:`RemoteCacheWarning` (so a user
-sees it with no logging set up); later failures and recoveries are logged on ``triton_kiln.remote``
+sees it with no logging set up); later failures and recoveries are logged on ``kiln.remote``
 at INFO only, so a flapping server never floods the caller's output.
 """
 
