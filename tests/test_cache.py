@@ -197,9 +197,10 @@ def test_commands_on_a_missing_cache_create_nothing(tmp_path: Path) -> None:
 
 def test_a_bad_size_is_one_error_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["cache", "prune", "--max-size", "lots", "--cache-dir", str(tmp_path)])
-    assert result.exit_code == 1
-    assert result.output.startswith("Error: 'lots' is not a size")
-    assert result.output.count("\n") == 1
+    assert result.exit_code == 2  # a click.BadParameter: the usage, then one Error: line
+    [error] = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert error.startswith("Error: Invalid value for '--max-size': 'lots' is not a size")
+    assert result.output.splitlines()[-1] == error
 
 
 @pytest.mark.parametrize("command", [["clear", "--yes"], ["prune", "--max-size", "0B"]])
@@ -267,12 +268,13 @@ def test_a_size_without_a_unit_is_refused_and_nothing_is_removed(
     result = CliRunner().invoke(
         main, ["cache", "prune", "--max-size", size, "--cache-dir", str(tmp_path / "cache")]
     )
-    assert result.exit_code == 1, result.output
-    assert result.output.startswith("Error: --max-size ")
-    assert "give a unit" in result.output
+    assert result.exit_code == 2, result.output  # a click.BadParameter: the usage, then one line
+    [error] = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert error.startswith("Error: Invalid value for '--max-size': ")
+    assert "give a unit" in error
     for example in ("10240M", "10G", "500K"):
-        assert example in result.output
-    assert result.output.count("\n") == 1
+        assert example in error
+    assert result.output.splitlines()[-1] == error
     assert sorted(e.path.name for e in usage.scan(store.root).entries) == sorted(keys)
 
 
@@ -290,6 +292,49 @@ def test_sizes_with_a_unit_still_prune(artifact: CompiledArtifact, tmp_path: Pat
     )
     assert emptied.exit_code == 0, emptied.output
     assert usage.scan(store.root).entries == []
+
+
+@pytest.mark.parametrize(
+    ("size", "said"),
+    [
+        ("9" * 400 + "G", "is more than 1 EiB"),
+        ("1" + "0" * 400 + "B", "is more than 1 EiB"),
+        ("2000000T", "is more than 1 EiB"),
+        ("0.4B", "0.4 bytes, not a whole number of bytes"),
+        ("1.3K", "1331.2 bytes, not a whole number of bytes"),
+        ("0.0000001M", "not a whole number of bytes"),
+    ],
+)
+def test_a_huge_or_fractional_size_is_one_error_and_nothing_is_removed(
+    artifact: CompiledArtifact, tmp_path: Path, size: str, said: str
+) -> None:
+    """A 400-digit size gave an OverflowError traceback; ``0.4B`` rounded to 0 and emptied the store."""
+    store = ArtifactStore(tmp_path / "cache")
+    keys = fill(store, artifact, 3)
+    result = CliRunner().invoke(
+        main, ["cache", "prune", "--max-size", size, "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    [error] = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert error.startswith("Error: Invalid value for '--max-size': ")
+    assert said in error
+    assert "nothing was removed" in error
+    assert len(error) < 300  # the 400 digits are not repeated
+    assert sorted(e.path.name for e in usage.scan(store.root).entries) == sorted(keys)
+
+
+@pytest.mark.parametrize("text", ["1e400G", "9" * 400 + "G", "0.4B", "1.3K", "1.5B"])
+def test_parse_size_refuses_what_is_not_whole_bytes_or_too_large(text: str) -> None:
+    with pytest.raises(CacheSizeError):
+        parse_size(text)
+
+
+def test_parse_size_reads_large_and_fractional_units_exactly() -> None:
+    assert parse_size("1024T") == 1 << 50
+    assert parse_size("0.5K") == 512
+    assert parse_size("1.25G") == 5 << 28
 
 
 def _foreign_tree(root: Path) -> dict[Path, bytes]:

@@ -25,6 +25,7 @@ import os
 import re
 import stat
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 
 from triton_kiln.artifacts import usage
@@ -42,16 +43,31 @@ class CacheSizeError(KilnError, ValueError):
     """A size given to ``kiln cache prune --max-size`` cannot be read."""
 
 
+MAX_SIZE = 1 << 60
+"""The largest size :func:`parse_size` accepts (1 EiB): more than any disk, so a larger one is a typo."""
+
+
 def parse_size(text: str) -> int:
     """Bytes in ``text``: a number of bytes, or with a unit K, M, G, T (powers of 1024; ``500M``,
-    ``2G``, ``1.5GiB``, ``4096``)."""
+    ``2G``, ``1.5GiB``, ``4096``). The number is read exactly (never through a float), so a size
+    that is not a whole number of bytes (``0.4B``, ``1.3K``) or is over :data:`MAX_SIZE` is refused,
+    never rounded to another size."""
     match = _SIZE.fullmatch(text.strip())
     if match is None:
         raise CacheSizeError(
             f"{text!r} is not a size: give bytes (4096) or a number with K, M, G or T (500M, 2G; powers "
             f"of 1024)"
         )
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    shown = text.strip() if len(text.strip()) <= 40 else text.strip()[:37] + "..."
+    size = Fraction(match.group(1)) * _UNITS[match.group(2).lower()]
+    if size > MAX_SIZE:
+        raise CacheSizeError(f"{shown} is more than 1 EiB (2**60 bytes): give a size a disk can hold")
+    if size.denominator != 1:
+        raise CacheSizeError(
+            f"{shown} is {float(size):g} bytes, not a whole number of bytes: give a size of whole "
+            f"bytes, as in 4096B, 500K or 1.5G"
+        )
+    return int(size)
 
 
 def human(size: int) -> str:

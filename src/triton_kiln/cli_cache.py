@@ -30,6 +30,7 @@ the bundle records, the tuning database and Triton's key. (``native/`` and ``nod
 common a name to tell a kiln cache by.)"""
 
 _BARE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
+_SIZE_LIKE = re.compile(r"\d+(?:\.\d+)?\s*[kmgtb].*", re.IGNORECASE)
 
 
 def _settings(*names: str) -> dict[str, Any]:
@@ -67,22 +68,26 @@ def _check_is_cache(root: Path) -> None:
         )
 
 
-def _max_size(text: str) -> int:
-    """Bytes in ``--max-size``; a number without a unit is refused (KILN_CACHE_MAX_MB counts MiB,
-    so a bare ``10240`` meant for 10 GiB would empty the cache)."""
+def _max_size(ctx: click.Context, param: click.Parameter, text: str) -> int:
+    """Bytes in ``--max-size``, read before anything else (a bad size is one ``click.BadParameter``
+    and nothing is read or removed). A number without a unit is refused (KILN_CACHE_MAX_MB counts
+    MiB, so a bare ``10240`` meant for 10 GiB would empty the cache), and so is one that is not
+    whole bytes (``0.4B`` would round to 0 and empty it) or more than a disk holds."""
     from triton_kiln.cache import CacheSizeError, parse_size
 
     units = "K, M, G and T count powers of 1024, B bytes: 0B empties the store"
     if _BARE_NUMBER.fullmatch(text):
-        raise click.ClickException(
-            f"--max-size {text.strip()} has no unit; give a unit: 10240M, 10G, or 500K ({units}); "
-            f"nothing was removed"
+        raise click.BadParameter(
+            f"{text.strip()} has no unit; give a unit: 10240M, 10G, or 500K ({units}); nothing was removed"
         )
     try:
         return parse_size(text)
-    except CacheSizeError:
-        raise click.ClickException(
-            f"{text!r} is not a size: give a number with a unit, as in 500K, 10240M, 10G or 1.5GiB ({units})"
+    except CacheSizeError as exc:
+        if _SIZE_LIKE.fullmatch(text.strip()):  # a size, but not one to prune to
+            raise click.BadParameter(f"{exc}; nothing was removed") from None
+        raise click.BadParameter(
+            f"{text!r} is not a size: give a number with a unit, as in 500K, 10240M, 10G or 1.5GiB "
+            f"({units}); nothing was removed"
         ) from None
 
 
@@ -154,20 +159,20 @@ def cache_clear(cache_dir: str | None, yes: bool) -> None:
 @click.option(
     "--max-size",
     required=True,
+    callback=_max_size,
     help="Evict least recently used kernels until the cache holds at most this much: a number with "
     "a unit, K, M, G, T (powers of 1024) or B for bytes: 500M, 10G, 0B (empties it).",
 )
-def cache_prune(cache_dir: str | None, max_size: str) -> None:
+def cache_prune(cache_dir: str | None, max_size: int) -> None:
     """Evict least recently used compiled kernels down to --max-size."""
     from triton_kiln.cache import human, prune
 
-    limit = _max_size(max_size)  # a bad size is one Error: line, before anything is read
     root = _root(cache_dir)
     if not root.is_dir():
         click.echo(f"no kiln cache at {root}: nothing to prune")
         return
     _check_is_cache(root)
-    result = prune(root, limit)
+    result = prune(root, max_size)
     click.echo(
         f"removed {result.removed} compiled kernels ({human(result.freed)}); "
         f"{human(result.left)} left in {root}"
