@@ -91,6 +91,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_STDERR_TAIL_LINES": " 7 ",
         "KILN_WORKER_NICE": "4",
         "KILN_PROGRESS": "yes",
+        "KILN_DEBUG": "1",
         "KILN_TUNING_DB": "~/tuning.sqlite3",
         "KILN_USE_TUNING_DB": "0",
         "KILN_SANDBOX": "off",
@@ -127,6 +128,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current == settings.from_env(env)
     assert current.workers == 3
     assert current.job_timeout_s == 2.5
+    assert current.debug is True
     assert current.memory_limit_mb == 1024
     assert current.memory_poll_s == 0.2
     assert current.cache_dir == tmp_path / "kiln-cache"  # ~ expanded

@@ -1,7 +1,8 @@
 """kiln's command line (``kiln --help``).
 
 Every kiln error (and every file-system error) a command meets ends as one ``Error: ...`` line
-on stderr and exit status 1, never a traceback (:class:`_KilnGroup`); output into a pipe whose
+on stderr and exit status 1, never a traceback (:class:`_KilnGroup`); ``kiln --debug`` or
+``KILN_DEBUG=1`` prints the traceback behind the line first; output into a pipe whose
 reader left (``kiln report | head``) stops quietly, status 1. Settings are read by the
 commands that need them, so a malformed ``KILN_*`` variable is that one line there, and
 ``kiln --help``, ``kiln bundle show`` and ``kiln settings`` (which shows it) still work; ``kiln
@@ -31,13 +32,45 @@ class _KilnGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
-        except BrokenPipeError:  # `kiln report | head`: the reader has what it wanted
-            _quiet_stdout()
-            sys.exit(1)
-        except (KilnError, OSError) as exc:
-            text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
-            raise click.ClickException(text or type(exc).__name__) from None
+            try:
+                return super().invoke(ctx)
+            except BrokenPipeError:  # `kiln report | head`: the reader has what it wanted
+                _quiet_stdout()
+                sys.exit(1)
+            except (KilnError, OSError) as exc:
+                text = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+                raise click.ClickException(text or type(exc).__name__) from exc
+        except click.ClickException as exc:
+            if ctx.params.get("debug") or _debug_from_env():
+                _print_traceback(exc)
+            raise
+
+
+def _debug_from_env() -> bool:
+    """``KILN_DEBUG`` alone (a malformed other setting does not hide the traceback; a malformed
+    ``KILN_DEBUG`` is off, and said by the commands that read the settings)."""
+    from triton_kiln import settings
+    from triton_kiln.errors import SettingsError
+
+    try:
+        return bool(settings.parse_variable("debug"))
+    except SettingsError:
+        return False
+
+
+def _print_traceback(exc: BaseException) -> None:
+    """The traceback behind a one-line error, on stderr: the exception the line was made from
+    too, which the command hid from the line (``raise ... from None``)."""
+    import traceback
+
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        if link.__cause__ is None and link.__context__ is not None:
+            link.__suppress_context__ = False
+        link = link.__cause__ or link.__context__
+    click.echo("".join(traceback.format_exception(exc)).rstrip(), err=True)
 
 
 def _quiet_stdout() -> None:
@@ -52,8 +85,9 @@ def _quiet_stdout() -> None:
 
 @click.group(cls=_KilnGroup)
 @click.version_option(package_name="triton-kiln")
-def main() -> None:
-    """kiln: crash-proof, parallel compilation of Triton kernels."""
+@click.option("--debug", is_flag=True, help="Print the traceback behind an error line [default: KILN_DEBUG].")
+def main(debug: bool) -> None:
+    """kiln: crash-proof, fast compiling and autotuning of Triton kernels."""
 
 
 @main.command()
@@ -170,8 +204,12 @@ def report(
     if json_dir:
         check_writable(Path(json_dir), f"--json {json_dir}", directory=True)
     path = Path(db_path) if db_path else default_database_path()
-    if not path.exists():
-        raise click.ClickException(f"no tuning database at {path}; tune a kernel with kiln.autotune first")
+    if not path.exists():  # a machine that has tuned nothing yet: not an error
+        click.echo(
+            f"no tuning runs yet (no tuning database at {path}): a kernel tuned with "
+            f"triton_kiln.autotune, or by `kiln tune`, records its run there"
+        )
+        return
     _check_tuning_database(path)
     with TuningDatabase(path, read_only=True) as database:
         runs = database.runs(kernel=kernel, limit=limit)

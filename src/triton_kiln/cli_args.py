@@ -36,6 +36,7 @@ from typing import Any
 import click
 
 _THIS_FILE = str(Path(__file__).resolve())
+_IMPORTLIB_FILE = str(Path(importlib.__file__).resolve())
 
 
 @functools.cache
@@ -77,12 +78,24 @@ def import_module(name: str) -> ModuleType:
     except KeyboardInterrupt:
         raise
     except ImportError as exc:
+        if isinstance(exc, ModuleNotFoundError) and exc.name and f"{name}.".startswith(f"{exc.name}."):
+            raise click.ClickException(_not_found(name, exc.name)) from None
         raise click.ClickException(f"cannot import {name!r}: {_message(exc)}{_where(exc)}") from None
     except BaseException as exc:  # any exception of the module's own code, and sys.exit()
         raise click.ClickException(
             f"importing {name!r} raised {type(exc).__name__}{': ' if str(exc) else ''}{_message(exc)}"
             f"{_where(exc)}; `python -c 'import {name}'` in its folder shows the whole traceback"
         ) from None
+
+
+def _not_found(name: str, missing: str) -> str:
+    """The user's module itself (not something it imports) is not importable from here."""
+    file = name.replace(".", "/") + ".py"
+    return (
+        f"cannot import {name!r}: no module {missing!r} is importable from {Path.cwd()} (the current "
+        f"directory) or sys.path; give the kernel's file instead, as path/to/{file}:NAME, or run kiln "
+        f"in the folder that holds {missing.replace('.', '/')}"
+    )
 
 
 def check_preloads(modules: Sequence[str]) -> None:
@@ -151,10 +164,11 @@ def _where(exc: BaseException) -> str:
     frames = [
         f
         for f in traceback.extract_tb(exc.__traceback__)
-        if not f.filename.startswith("<") and str(Path(f.filename).resolve()) != _THIS_FILE
+        if not f.filename.startswith("<")
+        and str(Path(f.filename).resolve()) not in (_THIS_FILE, _IMPORTLIB_FILE)
     ]
     if not frames:
-        return ""
+        return ""  # raised by the import machinery itself: no line of anyone's code to show
     ours = [f for f in frames if not str(Path(f.filename).resolve()).startswith(_library_dirs())]
     frame = ours[-1] if ours else frames[0]
     return f" ({Path(frame.filename).name}:{frame.lineno})"

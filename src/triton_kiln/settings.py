@@ -110,6 +110,9 @@ class Settings:
     progress: bool | None = None
     """``KILN_PROGRESS``: ``1`` always shows progress bars, ``0`` never; unset = on a terminal only."""
 
+    debug: bool = False
+    """``KILN_DEBUG``: ``1`` makes the ``kiln`` command print the traceback behind an ``Error:`` line."""
+
     tuning_db: Path | None = None
     """``KILN_TUNING_DB``: the tuning database file (default ``<cache_dir>/tuning.sqlite3``)."""
 
@@ -329,6 +332,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "stderr_tail_lines": ("KILN_STDERR_TAIL_LINES", _positive_int, "a positive integer"),
     "worker_nice": ("KILN_WORKER_NICE", _nonnegative_int, "an integer from 0 to 19"),
     "progress": ("KILN_PROGRESS", _bool, "0 or 1"),
+    "debug": ("KILN_DEBUG", _bool, "0 or 1"),
     "tuning_db": ("KILN_TUNING_DB", lambda v: Path(v).expanduser(), "a file path"),
     "use_tuning_db": ("KILN_USE_TUNING_DB", _bool, "0 or 1"),
     "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
