@@ -202,7 +202,7 @@ def test_cli_saves_recorded_variants(tmp_path: Path, bundle_parts: Any) -> None:
     runner = CliRunner()
     empty = runner.invoke(cli, ["bundle", "save", str(tmp_path / "out"), "--cache-dir", str(tmp_path)])
     assert empty.exit_code == 1
-    assert f"no compiled kernels in {tmp_path}" in empty.output
+    assert f"no tuned variants recorded in {tmp_path}" in empty.output
     ArtifactStore(cache).put(artifact)
     write_record(cache, record, record.entries[0])
     result = runner.invoke(cli, ["bundle", "save", str(tmp_path / "out.tgz"), "--cache-dir", str(cache)])

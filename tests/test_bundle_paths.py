@@ -1,6 +1,6 @@
 """``kiln bundle save`` as a new user meets it (issue 18), through the real command in a fresh HOME:
 ``x.zip`` is refused in one line (no directory named x.zip), and an empty or missing cache is one
-``Error: no compiled kernels in ...`` line that creates no cache directory.
+``Error: no tuned variants recorded in ...`` line that creates no cache directory.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def test_save_from_an_empty_cache_creates_nothing(home: Path, cache: str) -> Non
     if cache == "empty":
         (home / ".cache" / "kiln").mkdir(parents=True)
     line = _one_error_line(_kiln("bundle", "save", "out.tgz", home=home, cwd=work))
-    assert line.startswith(f"Error: no compiled kernels in {home / '.cache' / 'kiln'}; ")
+    assert line.startswith(f"Error: no tuned variants recorded in {home / '.cache' / 'kiln'} (")
     assert list(work.iterdir()) == []
     made = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert made == ([] if cache == "missing" else [".cache", ".cache/kiln"])  # no artifacts-v2/

@@ -144,10 +144,10 @@ def test_info_clear_and_prune(
     shown = runner.invoke(main, ["cache", "info"])
     assert shown.exit_code == 0, shown.output
     assert f"cache:           {cache}\n" in shown.output
-    assert "compiled:        6 entries" in shown.output
+    assert "compiled:        6 kernels" in shown.output
     assert "cap 10.0 GiB" in shown.output
     assert f"tuning database: {cache / 'tuning.sqlite3'}: " in shown.output
-    assert "bundle records:  1 files" in shown.output
+    assert "tuned variants:  1 recorded" in shown.output
 
     # what the store holds less its two oldest entries (entries differ by a few bytes: their
     # records hold times, so 4 x one probe entry can fall short of four real ones)
@@ -402,7 +402,7 @@ def test_any_kiln_marker_makes_a_directory_a_cache(tmp_path: Path, marker: str) 
 def test_an_empty_directory_is_an_empty_cache(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
-    assert "compiled:        0 entries" in result.output
+    assert "compiled:        0 kernels" in result.output
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,10 @@ compile of the same kernels (cache hits said as such), and ``kiln bundle save`` 
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -130,3 +132,54 @@ def test_kiln_debug_is_a_setting() -> None:
     assert settings.variables()["debug"] == "KILN_DEBUG"
     assert settings.from_env({"KILN_DEBUG": "1"}).debug is True
     assert settings.from_env({}).debug is False
+
+
+# ---------------------------------------------------------------------------- compiled, cached, tuned
+
+
+@pytest.fixture(scope="module")
+def compiled_twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str, dict[str, Any]]:
+    """``kiln compile`` of farm_kernels.tuned_scale's three configs into a fresh cache, twice."""
+    base = tmp_path_factory.mktemp("compiled")
+    cache = base / "cache"
+    args = ["compile", "farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--workers", "2",
+            "--cache-dir", str(cache)]  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(base / "triton"))
+        first = CliRunner().invoke(main, args)
+        second = CliRunner().invoke(main, [*args, "--json", str(base / "second.json")])
+    assert first.exit_code == 0, first.output
+    assert second.exit_code == 0, second.output
+    return cache, first.output, second.output, json.loads((base / "second.json").read_text())
+
+
+@pytest.mark.timeout(300)
+def test_a_second_compile_says_its_results_were_cache_hits(
+    compiled_twice: tuple[Path, str, str, dict[str, Any]],
+) -> None:
+    _, first, second, summary = compiled_twice
+    assert first.startswith("3 of 3 compiled on the local pool in ")
+    assert "found in the cache" not in first
+    assert second.startswith("3 of 3 ready on the local pool in ")
+    assert ": 0 compiled, 3 found in the cache (compiled before, not compiled again)" in second
+    assert (summary["compiled"], summary["from_cache"], summary["requests"]) == (0, 3, 3)
+
+
+@pytest.mark.timeout(300)
+def test_bundle_save_and_cache_info_count_the_same_compiled_kernels(
+    compiled_twice: tuple[Path, str, str, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``kiln cache info`` said "compiled: 6 entries" while ``kiln bundle save`` said "no compiled
+    kernels": a bundle takes tuned variants (bundle records), which compiling alone records none of."""
+    cache = compiled_twice[0]
+    shown = CliRunner().invoke(main, ["cache", "info", "--cache-dir", str(cache)])
+    assert shown.exit_code == 0, shown.output
+    assert "compiled:        3 kernels" in shown.output
+    assert "tuned variants:  0 recorded" in shown.output
+    saved = CliRunner().invoke(main, ["bundle", "save", str(tmp_path / "b.tgz"), "--cache-dir", str(cache)])
+    assert saved.exit_code == 1
+    [line] = saved.output.splitlines()
+    assert line.startswith(f"Error: no tuned variants recorded in {cache} ")
+    assert "the cache holds 3 compiled kernels, but a bundle takes tuned variants only" in line
+    assert "no compiled kernels" not in line
+    assert not (tmp_path / "b.tgz").exists()

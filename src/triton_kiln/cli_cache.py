@@ -100,6 +100,7 @@ def cache() -> None:
 @_CACHE_DIR_OPTION
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many compiled kernels it holds, their size and the cap."""
+    from triton_kiln.bundle.index import RECORDS_DIR
     from triton_kiln.cache import STORE_DIR, human, info
     from triton_kiln.tuning.db import DATABASE_FILENAME
 
@@ -111,7 +112,7 @@ def cache_info(cache_dir: str | None) -> None:
     click.echo(f"cache:           {root}{'' if found.exists else ' (does not exist: nothing compiled yet)'}")
     cap = "none" if used["cache_max_mb"] is None else human(used["cache_max_mb"] << 20)
     click.echo(
-        f"compiled:        {found.entries} entries, {human(found.size)} in {STORE_DIR}/ "
+        f"compiled:        {found.entries} kernels, {human(found.size)} in {STORE_DIR}/ "
         f"(cap {cap}, KILN_CACHE_MAX_MB)"
     )
     if found.temporary:
@@ -122,7 +123,10 @@ def cache_info(cache_dir: str | None) -> None:
         click.echo(
             f"older formats:   {human(found.old_formats)} (never read; `kiln cache clear` removes them)"
         )
-    click.echo(f"bundle records:  {found.records} files, {human(found.records_size)}")
+    click.echo(
+        f"tuned variants:  {found.records} recorded, {human(found.records_size)} in {RECORDS_DIR}/ "
+        f"(what `kiln bundle save` writes)"
+    )
     db = "none yet" if found.tuning_db_size is None else human(found.tuning_db_size)
     click.echo(f"tuning database: {found.tuning_db}: {db} (not in the cap; kept by `kiln cache clear`)")
     click.echo(f"other:           {human(found.other)} (kiln's launcher build, Triton's key)")

@@ -14,7 +14,8 @@ real call's (:mod:`triton_kiln.cli_signature`), so tuning finds these binaries i
 per config, target and call goes to the local :class:`~triton_kiln.pool.CompilePool`, or with ``--ray``
 to a :class:`~triton_kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
 a remote cache configured, in it too). A progress bar runs on a terminal; the end is a summary
-of failures by cause, and a line per failed config with the reason (for Triton's
+of failures by cause (a result found in the cache, compiled before, is counted as such, not as
+a compile), and a line per failed config with the reason (for Triton's
 ``CompilationError``, its location and the reason, which its message puts last). The exit status is
 1 when not one request compiled (every one failed, or the pool could not start), and with
 ``--strict`` when any failed; else 0.
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import ast
 import json
-import re
 import sys
 import time
 from collections import Counter
@@ -40,7 +40,8 @@ import click
 
 from triton_kiln.cli_args import a_kind, check_json_path, check_preloads, check_timeout, check_workers
 from triton_kiln.cli_args import resolve as resolve  # noqa: PLC0414 - kiln tune imports it from here
-from triton_kiln.errors import KilnError, RemoteTraceback
+from triton_kiln.cli_failures import failure_cause, failure_line
+from triton_kiln.errors import KilnError
 
 summary_json_option = click.option(
     "--json",
@@ -98,65 +99,6 @@ def kernel_and_configs(obj: Any, spec: str) -> tuple[Any, list[Any]]:
             )
         inner = inner.fn
     return inner, configs
-
-
-def failure_cause(exc: BaseException) -> str:
-    """A failure's cause for the summary: the signal, the limit, or the exception's type."""
-    from triton_kiln.errors import (
-        CompileTimeoutError,
-        WorkerCrashedError,
-        WorkerMemoryError,
-        describe_exit,
-        is_out_of_resources,
-    )
-
-    if isinstance(exc, CompileTimeoutError):
-        return "timed out"
-    if isinstance(exc, WorkerMemoryError):
-        return "memory limit"
-    if isinstance(exc, WorkerCrashedError):
-        return f"crashed: {exc.signal_name or describe_exit(exc.returncode)}"
-    if is_out_of_resources(exc):
-        return "out of resources"
-    return type(exc).__name__
-
-
-_LOCATION = re.compile(r"at \d+:\d+:")  # how Triton's CompilationError begins: "at 2:38:"
-_CHAINED = re.compile(
-    r"\n(?:The above exception was the direct cause of the following exception|"
-    r"During handling of the above exception, another exception occurred):\n"
-)
-
-
-def failure_line(exc: BaseException) -> str:
-    """A failed config's line: the message's first line, or for Triton's ``CompilationError``
-    (``at 2:38:``, the source, a caret, then the reason) the location and the reason. An error in
-    a called ``@triton.jit`` function ends at the caret: the reason is the innermost error's."""
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    if not lines:
-        return type(exc).__name__
-    if not _LOCATION.fullmatch(lines[0].strip()) or len(lines) < 2:
-        return lines[0]
-    reason = lines[-1].strip()
-    if set(reason) <= {"^", "~", " "}:
-        reason = _innermost_reason(exc) or "(no reason given)"
-    return f"{lines[0].strip()} {reason}"
-
-
-def _innermost_reason(exc: BaseException) -> str | None:
-    """The last line of the innermost error under ``exc`` that gives a reason (its causes, and
-    those in a worker's traceback)."""
-    chain: list[str] = []  # the outermost first
-    cause = exc.__cause__
-    while cause is not None:
-        # a worker's traceback text lists a chain's innermost exception first
-        chain += reversed(_CHAINED.split(cause.tb)) if isinstance(cause, RemoteTraceback) else [str(cause)]
-        cause = cause.__cause__
-    for text in reversed(chain):
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
-        if lines and not set(lines[-1]) <= {"^", "~", " "}:
-            return lines[-1]
-    return None
 
 
 @click.command("compile")
@@ -276,7 +218,15 @@ def compile_command(
     wall_s = time.perf_counter() - started
     causes = Counter(failure_cause(exc) for _, exc in failures)
     where = f"Ray cluster {ray_address}" if ray_address else "the local pool"
-    click.echo(f"{len(requests) - len(failures)} of {len(requests)} compiled on {where} in {wall_s:.1f} s")
+    ready = len(requests) - len(failures)
+    hits = pool.stats.memory_hits + pool.stats.disk_hits  # a fresh pool: this command's lookups
+    if hits:
+        click.echo(
+            f"{ready} of {len(requests)} ready on {where} in {wall_s:.1f} s: {ready - hits} compiled, "
+            f"{hits} found in the cache (compiled before, not compiled again)"
+        )
+    else:
+        click.echo(f"{ready} of {len(requests)} compiled on {where} in {wall_s:.1f} s")
     for cause, count in causes.most_common():
         click.echo(f"  {count:4d} failed: {cause}")
     for label, exc in failures:
@@ -285,7 +235,8 @@ def compile_command(
         summary = {
             "kernel": kernel_spec,
             "requests": len(requests),
-            "compiled": len(requests) - len(failures),
+            "compiled": ready - hits,
+            "from_cache": hits,
             "wall_s": round(wall_s, 3),
             "failed": dict(causes),
             "failures": [

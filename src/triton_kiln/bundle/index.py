@@ -53,10 +53,7 @@ def collect_recorded(
     directory = cache_dir / RECORDS_DIR
     files = sorted(directory.glob("*.json"), key=lambda p: p.stat().st_mtime) if directory.is_dir() else []
     if not files:  # checked before the store is opened, which would create the cache directory
-        raise BundleError(
-            f"no compiled kernels in {cache_dir}; run your kiln.autotune'd kernels with real inputs first "
-            f"(with the same KILN_CACHE_DIR), or pass --cache-dir the cache that holds them."
-        )
+        raise BundleError(_nothing_recorded(cache_dir))
     store = ArtifactStore(cache_dir)
     kernels: dict[tuple[str, str], KernelRecord] = {}
     binaries: dict[str, CompiledArtifact] = {}
@@ -100,3 +97,24 @@ def collect_recorded(
             f"kernels with real inputs first (with the same KILN_CACHE_DIR)."
         )
     return list(kernels.values()), binaries
+
+
+def _nothing_recorded(cache_dir: Path) -> str:
+    """Why there is nothing to bundle, in ``kiln cache info``'s words: the cache may hold compiled
+    kernels (``kiln compile``, a demo, Triton's own calls), but a bundle takes tuned variants only."""
+    from triton_kiln.artifacts import usage
+    from triton_kiln.cache import STORE_DIR
+
+    compiled = len(usage.scan(cache_dir / STORE_DIR).entries)
+    held = (
+        f"the cache holds {compiled} compiled kernel{'s' if compiled != 1 else ''}, but a bundle takes "
+        f"tuned variants only (the config tuning chose for each key)"
+        if compiled
+        else "the cache holds no compiled kernels either"
+    )
+    return (
+        f"no tuned variants recorded in {cache_dir} ({RECORDS_DIR}/ is empty; {held}). A variant is "
+        f"recorded when a triton_kiln.autotune'd kernel runs with real inputs on a GPU, or by `kiln "
+        f"tune`: tune with the same KILN_CACHE_DIR first, or pass --cache-dir the cache that holds "
+        f"them."
+    )
