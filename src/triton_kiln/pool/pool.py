@@ -339,5 +339,20 @@ def get_pool() -> CompilePool:
             _DEFAULT_POOL = CompilePool(start=False)
             import atexit
 
-            atexit.register(_DEFAULT_POOL.shutdown, wait=False, cancel_futures=True)
+            atexit.register(_close_at_exit, _DEFAULT_POOL)
         return _DEFAULT_POOL
+
+
+EXIT_WAIT_S = 5.0
+"""How long the exit of a process waits for the process-wide pool's manager thread to end its
+processes and remove its temporary folder (milliseconds, usually; a stuck one is not waited for)."""
+
+
+def _close_at_exit(pool: CompilePool) -> None:
+    """The process-wide pool at interpreter exit: queued jobs cancelled, its processes ended and
+    its folder in TMPDIR removed, waiting at most :data:`EXIT_WAIT_S` (a folder left by a stuck
+    exit, or a killed process, is swept by the next pool to start: :mod:`triton_kiln.pool.temp_root`)."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    thread = pool._manager.thread
+    if thread is not None and thread is not threading.current_thread():
+        thread.join(timeout=EXIT_WAIT_S)

@@ -29,7 +29,6 @@ import selectors
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterable
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from triton_kiln.errors import ZygoteError, describe_exit, format_seconds
+from triton_kiln.pool import temp_root
 from triton_kiln.pool.handles import ZygoteHandle
 from triton_kiln.pool.jobs import JobTable
 from triton_kiln.pool.protocol import Preload, ZygoteInit
@@ -95,7 +95,8 @@ class Supervisor:
     def spawn(self) -> None:
         self.table.stats.zygote_starts += 1
         if self.tmp_root is None:
-            self.tmp_root = tempfile.mkdtemp(prefix="kiln-pool-")
+            temp_root.sweep()  # the folders of pools whose process died before removing them
+            self.tmp_root = temp_root.make()
         zygote = ZygoteHandle(self.pool_id, self.settings.stderr_tail_lines)
         target = self.warmup_target
         zygote.send_init(
