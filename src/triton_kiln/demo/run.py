@@ -3,8 +3,9 @@
 Two of the jobs are bad on purpose: one whose compile calls ``abort()`` inside Triton's
 pipeline and one that never finishes. The demo succeeds (exit 0) when every good kernel
 produced a cubin and the two bad ones were reported as a crash (SIGABRT) and a timeout,
-while the rest of the batch went on. It prints as it goes (a row per job as it finishes), in at
-most 100 columns, and says that its two faults are its own (not compiler bugs to report).
+while the rest of the batch went on. It prints as it goes (a row per job as it finishes), within
+the terminal's width (:func:`triton_kiln.terminal.width`: 80 columns where there is no terminal),
+and says that its two faults are its own (not compiler bugs to report).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from triton_kiln import settings
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import CompileTimeoutError, JobFailure, TargetError, WorkerCrashedError
 from triton_kiln.pool import CompilePool
+from triton_kiln.terminal import width as terminal_width
 from triton_kiln.triton_compat import GPUTarget, target_problem
 
 
@@ -117,9 +119,6 @@ def demo_settings(workers: int | None, timeout_s: float | None) -> tuple[int, fl
     return workers, timeout_s
 
 
-WIDTH = 100
-"""Every line the demo prints fits in this many columns."""
-
 CRASH_ADVICE = (
     "this crash is the one kiln demo injects on purpose: its compile-stage hook "
     "(triton_kiln/demo/kernels.py) calls abort() while this kernel compiles, as a failed "
@@ -143,7 +142,7 @@ def run_demo(
     """Run the demo; return ``True`` when every job ended as expected.
 
     It talks from the start: a line before the pool starts, one when it is ready, then a table
-    row as each job finishes (every line within :data:`WIDTH` columns). Raises
+    row as each job finishes (every line within the terminal's width). Raises
     :class:`~triton_kiln.errors.TargetError` at once for a target Triton cannot compile for, and
     :class:`~triton_kiln.errors.SettingsError` for out-of-range workers or timeout, before starting anything.
     """
@@ -154,7 +153,8 @@ def run_demo(
         raise TargetError(f"kiln demo: {problem}.")
     workers, timeout_s = demo_settings(workers, timeout_s)
     settings.current().replace(workers=workers, job_timeout_s=timeout_s)  # range checks, up front
-    say = _fitting(echo)
+    width = terminal_width()
+    say = _fitting(echo, width)
     say(
         f"kiln demo: compiling kernels for {target.backend} sm_{target.arch} with {workers} workers, "
         f"timeout {timeout_s:g} s (--workers/--timeout or KILN_WORKERS/KILN_JOB_TIMEOUT_S change them); "
@@ -177,7 +177,7 @@ def run_demo(
                 f"pool ready after {time.perf_counter() - started:.1f} s; compiling {len(jobs)} kernels, "
                 "a row as each one finishes:\n"
             )
-            all_as_expected, failures = _run_jobs(pool, jobs, timeout_s, say)
+            all_as_expected, failures = _run_jobs(pool, jobs, timeout_s, say, echo, width)
             stats = pool.stats
     finally:
         shutil.rmtree(cache, ignore_errors=True)
@@ -192,12 +192,18 @@ def run_demo(
 
 
 def _run_jobs(
-    pool: CompilePool, jobs: list[DemoJob], timeout_s: float, say: Callable[[str], Any]
+    pool: CompilePool,
+    jobs: list[DemoJob],
+    timeout_s: float,
+    say: Callable[[str], Any],
+    show: Callable[[str], Any],
+    width: int,
 ) -> tuple[bool, list[str]]:
-    """Submit every job; print a table row as each finishes. Returns (all as expected, the
-    explanations of the failed jobs)."""
-    table = _Table([job.request.label() for job in jobs])
-    say(table.header())
+    """Submit every job; print a table row as each finishes (``show``: the table fits itself to
+    the terminal; ``say`` wraps prose). Returns (all as expected, the explanations of the failed
+    jobs)."""
+    table = _Table([job.request.label() for job in jobs], max(width, terminal_width(limit=None)))
+    show(table.header())
     futures = {pool.submit(job.request): job for job in jobs}
     pending = dict(futures)
     failures: list[str] = []
@@ -216,10 +222,10 @@ def _run_jobs(
         else:
             detail = "on purpose; see below" if as_expected else f"{type(exc).__name__}; see below"
             seconds = float(getattr(exc, "seconds", 0.0))
-            failures.append(_explain(job, exc, as_expected))
+            failures.append(_explain(job, exc, as_expected, width))
         if not as_expected:
             detail = f"NOT AS EXPECTED ({job.expect}); " + detail
-        say(table.row(job.request.label(), got, seconds, detail))
+        show(table.row(job.request.label(), got, seconds, detail))
         hanging = [j for j in pending.values() if j.expect == "timeout"]
         if pending and len(hanging) == len(pending) and not waiting_said:
             names = ", ".join(j.request.label() for j in hanging)
@@ -228,42 +234,60 @@ def _run_jobs(
     return all_as_expected, failures
 
 
-def _explain(job: DemoJob, exc: BaseException, as_expected: bool) -> str:
-    """What a failed job's error says, wrapped to :data:`WIDTH`; the demo's own faults say that
-    they are the demo's (not a compiler bug to report)."""
+def _explain(job: DemoJob, exc: BaseException, as_expected: bool, width: int) -> str:
+    """What a failed job's error says, wrapped to ``width``; the demo's own faults say that they
+    are the demo's (not a compiler bug to report)."""
     text = str(exc)
     if as_expected and isinstance(exc, JobFailure):
         advice = CRASH_ADVICE if job.expect == "crash" else HANG_ADVICE
         text = exc.message_with(advice)
     lines = [f"{job.request.label()}:"]
     for line in text.splitlines():
-        indent = "    " + " " * (len(line) - len(line.lstrip()))
-        lines += textwrap.wrap(
-            line.strip(),
-            WIDTH,
-            initial_indent=indent,
-            subsequent_indent=indent + "  ",
-            break_on_hyphens=False,
-        ) or [""]
+        indent = "    " + " " * min(len(line) - len(line.lstrip()), 8)
+        lines += _wrap(line.strip(), width, indent, indent + "  ") or [""]
     return "\n".join(lines)
 
 
 class _Table:
-    """The demo's table: job, outcome, seconds, detail; at most :data:`WIDTH` columns."""
+    """The demo's table: job, outcome, seconds, detail, within ``width`` columns. A job's label
+    or detail longer than its column wraps within it (at ``, `` where it can)."""
 
-    def __init__(self, labels: list[str]) -> None:
-        self.widths = (max(len("job"), *map(len, labels)), len("timeout"), len("sec"))
+    OUTCOME, SECONDS, GAP = len("timeout"), len("99.99"), 2
+    DETAIL = len("cubin 45.8 KiB, smem 32 KiB")  # the detail column's width, when it can have it
 
-    def _line(self, cells: tuple[str, str, str], detail: str) -> str:
-        text = "  ".join(c.ljust(w) for c, w in zip(cells, self.widths, strict=True)) + "  " + detail
-        return _fit(text.rstrip())
+    def __init__(self, labels: list[str], width: int) -> None:
+        fixed = self.OUTCOME + self.SECONDS + 3 * self.GAP
+        longest = max(len("job"), *map(len, labels))
+        self.job = max(12, min(longest, width - fixed - self.DETAIL))
+        self.detail = max(12, width - fixed - self.job)
+        self.width = min(width, self.job + fixed + self.DETAIL)  # the rule under the header
+
+    def _lines(self, cells: tuple[str, str, str], detail: str) -> str:
+        job = _wrap(cells[0], self.job, "", "  ") or [""]
+        details = _wrap(detail, self.detail, "", "  ") or [""]
+        rows = []
+        for n in range(max(len(job), len(details))):
+            first = (cells[1], cells[2]) if n == 0 else ("", "")
+            parts = [
+                (job[n] if n < len(job) else "").ljust(self.job),
+                first[0].ljust(self.OUTCOME),
+                first[1].ljust(self.SECONDS),
+                details[n] if n < len(details) else "",
+            ]
+            rows.append((" " * self.GAP).join(parts).rstrip())
+        return "\n".join(rows)
 
     def header(self) -> str:
-        head = self._line(("job", "outcome", "sec"), "detail")
-        return head + "\n" + "-" * len(_fit(head.ljust(WIDTH)))
+        return self._lines(("job", "outcome", "sec"), "detail") + "\n" + "-" * self.width
 
     def row(self, label: str, outcome: str, seconds: float, detail: str) -> str:
-        return self._line((label, outcome, f"{seconds:.2f}"), detail)
+        return self._lines((label, outcome, f"{seconds:.2f}"), detail)
+
+
+def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
+    """``text`` wrapped to ``width`` columns, breaking after ``, `` or at spaces, never inside a
+    word unless one is longer than a line."""
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
 
 
 def _size(n: int) -> str:
@@ -274,17 +298,14 @@ def _size(n: int) -> str:
     return f"{kib:.0f} KiB" if kib == int(kib) else f"{kib:.1f} KiB"
 
 
-def _fit(line: str) -> str:
-    return line if len(line) <= WIDTH else line[: WIDTH - 3] + "..."
-
-
-def _fitting(echo: Callable[[str], Any]) -> Callable[[str], Any]:
-    """``echo`` with every line wrapped (prose) to :data:`WIDTH` columns."""
+def _fitting(echo: Callable[[str], Any], width: int) -> Callable[[str], Any]:
+    """``echo`` with every line wrapped (prose) to ``width`` columns."""
 
     def say(text: str) -> Any:
         out: list[str] = []
         for line in text.split("\n"):
-            out += textwrap.wrap(line, WIDTH, subsequent_indent="  ", break_on_hyphens=False) or [""]
+            indent = " " * (len(line) - len(line.lstrip()))
+            out += _wrap(line.strip(), width, indent, indent + "  ") or [""]
         return echo("\n".join(out))
 
     return say
