@@ -6,6 +6,9 @@ compile of the same kernels (cache hits said as such), and ``kiln bundle save`` 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -183,3 +186,86 @@ def test_bundle_save_and_cache_info_count_the_same_compiled_kernels(
     assert "the cache holds 3 compiled kernels, but a bundle takes tuned variants only" in line
     assert "no compiled kernels" not in line
     assert not (tmp_path / "b.tgz").exists()
+
+
+# ---------------------------------------------------------------------------- the terminal's width
+
+
+def _help_lines(args: list[str], columns: int) -> list[str]:
+    """``kiln ... --help`` in a terminal ``columns`` wide (a real process: click's test runner
+    forces 80 columns on help)."""
+    import triton_kiln
+
+    src = str(Path(triton_kiln.__file__).resolve().parents[1])
+    env = {**os.environ, "COLUMNS": str(columns), "PYTHONPATH": src}
+    done = subprocess.run(
+        [sys.executable, "-m", "triton_kiln", *args, "--help"],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+GROUPS = [[], ["cache"], ["bundle"], ["farm"]]
+
+
+@pytest.mark.parametrize("group", GROUPS, ids=lambda g: " ".join(["kiln", *g]))
+def test_help_fits_80_columns_and_cuts_no_summary(group: list[str]) -> None:
+    lines = _help_lines(group, 80)
+    assert max(map(len, lines)) <= 80, lines
+    commands = lines[lines.index("Commands:") + 1 :]
+    assert commands
+    for line in commands:
+        assert not line.rstrip().endswith("..."), line  # click cut it: it had no short help
+        assert line.startswith("  "), line
+        assert line.split()[0].isidentifier(), line  # one line each: no wrapped summary
+
+
+def test_help_follows_a_wide_terminal_and_says_what_kiln_is() -> None:
+    narrow, wide = _help_lines([], 80), _help_lines([], 200)
+    assert len(wide) < len(narrow)  # the description wraps later
+    assert max(map(len, wide)) > 80
+    assert max(map(len, wide)) <= 100  # prose stops at 100 columns
+    text = " ".join(" ".join(narrow).split())
+    assert "crash-proof, fast compiling and autotuning of Triton kernels" in text
+
+
+def _settings_lines(columns: int) -> list[str]:
+    result = CliRunner().invoke(main, ["settings"], env={"COLUMNS": str(columns)})
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
+def test_settings_fit_80_columns_with_each_settings_meaning_under_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from triton_kiln import settings
+
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "c"))
+    lines = _settings_lines(80)
+    assert lines[0].split() == ["VARIABLE", "VALUE", "SOURCE"]
+    short = [line for line in lines if str(tmp_path) not in line]  # a path is never broken
+    assert max(map(len, short)) <= 80, [line for line in short if len(line) > 80]
+    for var in settings.variables().values():
+        [row] = [n for n, line in enumerate(lines) if line.split()[:1] == [var]]
+        assert lines[row + 1].startswith("    "), (var, lines[row + 1])
+        assert len(lines[row + 1].split()) >= 3, (var, lines[row + 1])
+    # the longest name and a long value stay in their columns
+    [quiet] = [line for line in lines if line.startswith("KILN_INDUCTOR_QUIET_BENCHMARKS ")]
+    assert quiet.split() == ["KILN_INDUCTOR_QUIET_BENCHMARKS", "1", "default"]
+    [slots] = [line for line in lines if line.startswith("KILN_NODE_SLOTS ")]
+    assert slots.split()[-1] == "default"
+    assert lines[lines.index(slots) + 1].startswith("    compiles running at once")
+
+
+def test_settings_on_a_wide_terminal_have_a_meaning_column() -> None:
+    from triton_kiln import settings
+
+    lines = _settings_lines(200)
+    assert lines[0].split() == ["VARIABLE", "VALUE", "SOURCE", "MEANING"]
+    assert max(map(len, lines)) <= 200
+    column = lines[0].index("MEANING")
+    rows = {line.split()[0]: line for line in lines[1:] if line.startswith("KILN_")}
+    assert set(rows) == set(settings.variables().values())
+    assert rows["KILN_WORKERS"][column:].startswith("compile worker processes")
+    assert rows["KILN_DEBUG"][column:].startswith("1 makes the kiln command print the traceback")

@@ -16,19 +16,25 @@ from __future__ import annotations
 import sqlite3
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from triton_kiln.errors import KilnError
 
-if TYPE_CHECKING:
-    from triton_kiln.settings import SettingSource
-
 
 class _KilnGroup(click.Group):
     """A click group that turns :class:`~triton_kiln.errors.KilnError` and ``OSError`` into
-    ``Error: <message on one line>`` and exit status 1 (a closed output pipe: status 1, quietly)."""
+    ``Error: <message on one line>`` and exit status 1 (a closed output pipe: status 1, quietly),
+    and whose help follows the terminal's width (:func:`triton_kiln.terminal.width`)."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        from triton_kiln.terminal import width
+
+        extra.setdefault("max_content_width", width())  # click's own default is 80, whatever the terminal
+        return super().make_context(info_name, args, parent, **extra)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -87,10 +93,14 @@ def _quiet_stdout() -> None:
 @click.version_option(package_name="triton-kiln")
 @click.option("--debug", is_flag=True, help="Print the traceback behind an error line [default: KILN_DEBUG].")
 def main(debug: bool) -> None:
-    """kiln: crash-proof, fast compiling and autotuning of Triton kernels."""
+    """kiln: crash-proof, fast compiling and autotuning of Triton kernels.
+
+    Triton's compiles run in parallel in kiln's worker processes, so a compiler crash or hang
+    costs one config, never your program; binaries and tuning results are kept in a cache on
+    disk. `kiln demo` shows it in half a minute, without a GPU."""
 
 
-@main.command()
+@main.command(short_help="Compile real kernels; one aborts, one hangs, the rest go on.")
 @click.option(
     "--arch",
     type=int,
@@ -157,7 +167,7 @@ def _check_tuning_database(path: Path) -> None:
         )
 
 
-@main.command()
+@main.command(short_help="Print the latest tuning runs as tables, or write a page.")
 @click.option(
     "--db",
     "db_path",
@@ -237,58 +247,12 @@ def report(
             click.echo(f"written: {target}")
 
 
-@main.command("settings")
-def settings_command() -> None:
-    """Print the effective settings and where each came from (default, environment, scope)."""
-    from triton_kiln import settings
-
-    rows = settings.describe()
-    click.echo(f"{'VARIABLE':<28} {'VALUE':<44} SOURCE")
-    for row in rows:
-        click.echo(_setting_line(row))
-    for var, closest in settings.unknown_variables().items():
-        click.echo(settings.unknown_message(var, closest))
-    problems = [row.error for row in rows if row.error]
-    if problems:
-        raise click.ClickException(" ".join(problems))
-
-
-_UNSET = {
-    "memory_limit_mb": "unset (no limit)",
-    "progress": "unset (bars on a terminal only)",
-    "tuning_db": "unset (<cache dir>/tuning.sqlite3)",
-    "cache_max_mb": "unlimited",
-    "remote_cache": "unset (no remote cache)",
-    "remote_ttl_days": "none (no expiry)",
-    "remote_key_file": "unset (remote entries not signed)",
-    "node_slots": "unset (CPU cores, or a pool's workers if more)",
-}
-
-
-def _setting_line(row: SettingSource) -> str:
-    """One setting: variable, value, source; 85 columns, more only for a long path."""
-    from triton_kiln import settings
-
-    if row.error:
-        raw = settings.redacted_url(row.raw or "") if row.name == "remote_cache" else row.raw
-        return f"{row.variable:<28} {raw!r:<44} not valid ({row.source})"
-    if isinstance(row.value, bool):
-        shown = "1" if row.value else "0"
-    elif row.value is None:
-        shown = _UNSET.get(row.name, "unset")
-    elif row.name == "remote_cache":
-        shown = settings.redacted_url(str(row.value))  # never print a password
-    else:
-        shown = str(row.value)
-    return f"{row.variable:<28} {shown:<44} {row.source}"
-
-
-@main.group()
+@main.group(short_help="Write and inspect bundles of tuned kernels.")
 def bundle() -> None:
     """Write and inspect bundles of tuned kernels (binaries + launch metadata + tuning records)."""
 
 
-@bundle.command("save")
+@bundle.command("save", short_help="Write the tuned variants in the cache to a bundle.")
 @click.argument("path", type=click.Path(dir_okay=True, file_okay=True))
 @click.option("--kernel", default=None, help="Only this kernel (by name).")
 @click.option(
@@ -328,7 +292,7 @@ def bundle_save(path: str, kernel: str | None, cache_dir: str | None) -> None:
     click.echo(f"written: {written}")
 
 
-@bundle.command("show")
+@bundle.command("show", short_help="List a bundle's kernels and variants.")
 @click.argument("path", type=click.Path(exists=True))
 def bundle_show(path: str) -> None:
     """List a bundle's kernels and variants (no GPU needed)."""
@@ -351,11 +315,13 @@ def bundle_show(path: str) -> None:
 from triton_kiln.cli_cache import cache  # noqa: E402 - the group above must exist first
 from triton_kiln.cli_compile import compile_command  # noqa: E402
 from triton_kiln.cli_farm import farm  # noqa: E402
+from triton_kiln.cli_settings import settings_command  # noqa: E402
 from triton_kiln.cli_tune import tune_command  # noqa: E402
 
 main.add_command(cache)
 main.add_command(compile_command)
 main.add_command(farm)
+main.add_command(settings_command)
 main.add_command(tune_command)
 
 if __name__ == "__main__":  # pragma: no cover

@@ -91,12 +91,12 @@ def _max_size(ctx: click.Context, param: click.Parameter, text: str) -> int:
         ) from None
 
 
-@click.group()
+@click.group(short_help="Show and clean the cache of compiled kernels.")
 def cache() -> None:
     """Show and clean the kiln cache (compiled kernels; the tuning database is kept)."""
 
 
-@cache.command("info")
+@cache.command("info", short_help="Where the cache is, what it holds, how big it is.")
 @_CACHE_DIR_OPTION
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many compiled kernels it holds, their size and the cap."""
@@ -132,7 +132,7 @@ def cache_info(cache_dir: str | None) -> None:
     click.echo(f"other:           {human(found.other)} (kiln's launcher build, Triton's key)")
 
 
-@cache.command("clear")
+@cache.command("clear", short_help="Remove the compiled kernels and bundle records (not tunings).")
 @_CACHE_DIR_OPTION
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (for scripts and CI, which have no stdin).")
 def cache_clear(cache_dir: str | None, yes: bool) -> None:
@@ -158,7 +158,7 @@ def cache_clear(cache_dir: str | None, yes: bool) -> None:
     )
 
 
-@cache.command("prune")
+@cache.command("prune", short_help="Evict least recently used kernels down to a size.")
 @_CACHE_DIR_OPTION
 @click.option(
     "--max-size",

@@ -101,7 +101,7 @@ def kernel_and_configs(obj: Any, spec: str) -> tuple[Any, list[Any]]:
     return inner, configs
 
 
-@click.command("compile")
+@click.command("compile", short_help="Compile a kernel's configs into the cache, here or on Ray.")
 @click.argument("kernel_spec", metavar="MODULE:KERNEL")
 @click.option(
     "--signature",

@@ -153,7 +153,7 @@ def _cache_scope(cache_dir: str | None) -> Iterator[Any]:
             yield scoped
 
 
-@click.command("tune")
+@click.command("tune", short_help="Tune a workload's autotuned kernels on this GPU.")
 @click.argument("function_spec", metavar="MODULE:FUNCTION")
 @click.option(
     "--bundle",
