@@ -250,7 +250,7 @@ def _explain(job: DemoJob, exc: BaseException, as_expected: bool, width: int) ->
 
 class _Table:
     """The demo's table: job, outcome, seconds, detail, within ``width`` columns. A job's label
-    or detail longer than its column wraps within it (at ``, `` where it can)."""
+    or detail longer than its column wraps within it."""
 
     OUTCOME, SECONDS, GAP = len("timeout"), len("99.99"), 2
     DETAIL = len("cubin 45.8 KiB, smem 32 KiB")  # the detail column's width, when it can have it
@@ -285,8 +285,8 @@ class _Table:
 
 
 def _wrap(text: str, width: int, first: str, rest: str) -> list[str]:
-    """``text`` wrapped to ``width`` columns, breaking after ``, `` or at spaces, never inside a
-    word unless one is longer than a line."""
+    """``text`` wrapped to ``width`` columns at its spaces (a label breaks after one of its
+    commas); only a word longer than a line is broken."""
     return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False)
 
 
