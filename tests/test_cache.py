@@ -304,6 +304,7 @@ def test_sizes_with_a_unit_still_prune(artifact: CompiledArtifact, tmp_path: Pat
         ("1.3K", "1331.2 bytes, not a whole number of bytes"),
         ("0.0000001M", "not a whole number of bytes"),
     ],
+    ids=["400 digits G", "401 digits B", "2000000T", "0.4B", "1.3K", "0.0000001M"],
 )
 def test_a_huge_or_fractional_size_is_one_error_and_nothing_is_removed(
     artifact: CompiledArtifact, tmp_path: Path, size: str, said: str
@@ -325,7 +326,11 @@ def test_a_huge_or_fractional_size_is_one_error_and_nothing_is_removed(
     assert sorted(e.path.name for e in usage.scan(store.root).entries) == sorted(keys)
 
 
-@pytest.mark.parametrize("text", ["1e400G", "9" * 400 + "G", "0.4B", "1.3K", "1.5B"])
+@pytest.mark.parametrize(
+    "text",
+    ["1e400G", "9" * 400 + "G", "0.4B", "1.3K", "1.5B"],
+    ids=["1e400G", "400 digits G", "0.4B", "1.3K", "1.5B"],
+)
 def test_parse_size_refuses_what_is_not_whole_bytes_or_too_large(text: str) -> None:
     with pytest.raises(CacheSizeError):
         parse_size(text)
