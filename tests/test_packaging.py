@@ -70,7 +70,8 @@ def metadata(tmp_path_factory: pytest.TempPathFactory) -> tuple[email.message.Me
 
 def _build_wheels() -> ModuleType:
     spec = importlib.util.spec_from_file_location("build_wheels", ROOT / ".ci" / "build_wheels.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
