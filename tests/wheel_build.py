@@ -135,6 +135,17 @@ def install_in_venv(wheel: Path, venv: Path) -> Path:
         "    if path not in sys.path:\n        site.addsitedir(path)\n"
     )
     Path(purelib, "_kiln_test_parent_packages.pth").write_text("import _kiln_test_parent_packages\n")
+    # site.py reports a failing .pth line on stderr and starts anyway: a silent half-made venv
+    started = subprocess.run(
+        [str(python), "-c", "import triton"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 0, f"the test venv's python cannot import triton:\n{started.stderr}"
+    assert "Error processing line" not in started.stderr, started.stderr
     install = [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--ignore-installed"]
     result = subprocess.run(
         [*install, "--no-cache-dir", str(wheel)],
