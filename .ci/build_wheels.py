@@ -50,7 +50,7 @@ LAUNCHER = re.compile(r"triton_kiln/launch/_kiln_launch\.cpython-\d+-x86_64-linu
 
 
 class BuildError(Exception):
-    pass
+    """A step of the build failed; the message says which, and why."""
 
 
 def tools_env() -> dict[str, str]:
