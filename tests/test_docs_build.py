@@ -27,3 +27,24 @@ def test_the_docs_build_strictly(tmp_path: Path) -> None:
         check=False,
     )
     assert out.returncode == 0, out.stderr[-4000:]
+
+
+def test_the_api_reference_covers_the_public_api() -> None:
+    # docs/api.md documents each name of triton_kiln.__all__: a ``::: module.Name`` block, a
+    # heading of its own, or (for the errors) the triton_kiln.errors block
+    import re
+
+    import triton_kiln
+    from triton_kiln import errors
+
+    page = (ROOT / "docs" / "api.md").read_text()
+    documented = set(re.findall(r"^::: [\w.]*?(\w+)$", page, re.MULTILINE))
+    documented |= {
+        word
+        for heading in re.findall(r"^### (.+)$", page, re.MULTILINE)
+        for word in re.findall(r"\w+", heading)
+    }
+    if "errors" in documented:
+        documented |= {name for name in vars(errors) if isinstance(getattr(errors, name), type)}
+    missing = sorted(set(triton_kiln.__all__) - documented - {"__version__"})
+    assert not missing, f"add these to docs/api.md: {missing}"
