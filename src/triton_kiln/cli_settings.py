@@ -2,7 +2,7 @@
 
 One row per setting: its variable, its value, its source (default, environment, scope) and its
 meaning, the first sentence of the setting's declaration in :mod:`triton_kiln.settings` (read
-from its source, so the table is never written twice). The table fits the terminal
+from its source, as docs/SETTINGS.md is, so the table is never written twice). The table fits the terminal
 (:func:`triton_kiln.terminal.width`): where the meaning has no room as a column (an 80-column
 terminal), it goes under its row, indented. A value too long for its column wraps in it, but a
 path is never broken (a line holding one may be wider).
@@ -10,10 +10,7 @@ path is never broken (a line holding one may be wider).
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
-import itertools
 import re
 import textwrap
 from typing import TYPE_CHECKING
@@ -116,25 +113,20 @@ def _wrap(text: str, width: int, indent: str = "") -> list[str]:
 @functools.cache
 def meaning_of_each() -> dict[str, str]:
     """``{setting name: the first sentence of its declaration's docstring}``, without the variable's
-    name that each begins with; empty where the source cannot be read (a build without it)."""
-    from triton_kiln import settings
+    name that each begins with (the docstrings docs/SETTINGS.md is made of:
+    :func:`triton_kiln.settings_page.field_docs`); empty where the source cannot be read."""
+    from triton_kiln.settings_page import field_docs
 
     try:
-        tree = ast.parse(inspect.getsource(settings.Settings))
+        docs = field_docs()
     except (OSError, TypeError, SyntaxError):
         return {}
-    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
     found: dict[str, str] = {}
-    for node, following in itertools.pairwise(body):
-        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
-            continue
-        if not (isinstance(following, ast.Expr) and isinstance(following.value, ast.Constant)):
-            continue
-        text = " ".join(str(following.value.value).split())
-        text = re.sub(r"^``KILN_\w+``:\s*", "", text)
+    for name, doc in docs.items():
+        text = re.sub(r"^``KILN_\w+``:\s*", "", " ".join(doc.split()))
         text = _ROLE.sub(r"\1", re.sub(r":func:`~?([^`]+)`", r"\1()", text)).replace("``", "")
         first = re.split(r"(?<=[a-z0-9)])\.\s+(?=[A-Z(`])", text, maxsplit=1)[0].rstrip(".")
-        found[node.target.id] = _first_clause(first) if len(first) > _LONG else first
+        found[name] = _first_clause(first) if len(first) > _LONG else first
     return found
 
 
