@@ -107,8 +107,9 @@ def clean_env(**changes: str) -> dict[str, str]:
     return env
 
 
-def install_in_venv(wheel: Path, venv: Path) -> Path:
-    """A fresh venv with ``wheel`` installed; returns its python.
+def install_in_venv(wheel: Path, venv: Path, editable: bool = False) -> Path:
+    """A fresh venv with ``wheel`` installed (``editable``: ``pip install -e`` of the project
+    directory ``wheel``, built with this interpreter's setuptools); returns its python.
 
     ``python -m venv --system-site-packages --without-pip``, plus a ``.pth`` that appends this
     interpreter's package directories after the venv's own site-packages: torch and triton come
@@ -127,11 +128,15 @@ def install_in_venv(wheel: Path, venv: Path) -> Path:
         text=True,
         env=env,
     ).stdout.strip()
-    line = f"import site, sys; [site.addsitedir(p) for p in {_parent_paths()!r} if p not in sys.path]\n"
+    # site exec()s a .pth line inside a function: before Python 3.12 a comprehension there cannot
+    # see the names the line imports (NameError), so the loop runs in an exec() of its own.
+    loop = f"for p in {_parent_paths()!r}:\n    if p not in sys.path:\n        site.addsitedir(p)\n"
+    line = f"import site, sys; exec({loop!r}, {{'site': site, 'sys': sys}})\n"
     Path(purelib, "_kiln_test_parent_packages.pth").write_text(line)
     install = [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--ignore-installed"]
+    target = ["--no-build-isolation", "-e", str(wheel)] if editable else [str(wheel)]
     result = subprocess.run(
-        [*install, "--no-cache-dir", str(wheel)],
+        [*install, "--no-cache-dir", *target],
         capture_output=True,
         text=True,
         env=env,
