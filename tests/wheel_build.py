@@ -107,8 +107,9 @@ def clean_env(**changes: str) -> dict[str, str]:
     return env
 
 
-def install_in_venv(wheel: Path, venv: Path) -> Path:
-    """A fresh venv with ``wheel`` installed; returns its python.
+def install_in_venv(wheel: Path, venv: Path, editable: bool = False) -> Path:
+    """A fresh venv with ``wheel`` installed (``editable``: ``pip install -e`` of the project
+    directory ``wheel``, built with this interpreter's setuptools); returns its python.
 
     ``python -m venv --system-site-packages --without-pip``, plus a ``.pth`` (and the module it
     imports) that appends this interpreter's package directories after the venv's own
@@ -147,8 +148,9 @@ def install_in_venv(wheel: Path, venv: Path) -> Path:
     assert started.returncode == 0, f"the test venv's python cannot import triton:\n{started.stderr}"
     assert "Error processing line" not in started.stderr, started.stderr
     install = [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--ignore-installed"]
+    target = ["--no-build-isolation", "-e", str(wheel)] if editable else [str(wheel)]
     result = subprocess.run(
-        [*install, "--no-cache-dir", str(wheel)],
+        [*install, "--no-cache-dir", *target],
         capture_output=True,
         text=True,
         env=env,

@@ -75,6 +75,11 @@ class TargetError(KilnError):
     """No compile target was given and none could be found on this machine."""
 
 
+class NoGPUError(TargetError):
+    """A call needs to run kernels (a tuning run benchmarks every config) and this machine has no
+    GPU of the target's kind. Compiling needs none: the message says what to use instead."""
+
+
 class RequestError(KilnError, ValueError):
     """A compile request is malformed (unknown option, signature that does not match the kernel...)."""
 

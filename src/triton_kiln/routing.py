@@ -3,7 +3,9 @@
 ::
 
     import triton_kiln; triton_kiln.install()  # or KILN_AUTOTUNE=1, read at `import triton_kiln`
-                                               # (install_from_environment: an import never raises)
+                                               # (install_from_environment: an import never raises);
+                                               # installed kiln's startup hook (triton_kiln.pth,
+                                               # _triton_kiln_startup) imports it at `import triton`
     import liger_kernel, fla  # their @triton.autotune kernels are now triton_kiln.autotune's
 
 What it routes, by rebinding names in Triton's modules (:func:`triton_kiln.triton_compat.autotune_names`):

@@ -132,7 +132,8 @@ class Settings:
     """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
 
     autotune: bool = False
-    """``KILN_AUTOTUNE``: ``1`` routes ``triton.autotune`` through kiln at ``import triton_kiln``."""
+    """``KILN_AUTOTUNE``: ``1`` routes ``triton.autotune`` through kiln at the first ``import triton``
+    (kiln's startup hook, docs/JIT_ROUTING.md) or ``import triton_kiln``, whichever comes first."""
 
     inductor: bool = False
     """``KILN_INDUCTOR``: ``1`` routes torch Inductor's Triton compiles through kiln's pool at

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton_kiln.errors import ArtifactError, MissingMetadataError
+from triton_kiln.triton_compat.compiling import launch_fields
 
 ARTIFACT_FORMAT = 2
 """Version of the on-disk entry (2: a manifest with the sha256 and size of every served file)."""
@@ -28,20 +29,8 @@ ARTIFACT_FORMAT = 2
 _FILE_BASE_CHARS = 150  # a file name's stem: the kernel's name, cut to stay under NAME_MAX
 _ENTRY_OVERHEAD_BYTES = 1024  # what :attr:`CompiledArtifact.nbytes` adds for the objects themselves
 
-# Fields Triton 3.6's CUDA launcher and loader read from a kernel's metadata.
-LAUNCH_FIELDS: tuple[str, ...] = (
-    "name",
-    "num_warps",
-    "num_ctas",
-    "shared",
-    "target",
-    "global_scratch_size",
-    "global_scratch_align",
-    "profile_scratch_size",
-    "profile_scratch_align",
-    "launch_cooperative_grid",
-    "launch_pdl",
-)
+LAUNCH_FIELDS: tuple[str, ...] = launch_fields("cuda")
+"""The metadata a CUDA kernel needs to be launched (each backend's: :func:`launch_fields`)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +46,9 @@ class CompiledArtifact:
     compile_s: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in LAUNCH_FIELDS:
+        if "target" not in self.metadata:
+            raise MissingMetadataError("target", self.name or "?")
+        for name in launch_fields(self.backend):
             if name not in self.metadata:
                 raise MissingMetadataError(name, self.name or "?")
         if self.metadata["name"] != self.name:
@@ -88,6 +79,13 @@ class CompiledArtifact:
     def target(self) -> tuple[str, int | str, int]:
         t = self.launch_field("target")
         return (t["backend"], t["arch"], t["warp_size"])
+
+    @property
+    def backend(self) -> str:
+        """``"cuda"``, ``"hip"``: the backend the kernel was compiled for (its launch fields differ;
+        ``""`` for a target record without one, which is checked for CUDA's, the most)."""
+        t = self.metadata.get("target")
+        return str(t.get("backend", "")) if isinstance(t, dict) else ""
 
     @property
     def binary_sha256(self) -> str:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import compare_kernels
 from triton_kiln.autotuner.binaries import triton_files, triton_kernel
+from triton_kiln.autotuner.run_identity import require_gpu
 from triton_kiln.errors import (
     CompileTimeoutError,
     KilnError,
@@ -118,6 +119,7 @@ def make_bencher(
     tuner's ``warmup``/``rep``, so those alone do not keep it in the caller's process."""
     if tuner._bencher_factory is not None:
         return tuner._bencher_factory(tuner, args, kwargs)
+    require_gpu(tuner, tuner._local_target())  # NoGPUError, not torch's AssertionError, on a CPU machine
     user_code = runs_user_code(tuner, lengths_in_caller=not library_search)
     checks = not library_search
     if tuner._sandbox_wanted and not user_code:

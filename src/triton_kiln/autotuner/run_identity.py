@@ -6,10 +6,14 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.autotuner.specialize import Candidate
+from triton_kiln.errors import NoGPUError
+
+if TYPE_CHECKING:
+    from triton_kiln.autotuner.autotuner import Autotuner
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,38 @@ def local_device(target: Any) -> LocalDevice:
     except (ImportError, AttributeError, RuntimeError):
         uuid = ""
     return LocalDevice(name, capability, uuid)
+
+
+def tuning_device(tuner: Autotuner) -> LocalDevice:
+    """The GPU a tuning run of ``tuner`` benchmarks on (a test's stand-in: ``tuner._device``).
+
+    Raises :class:`~triton_kiln.errors.NoGPUError` before anything is recorded when there is none.
+    """
+    if tuner._device is not None:
+        return tuner._device
+    target = tuner._local_target()
+    require_gpu(tuner, target)
+    return local_device(target)
+
+
+def require_gpu(tuner: Autotuner, target: Any) -> None:
+    """:class:`~triton_kiln.errors.NoGPUError` unless this machine has a GPU of ``target``'s kind
+    to benchmark ``tuner``'s configs on (or a test stands in a bencher that needs none)."""
+    if tuner._bencher_factory is not None:
+        return
+    local = triton_compat.local_target()
+    if local is not None and local.backend == target.backend:
+        return
+    name = tuner.base_fn.__name__
+    wanted = f"{target.backend}:{target.arch}"
+    here = "no GPU" if local is None else f"a {local.backend}:{local.arch} GPU, not a {target.backend} one"
+    raise NoGPUError(
+        f"kiln.autotune: {name} was called with target={wanted!r}, and this machine has {here}: "
+        f"a tuning run benchmarks every config on a {target.backend} GPU, so nothing was tuned or "
+        f"recorded. To compile the configs without a GPU (into kiln's cache, for a tuning run on a "
+        f"GPU machine later), use triton_kiln.precompile({name}, *args) or `kiln compile "
+        f"MODULE:{name} --target {wanted}`; to tune, call {name} on a machine with that GPU."
+    )
 
 
 def run_identity(

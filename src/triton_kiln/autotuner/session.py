@@ -43,7 +43,7 @@ from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, 
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import Race, contenders, eligible
-from triton_kiln.autotuner.run_identity import local_device, run_identity
+from triton_kiln.autotuner.run_identity import run_identity, tuning_device
 from triton_kiln.autotuner.specialize import (
     Candidate,
     candidate_result,
@@ -92,7 +92,7 @@ class TuningSession:
         started = time.monotonic()
         built = candidates_mod.build(tuner, configs, args, kwargs)  # a config refused: failed
         candidates, duplicates = built.candidates, built.duplicates
-        device = tuner._device or local_device(tuner._local_target())
+        device = tuning_device(tuner)  # NoGPUError with none: before anything is recorded
         identity = run_identity(self.name, candidates, key, tuner._local_target(), device)
         database = tuner._get_database()
         lookup = {k: v for k, v in identity.items() if k != "kernel"}

@@ -116,6 +116,9 @@ from triton_kiln.triton_compat.compiling import (
     key_parts_differ as key_parts_differ,
 )
 from triton_kiln.triton_compat.compiling import (
+    launch_fields as launch_fields,
+)
+from triton_kiln.triton_compat.compiling import (
     put_in_triton_cache as put_in_triton_cache,
 )
 from triton_kiln.triton_compat.compiling import (

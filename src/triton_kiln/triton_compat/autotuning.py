@@ -101,7 +101,40 @@ def argument_binder(fn: Any, target: GPUTarget) -> tuple[Any, Any]:
     from triton.runtime.jit import create_function_from_signature
 
     backend = make_backend(target)
-    return backend, create_function_from_signature(fn.signature, fn.params, backend)
+    return backend, create_function_from_signature(fn.signature, fn.params, _torch_free(backend))
+
+
+_MAX_INT_32 = 2**31 - 1
+
+
+def _torch_free(backend: Any) -> Any:
+    """``backend``, or for HIP a copy whose tensor specialization needs no torch for stand-ins.
+
+    Triton 3.6.0's and 3.7.1's ``HIPBackend.get_tensor_specialization`` adds ``"S"`` (a buffer
+    under 2 GiB: AMD's buffer ops) when ``knobs.amd.use_buffer_ops`` and ``is_within_2gb(arg)``,
+    and ``is_within_2gb`` imports torch before it reads ``arg.ptr_range()``. For an argument with
+    ``ptr_range`` (:class:`StandInTensor`, Triton's ``MockTensor``: what ``kiln compile`` and
+    ``precompile`` bind) the copy gives Triton's answer without the import, so a HIP target
+    compiles where torch is not installed; every other argument (a torch tensor) gets Triton's own.
+    """
+    cls = type(backend)
+    if not hasattr(cls, "is_within_2gb"):
+        return backend
+    own = cls.get_tensor_specialization
+
+    def get_tensor_specialization(arg: Any, **kwargs: Any) -> Any:
+        if not hasattr(arg, "ptr_range"):
+            return own(arg, **kwargs)
+        from triton import knobs
+        from triton.backends.compiler import BaseBackend
+
+        ret = BaseBackend.get_tensor_specialization(arg, **kwargs)
+        return ret + "S" if knobs.amd.use_buffer_ops and arg.ptr_range() <= _MAX_INT_32 else ret
+
+    clone = copy.copy(backend)
+    attrs = {"get_tensor_specialization": staticmethod(get_tensor_specialization)}
+    clone.__class__ = type(f"TorchFree{cls.__name__}", (cls,), attrs)
+    return clone
 
 
 def pack_args(

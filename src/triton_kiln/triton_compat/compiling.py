@@ -92,6 +92,43 @@ class CompiledParts:
     asm: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
+# Fields a backend's launcher and loader read from a kernel's metadata (Triton 3.6.0 and 3.7.1:
+# CudaLauncher/HIPLauncher in backends/*/driver.py). HIP kernels have no global scratch and no
+# PDL launch: their metadata lacks those fields, and their launcher reads the warp size instead.
+_LAUNCH_FIELDS: dict[str, tuple[str, ...]] = {
+    "cuda": (
+        "name",
+        "num_warps",
+        "num_ctas",
+        "shared",
+        "target",
+        "global_scratch_size",
+        "global_scratch_align",
+        "profile_scratch_size",
+        "profile_scratch_align",
+        "launch_cooperative_grid",
+        "launch_pdl",
+    ),
+    "hip": (
+        "name",
+        "num_warps",
+        "num_ctas",
+        "shared",
+        "target",
+        "warp_size",
+        "profile_scratch_size",
+        "profile_scratch_align",
+        "launch_cooperative_grid",
+    ),
+}
+
+
+def launch_fields(backend: str) -> tuple[str, ...]:
+    """The metadata fields a kernel compiled for ``backend`` needs to be launched (CUDA's for a
+    backend kiln has no list for: the strictest)."""
+    return _LAUNCH_FIELDS.get(backend, _LAUNCH_FIELDS["cuda"])
+
+
 def compiled_kernel_parts(compiled: Any) -> CompiledParts:
     """Metadata (from Triton's metadata file), binary and text IRs of a ``CompiledKernel``."""
     metadata_path = next(
