@@ -25,10 +25,9 @@ import time
 
 from triton_kiln.artifacts import confined
 from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
-from triton_kiln.artifacts.record import ArtifactRecord, parse_metadata, parse_record
+from triton_kiln.artifacts.record import RECORD, ArtifactRecord, parse_object, parse_record
 from triton_kiln.errors import ArtifactError
 
-RECORD = "artifact.json"
 TRITON_DIR = "triton"
 MAX_RECORD_BYTES = 1 << 20
 READ_ERRORS = (OSError, ValueError, KeyError, TypeError, ArtifactError)
@@ -69,9 +68,7 @@ def entry_files(artifact: CompiledArtifact) -> dict[str, bytes]:
 
 def read_entry(entry_fd: int, key: str) -> CompiledArtifact:
     """The artifact in the entry open as ``entry_fd``, every served file verified (see the docstring)."""
-    record = parse_record(confined.read_file(entry_fd, RECORD, max_size=MAX_RECORD_BYTES))
-    if record.format != ARTIFACT_FORMAT:
-        raise ArtifactError(f"format {record.format!r}, expected {ARTIFACT_FORMAT}")
+    record = parse_record(confined.read_file(entry_fd, RECORD, max_size=MAX_RECORD_BYTES), ARTIFACT_FORMAT)
     if record.key != key:
         raise ArtifactError(f"entry holds key {record.key[:12]}..., not {key[:12]}...")
     listed = manifest(record)
@@ -82,7 +79,7 @@ def read_entry(entry_fd: int, key: str) -> CompiledArtifact:
         name=record.name,
         binary=binary,
         binary_ext=record.binary_ext,
-        metadata=parse_metadata(metadata_bytes),
+        metadata=parse_object(metadata_bytes, record.metadata_file),
         asm={ext: _served(entry_fd, listed, name).decode() for ext, name in record.asm.items()},
         compile_s=record.compile_s,
     )

@@ -4,16 +4,20 @@ The record comes from the local store or from a remote cache (where anyone who c
 server can write it), so it is read as untrusted input: one pydantic model per object, strict
 types (no coercion: ``"1"`` is not ``1``, ``true`` is not a number), exactly kiln's field set,
 bounded strings and mappings, and JSON parsed by pydantic's own parser, which refuses nesting
-past its recursion limit instead of exhausting Python's stack. A record that fails is a
-``ValueError`` (:class:`pydantic.ValidationError`) naming the field and what was wrong, and the
-entry is a miss (:data:`~triton_kiln.artifacts.entry.READ_ERRORS`).
+past its recursion limit instead of exhausting Python's stack. A record that fails is an
+:class:`~triton_kiln.errors.ArtifactError` naming the field and what was wrong, and the entry
+is a miss (:data:`~triton_kiln.artifacts.entry.READ_ERRORS`).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, TypeAdapter, ValidationError
+
+from triton_kiln.errors import ArtifactError
+
+RECORD = "artifact.json"
 
 Name = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 """A file name (checked to stay in the entry by :func:`triton_kiln.artifacts.confined.check_name`)."""
@@ -46,14 +50,33 @@ class ArtifactRecord(_Strict):
     stored_at: float | None = None
 
 
-_METADATA = TypeAdapter(dict[str, JsonValue])
+_OBJECT = TypeAdapter(dict[str, JsonValue])
 
 
-def parse_record(data: bytes) -> ArtifactRecord:
-    """The record in ``data`` (``ValueError`` if it is not one; see the module docstring)."""
-    return ArtifactRecord.model_validate_json(data)
+def parse_record(data: bytes, expected_format: int) -> ArtifactRecord:
+    """The record in ``data``, of ``expected_format`` (:class:`ArtifactError` naming what is wrong)."""
+    fields = parse_object(data, RECORD)
+    if fields.get("format") != expected_format:
+        raise ArtifactError(f"format {str(fields.get('format'))[:20]}, expected {expected_format}")
+    try:
+        return ArtifactRecord.model_validate(fields)
+    except ValidationError as exc:
+        raise ArtifactError(f"{RECORD} is not kiln's record: {why(exc)}") from None
 
 
-def parse_metadata(data: bytes) -> dict[str, Any]:
-    """Triton's metadata JSON: an object of JSON values, nested no deeper than the parser allows."""
-    return _METADATA.validate_json(data)
+def parse_object(data: bytes, what: str) -> dict[str, Any]:
+    """A JSON object of JSON values, nested no deeper than pydantic's parser allows."""
+    try:
+        return _OBJECT.validate_json(data)
+    except ValidationError as exc:
+        raise ArtifactError(f"{what} is not a JSON object: {why(exc)}") from None
+
+
+def why(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``field.path: message`` (never the value itself)."""
+    errors = exc.errors(include_input=False, include_url=False)
+    if not errors:
+        return str(exc)
+    where = ".".join(str(part) for part in errors[0]["loc"]) or "the document"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {errors[0]['msg']}{more}"

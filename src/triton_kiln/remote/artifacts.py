@@ -22,7 +22,7 @@ import logging
 import warnings
 from collections.abc import Mapping
 
-from triton_kiln.artifacts.entry import RECORD
+from triton_kiln.artifacts.record import RECORD
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote import records
 from triton_kiln.remote.client import EntryRefused, RedisClient

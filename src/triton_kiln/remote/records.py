@@ -23,6 +23,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
 
+from triton_kiln.artifacts.record import why
 from triton_kiln.remote.signing import FIELD, split_signed
 from triton_kiln.tuning.results import TuningRun
 
@@ -107,15 +108,6 @@ def tuning_run(payload: bytes) -> TuningRun:
         return TuningRun.from_json(record.model_dump())
     except (ValueError, TypeError, KeyError) as exc:
         raise BadEntry(f"{type(exc).__name__}: {exc}") from None
-
-
-def why(exc: ValidationError) -> str:
-    """The first problem pydantic found, as ``field.path: message`` (never the value itself)."""
-    errors = exc.errors(include_input=False, include_url=False)
-    first = errors[0] if errors else {"loc": (), "msg": str(exc)}
-    where = ".".join(str(part) for part in first["loc"]) or "the entry"
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where}: {first['msg']}{more}"
 
 
 def _signature(value: bytes) -> str:
