@@ -15,6 +15,7 @@ Commands inside ``MULTI`` are answered ``+QUEUED`` (except by ``"ok"``, ``"dribb
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -135,10 +136,8 @@ class LyingServer:
         self._threads[0].join(timeout=5)
         self._listener.close()
         for conn in self._conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             conn.close()
         for thread in self._threads:
             thread.join(timeout=5)

@@ -112,7 +112,8 @@ def test_each_request_ends_by_its_deadline_however_the_server_dribbles(tmp_path:
         forget_warnings()
         with LyingServer(kind) as liar:
             store = open_store(remote_settings(liar.url, tmp_path / kind))
-            assert store is not None and store.remote is not None
+            assert store is not None
+            assert store.remote is not None
             started = time.monotonic()
             with pytest.warns(CacheWarning, match="KILN_REMOTE_TIMEOUT_S"):
                 assert store.remote.fetch("ab" * 32) is None
