@@ -21,7 +21,9 @@ import threading
 import time
 from types import TracebackType
 
-KINDS = ("ok", "integer", "bulk", "map-with-integer", "dribble", "silent")
+WRONG_TYPES = ("ok", "integer", "bulk", "map-with-integer")
+"""Servers that answer at once, with replies of types the commands never return."""
+KINDS = (*WRONG_TYPES, "dribble", "silent")
 
 _READS = {
     "integer": {b"HGETALL": b":7\r\n", b"GET": b":7\r\n", b"EXEC": b":1\r\n"},

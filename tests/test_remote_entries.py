@@ -1,0 +1,135 @@
+"""Artifact entries in a real ``redis-server`` that lie: an ``artifact.json`` that is not an object
+or is nested 200,000 deep, a non-ASCII signature, a key holding another type, a 256 MiB value
+over a 16 MiB limit. Each is that key's miss with one warning (never an exception, never the
+breaker opened for the other keys), and the next local compile overwrites it; the oversized
+value is refused from its declared length, its peak memory measured."""
+
+from __future__ import annotations
+
+import tracemalloc
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import add_request, wait_no_processes
+from redis_server import REDIS_SERVER, RedisServer, running_server
+from triton_kiln import CompilePool, settings
+from triton_kiln.artifacts.artifact import CompiledArtifact
+from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
+from triton_kiln.pool.pool import open_store
+
+pytest.importorskip("redis", reason="redis-py (the tests' own view of the server) is not installed")
+pytestmark = [
+    pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)"),
+    pytest.mark.timeout(120),
+]
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_server(tmp_path / "redis") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory: pytest.TempPathFactory) -> list[CompiledArtifact]:
+    """Two real sm_90 compiles, shared by the tests of this module."""
+    pool = CompilePool(workers=1, cache_dir=tmp_path_factory.mktemp("compile"))
+    try:
+        return [pool.compile(add_request(64)), pool.compile(add_request(128))]
+    finally:
+        pool.shutdown(wait=True)
+        assert not wait_no_processes(pool.pool_id)
+
+
+def remote_store(root: Path, url: str, **changes: Any) -> ArtifactStore:
+    store = open_store(settings.current().replace(cache_dir=root, remote_cache=url, **changes))
+    assert store is not None
+    assert store.remote is not None
+    return store
+
+
+def name_of(key: str) -> str:
+    return f"kiln:r1:artifact:a2:{key}"
+
+
+def get_with_warnings(store: ArtifactStore, key: str) -> tuple[Any, list[str]]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        found = store.get(key)
+    return found, [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+
+
+RECORDS = {
+    "a list": b"[1, 2, 3]",
+    "a string": b'"artifact"',
+    "nested 200,000 deep": b'{"files": ' + b"[" * 200_000 + b"]" * 200_000 + b"}",
+}
+
+
+@pytest.mark.parametrize("case", [*RECORDS, "a non-ASCII signature", "a string at the entry's key"])
+def test_a_lying_artifact_entry_is_that_keys_miss_and_is_overwritten(
+    case: str, redis_server: RedisServer, artifacts: list[CompiledArtifact], tmp_path: Path
+) -> None:
+    bad, good = artifacts
+    signing: dict[str, Any] = {}
+    if case == "a non-ASCII signature":
+        key_file = tmp_path / "kiln.key"
+        key_file.write_bytes(b"k" * 32)
+        key_file.chmod(0o600)
+        signing = {"remote_key_file": key_file}
+    machine_a = remote_store(tmp_path / "a", redis_server.url, **signing)
+    machine_a.put(bad)
+    machine_a.put(good)
+    client: Any = redis_server.client()
+    if case in RECORDS:
+        client.hset(name_of(bad.key), "artifact.json", RECORDS[case])
+    elif case == "a non-ASCII signature":
+        client.hset(name_of(bad.key), "kiln-signature", "\u00e9\u00ff".encode() * 16)
+    else:
+        client.delete(name_of(bad.key))
+        client.set(name_of(bad.key), b"not a hash")
+
+    machine_b = remote_store(tmp_path / "b", redis_server.url, **signing)
+    found, messages = get_with_warnings(machine_b, bad.key)
+    assert found is None
+    assert len(messages) == 1, messages
+    assert bad.key[:16] in messages[0]
+    assert not machine_b.path_for(bad.key).exists()
+    remote: Any = machine_b.remote
+    assert not remote.client.breaker.is_open  # one key's miss, not the server's outage...
+    found, messages = get_with_warnings(machine_b, good.key)  # ...the next key still comes from Redis
+    assert found is not None
+    assert messages == []
+    machine_b.put(bad)  # the next verified local result overwrites the bad entry
+    assert remote_store(tmp_path / "c", redis_server.url, **signing).get(bad.key) is not None
+
+
+def test_a_value_over_the_limit_is_refused_before_it_is_read(
+    redis_server: RedisServer, artifacts: list[CompiledArtifact], tmp_path: Path
+) -> None:
+    bad, good = artifacts
+    machine_a = remote_store(tmp_path / "a", redis_server.url)
+    machine_a.put(good)
+    client: Any = redis_server.client()
+    client.hset(name_of(bad.key), "artifact.json", b"\0" * (256 << 20))  # 256 MiB
+    del client
+
+    machine_b = remote_store(tmp_path / "b", redis_server.url, remote_max_entry_mb=16)
+    tracemalloc.start()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert machine_b.remote is not None
+            assert machine_b.remote.fetch(bad.key) is None
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 16 << 20, f"fetching a 256 MiB entry cost {peak >> 20} MiB"
+    messages = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert len(messages) == 1, messages
+    assert "KILN_REMOTE_MAX_ENTRY_MB" in messages[0]
+    assert machine_b.get(good.key) is not None  # the server is fine: the next key is read
