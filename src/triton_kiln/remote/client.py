@@ -28,6 +28,7 @@ Each hit renews its key's TTL (a sliding expiry: entries in use stay, unused one
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -57,6 +58,7 @@ class RedisClient:
         self.timeout_s = timeout_s
         self.breaker = CircuitBreaker(self.where, retry_s)
         self._idle: list[Connection] = []
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     def _request(
@@ -107,6 +109,8 @@ class RedisClient:
 
     def _take(self) -> Connection | None:
         with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's sockets are the parent's to use
+                self._idle, self._pid = [], os.getpid()
             return self._idle.pop() if self._idle else None
 
     def _give(self, conn: Connection) -> None:
