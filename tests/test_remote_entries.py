@@ -2,7 +2,8 @@
 or is nested 200,000 deep, a non-ASCII signature, a key holding another type, a 256 MiB value
 over a 16 MiB limit. Each is that key's miss with one warning (never an exception, never the
 breaker opened for the other keys), and the next local compile overwrites it; the oversized
-value is refused from its declared length, its peak memory measured."""
+value is refused from its declared length, its peak memory measured. And kiln's own client
+logs in as the URL says: a password, a database number, a Unix socket."""
 
 from __future__ import annotations
 
@@ -133,3 +134,46 @@ def test_a_value_over_the_limit_is_refused_before_it_is_read(
     assert len(messages) == 1, messages
     assert "KILN_REMOTE_MAX_ENTRY_MB" in messages[0]
     assert machine_b.get(good.key) is not None  # the server is fine: the next key is read
+
+
+def test_password_database_number_and_unix_socket_urls_reach_the_server(
+    artifacts: list[CompiledArtifact], tmp_path: Path
+) -> None:
+    import subprocess
+    import time
+
+    import redis
+
+    from redis_server import free_port
+
+    port, sock = free_port(), tmp_path / "redis.sock"
+    proc = subprocess.Popen(
+        [str(REDIS_SERVER), "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no",
+         "--requirepass", "s3cr/t", "--unixsocket", str(sock), "--unixsocketperm", "700",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        client: Any = redis.Redis(host="127.0.0.1", port=port, password="s3cr/t", db=3)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                assert time.monotonic() < deadline, "redis-server did not start"
+                time.sleep(0.05)
+        bad, good = artifacts
+        tcp = remote_store(tmp_path / "a", f"redis://:s3cr%2Ft@127.0.0.1:{port}/3")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            tcp.put(good)
+            assert client.exists(name_of(good.key))  # in database 3
+            unix = remote_store(tmp_path / "b", f"unix://:s3cr%2Ft@{sock}?db=3")
+            assert unix.get(good.key) is not None
+        wrong = remote_store(tmp_path / "c", f"redis://:wrong@127.0.0.1:{port}/3")
+        with pytest.warns(CacheWarning, match="goes on with its local cache"):
+            assert wrong.get(bad.key) is None  # refused login: a server fault, one warning
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
