@@ -26,7 +26,7 @@ Text = Annotated[str, StringConstraints(max_length=4096)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
 
 
 class FileRecord(_Strict):

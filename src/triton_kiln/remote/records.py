@@ -41,7 +41,7 @@ class BadEntry(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True)
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True, defer_build=True, allow_inf_nan=False)
 
 
 class ConfigResultRecord(_Strict):

@@ -81,7 +81,7 @@ class RemoteTuningDatabase:
             if self.signer is not None and not self.signer.verify(name, payload, signature):
                 raise BadEntry("not signed with KILN_REMOTE_KEY_FILE's key")
             self.local.import_run(_checked_run(payload, identity))
-        except (EntryRefused, BadEntry, TuningDatabaseError) as exc:
+        except (EntryRefused, ValueError, TypeError, TuningDatabaseError) as exc:  # BadEntry is a ValueError
             warnings.warn(
                 f"kiln: the remote cache {self.where} holds an invalid tuning run for "
                 f"{identity['key_repr'][:200]} at {name} ({exc}); it is ignored, the kernel is tuned "
