@@ -3,7 +3,8 @@ or is nested 200,000 deep, a non-ASCII signature, a key holding another type, a 
 over a 16 MiB limit. Each is that key's miss with one warning (never an exception, never the
 breaker opened for the other keys), and the next local compile overwrites it; the oversized
 value is refused from its declared length, its peak memory measured. And kiln's own client
-logs in as the URL says: a password, a database number, a Unix socket."""
+logs in as the URL says: a password, a database number, a Unix socket, TLS with the server's
+certificate verified."""
 
 from __future__ import annotations
 
@@ -174,6 +175,52 @@ def test_password_database_number_and_unix_socket_urls_reach_the_server(
         wrong = remote_store(tmp_path / "c", f"redis://:wrong@127.0.0.1:{port}/3")
         with pytest.warns(CacheWarning, match="goes on with its local cache"):
             assert wrong.get(bad.key) is None  # refused login: a server fault, one warning
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_a_rediss_url_verifies_the_servers_certificate(
+    artifacts: list[CompiledArtifact], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+    import subprocess
+    import time
+
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate with")
+    key, cert = tmp_path / "server.key", tmp_path / "server.crt"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kiln-test",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    from redis_server import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(REDIS_SERVER), "--bind", "127.0.0.1", "--port", "0", "--tls-port", str(port), "--save", "",
+         "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(cert),
+         "--tls-auth-clients", "no", "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(0.5)
+        if proc.poll() is not None:
+            pytest.skip("this redis-server has no TLS")
+        _, good = artifacts
+        url = f"rediss://127.0.0.1:{port}/0"
+        untrusted = remote_store(tmp_path / "a", url, remote_timeout_s=2.0)
+        with pytest.warns(CacheWarning, match="CERTIFICATE_VERIFY_FAILED"):
+            untrusted.put(good)  # a certificate no CA of this machine signed: refused
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        trusted = remote_store(tmp_path / "b", url, remote_timeout_s=2.0, remote_retry_s=0.01)
+        time.sleep(0.05)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            trusted.put(good)
+            again = remote_store(tmp_path / "c", url, remote_timeout_s=2.0, remote_retry_s=0.01)
+            assert again.get(good.key) is not None
     finally:
         proc.terminate()
         proc.wait(timeout=10)
