@@ -1,8 +1,8 @@
 """kiln's remote cache on Redis: artifacts and finished tuning runs shared by machines.
 
 Imported only when ``KILN_REMOTE_CACHE`` is set (by the pool, where it opens its artifact
-store, and by the autotuner, where it opens the tuning database); ``redis`` is imported only
-by :mod:`triton_kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
+store, and by the autotuner, where it opens the tuning database). kiln speaks RESP2 itself
+(:mod:`triton_kiln.remote.resp`): no Redis client package is needed or imported.
 
 ::
 
