@@ -6,6 +6,8 @@
 * ``"integer"``: ``HGETALL``/``GET`` answered with an integer, and ``EXEC`` too (the write path);
 * ``"bulk"``: ``HGETALL`` answered with a bulk string, ``GET`` with an array;
 * ``"map-with-integer"``: ``HGETALL`` answered with a field whose value is an integer;
+* ``"integer-exec"``: reads answered as Redis does for a missing key, writes (``EXEC``,
+  ``SET``) with an integer: only the write path, on the pool's manager thread, meets the lie;
 * ``"dribble"``: every reply a long bulk string, one byte every 0.25 s (for up to 30 s);
 * ``"silent"``: reads every command and never answers.
 
@@ -21,7 +23,7 @@ import threading
 import time
 from types import TracebackType
 
-WRONG_TYPES = ("ok", "integer", "bulk", "map-with-integer")
+WRONG_TYPES = ("ok", "integer", "bulk", "map-with-integer", "integer-exec")
 """Servers that answer at once, with replies of types the commands never return."""
 KINDS = (*WRONG_TYPES, "dribble", "silent")
 
@@ -33,6 +35,7 @@ _READS = {
         b"GET": b"*2\r\n$1\r\na\r\n:1\r\n",
         b"EXEC": b"*1\r\n*1\r\n:1\r\n",
     },
+    "integer-exec": {b"HGETALL": b"*0\r\n", b"GET": b"$-1\r\n", b"EXPIRE": b":0\r\n", b"EXEC": b":3\r\n"},
 }
 
 
