@@ -6,7 +6,9 @@ extension is optional: where it cannot be built (no compiler, no Python headers)
 on without it, and kiln builds it at first use or, failing that, launches through Triton's
 launcher (see ``triton_kiln/launch/native.py``). ``LAUNCHER_SOURCE_SHA256`` records which source the
 module was built from, so kiln never uses one built from a different ``_kiln_launch.c`` (an
-editable install whose C source was edited since).
+editable install whose C source was edited since). Release wheels come from
+``.ci/build_wheels.py``, which builds this extension with ``zig cc`` for glibc 2.27 through
+``CC``/``LDSHARED`` (docs/RELEASING.md); nothing here is specific to one compiler.
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
-# record (bench/record_tuning.sh), ranks-gpus (#22 item 3: node-share GPU tests, two ranks on two GPUs),
+# record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
 # inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm,
-# farm-tests); the order for a session: docs/notes/next-gpu-round.md. Two at once on a two-GPU
+# farm-tests). Two at once on a two-GPU
 # machine, one per GPU: bench/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).

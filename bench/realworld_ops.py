@@ -7,10 +7,9 @@ in the kiln arms), and ``build()``, which makes seeded CUDA inputs and returns a
 across processes. Shapes are real-world but modest, so that the slowest arm (Triton's
 sequential first call over ~100 configs) stays within about two minutes per op on an H100.
 
-Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, torchao 0.18.0; see
-docs/notes/realworld-study.md and docs/notes/realworld-new-libraries.md):
+Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, torchao 0.18.0):
 
-* ``liger_dyt_fwdbwd_16384x4096`` (issue 21's size: 128 MB per bf16 tensor) and
+* ``liger_dyt_fwdbwd_16384x4096`` (128 MB per bf16 tensor) and
   ``liger_dyt_fwdbwd`` (4096x4096, not in the default set): ``_dyt_fwd_kernel`` and
   ``_dyt_bwd_kernel`` (18 configs each, positional calls, grid function; the backward has
   ``reset_to_zero=["DA"]`` and per-program partial sums);

@@ -1,7 +1,7 @@
 """Shared fixtures: fresh pools on fresh caches, and a leftover-process count after each test.
 
 The whole suite (``python -m pytest``, no paths) runs on several processes where no GPU is and
-pytest-xdist is installed (the dev extra): :func:`pytest_cmdline_main`."""
+pytest-xdist is installed (requirements-dev.txt): :func:`pytest_cmdline_main`."""
 
 from __future__ import annotations
 

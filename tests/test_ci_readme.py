@@ -47,3 +47,15 @@ def test_no_demo_command_is_an_error(tmp_path: Path) -> None:
     out = _command("# x\n\n```bash\npython -m pytest\n```\n", tmp_path)
     assert out.returncode == 1
     assert "kiln demo" in out.stderr
+
+
+def test_the_readmes_first_code_block_is_the_demo_and_the_test_command() -> None:
+    # the first screen a user reads: set-up and demo, then the tests (.ci/run runs both)
+    readme = (ROOT / "README.md").read_text()
+    first = readme.split("```", 2)[1]
+    lines = [line for line in first.splitlines()[1:] if line.strip()]
+    assert first.splitlines()[0] == "bash", first
+    assert lines == [
+        "python -m pip install -e . && kiln demo",
+        "python -m pip install -e . -r requirements-dev.txt && python -m pytest",
+    ], lines

@@ -273,13 +273,11 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
     is right, and this process's CUDA context is alive (a second call, a fresh kernel).
 
     It runs in a process of its own, as a model's process is and as ``bench/inductor_faults.py``
-    runs it: after the other tests of this file had compiled the same 1024^2 mm choices in this
-    process, the sandbox compiled the choices again (62 mm binaries in the fresh Triton cache for
-    20 choices, the sandbox's ``TRITON_*`` variables the same) and so never ran kiln's faulted
-    binary. One cause is fixed (the parent's remembered ptxas version, see
-    test_inductor.py::test_install_after_a_compile_keys_binaries_as_a_fresh_process_does); the
-    test still failed in-process after it, so another is not found yet (docs/INDUCTOR.md, "What
-    is not built"). Alone, it passes on the H100 (2026-11-24)."""
+    runs it: in a process whose other tests compiled the same 1024^2 mm choices with stock
+    Inductor first, the sandbox compiles the choices again (62 mm binaries in the fresh Triton
+    cache for 20 choices, the sandbox's ``TRITON_*`` variables the same) and so never runs kiln's
+    faulted binary (docs/INDUCTOR.md, "Limits"; the ptxas-version part is
+    test_inductor.py::test_install_after_a_compile_keys_binaries_as_a_fresh_process_does)."""
     if os.environ.get(FRESH_PROCESS) != "1":
         _in_fresh_process("test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_sandbox")
         return

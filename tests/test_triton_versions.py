@@ -157,8 +157,10 @@ def _pypi_reachable() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_pip_resolves_kiln_with_torch_2_13_from_the_public_index(tmp_path: Path) -> None:
-    """``pip install kiln torch==2.13.0`` resolves against pypi.org alone (no local indexes).
+def test_kiln_and_torch_2_13_resolve_from_the_public_index(tmp_path: Path) -> None:
+    """A checkout of kiln (its dependencies) with ``torch==2.13.0`` resolves against pypi.org
+    alone (no local indexes): ``pip install --dry-run ... <checkout> torch==2.13.0``. kiln comes
+    from the checkout, everything else from the index; kiln itself is not on the index.
 
     ``--isolated`` drops this machine's pip configuration (its local indexes serve a CPU torch
     build), ``--ignore-installed`` stops the installed torch/triton from satisfying the

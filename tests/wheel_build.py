@@ -20,7 +20,7 @@ _COMPILER = re.compile(r"^(?:.*-)?(?:cc|c\+\+|c89|c99|gcc|g\+\+|clang|clang\+\+|
 def copy_project(dest: Path) -> Path:
     """What a source distribution holds: the build files and ``src`` (no caches, no in-place build)."""
     dest.mkdir(parents=True)
-    for name in ("pyproject.toml", "setup.py", "README.md"):
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE", "MANIFEST.in"):
         shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(
         ROOT / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.egg-info")
@@ -110,10 +110,11 @@ def clean_env(**changes: str) -> dict[str, str]:
 def install_in_venv(wheel: Path, venv: Path) -> Path:
     """A fresh venv with ``wheel`` installed; returns its python.
 
-    ``python -m venv --system-site-packages --without-pip``, plus a ``.pth`` that appends this
-    interpreter's package directories after the venv's own site-packages: torch and triton come
-    along even where this interpreter is itself a venv (whose packages ``--system-site-packages``
-    does not reach), and the venv's ``triton_kiln`` comes first. The wheel is installed by this
+    ``python -m venv --system-site-packages --without-pip``, plus a ``.pth`` (and the module it
+    imports) that appends this interpreter's package directories after the venv's own
+    site-packages: torch and triton come along even where this interpreter is itself a venv
+    (whose packages ``--system-site-packages`` does not reach), and the venv's ``triton_kiln``
+    comes first. The wheel is installed by this
     interpreter's pip run as the venv's python, offline: ``--no-index --no-deps``.
     """
     env = clean_env()
@@ -127,8 +128,24 @@ def install_in_venv(wheel: Path, venv: Path) -> Path:
         text=True,
         env=env,
     ).stdout.strip()
-    line = f"import site, sys; [site.addsitedir(p) for p in {_parent_paths()!r} if p not in sys.path]\n"
-    Path(purelib, "_kiln_test_parent_packages.pth").write_text(line)
+    # A .pth line runs in a function's exec(), whose names a comprehension cannot see before
+    # Python 3.12 (NameError: site): the loop lives in a module the .pth line imports.
+    Path(purelib, "_kiln_test_parent_packages.py").write_text(
+        f"import site, sys\n\nfor path in {_parent_paths()!r}:\n"
+        "    if path not in sys.path:\n        site.addsitedir(path)\n"
+    )
+    Path(purelib, "_kiln_test_parent_packages.pth").write_text("import _kiln_test_parent_packages\n")
+    # site.py reports a failing .pth line on stderr and starts anyway: a silent half-made venv
+    started = subprocess.run(
+        [str(python), "-c", "import triton"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 0, f"the test venv's python cannot import triton:\n{started.stderr}"
+    assert "Error processing line" not in started.stderr, started.stderr
     install = [str(python), "-m", "pip", "install", "--no-index", "--no-deps", "--ignore-installed"]
     result = subprocess.run(
         [*install, "--no-cache-dir", str(wheel)],

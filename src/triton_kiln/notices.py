@@ -2,7 +2,7 @@
 
 kiln logs on ``kiln.*`` loggers and adds only a ``NullHandler`` (the logging HOWTO's rule for a
 library), so with no logging configured its WARNING lines would vanish, where Python's own
-``logging.lastResort`` used to print them. A few warnings are about the user's own setup (a
+``logging.lastResort`` would print them. A few warnings are about the user's own setup (a
 malformed ``KILN_AUTOTUNE``, a misspelt ``KILN_*`` name) and are worthless unseen: :func:`warn`
 logs them as usual when some handler other than a ``NullHandler`` would receive them, and
 otherwise writes the one line to stderr, as ``lastResort`` would have.

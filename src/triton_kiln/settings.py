@@ -600,6 +600,12 @@ def variables() -> dict[str, str]:
     return {name: var for name, (var, _, _) in _ENV.items()}
 
 
+def accepted_values() -> dict[str, str]:
+    """``{setting name: what its KILN_* variable accepts}`` ("0 or 1", "a positive integer"...),
+    in the order of :class:`Settings`: the words of the error a malformed value raises."""
+    return {name: expected for name, (_, _, expected) in _ENV.items()}
+
+
 def unknown_variables(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """``{KILN_* name that is not a setting: the closest setting's variable, or None}``."""
     env = os.environ if environ is None else environ

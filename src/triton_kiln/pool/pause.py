@@ -7,7 +7,7 @@ process's pool-manager thread taking the GIL for each result), the host is slowe
 benchmark with it: on ResNet-50 in max-autotune, Inductor's Triton template choices timed 1.37x
 slower with kiln's pool busy than in stock Inductor (median over 79 choices), its ATen choices
 1.14x, so Inductor picked ATen convolutions stock never picks, and the compiled model ran
-16-20% slower on the host (``bench/inductor_choice_probe.py``, 2026-11-25).
+16-20% slower on the host (``bench/inductor_choice_probe.py`` on an H100).
 
 ::
 
