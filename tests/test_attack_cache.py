@@ -262,7 +262,7 @@ ATTACKS = {
     "fifo-record": "artifact.json is a FIFO",
     "fifo-triton-binary": "add_kernel.cubin is a FIFO",
     "previous-format": "format 1, expected 2",
-    "no-manifest": "lists no per-file checksums",
+    "no-manifest": "files: Field required",
 }
 
 

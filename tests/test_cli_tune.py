@@ -236,7 +236,6 @@ def test_kiln_compiles_binaries_are_the_ones_the_autotuner_looks_up(tmp_path: Pa
 def test_with_a_remote_cache_the_output_says_runs_go_there_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("redis", reason="the redis extra is not installed here (CI installs it)")
     monkeypatch.setenv("KILN_REMOTE_CACHE", "redis://kiln:s3cret@127.0.0.1:1/0")
     result = _tune("tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache"))
     assert result.exit_code == 0, result.output
@@ -245,21 +244,16 @@ def test_with_a_remote_cache_the_output_says_runs_go_there_too(
 
 
 @pytest.mark.usefixtures("fake_gpu")
-def test_a_remote_cache_without_the_redis_package_is_one_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Found on the GPU machine, which has no redis-py: ``KILN_REMOTE_CACHE`` set there ended
-    ``kiln tune`` with a bare ``ModuleNotFoundError``."""
+def test_a_remote_cache_needs_no_redis_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kiln speaks RESP2 itself: ``KILN_REMOTE_CACHE`` works on a machine without redis-py."""
     from triton_kiln import remote
 
     monkeypatch.setitem(sys.modules, "redis", None)  # import redis: ModuleNotFoundError
     monkeypatch.setattr(remote, "_clients", {})
     monkeypatch.setenv("KILN_REMOTE_CACHE", "redis://kiln:s3cret@127.0.0.1:1/0")
     result = _tune("tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache"))
-    assert result.exit_code != 0
-    assert not isinstance(result.exception, ModuleNotFoundError), result.exception
-    assert "the redis package is not installed" in result.output
-    assert "pip install 'triton-kiln[redis]'" in result.output
+    assert result.exit_code == 0, result.output
+    assert "tuning results also in the remote cache redis://kiln:***@127.0.0.1:1/0" in result.output
     assert "s3cret" not in result.output
 
 

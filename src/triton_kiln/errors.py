@@ -67,10 +67,6 @@ class SettingsError(KilnError, ValueError):
     """A ``KILN_*`` variable or a setting has a value kiln cannot use."""
 
 
-class RemoteCacheUnavailableError(SettingsError, ImportError):
-    """``KILN_REMOTE_CACHE`` is set, and the package that talks to that server is not installed."""
-
-
 class TargetError(KilnError):
     """No compile target was given and none could be found on this machine."""
 

@@ -173,18 +173,20 @@ class Settings:
     """``KILN_REMOTE_CACHE``: a Redis server shared by several machines, as a URL
     (``redis://[:password@]host:port/db``, ``rediss://`` for TLS, ``unix:///path.sock?db=0``);
     artifacts and finished tuning runs are read through it and written to it (docs/REMOTE_CACHE.md).
-    Unset: none (and kiln never imports ``redis``)."""
+    Unset: none (and kiln never imports :mod:`triton_kiln.remote`)."""
 
     remote_max_entry_mb: int = 16
     """``KILN_REMOTE_MAX_ENTRY_MB``: MiB one artifact (all its files) may take in the remote cache;
-    larger ones stay local only."""
+    larger ones stay local only, and a remote entry or tuning run that declares more is refused
+    before it is read."""
 
     remote_ttl_days: float | None = 30.0
     """``KILN_REMOTE_TTL_DAYS``: days a remote entry lives after its last write or read (each hit
     renews it); ``0`` or ``none``: no expiry (then cap the server with ``maxmemory``)."""
 
     remote_timeout_s: float = 0.5
-    """``KILN_REMOTE_TIMEOUT_S``: connect and read timeout of each request to the remote cache."""
+    """``KILN_REMOTE_TIMEOUT_S``: deadline of each request to the remote cache (connecting, sending
+    and the whole reply, however slowly the server sends it)."""
 
     remote_retry_s: float = 60.0
     """``KILN_REMOTE_RETRY_S``: after the remote cache fails (unreachable, slow, an error), seconds

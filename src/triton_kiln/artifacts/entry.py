@@ -10,8 +10,10 @@ remote cache and staged in a temporary directory (:meth:`ArtifactStore.adopt
 <triton_kiln.artifacts.store.ArtifactStore.adopt>`): the record's format and key, each file named in
 the manifest opened through :mod:`triton_kiln.artifacts.confined` and matched against its recorded
 size and sha256, the binary against ``binary_sha256``, and ``triton/`` (if present) against the
-verified bytes. Anything else raises :class:`~triton_kiln.errors.ArtifactError` (or ``OSError``,
-``ValueError``, ``KeyError``, ``TypeError`` from a malformed record: :data:`READ_ERRORS`).
+verified bytes. The record and the metadata are parsed by :mod:`triton_kiln.artifacts.record`
+(typed, bounded, depth-limited) before any of them is used. Anything else raises
+:class:`~triton_kiln.errors.ArtifactError` (or ``OSError``, or ``ValueError`` from a malformed
+record: :data:`READ_ERRORS`).
 """
 
 from __future__ import annotations
@@ -20,13 +22,12 @@ import hashlib
 import json
 import os
 import time
-from typing import Any
 
 from triton_kiln.artifacts import confined
 from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
+from triton_kiln.artifacts.record import RECORD, ArtifactRecord, parse_object, parse_record
 from triton_kiln.errors import ArtifactError
 
-RECORD = "artifact.json"
 TRITON_DIR = "triton"
 MAX_RECORD_BYTES = 1 << 20
 READ_ERRORS = (OSError, ValueError, KeyError, TypeError, ArtifactError)
@@ -67,54 +68,30 @@ def entry_files(artifact: CompiledArtifact) -> dict[str, bytes]:
 
 def read_entry(entry_fd: int, key: str) -> CompiledArtifact:
     """The artifact in the entry open as ``entry_fd``, every served file verified (see the docstring)."""
-    record = json.loads(confined.read_file(entry_fd, RECORD, max_size=MAX_RECORD_BYTES))
-    if not isinstance(record, dict):
-        raise ArtifactError(f"{RECORD} holds {type(record).__name__}, not a record")
-    if record.get("format") != ARTIFACT_FORMAT:
-        raise ArtifactError(f"format {record.get('format')!r}, expected {ARTIFACT_FORMAT}")
-    if record["key"] != key:
-        raise ArtifactError(f"entry holds key {str(record['key'])[:12]}..., not {key[:12]}...")
+    record = parse_record(confined.read_file(entry_fd, RECORD, max_size=MAX_RECORD_BYTES), ARTIFACT_FORMAT)
+    if record.key != key:
+        raise ArtifactError(f"entry holds key {record.key[:12]}..., not {key[:12]}...")
     listed = manifest(record)
-    binary = _served(entry_fd, listed, record["binary_file"])
-    metadata_bytes = _served(entry_fd, listed, record["metadata_file"])
-    asm_names = record.get("asm", {})
-    if not isinstance(asm_names, dict):
-        raise ArtifactError("the record's 'asm' is not a mapping")
-    metadata = json.loads(metadata_bytes)
-    if not isinstance(metadata, dict):
-        raise ArtifactError(f"{record['metadata_file']} holds {type(metadata).__name__}, not metadata")
+    binary = _served(entry_fd, listed, record.binary_file)
+    metadata_bytes = _served(entry_fd, listed, record.metadata_file)
     artifact = CompiledArtifact(
         key=key,
-        name=record["name"],
+        name=record.name,
         binary=binary,
-        binary_ext=record["binary_ext"],
-        metadata=metadata,
-        asm={str(ext): _served(entry_fd, listed, name).decode() for ext, name in asm_names.items()},
-        compile_s=float(record["compile_s"]),
+        binary_ext=record.binary_ext,
+        metadata=parse_object(metadata_bytes, record.metadata_file),
+        asm={ext: _served(entry_fd, listed, name).decode() for ext, name in record.asm.items()},
+        compile_s=record.compile_s,
     )
-    if artifact.binary_sha256 != record["binary_sha256"]:
+    if artifact.binary_sha256 != record.binary_sha256:
         raise ArtifactError("binary checksum mismatch")
-    _check_triton_copy(entry_fd, {record["binary_file"]: binary, record["metadata_file"]: metadata_bytes})
+    _check_triton_copy(entry_fd, {record.binary_file: binary, record.metadata_file: metadata_bytes})
     return artifact
 
 
-def manifest(record: Any) -> dict[str, tuple[str, int]]:
+def manifest(record: ArtifactRecord) -> dict[str, tuple[str, int]]:
     """``{file name: (sha256, size)}`` from the record, every name checked to stay in the entry."""
-    files = record.get("files")
-    if not isinstance(files, dict):
-        raise ArtifactError(f"{RECORD} lists no per-file checksums (an older or damaged entry)")
-    if not isinstance(record, dict):
-        raise ArtifactError(f"{RECORD} holds {type(record).__name__}, not a record")
-    checked: dict[str, tuple[str, int]] = {}
-    for name, item in files.items():
-        confined.check_name(name)
-        if not isinstance(item, dict):
-            raise ArtifactError(f"the manifest's record of {name!r} is not a mapping")
-        digest, size = item["sha256"], item["size"]
-        if not isinstance(digest, str) or not isinstance(size, int) or isinstance(size, bool) or size < 0:
-            raise ArtifactError(f"the manifest's record of {name!r} has a malformed sha256 or size")
-        checked[name] = (digest, size)
-    return checked
+    return {confined.check_name(name): (item.sha256, item.size) for name, item in record.files.items()}
 
 
 def _served(entry_fd: int, manifest: dict[str, tuple[str, int]], name: object) -> bytes:

@@ -47,7 +47,6 @@ cleared by another process) is a plain miss, without a warning.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -63,6 +62,7 @@ from typing import Protocol
 from triton_kiln.artifacts import confined, usage
 from triton_kiln.artifacts import entry as entry_mod
 from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
+from triton_kiln.artifacts.record import RECORD, parse_record
 from triton_kiln.errors import ArtifactError, CacheDirError
 
 log = logging.getLogger("kiln.cache")
@@ -89,7 +89,7 @@ class RemoteEntries(Protocol):
     def publish(self, key: str, files: Mapping[str, bytes]) -> None: ...
 
 
-_RECORD = entry_mod.RECORD
+_RECORD = RECORD
 _STALE_TMP_S = usage.STALE_TMP_S
 _READ_ERRORS = entry_mod.READ_ERRORS
 _RESCAN_S = 300.0
@@ -172,7 +172,9 @@ class ArtifactStore:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{key[:16]}-"))
         try:
-            record = json.loads(files[_RECORD][: entry_mod.MAX_RECORD_BYTES + 1])
+            if len(files.get(_RECORD, b"")) > entry_mod.MAX_RECORD_BYTES:
+                raise ArtifactError(f"{_RECORD} is over {entry_mod.MAX_RECORD_BYTES} bytes")
+            record = parse_record(files.get(_RECORD, b""), ARTIFACT_FORMAT)
             unlisted = set(files) - set(entry_mod.manifest(record)) - {_RECORD}
             if unlisted:
                 raise ArtifactError(f"the entry holds files its manifest does not list: {sorted(unlisted)}")

@@ -1,8 +1,8 @@
 """kiln's remote cache on Redis: artifacts and finished tuning runs shared by machines.
 
 Imported only when ``KILN_REMOTE_CACHE`` is set (by the pool, where it opens its artifact
-store, and by the autotuner, where it opens the tuning database); ``redis`` is imported only
-by :mod:`triton_kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
+store, and by the autotuner, where it opens the tuning database). kiln speaks RESP2 itself
+(:mod:`triton_kiln.remote.resp`): no Redis client package is needed or imported.
 
 ::
 
@@ -15,8 +15,10 @@ by :mod:`triton_kiln.remote.client`, the optional extra ``triton-kiln[redis]``.
                              entry, then installed
     Autotuner -> RemoteTuningDatabase (tuning.py) -> local SQLite -> on a miss, Redis
 
-    RedisClient (client.py): one per URL and process, short timeouts, no retries, and a
-    CircuitBreaker (health.py): a failure opens it for KILN_REMOTE_RETRY_S, one warning.
+    RedisClient (client.py): one per URL and process; kiln's own RESP2 connections
+    (connection.py, resp.py): one deadline per request, values refused from their declared
+    length; a CircuitBreaker (health.py): a server fault opens it for KILN_REMOTE_RETRY_S, one
+    warning; a bad entry is that key's miss (records.py validates every entry).
     Signer (signing.py): with KILN_REMOTE_KEY_FILE, HMAC-SHA256 on what is written and read.
 
 Names in Redis: :mod:`triton_kiln.remote.names`. Set-up, what is verified, failure behaviour and
@@ -25,6 +27,7 @@ sizes: docs/REMOTE_CACHE.md.
 
 from __future__ import annotations
 
+import atexit
 import threading
 
 from triton_kiln.remote.artifacts import RemoteArtifacts
@@ -63,6 +66,15 @@ def client_for(settings: Settings) -> RedisClient:
         return client
 
 
+@atexit.register
+def _close_clients() -> None:
+    """Close the clients' idle connections at exit (the server sees a clean close)."""
+    with _clients_lock:
+        clients = list(_clients.values())
+    for client in clients:
+        client.close()
+
+
 def _ttl_s(settings: Settings) -> int | None:
     days = settings.remote_ttl_days
     return None if days is None else max(1, round(days * 86400))
@@ -85,4 +97,10 @@ def remote_artifacts(settings: Settings) -> RemoteArtifacts:
 
 def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningDatabase:
     """``local`` with ``settings.remote_cache`` behind it."""
-    return RemoteTuningDatabase(local, client_for(settings), ttl_s=_ttl_s(settings), signer=_signer(settings))
+    return RemoteTuningDatabase(
+        local,
+        client_for(settings),
+        ttl_s=_ttl_s(settings),
+        signer=_signer(settings),
+        max_entry_bytes=settings.remote_max_entry_mb << 20,
+    )

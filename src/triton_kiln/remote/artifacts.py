@@ -22,9 +22,12 @@ import logging
 import warnings
 from collections.abc import Mapping
 
+from triton_kiln.artifacts.record import RECORD
 from triton_kiln.artifacts.store import CacheWarning
-from triton_kiln.remote.client import RedisClient
+from triton_kiln.remote import records
+from triton_kiln.remote.client import EntryRefused, RedisClient
 from triton_kiln.remote.names import artifact_name
+from triton_kiln.remote.records import BadEntry
 from triton_kiln.remote.signing import FIELD, Signer
 
 log = logging.getLogger("kiln.remote")
@@ -47,38 +50,33 @@ class RemoteArtifacts:
         """Entries read from the remote (verified or not: the store decides)."""
         self.published = 0
         """Entries the server took."""
+        self.refused = 0
+        """Entries read but refused (too large, malformed, not signed): each a miss with a warning."""
         self.too_large = 0
         """Entries kept local because they were over :attr:`max_entry_bytes`."""
 
     def fetch(self, key: str) -> dict[str, bytes] | None:
-        raw = self.client.read_hash(artifact_name(key), self.ttl_s)
-        if raw is None:
-            return None
-        self.fetched += 1
-        size = sum(len(data) for data in raw.values())
-        if size > self.max_entry_bytes:  # kiln never writes one: not staged on disk at all
+        """``key``'s files, or ``None``: missing, no answer, or refused with one warning (never raises)."""
+        name = artifact_name(key)
+        try:
+            raw = self.client.read_hash(name, self.ttl_s, self.max_entry_bytes)
+            if raw is None:
+                return None
+            self.fetched += 1
+            files, signature = records.artifact_hash(raw)
+            if self.signer is not None and not self.signer.verify(name, files.get(RECORD, b""), signature):
+                why = "not signed" if signature is None else "signed with another key, or altered"
+                raise BadEntry(f"it is {why} (KILN_REMOTE_KEY_FILE)")
+        except (EntryRefused, BadEntry) as exc:
+            self.refused += 1
             warnings.warn(
-                f"kiln remote cache entry {key[:16]}... from {self.where} holds {size} bytes, more than "
-                f"KILN_REMOTE_MAX_ENTRY_MB allows; it was not loaded and will be compiled here",
+                f"kiln remote cache entry {key[:16]}... from {self.where} was refused ({exc}); it was "
+                f"not loaded and will be compiled here, and the compile replaces it",
                 CacheWarning,
                 stacklevel=3,
             )
             return None
-        signature = raw.pop(FIELD.encode(), None)
-        if self.signer is not None and not self.signer.verify(
-            artifact_name(key), raw.get(b"artifact.json", b""), signature
-        ):
-            why = "not signed" if signature is None else "signed with another key, or altered"
-            warnings.warn(
-                f"kiln remote cache entry {key[:16]}... from {self.where} is {why} "
-                f"(KILN_REMOTE_KEY_FILE); it was not loaded and will be compiled here",
-                CacheWarning,
-                stacklevel=3,
-            )
-            return None
-        # a name that is not UTF-8 (kiln never writes one) becomes one the manifest does not
-        # list, so the entry fails verification in ArtifactStore.adopt
-        return {name.decode("utf-8", "replace"): data for name, data in raw.items()}
+        return files
 
     def publish(self, key: str, files: Mapping[str, bytes]) -> None:
         size = sum(len(data) for data in files.values())

@@ -43,8 +43,11 @@ class Signer:
     def verify(self, name: str, data: bytes, signature: bytes | str | None) -> bool:
         if signature is None:
             return False
-        given = signature.decode("ascii", "replace") if isinstance(signature, bytes) else signature
-        return hmac.compare_digest(self.sign(name, data), given)
+        try:  # compare_digest takes ASCII strings only: anything else is no signature of kiln's
+            given = signature if isinstance(signature, bytes) else signature.encode("ascii")
+        except UnicodeEncodeError:
+            return False
+        return hmac.compare_digest(self.sign(name, data).encode(), given)
 
 
 def split_signed(value: bytes) -> tuple[bytes | None, bytes]:

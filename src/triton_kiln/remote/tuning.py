@@ -5,9 +5,11 @@ through to the remote on a miss and writes each finished run to it.
 
     lookup(identity)    local database? -> its run
         miss -> GET kiln:r1:tuning:s<schema>:<sha256(identity)>
-             -> TuningRun.from_json (every field validated, as a run read from SQLite), its
-                identity equal to the one asked for, finished -> recorded in the local database
-                (so the next lookup is local) and returned; else a CacheWarning and a miss
+             -> refused unread if over KILN_REMOTE_MAX_ENTRY_MB (client.py)
+             -> records.tuning_run (a typed, bounded, depth-limited record, then
+                TuningRun.from_json), its identity equal to the one asked for, finished
+             -> TuningDatabase.import_run: recorded locally in one transaction (so the next
+                lookup is local) and returned; else one CacheWarning and a miss, nothing recorded
     finish_run(run)     finished locally -> the run as the local database holds it -> SET (JSON)
 
 A run is data (which config was fastest, its timings), not code: the binary of its best config
@@ -24,11 +26,14 @@ from pathlib import Path
 from types import TracebackType
 
 from triton_kiln.artifacts.store import CacheWarning
-from triton_kiln.remote.client import RedisClient
+from triton_kiln.remote import records
+from triton_kiln.remote.client import EntryRefused, RedisClient
 from triton_kiln.remote.names import tuning_name
-from triton_kiln.remote.signing import PREFIX, Signer, split_signed
+from triton_kiln.remote.records import BadEntry
+from triton_kiln.remote.signing import PREFIX, Signer
 from triton_kiln.tuning.db import TuningDatabase
 from triton_kiln.tuning.results import ConfigResult, TuningRun
+from triton_kiln.tuning.schema import TuningDatabaseError
 
 _IDENTITY = ("kernel_key", "key_repr", "device_name", "capability", "triton_version")
 
@@ -37,9 +42,17 @@ class RemoteTuningDatabase:
     """A :class:`~triton_kiln.tuning.TuningDatabase` (``local``) with a remote behind it (see above)."""
 
     def __init__(
-        self, local: TuningDatabase, client: RedisClient, *, ttl_s: int | None, signer: Signer | None = None
+        self,
+        local: TuningDatabase,
+        client: RedisClient,
+        *,
+        ttl_s: int | None,
+        signer: Signer | None = None,
+        max_entry_bytes: int = 16 << 20,
     ) -> None:
         self.local = local
+        self.max_entry_bytes = max_entry_bytes
+        """A run read from the remote larger than this is refused unread (``KILN_REMOTE_MAX_ENTRY_MB``)."""
         self.signer = signer
         self.path: Path = local.path
         self.client = client
@@ -60,40 +73,25 @@ class RemoteTuningDatabase:
         values = (kernel_key, key_repr, device_name, capability, triton_version)
         identity = dict(zip(_IDENTITY, values, strict=True))
         name = tuning_name(identity)
-        raw = self.client.read_value(name, self.ttl_s)
-        if raw is None:
-            return None
-        signature, payload = split_signed(raw)
         try:
+            raw = self.client.read_value(name, self.ttl_s, self.max_entry_bytes)
+            if raw is None:
+                return None
+            signature, payload = records.signed_payload(raw)
             if self.signer is not None and not self.signer.verify(name, payload, signature):
-                raise ValueError("not signed with KILN_REMOTE_KEY_FILE's key")
-            run = _checked_run(payload, identity)
-        except (ValueError, TypeError, KeyError) as exc:
+                raise BadEntry("not signed with KILN_REMOTE_KEY_FILE's key")
+            self.local.import_run(_checked_run(payload, identity))
+        except (EntryRefused, ValueError, TypeError, TuningDatabaseError) as exc:  # BadEntry is a ValueError
             warnings.warn(
                 f"kiln: the remote cache {self.where} holds an invalid tuning run for "
-                f"{identity['key_repr']} ({type(exc).__name__}: {exc}); it is ignored and the kernel "
-                f"is tuned here",
+                f"{identity['key_repr'][:200]} at {name} ({exc}); it is ignored, the kernel is tuned "
+                f"here, and the run tuned here replaces it",
                 CacheWarning,
                 stacklevel=2,
             )
             return None
-        self._import(run)
         self.imported += 1
         return self.local.lookup(kernel_key, key_repr, device_name, capability, triton_version)
-
-    def _import(self, run: TuningRun) -> None:
-        run_id = self.local.begin_run(
-            run.kernel,
-            run.kernel_key,
-            run.key_repr,
-            run.device_name,
-            run.capability,
-            run.triton_version,
-            run.default_label,
-        )
-        for result in run.results:
-            self.local.record(run_id, result)
-        self.local.finish_run(run_id, run.best_label, run.wall_s, run.first_result_s, split=run.split)
 
     # -- writing: the local database, then the finished run to the remote -------------------
 
@@ -159,11 +157,11 @@ class RemoteTuningDatabase:
 
 
 def _checked_run(raw: bytes, identity: Mapping[str, str]) -> TuningRun:
-    """The run in ``raw``, validated, for exactly ``identity`` and finished (else ``ValueError``)."""
-    run = TuningRun.from_json(json.loads(raw))
+    """The run in ``raw``, validated, for exactly ``identity`` and finished (else :class:`BadEntry`)."""
+    run = records.tuning_run(raw)
     for name, wanted in identity.items():
         if getattr(run, name) != wanted:
-            raise ValueError(f"the run's {name} is {getattr(run, name)!r}, not {wanted!r}")
+            raise BadEntry(f"the run's {name} is {str(getattr(run, name))[:80]!r}, not {wanted[:80]!r}")
     if not run.finished:
-        raise ValueError("the run is not finished")
+        raise BadEntry("the run is not finished")
     return run

@@ -73,6 +73,10 @@ from triton_kiln.tuning.schema import (
     path_source,
     transaction,
 )
+from triton_kiln.tuning.writes import CONFIG_COLUMNS
+from triton_kiln.tuning.writes import finish as _finish
+from triton_kiln.tuning.writes import insert_result as _insert_result
+from triton_kiln.tuning.writes import insert_run as _insert_run
 
 __all__ = ["SCHEMA_VERSION", "TuningDatabase", "TuningDatabaseError", "default_database_path"]
 
@@ -82,10 +86,7 @@ _RUN_COLUMNS = (
     "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
     "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json"
 )
-_CONFIG_COLUMNS = (
-    "label, config_json, status, reason, compile_s, runtime_ms, runtime_ms_p20, runtime_ms_p80, "
-    "max_abs_diff, artifact_key, screen_ms"
-)
+_CONFIG_COLUMNS = CONFIG_COLUMNS
 _IDENTITY = "kernel_key = ? AND key_repr = ? AND device_name = ? AND capability = ? AND triton_version = ?"
 
 # Connections inherited through fork() are abandoned, never closed or finalised in the child
@@ -195,16 +196,9 @@ class TuningDatabase:
         default_label: str | None,
     ) -> int:
         """Start a run; returns its id, for :meth:`record` and :meth:`finish_run`."""
+        identity = (kernel, kernel_key, key_repr, device_name, capability, triton_version)
         with self._connection("begin a run in", write=True) as conn, transaction(conn, immediate=True):
-            cursor = conn.execute(
-                "INSERT INTO runs (kernel, kernel_key, key_repr, device_name, capability, triton_version, "
-                "started_at, default_label) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (kernel, kernel_key, key_repr, device_name, capability, triton_version, time.time(),
-                 default_label),
-            )  # fmt: skip
-            run_id = cursor.lastrowid
-        assert run_id is not None
-        return run_id
+            return _insert_run(conn, identity, default_label)
 
     def record(self, run_id: int, result: ConfigResult) -> None:
         """Store one config's result, committed before returning.
@@ -212,34 +206,9 @@ class TuningDatabase:
         Recording a label twice in a run replaces the earlier result (keeping its place in
         the run's order). A finished run cannot be changed.
         """
-        config_json = json.dumps(result.config, allow_nan=False)
         with self._connection("record a result in", write=True) as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, f"record config {result.label!r}")
-            conn.execute(
-                f"INSERT INTO configs (run_id, {_CONFIG_COLUMNS}, recorded_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (run_id, label) DO UPDATE SET config_json = excluded.config_json, "
-                "status = excluded.status, reason = excluded.reason, compile_s = excluded.compile_s, "
-                "runtime_ms = excluded.runtime_ms, runtime_ms_p20 = excluded.runtime_ms_p20, "
-                "runtime_ms_p80 = excluded.runtime_ms_p80, max_abs_diff = excluded.max_abs_diff, "
-                "artifact_key = excluded.artifact_key, screen_ms = excluded.screen_ms, "
-                "recorded_at = excluded.recorded_at",
-                (
-                    run_id,
-                    result.label,
-                    config_json,
-                    result.status,
-                    result.reason,
-                    result.compile_s,
-                    result.runtime_ms,
-                    result.runtime_ms_p20,
-                    result.runtime_ms_p80,
-                    result.max_abs_diff,
-                    result.artifact_key,
-                    result.screen_ms,
-                    time.time(),
-                ),
-            )
+            _insert_result(conn, run_id, result)
 
     def finish_run(
         self,
@@ -253,24 +222,26 @@ class TuningDatabase:
         """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
         the label of a recorded result (or ``None`` when no config worked); ``split`` is
         :attr:`TuningRun.split` (where the wall time went)."""
-        split_json = None if split is None else json.dumps(dict(split), allow_nan=False)
         with self._connection("finish a run in", write=True) as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, "finish it")
-            if (
-                best_label is not None
-                and not conn.execute(
-                    "SELECT 1 FROM configs WHERE run_id = ? AND label = ?", (run_id, best_label)
-                ).fetchone()
-            ):
-                raise TuningDatabaseError(
-                    f"cannot finish run {run_id} with best config {best_label!r}: no result with that "
-                    f"label was recorded in it. record() the best config's result first."
-                )
-            conn.execute(
-                "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ?, "
-                "split_json = ? WHERE id = ?",
-                (time.time(), best_label, wall_s, first_result_s, split_json, run_id),
-            )
+            _finish(conn, run_id, best_label, wall_s, first_result_s, split)
+
+    def import_run(self, run: TuningRun) -> None:
+        """Record ``run`` (finished elsewhere: a remote cache's) in one transaction, so a run that
+        fails part-way (a bad best label, a full disk) leaves nothing behind, finished or not."""
+        identity = (
+            run.kernel,
+            run.kernel_key,
+            run.key_repr,
+            run.device_name,
+            run.capability,
+            run.triton_version,
+        )
+        with self._connection("import a run into", write=True) as conn, transaction(conn, immediate=True):
+            run_id = _insert_run(conn, identity, run.default_label)
+            for result in run.results:
+                _insert_result(conn, run_id, result)
+            _finish(conn, run_id, run.best_label, run.wall_s, run.first_result_s, run.split)
 
     def record_adoption(self, run_id: int, waited_s: float) -> None:
         """This process adopted finished run ``run_id`` after waiting ``waited_s`` for another
