@@ -8,6 +8,11 @@ writes. Run from the repository root (no GPU needed)::
 
     python bench/make_benchmarks_page.py            # writes docs/BENCHMARKS.md
     python bench/make_benchmarks_page.py --check    # exit 1 if docs/BENCHMARKS.md differs
+    python bench/make_benchmarks_page.py --add /tmp/ranks.json h100   # -> bench/results/ranks-h100.json
+
+``--add`` files a benchmark's output as the current result for its device: it names the file
+after the script in the output's command and fills in ``device``, ``date``, ``commit`` (this
+checkout's ``HEAD``) and ``command`` where the output lacks them.
 """
 
 from __future__ import annotations
@@ -17,9 +22,11 @@ import ast
 import json
 import math
 import re
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -354,10 +361,40 @@ def render() -> str:
     return "\n".join(parts) + "\n"
 
 
+def add(output: Path, device: str) -> Path:
+    """File ``output`` as ``bench/results/<benchmark>-<device>.json``, with its four fields."""
+    data = json.loads(output.read_text())
+    meta = data.get("meta", {})
+    meta = meta[-1] if isinstance(meta, list) else meta
+    command = data.get("command") or meta.get("command")
+    found = re.search(r"bench/(\w+)\.py", command or "")
+    if found is None or found[1] not in EXTRACTORS:
+        raise SystemExit(f"{output}: its command ({command!r}) names no benchmark script of bench/")
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    when = str(data.get("date") or meta.get("date_utc") or datetime.now(timezone.utc).date())[:10]
+    stamped = {
+        "device": data.get("device") or meta.get("device") or device,
+        "date": when,
+        "commit": data.get("commit") or commit,
+        "command": command,
+    }
+    stamped.update({key: value for key, value in data.items() if key not in stamped})
+    target = RESULTS / f"{found[1]}-{device}.json"
+    target.write_text(json.dumps(stamped, indent=1) + "\n")
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the committed page differs")
+    parser.add_argument(
+        "--add", nargs=2, metavar=("OUTPUT", "DEVICE"), help="file a benchmark's output, then write the page"
+    )
     args = parser.parse_args(argv)
+    if args.add:
+        print(add(Path(args.add[0]), args.add[1]).relative_to(ROOT))
     page = render()
     if args.check:
         if PAGE.read_text() != page:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call's worth of GPU work on the device machine, in phases (each with its own time limit),
 # logs and JSON under $OUT. Usage, from the repository root on the device:
-#   bash bench/gpu_session.sh PHASE [PHASE...]
+#   bash .ci/gpu/gpu_session.sh PHASE [PHASE...]
 # Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
 # and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
 # (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
@@ -12,14 +12,14 @@
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
 # inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm,
 # farm-tests). Two at once on a two-GPU
-# machine, one per GPU: bench/gpu_pair.sh.
+# machine, one per GPU: .ci/gpu/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
 out=${OUT:-/tmp/kiln-out}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
-# (bench/gpu_pair.sh installs once for both of its sides and sets GPU_SESSION_INSTALLED=1)
+# (.ci/gpu/gpu_pair.sh installs once for both of its sides and sets GPU_SESSION_INSTALLED=1)
 if [ -z "${GPU_SESSION_INSTALLED:-}" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     || exit 1
@@ -116,7 +116,7 @@ for phase in "$@"; do
       # outgrew the 560 s limit on 2026-11-28, stopping at 192 tests: run suite-inductor and suite-rest instead)
       python3 -c "import setuptools, wheel; print('setuptools', setuptools.__version__)" 2>&1 | tee -a "$out/device.txt"
       TAIL=25 run gpu-suite 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ ;;
-    suite-inductor)  # the suite in two halves, one per GPU: bench/gpu_pair.sh suite-inductor suite-rest
+    suite-inductor)  # the suite in two halves, one per GPU: .ci/gpu/gpu_pair.sh suite-inductor suite-rest
       TAIL=6 run gpu-suite-inductor 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         tests/test_inductor_gpu.py tests/test_inductor.py ;;
     suite-rest)  # every other GPU-marked test (the half beside suite-inductor)

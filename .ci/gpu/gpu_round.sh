@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU round on the device machine: GPU tests, the demo, compile_batch for the local GPU and
 # (LAUNCH_BENCH=1) bench/launch.py with its bundle part.
-# Usage (from the repository root, on the device): bash bench/gpu_round.sh SETS REPEATS
+# Usage (from the repository root, on the device): bash .ci/gpu/gpu_round.sh SETS REPEATS
 #   SETS: all | matmul | softmax ; REPEATS: repeats for compile_batch (medians are reported)
 #   SKIP_TESTS=1: no GPU tests or demo; LAUNCH_BENCH=1: also bench/launch.py --bundle
 # Wheels for psutil/tqdm/click/pytest-timeout travel in .whl/ (the device has no network).
