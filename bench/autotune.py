@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU::
 
-    python bench/autotune.py --set matmul --json bench/results/autotune.json
+    python bench/autotune.py --set matmul --json /tmp/autotune.json
 
 Sets (kernels from ``bench/kernels_bench.py``, the same as ``compile_batch.py``):
 

@@ -2,7 +2,7 @@
 
 Run from the repository root (kiln installed, editable or not)::
 
-    python bench/compile_batch.py --set all --repeats 3 --json bench/results/run.json
+    python bench/compile_batch.py --set all --repeats 3 --json /tmp/compile_batch.json
     python bench/compile_batch.py --reduced --repeats 1          # CI-sized (2 cores)
 
 Kernel sets (``bench/kernels_bench.py``, a module that imports ``torch`` at the top):

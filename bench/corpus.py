@@ -20,7 +20,7 @@ a Triton cache of its own) and by kiln's ``CompilePool`` (on a fresh kiln cache)
 
 Usage::
 
-    python bench/corpus.py                      # the whole corpus -> bench/results/corpus-<date>.json
+    python bench/corpus.py                      # the whole corpus -> bench/results/corpus-cpu2.json
     python bench/corpus.py --library fla-core   # one library
     python bench/corpus.py --sample             # the fixed sample CI compiles
     python bench/corpus.py --jobs 2 --out x.json
@@ -57,7 +57,7 @@ import corpus_calls  # noqa: E402
 from corpus_calls import FLOAT_SCALARS, INDEX_POINTERS, LIBRARIES, Library  # noqa: E402
 
 DATE = "2026-11-24"
-DEFAULT_OUT = HERE / "results" / f"corpus-{DATE}.json"
+DEFAULT_OUT = HERE / "results" / "corpus-cpu2.json"
 _SKIP_PARTS = re.compile(
     r"(^|\.)(tests?|testing|benchmarks?|bench|examples?|_?test_\w*|conftest|_ascend|triton_ascend)(\.|$)"
 )

@@ -2,8 +2,8 @@
 
 Run from the repository root (Ray installed: ``pip install 'triton-kiln[ray]'``)::
 
-    python bench/farm.py --runs 3 --json bench/results/farm-cpu2-<date>.json
-    python bench/farm.py --cores 16 --runs 3 --json bench/results/farm-h100-<date>.json   # GPU machine
+    python bench/farm.py --runs 3 --json /tmp/farm.json
+    python bench/farm.py --cores 16 --runs 3 --json /tmp/farm.json   # GPU machine
 
 Arms, interleaved (the order flips every run, so drift in the machine's load hits both), each
 from a fresh ``TRITON_CACHE_DIR`` and a fresh kiln cache, compiling ``bench/autotune.py``'s 72

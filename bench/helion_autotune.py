@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU (Helion 1.5.0 or 1.5.1 installed)::
 
-    python bench/helion_autotune.py --out bench/results/helion-gpu.json
+    python bench/helion_autotune.py --out /tmp/helion_autotune.json
     python bench/helion_autotune.py --kernels add,softmax --skip fault,ctrl-c --out a.json  # a part
     python bench/helion_autotune.py --merge a.json b.json --out all.json      # parts of one session
 

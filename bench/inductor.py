@@ -4,7 +4,7 @@ process, runtime, outputs, and where the compile time goes (issue 20).
 Run from the repository root on a GPU machine (torch and torchvision installed; kiln is taken from
 this checkout's ``src/``)::
 
-    python bench/inductor.py --out bench/results/inductor-h100-DATE.json       # everything, 3 runs
+    python bench/inductor.py --out /tmp/inductor.json       # everything, 3 runs
     python bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs --runs 1 \
         --first-run 0 --work-dir W --out a.json                                # one run of one row
     python bench/inductor.py --merge a.json b.json c.json --out all.json       # medians over all runs

@@ -2,7 +2,7 @@
 
 Run from the repository root on a GPU machine::
 
-    python bench/inductor_faults.py --out bench/results/inductor-faults-h100-DATE.json
+    python bench/inductor_faults.py --out /tmp/inductor_faults.json
     python bench/inductor_faults.py --cases template_compile_abort --out a.json     # one case
 
 Each case compiles a small model with a real fault injected into Triton's compile of chosen

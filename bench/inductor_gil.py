@@ -7,7 +7,7 @@ kiln's threads do, in the caller, what Inductor's worker processes do in stock (
 module, build its requests, put the binaries in Triton's cache, load them, pickle the kernel).
 This script measures that cost without a GPU::
 
-    python bench/inductor_gil.py --kernels 24 --repeats 3 --out bench/results/inductor-gil-cpu-DATE.json
+    python bench/inductor_gil.py --kernels 24 --repeats 3 --out /tmp/inductor_gil.json
 
 The main thread runs a fixed pure-Python loop (units of ~0.1 ms: dicts, strings, sorting, what
 code generation does). Each repeat, alternately: the loop alone for ``--window-s``; then the loop

@@ -5,7 +5,7 @@ what slows it.
 Run from the repository root on a GPU machine::
 
     python bench/inductor_warm.py --model resnet50 --mode default --rounds 2 --warm-repeats 3 \\
-        --out bench/results/inductor-warm-h100-DATE.json
+        --out /tmp/inductor_warm.json
 
 Each round, on fresh cache directories: one cold process per arm of ``--arms`` (default
 ``stock``, ``kiln``: ``install()``, its sidecar started when Inductor first lowers a graph, and

@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU::
 
-    python bench/launch.py --json bench/results/launch.json
+    python bench/launch.py --json /tmp/launch.json
 
 Part 1, host microseconds per call for a tiny kernel (``x[i] += 1`` over 1024 elements), each
 arm measured the same way: the stream is first kept busy with ``torch.cuda._sleep`` so the
@@ -32,7 +32,7 @@ time, grid functions, ``run(grid=...)``, ``@triton.heuristics`` over and under t
 ``TensorDescriptor`` arguments with a block-shape ``pre_hook``), ``triton.autotune`` vs
 ``kiln.autotune`` on the same kernel, measured as above; see ``bench/launch_conventions.py``::
 
-    python bench/launch.py --conventions-only --json bench/results/launch-conventions.json
+    python bench/launch.py --conventions-only --json /tmp/launch-conventions.json
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU (fresh caches every case; one run)::
 
-    python bench/ranks.py --processes 8 --out bench/results/ranks-h100-$(date +%F).json
+    python bench/ranks.py --processes 8 --out /tmp/ranks.json
 
 Arms, each in two cases (1 lone process, then N processes started together), every case from a
 fresh Triton cache, kiln cache and tuning database shared by its processes (as ranks of one job
@@ -31,7 +31,7 @@ ranks <= 0.65x the lone rank, the same choice, equal outputs). With fewer than t
 one row saying it was skipped, and exits 0::
 
     python bench/ranks.py --op liger_moe_fwd --gpus 2 --arms kiln,triton \
-        --out bench/results/ranks-2gpu-h100-$(date +%F).json
+        --out /tmp/ranks-2gpu.json
 
 ``--cpu`` runs the kiln arm's compile half without a GPU: N processes compile the 72 requests for
 ``GPUTarget("cuda", 90, 32)`` at once through one cache (no tuning, so no choice).

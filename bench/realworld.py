@@ -3,7 +3,7 @@
 Run from the repository root on a machine with a GPU (the libraries installed, or their wheels
 unpacked on ``PYTHONPATH``; kiln is taken from this checkout's ``src/``)::
 
-    python bench/realworld.py --out bench/results/realworld.json --md bench/results/realworld.md
+    python bench/realworld.py --out /tmp/realworld.json --md /tmp/realworld.md
     python bench/realworld.py --ops liger_moe_fwd,fla_chunk_gla_fwd --out a.json   # a subset
     python bench/realworld.py --merge a.json b.json --out all.json --md all.md      # join runs
     python bench/realworld.py --dry-run          # no GPU: routing, imports, orchestration only

@@ -25,7 +25,7 @@ work=$(mktemp -d /tmp/kiln-record.XXXXXX)
 sock="kiln-record-$$"
 session=tuning
 
-# Python path as bench/gpu_round.sh sets it (wheels for tqdm/psutil/click travel in .whl/).
+# Python path as .ci/gpu/gpu_round.sh sets it (wheels for tqdm/psutil/click travel in .whl/).
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
   pythonpath=/tmp/site:$repo/src

@@ -26,12 +26,11 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 # (results file, kernel): oldest first, so the last is the page's first section
 RUNS = (
-    ("realworld-fla-dplr-h100-2026-11-24.json", "chunk_dplr_fwd_kernel_o"),
-    ("realworld-dyt-output-rule-h100-2026-11-22.json", "_dyt_bwd_kernel"),
-    ("autotune-softmax-h100-2026-11-22-with-split.json", "softmax_kernel"),
-    ("realworld-liger-h100-2026-11-22.json", "_dyt_bwd_kernel"),
-    ("autotune-matmul-h100-2026-11-22-0f3353d.json", "matmul_kernel"),
-    ("realworld-new-libraries-h100-2026-11-24.json", "gemm_INT_kernel"),
+    ("realworld-h100.json", "chunk_dplr_fwd_kernel_o"),
+    ("autotune-h100.json", "softmax_kernel"),
+    ("realworld-h100.json", "_dyt_bwd_kernel"),
+    ("autotune-h100.json", "matmul_kernel"),
+    ("realworld-h100.json", "gemm_INT_kernel"),
 )
 
 

@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with a GPU::
 
-    python bench/sandbox_start.py --json bench/results/sandbox_start.json
+    python bench/sandbox_start.py --json /tmp/sandbox_start.json
 
 Part 1, per sandbox (the torch one, ``kiln.sandbox.client.Sandbox``, and the native one,
 ``kiln.sandbox.native_client.NativeSandbox``), ``--repeats`` fresh processes each, alternating:

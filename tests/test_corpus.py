@@ -22,7 +22,7 @@ import triton.language as tl
 import triton_kiln as kiln
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-RESULT = BENCH / "results" / "corpus-2026-11-24.json"
+RESULT = BENCH / "results" / "corpus-cpu2.json"
 INSTALL = "pip install --no-deps -r tests/corpus-requirements.txt"
 
 

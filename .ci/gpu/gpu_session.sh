@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# One call's worth of GPU work on the device machine, in phases (each with its own time limit),
+# logs and JSON under $OUT. Usage, from the repository root on the device:
+#   bash .ci/gpu/gpu_session.sh PHASE [PHASE...]
+# Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
+# and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
+# (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
+# (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
+# diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
+# split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
+# record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
+# and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
+# inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm,
+# farm-tests). Two at once on a two-GPU
+# machine, one per GPU: .ci/gpu/gpu_pair.sh.
+# Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
+# device has none).
+set -uo pipefail
+out=${OUT:-/tmp/kiln-out}
+mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+# (.ci/gpu/gpu_pair.sh installs once for both of its sides and sets GPU_SESSION_INSTALLED=1)
+if [ -z "${GPU_SESSION_INSTALLED:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    || exit 1
+  if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
+  fi
+  # the newer real-library ops' wheels (FlagGems, torchao, GemLite; bench/realworld_ops.py), if carried
+  if ls .whl_libs/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_libs/*.whl
+  fi
+fi
+export PYTHONPATH=$PWD/src:/tmp/site
+{
+  date -u +%Y-%m-%dT%H:%M:%SZ
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  nproc
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name())"
+} 2>&1 | tee -a "$out/device.txt"
+
+run() {  # run NAME SECONDS CMD...: a phase step with a limit, output to $out/NAME.log, tail shown
+  local name=$1 limit=$2
+  shift 2
+  local started=$SECONDS
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  echo "== $name: rc=$rc in $((SECONDS - started)) s"
+  tail -n "${TAIL:-6}" "$out/$name.log"
+}
+
+helion_bench() {  # helion_bench NAME SKIP KERNELS: one bench/helion_autotune.py run (HR, HO, HB as above)
+  TAIL=24 run "$1" 590 python3 bench/helion_autotune.py --skip "$2" --kernels "$3" --repeats "${HR:-1}" \
+    --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/$1.json"
+}
+
+for phase in "$@"; do
+  case $phase in
+    native)
+      run native-tests 150 python3 -m pytest -q -s -p no:cacheprovider tests/test_native_sandbox_gpu.py
+      run sandbox-start 120 python3 bench/sandbox_start.py --json "$out/sandbox_start.json" ;;
+    tests)
+      TAIL=12 run gpu-tests 380 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ \
+        --ignore=tests/test_helion_gpu.py --ignore=tests/test_native_sandbox_gpu.py ;;
+    softmax)
+      TAIL=4 run autotune-softmax 150 python3 bench/autotune.py --set softmax --json "$out/autotune-softmax.json" ;;
+    matmul)
+      TAIL=4 run autotune-matmul 300 python3 bench/autotune.py --set matmul --json "$out/autotune-matmul.json" ;;
+    launch)
+      TAIL=16 run launch 200 python3 bench/launch.py --json "$out/launch.json" ;;
+    liger)
+      TAIL=12 run realworld-liger 560 python3 bench/realworld.py --ops liger_dyt_fwdbwd,liger_swiglu_fwd,liger_moe_fwd \
+        --out "$out/realworld-liger.json" ;;
+    fla)
+      TAIL=12 run realworld-fla 560 python3 bench/realworld.py --ops fla_chunk_gla_fwd,fla_parallel_simple_gla_fwd \
+        --out "$out/realworld-fla.json" ;;
+    helion)
+      run helion-tests 200 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
+      TAIL=20 run helion-bench 480 python3 bench/helion_autotune.py --out "$out/helion.json" ;;
+    conformance)
+      TAIL=4 run conformance 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_autotune_conformance.py \
+        tests/test_launch_gpu.py ;;
+    helion-bench)
+      TAIL=24 run helion-bench 400 python3 bench/helion_autotune.py --budget-s 300 --out "$out/helion.json" ;;
+    conventions)
+      TAIL=20 run conventions 200 python3 bench/launch.py --conventions-only --json "$out/launch-conventions.json" ;;
+    realworld-fix)
+      TAIL=10 run realworld-fix 420 python3 bench/realworld.py \
+        --ops liger_dyt_fwdbwd,liger_swiglu_fwd,fla_parallel_simple_gla_fwd --out "$out/realworld-fix.json" ;;
+    checkgpu)
+      TAIL=6 run checkgpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_output_rule_gpu.py \
+        tests/test_autotune_gpu.py tests/test_native_sandbox_gpu.py tests/test_bundle_gpu.py ;;
+    dyt)
+      TAIL=8 run realworld-dyt 200 python3 bench/realworld.py --ops liger_dyt_fwdbwd --out "$out/realworld-dyt.json" ;;
+    helion-compare)
+      TAIL=30 run helion-compare 250 python3 bench/helion_autotune.py --skip fault,ctrl-c --kernels add,softmax \
+        --budget-s 200 --out "$out/helion-compare.json" ;;
+    final)
+      TAIL=14 run gpu-tests-final 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ \
+        --ignore=tests/test_helion_gpu.py
+      TAIL=14 run launch-final 60 python3 bench/launch.py --batches 15 --json "$out/launch-final.json" ;;
+    helion-gpu)  # Helion's GPU tests, then Helion's own spawn precompile with its debug log
+      run helion-tests 240 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
+      TAIL=12 run helion-spawn 130 env HELION_AUTOTUNE_LOG_LEVEL=DEBUG python3 bench/helion_autotune.py \
+        --child --arm spawn --kernel softmax --effort quick --generations 1 --seed 1234 ;;
+    helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag
+      helion_bench "helion-$HT" fault,ctrl-c "$HK" ;;
+    helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
+      if [ -n "${HK:-}" ]; then helion_bench helion-faults none "$HK"; else helion_bench helion-faults compare add; fi ;;
+    helion-inprocess)  # one config aborting with Helion's precompile off (compiles in-process)
+      TAIL=8 run helion-inprocess 120 python3 bench/helion_autotune.py --child --arm none --kernel crashy_add \
+        --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
+    demo)
+      run demo 120 python3 -m triton_kiln demo --workers 16 ;;
+    suite)  # every GPU-marked test, Helion's, the native sandbox's and the wheel's included (on one H200 it
+      # outgrew the 560 s limit on 2026-11-28, stopping at 192 tests: run suite-inductor and suite-rest instead)
+      python3 -c "import setuptools, wheel; print('setuptools', setuptools.__version__)" 2>&1 | tee -a "$out/device.txt"
+      TAIL=25 run gpu-suite 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ ;;
+    suite-inductor)  # the suite in two halves, one per GPU: .ci/gpu/gpu_pair.sh suite-inductor suite-rest
+      TAIL=6 run gpu-suite-inductor 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/test_inductor_gpu.py tests/test_inductor.py ;;
+    suite-rest)  # every other GPU-marked test (the half beside suite-inductor)
+      TAIL=25 run gpu-suite-rest 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ \
+        --ignore=tests/test_inductor_gpu.py --ignore=tests/test_inductor.py ;;
+    record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
+      TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
+    devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests (#21)
+      TAIL=12 run devcheck 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_device_check_gpu.py \
+        tests/test_native_sandbox_gpu.py tests/test_output_rule_gpu.py tests/test_autotune_gpu.py ;;
+    checkcost)
+      TAIL=12 run checkcost 90 python3 bench/output_check_cost.py --mb 128 --json "$out/output_check_cost-128mb.json" ;;
+    autotune-all)
+      TAIL=12 run autotune-all 300 python3 bench/autotune.py --set all --json "$out/autotune-all.json" ;;
+    rw-a)  # #21's sizes: DyT 16384x4096 and SwiGLU
+      TAIL=14 run rw-a 400 python3 bench/realworld.py --ops liger_dyt_fwdbwd_16384x4096,liger_swiglu_fwd --out "$out/rw-a.json" \
+        --md "$out/rw-a.md" ;;
+    rw-b)
+      TAIL=14 run rw-b 400 python3 bench/realworld.py --ops liger_moe_fwd --out "$out/rw-b.json" --md "$out/rw-b.md" ;;
+    rw-c)
+      TAIL=14 run rw-c 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --out "$out/rw-c.json" --md "$out/rw-c.md" ;;
+    inductor-tests)  # kiln.inductor on torch 2.11 (#20): the GPU tests (~6 min)
+      TAIL=14 run inductor-tests 560 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_inductor_gpu.py ;;
+    inductor-cpu-tests)  # kiln.inductor's CPU tests on torch 2.11 (#20), the sidecar's among them (~4 min)
+      TAIL=14 run inductor-cpu-tests 480 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_inductor.py \
+        tests/test_inductor_faults.py tests/test_inductor_sidecar.py ;;
+    inductor-smoke)
+      TAIL=20 run inductor-smoke 200 python3 bench/inductor.py --smoke --out "$out/inductor-smoke.json" ;;
+    inductor-block)
+      TAIL=20 run inductor-block 560 python3 bench/inductor.py --model block --mode all --runs 1 \
+        --out "$out/inductor-block.json" ;;
+    ranks)  # #22: 8 processes on one GPU tuning the 72-config matmul, kiln and triton.autotune
+      TAIL=20 run ranks 450 python3 bench/ranks.py --processes 8 --out "$out/ranks.json"
+      TAIL=8 run node-gpu 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_tuning.py ;;
+    ranks-gpus)  # #22 item 3: the node-share GPU tests (1 GPU: no split; >= 2: split), then two
+      # ranks on two GPUs tuning Liger's MoE vs one alone (a skip row with fewer than two GPUs)
+      TAIL=8 run node-share-gpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/test_node_share.py tests/test_node_tuning.py
+      TAIL=20 run ranks-gpus 560 python3 bench/ranks.py --op liger_moe_fwd --gpus 2 --arms kiln,triton \
+        --out "$out/ranks-gpus.json" ;;
+    ray-part-a)  # Ray's wheel is larger than one carry: its first part waits in /tmp for ray-install
+      mkdir -p /tmp/raywhl && cp .whl_ray_a/* /tmp/raywhl/ && ls -la /tmp/raywhl ;;
+    ray-install)  # the second part, the wheel checked, Ray and its missing dependencies into /tmp/site
+      cp .whl_ray_b/* /tmp/raywhl/ && (cd /tmp/raywhl && cat ray.part.* > ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl \
+        && sha256sum -c ray.sha256) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --target /tmp/raysite /tmp/raywhl/*.whl && PYTHONPATH=/tmp/raysite:$PYTHONPATH python3 -c "import ray; print('ray', ray.__version__)" \
+        && ls /tmp/raysite/bin | head -5 ;;
+    farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
+      TAIL=30 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --arms local,ray,ray_settled,ray_standing --json "$out/farm.json" ;;
+    inductor-warm)  # #20: warm processes, stock / kiln / kiln's pool at install (kiln_eager) / stock beside kiln's pool
+      TAIL=16 run inductor-warm 580 python3 bench/inductor_warm.py --model resnet50 --mode default \
+        --rounds "${IW_ROUNDS:-2}" --warm-repeats "${IW_REPEATS:-3}" --first-round "${IW_FIRST:-0}" \
+        --out "$out/inductor-warm-${IW_FIRST:-0}.json" ;;
+    inductor-warm-block)  # #20: the block's warm processes in max-autotune, stock against kiln (~5 min at 4 sweeps)
+      TAIL=16 run inductor-warm-block 540 python3 bench/inductor_warm.py --model block --mode max-autotune-no-cudagraphs \
+        --arms stock,kiln --rounds 1 --warm-repeats "${IW_REPEATS:-4}" --first-round "${IW_FIRST:-0}" \
+        --out "$out/inductor-warm-block-${IW_FIRST:-0}.json" ;;
+    inductor-default)  # #20: default mode, ID_RUNS runs (2: ~7 min) from run ID_FIRST (0) of ID_MODEL (resnet50),
+      # each with the paired runtime (both arms' blocks on one core, in turn)
+      TAIL=8 run inductor-default 570 python3 bench/inductor.py --model "${ID_MODEL:-resnet50}" --mode default \
+        --runs "${ID_RUNS:-2}" --first-run "${ID_FIRST:-0}" \
+        --out "$out/inductor-default-${ID_MODEL:-resnet50}-${ID_FIRST:-0}.json" ;;
+    inductor-ma-cold)  # #20: ResNet-50 max-autotune, one run, cold processes only (~7 min: stock ~290 s); IM_RUN=K
+      TAIL=6 run inductor-ma-cold 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
+        --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" \
+        --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
+        --out "$out/inductor-ma-${IM_RUN:-0}.json" ;;
+    inductor-ma-aa-1)  # #20: the A/A control of inductor-ma-cold, part 1: stock's cold process, kept in /tmp/aa (~5 min)
+      TAIL=6 run inductor-ma-aa-1 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
+        --arms stock --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --work-dir /tmp/aa \
+        --out "$out/inductor-ma-aa-1-${IM_RUN:-0}.json" ;;
+    inductor-ma-aa-2)  # part 2, on the same machine right after part 1: a second stock process (--aa), paired with it
+      TAIL=6 run inductor-ma-aa-2 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
+        --aa --arms kiln --pair-with-kept --work-dir /tmp/aa --runs 1 --first-run "${IM_RUN:-0}" --no-warm \
+        --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
+        --out "$out/inductor-ma-aa-${IM_RUN:-0}.json" ;;
+    inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
+      TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
+        --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
+    inductor-block-aa)  # #20: the A/A control of inductor-block-1 (the "kiln" arm runs stock Inductor), ~4 min; IB_RUN=K
+      TAIL=6 run inductor-block-aa 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs --aa \
+        --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib-aa --out "$out/inductor-block-aa-${IB_RUN:-0}.json" ;;
+    choice-probe)  # #20: max-autotune's picks and timings per template autotune, and the compiled part-model,
+      # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
+      TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
+        --arms "${PA:-stock,kiln,stock,kiln,kiln+noquiet}" --out "$out/choice-probe-${PL:-1}.json" ;;
+    gla)  # #21: FLA chunk_gla with the per-kernel choice harness (~200 s)
+      TAIL=8 run gla 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --arms triton,kiln,harness \
+        --out "$out/realworld-gla.json" --md "$out/realworld-gla.md" ;;
+    node-share)  # #22: tuning shared across GPUs (with one GPU: no split, the same choice)
+      TAIL=8 run node-share 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_share.py \
+        tests/test_node_tuning.py ;;
+    cli-tune)  # #23 item 3: kiln tune on this GPU (report, --bundle run with Triton's compiler blocked)
+      TAIL=8 run cli-tune 300 python3 -m pytest -q -p no:cacheprovider -rfEsxX tests/test_cli_tune_gpu.py \
+        tests/test_cli_tune.py ;;
+    farm-tests)  # #23: the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
+      TAIL=12 run farm-tests 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 -m pytest -q \
+        -p no:cacheprovider -rfEs tests/test_farm.py tests/test_farm_ray.py ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done

@@ -1,0 +1,62 @@
+"""docs/BENCHMARKS.md is what bench/make_benchmarks_page.py writes from bench/results, and
+bench/results holds one file per benchmark and device, each naming its device, date, commit
+and command."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results"
+
+
+def _generator() -> ModuleType:
+    path = ROOT / "bench" / "make_benchmarks_page.py"
+    spec = importlib.util.spec_from_file_location("make_benchmarks_page", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_page_is_what_the_generator_writes() -> None:
+    page = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    assert page == _generator().render(), "run: python bench/make_benchmarks_page.py"
+
+
+def test_results_hold_one_json_file_per_benchmark_and_device() -> None:
+    names = sorted(path.name for path in RESULTS.iterdir())
+    assert names, "bench/results is empty"
+    assert all(name.endswith(".json") for name in names), names
+    generator = _generator()
+    pairs = [generator.split_name(RESULTS / name) for name in names]
+    assert len(pairs) == len(set(pairs))
+    for benchmark, _device in pairs:
+        assert (ROOT / "bench" / f"{benchmark}.py").is_file(), f"no bench/{benchmark}.py"
+
+
+def test_every_result_names_its_device_date_commit_and_command() -> None:
+    for path in sorted(RESULTS.glob("*.json")):
+        data = json.loads(path.read_text())
+        for key in ("device", "date", "commit", "command"):
+            assert isinstance(data.get(key), str), f"{path.name} has no {key}"
+            assert data[key], f"{path.name} has an empty {key}"
+        assert len(data["commit"]) == 40, f"{path.name}: commit is not a full hash"
+
+
+def test_a_changed_result_changes_the_page(tmp_path: Path) -> None:
+    generator = _generator()
+    source = RESULTS / "sandbox_start-h100.json"
+    data = json.loads(source.read_text())
+    data["sandboxes"]["native"]["first_result_s"] = 123.0
+    (tmp_path / source.name).write_text(json.dumps(data))
+    generator.RESULTS = tmp_path
+    page = generator.render()
+    assert "| 123 |" in page
+    assert page != (ROOT / "docs" / "BENCHMARKS.md").read_text()
