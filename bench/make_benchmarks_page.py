@@ -270,6 +270,17 @@ def _sandbox(data: dict[str, Any]) -> Iterator[Row]:
     )
 
 
+def _startup_hook(data: dict[str, Any]) -> Iterator[Row]:
+    for arm, figures in data["arms"].items():
+        yield Row(
+            f"python -c pass, {arm}",
+            "interpreter start (ms)",
+            _num(figures["hook_median_ms"]),
+            "no startup hook",
+            _num(figures["plain_median_ms"]),
+        )
+
+
 EXTRACTORS: dict[str, Extractor] = {
     "autotune": _autotune,
     "compile_batch": _compile_batch,
@@ -286,6 +297,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "ranks": _ranks,
     "realworld": _realworld,
     "sandbox_start": _sandbox,
+    "startup_hook": _startup_hook,
 }
 
 

@@ -7,7 +7,8 @@ hook...), and each pair gives a difference: with ``KILN_AUTOTUNE`` unset (the ``
 one variable), then set to 1 (the line imports the hook, which puts its finder on
 ``sys.meta_path``). Wall time of the whole process, from outside; medians over the pairs.
 
-    python bench/startup_hook.py --runs 200 --out bench/results/startup-hook-cpu-<date>.json
+    python bench/startup_hook.py --runs 300 --out /tmp/startup_hook.json
+    python bench/make_benchmarks_page.py --add /tmp/startup_hook.json cpu2   # file it
 """
 
 from __future__ import annotations
@@ -100,7 +101,8 @@ def main() -> None:
     result = {
         "benchmark": "startup_hook",
         "what": "python -c pass with kiln's startup hook installed, against the same without it (paired)",
-        "device": {"kind": "cpu", **host()},
+        "device": "cpu",
+        "machine": host(),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
         "commit": commit(),
