@@ -41,6 +41,7 @@ from triton_kiln.autotuner import candidates as candidates_mod
 from triton_kiln.autotuner import node_share, node_tuning, provenance
 from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
+from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import Race, contenders, eligible
 from triton_kiln.autotuner.run_identity import local_device, run_identity
@@ -121,6 +122,8 @@ class TuningSession:
             node_tuning.adopt(tuner, key, claimed.run, claimed.waited_s, database)
             return
         tuner.loaded_from = None
+        if tuner._own_device:  # a miss: the sandbox and the pool start now, beside the compiles
+            prewarm(sandbox=bool(tuner._sandbox_wanted), pool=tuner._pool is None)
         self.verbose = triton_compat.print_autotuning()
         try:
             run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
