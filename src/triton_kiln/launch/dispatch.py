@@ -80,7 +80,6 @@ class LaunchTables:
             except NativeBuildError as exc:
                 self.unavailable = str(exc)
                 log.info("kiln: %s has no fast launch path: %s", self._name, exc)
-            self._owner = self._full_path = None  # the dispatcher holds them from now on
         return self.dispatcher
 
     @property
