@@ -162,8 +162,13 @@ class SandboxBencher:
     ) -> None:
         import torch
 
+        from triton_kiln.sandbox import registry
+
         self.tuner = tuner
-        self.sandbox = shared_sandbox(torch.cuda.current_device())
+        self.device = torch.cuda.current_device()
+        registry.hold(self.device)  # this run keeps it: no idle release while it runs
+        self.held = True
+        self.sandbox = shared_sandbox(self.device)
         self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
         self.timeout_s = tuner._settings.bench_timeout_s
         self.inputs_set = False
@@ -223,7 +228,16 @@ class SandboxBencher:
         return self.sandbox.bench(spec, self.timeout_s)
 
     def finish(self) -> None:
-        return None
+        self.release()
+
+    def release(self) -> None:
+        """The run is over (or failed): the sandbox goes once idle for ``KILN_IDLE_S``, its GPU
+        memory with it (once per bencher)."""
+        from triton_kiln.sandbox import registry
+
+        if self.held:
+            self.held = False
+            registry.release_later(self.device, self.tuner._settings.idle_s)
 
 
 class InProcessBencher:

@@ -39,7 +39,15 @@ from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import candidates as candidates_mod
 from triton_kiln.autotuner import node_share, node_tuning, provenance
-from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
+from triton_kiln.autotuner.bench import (
+    Bencher,
+    Phase,
+    SandboxBencher,
+    classify,
+    make_bencher,
+    reason,
+    screen_phase,
+)
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.progress import TuningProgress
@@ -80,6 +88,7 @@ class TuningSession:
         self.progress = TuningProgress(self.name, 0, enabled=False)  # tune() makes the run's own
         self.verbose = False  # TRITON_PRINT_AUTOTUNING: Triton's per-config lines (read by tune())
         self.last_samples: list[float] | None = None  # every run of the latest benchmark, if sent
+        self.sandbox_bencher: SandboxBencher | None = None  # released when the run ends, however
 
     def tune(
         self,
@@ -139,6 +148,8 @@ class TuningSession:
         finally:
             if claimed is not None:
                 claimed.release()
+            if self.sandbox_bencher is not None:  # a failed run too: the sandbox goes once idle
+                self.sandbox_bencher.release()
         for config, same in duplicates:  # a config listed twice was timed once (as Triton, both)
             tuner.configs_timings[config] = tuner.configs_timings[same]
 
@@ -167,6 +178,8 @@ class TuningSession:
 
         pool = tuner._get_pool()
         bencher = make_bencher(tuner, args, kwargs)  # first: its output-check kernel compiles first
+        if isinstance(bencher, SandboxBencher):
+            self.sandbox_bencher = bencher
         submit_compiles(tuner, pool, candidates)
         by_future: dict[Future[CompiledArtifact], Candidate] = {}
         for candidate in candidates:
