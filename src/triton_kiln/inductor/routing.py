@@ -283,7 +283,8 @@ def _sidecar(threads: int, start_timeout_s: float) -> Sidecar:
 
 def _process_pool(pool: InductorPool) -> Any:
     def process_pool() -> InductorPool:
-        pool.start_sidecar()  # idempotent: the first call (Inductor's warm_pool) starts it
+        # Starts nothing: Inductor asks for its pool in a warm process too (its graphs from
+        # Inductor's caches, nothing to compile); the first graph lowered starts the sidecar.
         return pool
 
     # Inductor calls AsyncCompile.process_pool.cache_clear() after a fork and at shutdown.

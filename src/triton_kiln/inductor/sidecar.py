@@ -6,10 +6,11 @@ its compiles in kiln's pool behind it.
 
     caller's process                                   sidecar process (sidecar_main)
     ----------------                                   ------------------------------
-    AsyncCompile.process_pool() (Inductor's warm_pool,
-      where stock starts its own pool) -> start() -- spawn -->  import torch, Inductor;
+    GraphLowering.__init__ (a graph to compile;
+      a warm process, its graphs from Inductor's
+      caches, never gets here) -> start() ------ spawn -->  import torch, Inductor;
                                                        triton_kiln.inductor installed in-thread
-    GraphLowering.__init__ -> want_pool() ----------->  ("start_pool"): kiln's pool started
+                             -> want_pool() ----------->  ("start_pool"): kiln's pool started
     InductorPool.submit(_worker_compile_triton, ...)
       -> submit(fn, args, fallback):
          sidecar ready:                                 Inductor's _worker_compile_triton, its
