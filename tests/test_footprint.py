@@ -177,3 +177,50 @@ def test_the_sandbox_closes_once_no_run_holds_it(monkeypatch: pytest.MonkeyPatch
     assert sandbox.closed == 1, "a run that started within KILN_IDLE_S lost its sandbox"
     registry.release_later(7, 0.0)  # 0: at once
     assert sandbox.closed == 2
+
+
+BENCH = TESTS.parent / "bench"
+
+
+def test_bench_footprint_plans_without_a_gpu_and_writes_nothing_without_one(tmp_path: Path) -> None:
+    plan = subprocess.run(
+        [sys.executable, str(BENCH / "footprint.py"), "--dry-run"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert plan.returncode == 0, plan.stderr
+    assert "kiln inductor_warm" in plan.stdout
+    out = tmp_path / "footprint.json"
+    refused = subprocess.run(
+        [sys.executable, str(BENCH / "footprint.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert refused.returncode == 2
+    assert "needs a GPU" in refused.stderr
+    assert not out.exists()
+
+
+def test_bench_import_cost_figures(tmp_path: Path) -> None:
+    """The import and decoration cost, with kiln and without (figures, not a timing assertion)."""
+    out = tmp_path / "import_cost.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "import_cost.py"), "--repeats", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(out.read_text())
+    kiln, stock = result["arms"]["kiln"], result["arms"]["triton"]
+    assert kiln["started"] == []
+    assert kiln["launcher_loaded"] is False
+    assert kiln["import_s"] > 0
+    assert stock["import_s"] > 0
+    if kiln["modules"]:
+        assert kiln["kiln_kernels"] > 0
+    print(done.stderr.strip().splitlines()[-1])  # the figures, in the test's output
