@@ -224,3 +224,17 @@ def test_bench_import_cost_figures(tmp_path: Path) -> None:
     if kiln["modules"]:
         assert kiln["kiln_kernels"] > 0
     print(done.stderr.strip().splitlines()[-1])  # the figures, in the test's output
+
+
+def test_kiln_report_shows_the_gpu_memory_a_run_held(tmp_path: Path) -> None:
+    from triton_kiln.tuning import TuningDatabase, format_table
+    from triton_kiln.tuning.results import ConfigResult
+
+    with TuningDatabase(tmp_path / "tuning.sqlite3") as db:
+        identity = {"kernel_key": "k" * 64, "key_repr": "{}", "device_name": "GPU", "capability": "9.0"}
+        run_id = db.begin_run(kernel="dyt", default_label="A", triton_version="3.6.0", **identity)
+        db.record(run_id, ConfigResult(label="A", config={}, status="ok", runtime_ms=1.0))
+        db.finish_run(run_id, "A", 2.0, 0.5, gpu_peak_bytes=1700 << 20)
+        run = db.runs("dyt")[0]
+    assert run.gpu_peak_bytes == 1700 << 20
+    assert "kiln's GPU memory: at most 1,700 MiB in its sandbox" in format_table(run)

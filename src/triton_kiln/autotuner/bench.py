@@ -168,6 +168,7 @@ class SandboxBencher:
         self.device = torch.cuda.current_device()
         registry.hold(self.device)  # this run keeps it: no idle release while it runs
         self.held = True
+        self.peak_bytes: int | None = None  # the sandbox's device memory at most, for the run
         self.sandbox = shared_sandbox(self.device)
         self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
         self.timeout_s = tuner._settings.bench_timeout_s
@@ -237,6 +238,13 @@ class SandboxBencher:
 
         if self.held:
             self.held = False
+            try:  # its input copies and scratch now; the process itself after KILN_IDLE_S
+                memory = self.sandbox.release_inputs() if self.inputs_set else None
+            except Exception as exc:  # a sandbox that cannot answer is stopped by it; the run stands
+                log.debug("kiln: the sandbox did not report its memory: %s", exc)
+                memory = None
+            if memory is not None:
+                self.peak_bytes = int(memory["peak_bytes"])
             registry.release_later(self.device, self.tuner._settings.idle_s)
 
 

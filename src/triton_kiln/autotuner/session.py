@@ -264,8 +264,9 @@ class TuningSession:
         best_label = config_label(best)
         wall = time.monotonic() - started
         split = self.split.as_dict(started, wall)
+        peak = self.sandbox_bencher.peak_bytes if self.sandbox_bencher is not None else None
         if database is not None and run_id is not None:
-            database.finish_run(run_id, best_label, wall, first_result_s, split=split)
+            database.finish_run(run_id, best_label, wall, first_result_s, split=split, gpu_peak_bytes=peak)
         tuner.last_run = TuningRun(
             kernel=identity["kernel"],
             kernel_key=identity["kernel_key"],
@@ -280,6 +281,7 @@ class TuningSession:
             wall_s=wall,
             first_result_s=first_result_s,
             split=split,
+            gpu_peak_bytes=peak,
         )
         tuner.tuned[key] = tuner.last_run
         provenance.log_choice(self.name, key, tuner.last_run)

@@ -43,7 +43,8 @@ Schema
     Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by an older
     kiln is migrated when opened (version 1 -> 2 adds ``runs.split_json``, the time split; its
     runs read back with ``split=None``; 2 -> 3 adds ``configs.screen_ms``, a finalist's
-    screening time; older results read back with ``screen_ms=None``); one written by a newer kiln
+    screening time; older results read back with ``screen_ms=None``; 3 -> 4 adds ``adoptions``;
+    4 -> 5 adds ``runs.gpu_peak_bytes``, older runs read back with ``None``); one written by a newer kiln
     raises :class:`TuningDatabaseError` instead of being misread.
 """
 
@@ -80,7 +81,7 @@ DATABASE_FILENAME = "tuning.sqlite3"
 
 _RUN_COLUMNS = (
     "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
-    "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json"
+    "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json, gpu_peak_bytes"
 )
 _CONFIG_COLUMNS = (
     "label, config_json, status, reason, compile_s, runtime_ms, runtime_ms_p20, runtime_ms_p80, "
@@ -249,10 +250,12 @@ class TuningDatabase:
         first_result_s: float | None,
         *,
         split: Mapping[str, float] | None = None,
+        gpu_peak_bytes: int | None = None,
     ) -> None:
         """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
         the label of a recorded result (or ``None`` when no config worked); ``split`` is
-        :attr:`TuningRun.split` (where the wall time went)."""
+        :attr:`TuningRun.split` (where the wall time went), ``gpu_peak_bytes``
+        :attr:`TuningRun.gpu_peak_bytes`."""
         split_json = None if split is None else json.dumps(dict(split), allow_nan=False)
         with self._connection("finish a run in", write=True) as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, "finish it")
@@ -268,8 +271,8 @@ class TuningDatabase:
                 )
             conn.execute(
                 "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ?, "
-                "split_json = ? WHERE id = ?",
-                (time.time(), best_label, wall_s, first_result_s, split_json, run_id),
+                "split_json = ?, gpu_peak_bytes = ? WHERE id = ?",
+                (time.time(), best_label, wall_s, first_result_s, split_json, gpu_peak_bytes, run_id),
             )
 
     def record_adoption(self, run_id: int, waited_s: float) -> None:
@@ -374,6 +377,7 @@ class TuningDatabase:
                 wall_s=row[9],
                 first_result_s=row[10],
                 split=None if row[13] is None else json.loads(row[13]),
+                gpu_peak_bytes=row[14],
                 finished_at=row[8],
                 run_id=row[0],
                 adoptions=int(adopted),
