@@ -99,6 +99,9 @@ def test_the_pool_gives_back_its_processes_when_idle(tmp_path: Path) -> None:
     try:
         pool.submit(add_request(64)).result(timeout=180)
         assert not wait_no_processes(pool.pool_id, timeout=30), "the zygote outlived KILN_IDLE_S"
+        deadline = time.monotonic() + 30
+        while pool.zygote_pid is not None and time.monotonic() < deadline:  # the manager's bookkeeping
+            time.sleep(0.05)
         assert pool.stats.idle_releases == 1
         assert pool.zygote_pid is None
         artifact = pool.submit(add_request(128)).result(timeout=180)  # a real compile again

@@ -161,9 +161,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._search: LibrarySearch | None = None
         self._search_depth = 0
         self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
-        if self._own_device:
-            # Nothing starts before a tuning needs it (prewarm.py): a process served from the
-            # database or a bundle holds no process and no GPU memory of kiln's.
+        if self._own_device:  # starts nothing (prewarm.py): a tuning's first miss starts the rest
             prepare()
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.

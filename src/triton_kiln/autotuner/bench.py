@@ -248,6 +248,15 @@ class SandboxBencher:
             registry.release_later(self.device, self.tuner._settings.idle_s)
 
 
+def ended(bencher: Bencher) -> int | None:
+    """The run is over, however it ended: a sandbox bencher gives its sandbox back (idempotent);
+    the most GPU memory that sandbox held for the run, in bytes (``None``: not measured)."""
+    if not isinstance(bencher, SandboxBencher):
+        return None
+    bencher.release()
+    return bencher.peak_bytes
+
+
 class InProcessBencher:
     """Benchmarks in the caller's process, exactly as ``triton.autotune`` does (hooks included).
 

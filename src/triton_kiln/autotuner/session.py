@@ -16,7 +16,8 @@
       best = the fastest trusted config (a flagged one only when all are) -> tuner.cache[key],
           configs_timings, last_run; finish the run; log any faster flagged config passed over
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
-          round: timesplit.py) -> TuningRun.split
+          round: timesplit.py) -> TuningRun.split; at the end, however it ends, the sandbox
+          frees the run's inputs (the most it held -> TuningRun.gpu_peak_bytes)
       all along: what the reader sees (progress.py: a bar of configs compiled / timed /
           failed and the best so far, fed by each compile's done callback and every recorded
           result; with TRITON_PRINT_AUTOTUNING, Triton's per-config lines: provenance.py)
@@ -39,20 +40,12 @@ from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import candidates as candidates_mod
 from triton_kiln.autotuner import node_share, node_tuning, provenance
-from triton_kiln.autotuner.bench import (
-    Bencher,
-    Phase,
-    SandboxBencher,
-    classify,
-    make_bencher,
-    reason,
-    screen_phase,
-)
+from triton_kiln.autotuner.bench import Bencher, Phase, classify, ended, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import Race, contenders, eligible
-from triton_kiln.autotuner.run_identity import local_device, run_identity
+from triton_kiln.autotuner.run_identity import finished_run, local_device, run_identity
 from triton_kiln.autotuner.specialize import (
     Candidate,
     candidate_result,
@@ -88,7 +81,7 @@ class TuningSession:
         self.progress = TuningProgress(self.name, 0, enabled=False)  # tune() makes the run's own
         self.verbose = False  # TRITON_PRINT_AUTOTUNING: Triton's per-config lines (read by tune())
         self.last_samples: list[float] | None = None  # every run of the latest benchmark, if sent
-        self.sandbox_bencher: SandboxBencher | None = None  # released when the run ends, however
+        self.bencher: Bencher | None = None  # the run's: its sandbox given back however it ends
 
     def tune(
         self,
@@ -148,8 +141,8 @@ class TuningSession:
         finally:
             if claimed is not None:
                 claimed.release()
-            if self.sandbox_bencher is not None:  # a failed run too: the sandbox goes once idle
-                self.sandbox_bencher.release()
+            if self.bencher is not None:  # a failed run too: its sandbox goes once idle
+                ended(self.bencher)
         for config, same in duplicates:  # a config listed twice was timed once (as Triton, both)
             tuner.configs_timings[config] = tuner.configs_timings[same]
 
@@ -178,8 +171,7 @@ class TuningSession:
 
         pool = tuner._get_pool()
         bencher = make_bencher(tuner, args, kwargs)  # first: its output-check kernel compiles first
-        if isinstance(bencher, SandboxBencher):
-            self.sandbox_bencher = bencher
+        self.bencher = bencher
         submit_compiles(tuner, pool, candidates)
         by_future: dict[Future[CompiledArtifact], Candidate] = {}
         for candidate in candidates:
@@ -264,24 +256,12 @@ class TuningSession:
         best_label = config_label(best)
         wall = time.monotonic() - started
         split = self.split.as_dict(started, wall)
-        peak = self.sandbox_bencher.peak_bytes if self.sandbox_bencher is not None else None
+        peak = ended(bencher)
         if database is not None and run_id is not None:
             database.finish_run(run_id, best_label, wall, first_result_s, split=split, gpu_peak_bytes=peak)
-        tuner.last_run = TuningRun(
-            kernel=identity["kernel"],
-            kernel_key=identity["kernel_key"],
-            key_repr=identity["key_repr"],
-            device_name=identity["device_name"],
-            capability=identity["capability"],
-            triton_version=identity["triton_version"],
-            results=tuple(results[c.label] for c in candidates),
-            best_label=best_label,
-            default_label=candidates[0].label,
-            started_at=time.time() - wall,
-            wall_s=wall,
-            first_result_s=first_result_s,
-            split=split,
-            gpu_peak_bytes=peak,
+        results_now = tuple(results[c.label] for c in candidates)
+        tuner.last_run = finished_run(
+            identity, results_now, best_label, candidates[0].label, wall, split, first_result_s, peak
         )
         tuner.tuned[key] = tuner.last_run
         provenance.log_choice(self.name, key, tuner.last_run)

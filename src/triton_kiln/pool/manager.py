@@ -239,13 +239,13 @@ class Manager:
             self.idle_since = now
         if now - self.idle_since < self.settings.idle_s:
             return
-        self.workers.drop_all()
-        self.supervisor.release()
-        with self.table.lock:
-            self.table.ready.clear()  # wait_ready() waits for the next zygote
         self.parked = True
         self.idle_since = None
         self.table.stats.idle_releases += 1
+        with self.table.lock:
+            self.table.ready.clear()  # wait_ready() waits for the next zygote
+        self.workers.drop_all()
+        self.supervisor.release()
         log.debug("kiln pool: idle for %gs (KILN_IDLE_S): zygote and workers exited", self.settings.idle_s)
 
     def _resume(self) -> None:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -57,6 +56,7 @@ from triton_kiln.sandbox.compare import Representatives
 from triton_kiln.sandbox.device_check import DeviceCheck
 from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory
 from triton_kiln.sandbox.ipc import TensorDesc, host_desc
+from triton_kiln.sandbox.native_failures import OutOfResources, Unsupported, classify
 from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = "KILN_NATIVE_SANDBOX_FD"
@@ -65,35 +65,6 @@ STICKY_EXIT = 3  # as triton_kiln.sandbox.worker.STICKY_EXIT
 EXIT_NO_DEVICE = 4  # the sandbox could not start (no driver, no GPU, no C module)
 FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's L2 flush buffer
 _TRITON_EXTRA_PARAMS = 2  # as triton_kiln.launch.launcher: Triton's global and profile scratch pointers
-
-# CUDA errors after which the context is unusable (cudaError_enum): illegal address, launch
-# timeout, device assert, hardware stack error, illegal instruction, misaligned address,
-# invalid address space, invalid PC, launch failure, unknown.
-STICKY_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719, 999})
-OUT_OF_RESOURCES_CODE = 701  # too many resources requested for launch
-_CODE = re.compile(r"CUDA driver error (\d+)")
-
-
-class Unsupported(Exception):
-    """The binary needs Triton's launcher; the client sends it to the torch sandbox."""
-
-
-class OutOfResources(Exception):
-    """The binary does not fit the device (shared memory, threads): the config is skipped."""
-
-
-def classify(exc: BaseException) -> tuple[str, bool]:
-    """``(kind, sticky)`` for a failed benchmark: the one place that decides it."""
-    if isinstance(exc, OutOfResources):
-        return "out_of_resources", False
-    match = _CODE.search(str(exc))
-    if match is not None:
-        code = int(match.group(1))
-        if code in STICKY_CODES:
-            return "sticky", True
-        if code == OUT_OF_RESOURCES_CODE:
-            return "out_of_resources", False
-    return "error", False
 
 
 class NativeState:
