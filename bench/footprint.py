@@ -26,7 +26,8 @@ Per row: ``kiln_gpu_mib`` (GPU memory of every process under the arm's process, 
 (synchronized), ``op_ms`` (``triton.testing.do_bench`` median), ``caller_gpu_mib`` (the arm's
 own process), and the ``triton_*`` figures of the stock arm; ``expected`` says what the row
 should show (``0 and 0`` where nothing tunes) and ``meets`` whether it does. Any arm that fails
-stops the run with its error, and no results file is written. About 6 minutes on an H200.
+stops the run with its error, and no results file is written. Budget: under 6 minutes on one
+H200 (estimated; the file records the run's `wall_s`).
 """
 
 from __future__ import annotations
