@@ -141,3 +141,44 @@ def test_tuned_keys_alternate_correctly(make_pool: Any) -> None:
             torch.testing.assert_close(out, 2 * x + y)
     assert len(tuned.cache) == len(sizes)
     _caller_context_works()
+
+
+def test_the_sandbox_gives_back_its_gpu_memory_once_idle_and_restarts(make_pool: Any) -> None:
+    """After a run the sandbox frees the run's inputs (the peak is in the run, for ``kiln
+    report``), and after KILN_IDLE_S its process and CUDA context go; the next tuning starts a
+    fresh one and tunes correctly."""
+    import time
+
+    import triton
+
+    import kernels
+    import triton_kiln as kiln
+    from triton_kiln import settings
+    from triton_kiln.sandbox import registry
+
+    pool = make_pool(workers=4)
+    configs = [kiln.Config({"BLOCK": b}, num_warps=4) for b in (128, 512, 1024)]
+    with settings.scope(idle_s=1.0):
+        tuned = kiln.autotune(configs, key=["n"], pool=pool, sandbox=True)(kernels.add_kernel)
+
+    def call(n: int) -> None:
+        x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+        out = torch.full_like(x, float("nan"))
+        tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+        torch.testing.assert_close(out, 2 * x + y)
+
+    call(1 << 22)
+    run = tuned.last_run
+    assert run.gpu_peak_bytes is not None
+    assert run.gpu_peak_bytes >= 3 * 2 * (4 << 22)  # three tensors, working and pristine copies
+    sandbox = registry.shared(torch.cuda.current_device())
+    first_pid = sandbox.pid
+    assert first_pid is not None
+    deadline = time.monotonic() + 30
+    while sandbox.pid is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sandbox.pid is None, "the sandbox outlived KILN_IDLE_S"
+    call((1 << 22) + 1)  # a new key: tunes again, in a fresh sandbox
+    assert tuned.last_run.best_label is not None
+    assert all(r.status == "ok" for r in tuned.last_run.results)
+    _caller_context_works()

@@ -14,6 +14,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -298,3 +299,25 @@ def test_the_sandbox_compile_report_never_fails_the_compile(
         assert any("compiled 1 Triton kernel(s) itself" in r.getMessage() for r in caplog.records)
     finally:
         sandbox.close()
+
+
+def test_install_starts_no_benchmark_sandbox_on_a_gpu_machine(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A warm process (its graphs from Inductor's caches, nothing lowered) holds no sandbox:
+    it starts when a graph is lowered (template choices are timed during lowering)."""
+    from triton_kiln.sandbox import registry
+
+    monkeypatch.setattr(registry, "gpu_present", lambda: True)
+    install_on(make_pool())
+    kiln_inductor.install(sandbox_benchmarks=True)
+    try:
+        benchmarks = inductor_routing.current_benchmarks()
+        assert benchmarks is not None
+        time.sleep(0.5)
+        assert benchmarks.sandbox.spawned_pids == []
+        assert benchmarks.sandbox.pid is None
+    finally:
+        kiln_inductor.uninstall()

@@ -317,3 +317,44 @@ def test_a_forked_child_never_uses_its_parents_sidecar(sidecar_on: Callable[...,
     kernel, _ = submit(*source("pointwise")).result(timeout=300)
     assert kernel.compile_results
     assert sidecar.stats.jobs == 1
+
+
+@pytest.mark.timeout(600)
+def test_an_idle_sidecar_exits_and_a_later_job_starts_a_new_one(
+    sidecar_on: Callable[..., Sidecar],
+    parent_jobs: list[str],
+) -> None:
+    """After ``KILN_IDLE_S`` without a job the sidecar and its kiln pool exit (a cold process
+    gives them back); the next demand starts a new sidecar, and jobs go to it."""
+    sidecar = sidecar_on()
+    sidecar.idle_s = 1.0
+    wait_ready(sidecar)
+    first = sidecar_processes(sidecar)
+    compiled, _ = submit(*source("reduction")).result(timeout=300)
+    assert compiled.compile_results
+    assert sidecar.stats.jobs == 1
+    first = [*first, *sidecar_processes(sidecar)]  # its kiln pool's zygote and workers too
+    deadline = time.monotonic() + 60
+    while sidecar.phase != "idle" and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sidecar.phase == "idle", sidecar.stats
+    assert sidecar.stats.idle_releases == 1
+    assert not wait_gone(first), "the idle sidecar's processes are still running"
+    wait_ready(sidecar)  # a later graph's start()
+    assert sidecar.stats.pid != first[0].pid
+    again, _ = submit(*source("pointwise")).result(timeout=300)
+    assert again.compile_results
+    assert sidecar.stats.jobs == 2
+    assert parent_jobs == []  # every job ran in a sidecar
+
+
+def test_inductors_process_pool_starts_no_sidecar(sidecar_on: Callable[..., Sidecar]) -> None:
+    """Inductor asks for its pool in a warm process too (its graphs from Inductor's caches,
+    nothing to compile): that starts no process of kiln's; a graph lowered does."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    sidecar = sidecar_on()
+    AsyncCompile.process_pool()
+    time.sleep(0.5)
+    assert sidecar.phase == "idle"
+    assert sidecar.stats.pid is None

@@ -16,9 +16,9 @@ import pytest
 from host_memory import HostMemoryDriver
 from triton_kiln.sandbox.compare import Representatives
 from triton_kiln.sandbox.device_check import DeviceCheck
-from triton_kiln.sandbox.device_inputs import DeviceInputs
+from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory
 from triton_kiln.sandbox.ipc import TensorDesc
-from triton_kiln.sandbox.native_worker import NativeState
+from triton_kiln.sandbox.native_worker import FLUSH_BYTES, NativeState
 
 
 def make_state(values: dict[str, Any]) -> NativeState:
@@ -32,6 +32,8 @@ def make_state(values: dict[str, Any]) -> NativeState:
     state.reference_raw = None
     state._read_buffers, state._nonfinite = {}, {}
     state.device_check = DeviceCheck(state.cuda, state.inputs, state.kernel)  # no kernels: host check
+    state.scratch = (ScratchMemory(state.cuda), ScratchMemory(state.cuda))
+    state.peak_bytes = FLUSH_BYTES
     descs = {}
     for name, array in values.items():
         dtype = "torch.bfloat16" if array.dtype == np.uint16 else f"torch.{array.dtype}"
@@ -101,3 +103,19 @@ def test_close_outputs_join_the_reference_and_far_ones_do_not() -> None:
     far = run(state, "y", base + 1.0)
     assert far[0] is False
     assert far.outputs["y"].differs_from == (reference.outputs["y"].cluster,)
+
+
+def test_release_frees_the_runs_input_copies_and_scratch_and_says_what_it_held() -> None:
+    """A run's end (``("release",)``): every copy of the inputs and the scratch are freed; the
+    most held for the run (flush buffer, inputs' working and pristine copies, scratch) is said."""
+    state = make_state({"out": np.zeros(1000, np.float32), "x": np.ones(500, np.float32)})
+    state.scratch[0](1 << 16, 128, None)  # a launch asked for global scratch
+    held = state.held_bytes()
+    assert held >= FLUSH_BYTES + 2 * (4000 + 2000) + (1 << 16)
+    allocated = len(state.cuda.memory)
+    memory = state.release()
+    assert memory["peak_bytes"] == held
+    assert memory["held_bytes"] == FLUSH_BYTES
+    assert state.inputs.tensors == {}
+    assert len(state.cuda.memory) == allocated - 5  # 2 tensors x (working, pristine) + scratch
+    assert state.release()["peak_bytes"] == FLUSH_BYTES  # counted afresh for the next run

@@ -215,3 +215,28 @@ def test_binaries_kilns_launcher_cannot_run_go_to_the_torch_sandbox(make_pool: A
     assert wrong.check[0] is False  # compared with the native sandbox's reference
     assert sandbox.torch_sandbox is not None
     sandbox.close()
+
+
+def test_the_runs_input_copies_are_freed_when_it_ends_and_its_peak_reported(make_pool: Any) -> None:
+    """release_inputs(): the sandbox frees its copies of the inputs (working and pristine) and
+    says what it held at most; the process stays, and the next run's inputs work."""
+    from triton_kiln.sandbox.native_worker import FLUSH_BYTES
+
+    pool = make_pool(workers=2)
+    sandbox = NativeSandbox(device=torch.cuda.current_device(), timeout_s=60)
+    n = 1 << 24  # 64 MiB per fp32 tensor: two tensors, two copies each
+    request, artifact = _compiled(pool)
+    try:
+        sandbox.set_inputs(_inputs(n), [], [])
+        assert sandbox.bench(_spec(pool, request, artifact, n)).status == "ok"
+        pid = sandbox.pid
+        memory = sandbox.release_inputs()
+        assert memory is not None
+        assert memory["peak_bytes"] >= FLUSH_BYTES + 4 * n * 4
+        assert memory["held_bytes"] == FLUSH_BYTES
+        assert sandbox.release_inputs() is None  # nothing held any more
+        sandbox.set_inputs(_inputs(n), [], [])  # the next run
+        assert sandbox.bench(_spec(pool, request, artifact, n)).status == "ok"
+        assert sandbox.pid == pid  # the same process: only its memory was given back
+    finally:
+        sandbox.close()

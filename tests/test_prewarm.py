@@ -1,4 +1,4 @@
-"""triton_kiln.autotuner.prewarm: what a tuned kernel's definition starts, and where it starts nothing.
+"""triton_kiln.autotuner.prewarm: what a tuning's first miss starts; a definition or install() starts nothing.
 
 A GPU cannot exist on CI, so "a GPU is present" is the one thing faked here; Triton's key is
 computed for real (into a fresh cache directory) and the pool start is recorded.
@@ -63,29 +63,19 @@ def test_a_gpu_machine_computes_the_key_then_makes_the_pool_once(
     assert fresh == ["sandbox", "pool after key file: True", "zygote started"]
 
 
-def test_defining_a_tuned_kernel_prewarms_unless_it_brings_its_own_pool(
-    fresh: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_defining_a_tuned_kernel_starts_nothing(fresh: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "gpu_present", lambda: True)
     configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
-    own = kiln.CompilePool(workers=1, start=False)  # not started: nothing to warm for it
-    kiln.autotune(configs=configs, key=["n"], sandbox=False, pool=own)(add_kernel)
-    _join_prewarm()
-    own.shutdown()
-    assert fresh == []  # its own pool, no sandbox: nothing to warm
     kiln.autotune(configs=configs, key=["n"], sandbox=True)(add_kernel)
     _join_prewarm()
-    assert fresh[0] == "sandbox"
-    assert fresh[1].startswith("pool")
+    assert fresh == []  # the sandbox and the pool wait for a tuning's first miss
 
 
-def test_install_prewarms_before_any_kernel_is_defined(
-    fresh: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_install_starts_nothing(fresh: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "gpu_present", lambda: True)
     kiln.install()
     try:
         _join_prewarm()
-        assert fresh == ["sandbox", "pool after key file: True", "zygote started"]
+        assert fresh == []
     finally:
         kiln.uninstall()

@@ -97,6 +97,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_SANDBOX": "off",
         "KILN_NATIVE_SANDBOX": "0",
         "KILN_BENCH_TIMEOUT_S": "12",
+        "KILN_IDLE_S": "0",
         "KILN_FAST_LAUNCH": "0",
         "KILN_AUTOTUNE": "1",
         "KILN_INDUCTOR": "1",

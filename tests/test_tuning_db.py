@@ -366,20 +366,22 @@ def test_version_1_database_is_migrated_and_stays_readable(db_path: Path) -> Non
         assert (old.best_label, old.default_label, old.wall_s, old.first_result_s) == ("B", "A", 12.5, 0.75)
         assert [(r.label, r.runtime_ms) for r in old.results] == [("A", 2.0), ("B", 1.0)]
         assert old.split is None
-        assert schema_version_of(db_path) == SCHEMA_VERSION == 4
+        assert old.gpu_peak_bytes is None
+        assert schema_version_of(db_path) == SCHEMA_VERSION == 5
         run_id = begin(db, kernel="new")  # and new runs store their split in the migrated file
         db.record(run_id, ok("A"))
-        db.finish_run(run_id, "A", 2.0, 0.5, split={"bench_s": 1.0})
+        db.finish_run(run_id, "A", 2.0, 0.5, split={"bench_s": 1.0}, gpu_peak_bytes=3 << 30)
     with TuningDatabase(db_path) as db:  # opening it again: already current, nothing to do
         assert db.runs("new")[0].split == {"bench_s": 1.0}
+        assert db.runs("new")[0].gpu_peak_bytes == 3 << 30
         assert db.lookup(**IDENTITY) is not None
     assert integrity(db_path) == "ok"
 
     conn = sqlite3.connect(db_path)  # a newer version than this kiln's is still refused
     with conn:
-        conn.execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'")
+        conn.execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match=r"schema version 5.*newer kiln"):
+    with pytest.raises(TuningDatabaseError, match=r"schema version 6.*newer kiln"):
         TuningDatabase(db_path)
 
 
@@ -434,7 +436,7 @@ def test_a_version_without_migration_is_refused(db_path: Path) -> None:
     with conn:
         conn.execute("UPDATE meta SET value = '0' WHERE key = 'schema_version'")
     conn.close()
-    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 4, and no migration"):
+    with pytest.raises(TuningDatabaseError, match="schema version 0, older than 5, and no migration"):
         TuningDatabase(db_path)
     assert schema_version_of(db_path) == 0  # left as it was
 
@@ -650,16 +652,17 @@ def test_screen_ms_round_trips_and_a_version_2_file_gains_it(db_path: Path) -> N
     """Schema 3 keeps a finalist's screening time; a version-2 file (kiln before it) is migrated
     and its results read back with ``screen_ms=None``."""
     write_v1_database(db_path)
-    with TuningDatabase(db_path) as db:  # 1 -> 4; now make it look as a version-2 kiln left it
+    with TuningDatabase(db_path) as db:  # 1 -> 5; now make it look as a version-2 kiln left it
         pass
     conn = sqlite3.connect(db_path)
     with conn:
         conn.execute("ALTER TABLE configs DROP COLUMN screen_ms")
         conn.execute("DROP TABLE adoptions")
+        conn.execute("ALTER TABLE runs DROP COLUMN gpu_peak_bytes")
         conn.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
     conn.close()
     with TuningDatabase(db_path) as db:
-        assert schema_version_of(db_path) == SCHEMA_VERSION == 4
+        assert schema_version_of(db_path) == SCHEMA_VERSION == 5
         old = db.lookup(**IDENTITY)
         assert old is not None
         assert [r.screen_ms for r in old.results] == [None, None]

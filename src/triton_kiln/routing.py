@@ -33,10 +33,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from triton_kiln.settings import Settings
+from typing import Any
 
 log = logging.getLogger("kiln.install")
 
@@ -56,7 +53,7 @@ def install() -> None:
     _route()
     if current.route_jit:
         _route_jit()
-    _prewarm(current)
+    _prepare()
 
 
 def install_from_environment() -> None:
@@ -65,7 +62,7 @@ def install_from_environment() -> None:
     An import must not fail on a setting (every ``kiln`` command, ``kiln --help`` included,
     imports kiln first). So: a malformed ``KILN_AUTOTUNE`` routes nothing and logs one line
     naming it (``kiln.install`` logger, WARNING); with ``KILN_AUTOTUNE=1`` and another malformed
-    variable, ``triton.autotune`` is routed (what was asked for), nothing is prewarmed, and the
+    variable, ``triton.autotune`` is routed (what was asked for), nothing is prepared, and the
     :class:`~triton_kiln.errors.SettingsError` naming the variable is raised where kiln is first used:
     when a kernel is decorated (its :class:`triton_kiln.Autotuner` is made) or a pool is made (logged
     here at DEBUG only, so a ``kiln`` command says it once, as its ``Error:`` line).
@@ -89,7 +86,7 @@ def install_from_environment() -> None:
     _route()
     if current.route_jit:
         _route_jit()
-    _prewarm(current)
+    _prepare()
 
 
 def _route() -> None:
@@ -116,12 +113,12 @@ def _route_jit() -> None:
     jit_routing.install()
 
 
-def _prewarm(current: Settings) -> None:
-    # The libraries imported next define their kernels; on a GPU machine the sandbox, Triton's
-    # key and the compile pool get ready meanwhile, in the background.
-    from triton_kiln.autotuner.prewarm import prewarm
+def _prepare() -> None:
+    # Starts nothing: the sandbox, the pool and Triton's driver utilities start at a tuning's
+    # first miss (triton_kiln.autotuner.prewarm), so a process that never tunes holds none of them.
+    from triton_kiln.autotuner.prewarm import prepare
 
-    prewarm(sandbox=current.sandbox, pool=True)
+    prepare()
 
 
 def uninstall() -> None:

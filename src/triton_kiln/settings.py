@@ -128,6 +128,11 @@ class Settings:
     bench_timeout_s: float = 60.0
     """``KILN_BENCH_TIMEOUT_S``: seconds one config's benchmark may take before the sandbox is killed."""
 
+    idle_s: float = 30.0
+    """``KILN_IDLE_S``: seconds the benchmark sandbox, the pool's zygote and workers and the
+    Inductor sidecar stay once idle before they exit, freeing their GPU memory (the next tuning
+    starts them again); ``0``: they exit as soon as their work is done."""
+
     fast_launch: bool = True
     """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
 
@@ -261,6 +266,13 @@ def _positive_float(value: str) -> float:
     return number
 
 
+def _nonnegative_float(value: str) -> float:
+    number = float(value)
+    if not (number >= 0 and math.isfinite(number)):
+        raise ValueError(value)
+    return number
+
+
 def _cap_mb(value: str) -> int | None:
     if value.strip().lower() in ("0", "unlimited", "none"):
         return None
@@ -341,6 +353,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "sandbox": ("KILN_SANDBOX", _bool, "0 or 1"),
     "native_sandbox": ("KILN_NATIVE_SANDBOX", _bool, "0 or 1"),
     "bench_timeout_s": ("KILN_BENCH_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
+    "idle_s": ("KILN_IDLE_S", _nonnegative_float, "a finite number of seconds, 0 or more"),
     "fast_launch": ("KILN_FAST_LAUNCH", _bool, "0 or 1"),
     "autotune": ("KILN_AUTOTUNE", _bool, "0 or 1"),
     "inductor": ("KILN_INDUCTOR", _bool, "0 or 1"),
@@ -458,6 +471,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "worker_nice": _int_range(0, 19, "a nice increment"),
     "tuning_db": _file_usable,
     "bench_timeout_s": _seconds_range(0.001),
+    "idle_s": _seconds_range(0.0),
     "cache_max_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
     "remote_cache": lambda v: None if v is None else _remote_problem(v),
     "remote_max_entry_mb": _int_range(1, 512, "MiB (Redis holds at most 512 MiB in one value)"),

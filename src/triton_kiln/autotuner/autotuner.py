@@ -37,7 +37,7 @@ from triton_kiln.autotuner import provenance
 from triton_kiln.autotuner.bench import BencherFactory
 from triton_kiln.autotuner.calls import CallShape, unwrap
 from triton_kiln.autotuner.library_search import LibrarySearch, place_subclass
-from triton_kiln.autotuner.prewarm import prewarm
+from triton_kiln.autotuner.prewarm import prepare
 from triton_kiln.autotuner.run_identity import LocalDevice
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
@@ -146,6 +146,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._pool = pool
         self._database = database
         self._target: Any = target
+        self._own_device = target is None  # tunes on this machine's GPU: prewarm.py starts its parts
         self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
         self._device: LocalDevice | None = None  # and the GPU's identity here (run_identity.py)
         self._lock = threading.RLock()
@@ -160,10 +161,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._search: LibrarySearch | None = None
         self._search_depth = 0
         self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
-        if self._target is None:
-            # Warm by the first call: the sandbox, Triton's key and the pool start now, in the
-            # background (GPU present only; no CUDA context is made here).
-            prewarm(sandbox=bool(self._sandbox_wanted), pool=pool is None)
+        if self._own_device:  # starts nothing (prewarm.py): a tuning's first miss starts the rest
+            prepare()
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
     @property

@@ -164,8 +164,14 @@ class SandboxBencher:
     ) -> None:
         import torch
 
+        from triton_kiln.sandbox import registry
+
         self.tuner = tuner
-        self.sandbox = shared_sandbox(torch.cuda.current_device())
+        self.device = torch.cuda.current_device()
+        registry.hold(self.device)  # this run keeps it: no idle release while it runs
+        self.held = True
+        self.peak_bytes: int | None = None  # the sandbox's device memory at most, for the run
+        self.sandbox = shared_sandbox(self.device)
         self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
         self.timeout_s = tuner._settings.bench_timeout_s
         self.inputs_set = False
@@ -225,7 +231,32 @@ class SandboxBencher:
         return self.sandbox.bench(spec, self.timeout_s)
 
     def finish(self) -> None:
+        self.release()
+
+    def release(self) -> None:
+        """The run is over (or failed): the sandbox goes once idle for ``KILN_IDLE_S``, its GPU
+        memory with it (once per bencher)."""
+        from triton_kiln.sandbox import registry
+
+        if self.held:
+            self.held = False
+            try:  # its input copies and scratch now; the process itself after KILN_IDLE_S
+                memory = self.sandbox.release_inputs() if self.inputs_set else None
+            except Exception as exc:  # a sandbox that cannot answer is stopped by it; the run stands
+                log.debug("kiln: the sandbox did not report its memory: %s", exc)
+                memory = None
+            if memory is not None:
+                self.peak_bytes = int(memory["peak_bytes"])
+            registry.release_later(self.device, self.tuner._settings.idle_s)
+
+
+def ended(bencher: Bencher) -> int | None:
+    """The run is over, however it ended: a sandbox bencher gives its sandbox back (idempotent);
+    the most GPU memory that sandbox held for the run, in bytes (``None``: not measured)."""
+    if not isinstance(bencher, SandboxBencher):
         return None
+    bencher.release()
+    return bencher.peak_bytes
 
 
 class InProcessBencher:

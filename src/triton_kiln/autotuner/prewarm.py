@@ -1,31 +1,33 @@
-"""Start what a first tuning waits for while the caller is still importing its kernels.
+"""Get what a tuning needs ready: cheap parts when a kernel is defined, the rest at its first miss.
 
-Called by ``triton_kiln.install()`` (before the libraries it routes are imported) and when a tuned
-kernel is defined, and only where a GPU is present (so, where tuning will happen; CI and
-CPU-only machines start nothing); the key is computed once per process::
+A process whose every result comes from memory, the tuning database, a bundle or the remote
+store never tunes, so nothing that holds a process, a compiler run or GPU memory starts before a
+tuning is asked for::
 
-    kernel defined -> prewarm()
-        ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart)
+    triton_kiln.install() / a tuned kernel defined -> prepare()        (GPU present only)
+        the caller's Triton asks kiln for its key (seed_caller_triton_key: the stored key, a few
+        ms of stat calls; or, on a machine that has none yet, the one computed at the first miss)
+        no process, no thread, no compiler, no CUDA
+
+    a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
+        ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
+        │     it warms up while the configs compile)
         ├─ thread "kiln-driver-prebuild": Triton's CUDA driver utilities (gcc, ~0.3 s on a fresh
         │     Triton cache) into Triton's cache, before the first launch needs them
         └─ thread "kiln-prewarm":
               Triton's key (hashes libtriton.so, ~2 s of CPU once per machine; kept on disk,
-                            later processes read it: triton_compat.triton_key); the caller's own
-                            Triton was already told, in prewarm itself, to ask kiln for it
-                            (seed_caller_triton_key: the stored key, or this computation's)
-              -> the process's compile pool is made and started: its zygote spawns now, reads
-                 the key from kiln's file, imports Triton and compiles its warm-up kernel
+                            later processes read it: triton_compat.triton_key)
+              -> the process's compile pool is started: its zygote spawns, reads the key from
+                 kiln's file, imports Triton and compiles its warm-up kernel
               -> (with the sandbox) the output check's kernel, every dtype variant, queued in
                  that pool for each GPU capability ``nvidia-smi`` lists (a subprocess: no CUDA
-                 here); the first tuning run finds them in the pool's caches instead of waiting
-                 for their compile before its first benchmark (~0.4-1 s per run that meets a
-                 new dtype, measured on an H100: bench/first_call_timeline.py)
+                 here); the run finds them in the pool's caches instead of waiting for their
+                 compile before its first benchmark
 
-Without it the first call pays Triton's key and the zygote's start (~1 s to the first compile on
-an H100 host); with it, the first call finds the zygote ready and only compiles and times. On a
-machine that serves every call from caches the zygote idles (one process, no CUDA; its workers
-fork on demand). Nothing here initializes CUDA in the caller. A kernel given its own
-``pool=`` or ``target=`` prewarms nothing: its pool and device are the caller's business.
+What prewarm starts gives itself back once idle for ``KILN_IDLE_S`` (the pool's zygote and
+workers: triton_kiln.pool.manager; the sandbox: triton_kiln.sandbox.registry.release_later).
+Nothing here initializes CUDA in the caller. A kernel given its own ``pool=`` or ``target=``
+prewarms nothing: its pool and device are the caller's business.
 """
 
 from __future__ import annotations
@@ -47,19 +49,25 @@ _started = False
 compare_futures: list[Future[Any]] = []  # the output check's kernels prewarm queued (tests wait on them)
 
 
-def prewarm(sandbox: bool, pool: bool) -> bool:
-    """Start the sandbox (``sandbox``; idempotent) and, once per process and in the background,
-    compute Triton's key and make the default compile pool (``pool``). ``False`` without a GPU."""
-    global _started
-    from triton_kiln.sandbox.registry import gpu_present, prestart
+def prepare() -> bool:
+    """What a defined kernel gets at once: the caller's Triton asks kiln for its key from now on
+    (nothing is read or hashed here). Starts nothing. ``False`` without a GPU."""
+    from triton_kiln.sandbox.registry import gpu_present
 
     if not gpu_present():
         return False
-    # The caller's own Triton (plain @triton.jit kernels it compiles itself) asks kiln for its
-    # key from now on: the stored one (a few ms of stat calls, never a hash), or the one the
-    # thread below is computing (waited for, not computed twice).
     triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir)
-    if not (sandbox or pool):
+    return True
+
+
+def prewarm(sandbox: bool, pool: bool) -> bool:
+    """At a tuning's first miss: start the sandbox (``sandbox``; idempotent) and, in the
+    background, compute Triton's key and start the default compile pool (``pool``; once per
+    process). ``False`` without a GPU."""
+    global _started
+    from triton_kiln.sandbox.registry import prestart
+
+    if not prepare() or not (sandbox or pool):
         return False
     if sandbox:
         prestart()

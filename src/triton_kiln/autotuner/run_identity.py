@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from triton_kiln import triton_compat
 from triton_kiln.autotuner.specialize import Candidate
 from triton_kiln.errors import NoGPUError
+from triton_kiln.tuning.results import ConfigResult, TuningRun
 
 if TYPE_CHECKING:
     from triton_kiln.autotuner.autotuner import Autotuner
@@ -109,3 +111,32 @@ def device_identity(target: Any) -> tuple[str, str]:
     except ImportError:
         pass
     return f"no GPU ({target.backend} target)", str(target.arch)
+
+
+def finished_run(
+    identity: dict[str, str],
+    results: tuple[ConfigResult, ...],
+    best_label: str,
+    default_label: str,
+    wall_s: float,
+    split: dict[str, float] | None,
+    first_result_s: float | None,
+    gpu_peak_bytes: int | None,
+) -> TuningRun:
+    """The :class:`TuningRun` a run that just finished is, as the database records it."""
+    return TuningRun(
+        kernel=identity["kernel"],
+        kernel_key=identity["kernel_key"],
+        key_repr=identity["key_repr"],
+        device_name=identity["device_name"],
+        capability=identity["capability"],
+        triton_version=identity["triton_version"],
+        results=results,
+        best_label=best_label,
+        default_label=default_label,
+        started_at=time.time() - wall_s,
+        wall_s=wall_s,
+        first_result_s=first_result_s,
+        split=split,
+        gpu_peak_bytes=gpu_peak_bytes,
+    )

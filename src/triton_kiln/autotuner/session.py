@@ -16,7 +16,8 @@
       best = the fastest trusted config (a flagged one only when all are) -> tuner.cache[key],
           configs_timings, last_run; finish the run; log any faster flagged config passed over
       all along: where the wall time went (sandbox wait, compiling, benchmarking, final
-          round: timesplit.py) -> TuningRun.split
+          round: timesplit.py) -> TuningRun.split; at the end, however it ends, the sandbox
+          frees the run's inputs (the most it held -> TuningRun.gpu_peak_bytes)
       all along: what the reader sees (progress.py: a bar of configs compiled / timed /
           failed and the best so far, fed by each compile's done callback and every recorded
           result; with TRITON_PRINT_AUTOTUNING, Triton's per-config lines: provenance.py)
@@ -39,11 +40,12 @@ from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import candidates as candidates_mod
 from triton_kiln.autotuner import node_share, node_tuning, provenance
-from triton_kiln.autotuner.bench import Bencher, Phase, classify, make_bencher, reason, screen_phase
+from triton_kiln.autotuner.bench import Bencher, Phase, classify, ended, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
+from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.progress import TuningProgress
 from triton_kiln.autotuner.race import Race, contenders, eligible
-from triton_kiln.autotuner.run_identity import run_identity, tuning_device
+from triton_kiln.autotuner.run_identity import finished_run, run_identity, tuning_device
 from triton_kiln.autotuner.specialize import (
     Candidate,
     candidate_result,
@@ -79,6 +81,7 @@ class TuningSession:
         self.progress = TuningProgress(self.name, 0, enabled=False)  # tune() makes the run's own
         self.verbose = False  # TRITON_PRINT_AUTOTUNING: Triton's per-config lines (read by tune())
         self.last_samples: list[float] | None = None  # every run of the latest benchmark, if sent
+        self.bencher: Bencher | None = None  # the run's: its sandbox given back however it ends
 
     def tune(
         self,
@@ -121,6 +124,8 @@ class TuningSession:
             node_tuning.adopt(tuner, key, claimed.run, claimed.waited_s, database)
             return
         tuner.loaded_from = None
+        if tuner._own_device:  # a miss: the sandbox and the pool start now, beside the compiles
+            prewarm(sandbox=bool(tuner._sandbox_wanted), pool=tuner._pool is None)
         self.verbose = triton_compat.print_autotuning()
         try:
             run_id = database.begin_run(default_label=candidates[0].label, **identity) if database else None
@@ -136,6 +141,8 @@ class TuningSession:
         finally:
             if claimed is not None:
                 claimed.release()
+            if self.bencher is not None:  # a failed run too: its sandbox goes once idle
+                ended(self.bencher)
         for config, same in duplicates:  # a config listed twice was timed once (as Triton, both)
             tuner.configs_timings[config] = tuner.configs_timings[same]
 
@@ -164,6 +171,7 @@ class TuningSession:
 
         pool = tuner._get_pool()
         bencher = make_bencher(tuner, args, kwargs)  # first: its output-check kernel compiles first
+        self.bencher = bencher
         submit_compiles(tuner, pool, candidates)
         by_future: dict[Future[CompiledArtifact], Candidate] = {}
         for candidate in candidates:
@@ -248,22 +256,12 @@ class TuningSession:
         best_label = config_label(best)
         wall = time.monotonic() - started
         split = self.split.as_dict(started, wall)
+        peak = ended(bencher)
         if database is not None and run_id is not None:
-            database.finish_run(run_id, best_label, wall, first_result_s, split=split)
-        tuner.last_run = TuningRun(
-            kernel=identity["kernel"],
-            kernel_key=identity["kernel_key"],
-            key_repr=identity["key_repr"],
-            device_name=identity["device_name"],
-            capability=identity["capability"],
-            triton_version=identity["triton_version"],
-            results=tuple(results[c.label] for c in candidates),
-            best_label=best_label,
-            default_label=candidates[0].label,
-            started_at=time.time() - wall,
-            wall_s=wall,
-            first_result_s=first_result_s,
-            split=split,
+            database.finish_run(run_id, best_label, wall, first_result_s, split=split, gpu_peak_bytes=peak)
+        results_now = tuple(results[c.label] for c in candidates)
+        tuner.last_run = finished_run(
+            identity, results_now, best_label, candidates[0].label, wall, split, first_result_s, peak
         )
         tuner.tuned[key] = tuner.last_run
         provenance.log_choice(self.name, key, tuner.last_run)

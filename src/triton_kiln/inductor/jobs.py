@@ -54,8 +54,8 @@ class InductorPool:
         self.other_jobs = 0
 
     def start_sidecar(self) -> None:
-        """Start the sidecar, if any, in the background (idempotent): Inductor asked for its
-        pool, where stock Inductor starts its own."""
+        """Start the sidecar, if any, in the background (idempotent; the first graph lowered
+        starts it: :func:`triton_kiln.inductor.routing._on_lowering`)."""
         if self.sidecar is not None:
             self.sidecar.start()
 

@@ -25,9 +25,8 @@ It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.induc
   (and this process's own kiln pool too, for the jobs that come before the sidecar is ready, or
   all of them with ``KILN_INDUCTOR_SIDECAR=0``), in the background, while Inductor lowers and
   generates code. A process whose graphs all come from Inductor's caches (a warm process)
-  starts no compile process (its sidecar, started as stock starts its own pool, only imports
-  torch; the benchmark sandbox of ``sandbox_benchmarks`` still starts at ``install()``, to be
-  warm when max-autotune's template choices, chosen during lowering, need it), unless it loads
+  starts no process of kiln's (no sidecar, no pool, no benchmark sandbox of
+  ``sandbox_benchmarks``: each starts when a graph is lowered), unless it loads
   a kernel coordinate descent will tune: kiln's pool starts then, in the background, for the
   neighbours that tuning compiles on the kernel's first launch
   (:meth:`~triton_kiln.inductor.configs.ConfigCompiler.submit`). Any compile that reaches kiln starts
@@ -193,7 +192,6 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
 
 def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
-    from triton_kiln.sandbox.registry import gpu_present
 
     point = compat.make_benchmark_fn_point()
     # checked by the first install() too; this is for a later one turning the sandbox on
@@ -201,8 +199,6 @@ def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
     saved = point.current()
     benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for)
     point.set(benchmarks.make_benchmark_fn(saved))
-    if gpu_present():
-        benchmarks.start()  # torch's import and the CUDA context, while Inductor traces and compiles
     log.info(
         "kiln: Inductor's template benchmarks now run in a kiln sandbox process (%g s each at most)",
         timeout_s,
@@ -283,7 +279,8 @@ def _sidecar(threads: int, start_timeout_s: float) -> Sidecar:
 
 def _process_pool(pool: InductorPool) -> Any:
     def process_pool() -> InductorPool:
-        pool.start_sidecar()  # idempotent: the first call (Inductor's warm_pool) starts it
+        # Starts nothing: Inductor asks for its pool in a warm process too (its graphs from
+        # Inductor's caches, nothing to compile); the first graph lowered starts the sidecar.
         return pool
 
     # Inductor calls AsyncCompile.process_pool.cache_clear() after a fork and at shutdown.
@@ -317,7 +314,14 @@ def _held_while_timing(original: Any) -> Any:
 
 def _on_lowering(sidecar: Sidecar | None, kiln_pool: CompilePool) -> None:
     """A graph is being lowered: the sidecar's kiln pool starts; this process's own starts too
-    unless the sidecar is ready to take every job."""
+    unless the sidecar is ready to take every job; with ``sandbox_benchmarks``, the benchmark
+    sandbox (torch's import and its CUDA context, while Inductor lowers: template choices are
+    timed during lowering)."""
+    from triton_kiln.sandbox.registry import gpu_present
+
+    installed = _state
+    if installed is not None and installed.benchmarks is not None and gpu_present():
+        installed.benchmarks.benchmarks.start()  # idempotent
     if sidecar is not None:
         sidecar.start()
         sidecar.want_pool()

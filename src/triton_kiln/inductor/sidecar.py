@@ -6,10 +6,11 @@ its compiles in kiln's pool behind it.
 
     caller's process                                   sidecar process (sidecar_main)
     ----------------                                   ------------------------------
-    AsyncCompile.process_pool() (Inductor's warm_pool,
-      where stock starts its own pool) -> start() -- spawn -->  import torch, Inductor;
+    GraphLowering.__init__ (a graph to compile;
+      a warm process, its graphs from Inductor's
+      caches, never gets here) -> start() ------ spawn -->  import torch, Inductor;
                                                        triton_kiln.inductor installed in-thread
-    GraphLowering.__init__ -> want_pool() ----------->  ("start_pool"): kiln's pool started
+                             -> want_pool() ----------->  ("start_pool"): kiln's pool started
     InductorPool.submit(_worker_compile_triton, ...)
       -> submit(fn, args, fallback):
          sidecar ready:                                 Inductor's _worker_compile_triton, its
@@ -69,6 +70,7 @@ class SidecarStats:
     startup_s: float | None = None  # as the sidecar measured its own start
     first_job_at: float | None = None
     jobs: int = 0  # sent to the sidecar
+    idle_releases: int = 0  # times it exited after KILN_IDLE_S without a job (started again on need)
     fallbacks: int = 0  # run in the caller's process instead (before it was ready, or after it died)
     died: str | None = None
     pid: int | None = None
@@ -89,12 +91,24 @@ class _State:
 
 
 class Sidecar:
-    """One sidecar process, started on demand (:meth:`start`), never restarted: after a death,
-    every job runs through its fallback (the reason is logged once at WARNING)."""
+    """One sidecar process, started on demand (:meth:`start`), gone once idle for ``idle_s``
+    (started again on the next demand), never restarted after a death: from then on every job
+    runs through its fallback (the reason is logged once at WARNING)."""
 
-    def __init__(self, threads: int, start_timeout_s: float, preload: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        threads: int,
+        start_timeout_s: float,
+        preload: tuple[str, ...] = (),
+        idle_s: float | None = None,
+    ) -> None:
+        from triton_kiln import settings
+
         self.threads = threads
         self.start_timeout_s = start_timeout_s
+        # with no job in flight for idle_s (KILN_IDLE_S), the sidecar exits; a later graph
+        # lowered (or job) starts a new one
+        self.idle_s = settings.current().idle_s if idle_s is None else idle_s
         self.preload = preload  # modules the sidecar imports first (tests: a fake GPU driver)
         self.stats = SidecarStats()
         self._lock = threading.Lock()
@@ -216,13 +230,22 @@ class Sidecar:
 
     def _read(self, process: WorkerProcess) -> None:
         deadline = self.start_timeout_s
+        ready = False
         while True:
-            message = process.receive(deadline)
+            try:
+                message = process.receive(deadline)
+            except TimedOut:
+                if not ready:
+                    raise
+                if self._release_if_idle(process):
+                    return
+                continue
             kind = message[0]
             if kind == "ready":
                 self.stats.startup_s = float(message[1])
                 self.stats.ready_at = time.monotonic()
-                deadline = _READ_SLICE_S
+                ready = True
+                deadline = min(_READ_SLICE_S, max(self.idle_s, 0.05))
                 self._on_ready()
             elif kind == "done":
                 self._on_done(int(message[1]), message[2])
@@ -230,6 +253,19 @@ class Sidecar:
                 _relog(message[1])
             elif kind == "start_failed":
                 raise Died(f"failed to start: {str(message[1]).strip().splitlines()[-1]}")
+
+    def _release_if_idle(self, process: WorkerProcess) -> bool:
+        """No message for ``idle_s``: with no job in flight, the sidecar exits (its kiln pool
+        with it) and the next :meth:`start` spawns a new one. ``False``: a job is running."""
+        with self._lock:
+            if self._state.phase != "ready" or self._state.pending:
+                return False
+            self._state = _State(next_id=self._state.next_id)  # idle: start() spawns anew
+            self._process = None
+            self.stats.idle_releases += 1
+        process.close(wait_s=5.0)
+        log.debug("kiln: the Inductor sidecar exited after %gs without a job (KILN_IDLE_S)", self.idle_s)
+        return True
 
     def _init(self) -> dict[str, Any]:
         from triton_kiln import settings

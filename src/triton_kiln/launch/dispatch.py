@@ -59,36 +59,61 @@ class LaunchTables:
         self.dispatcher: Any = None
         self.unavailable: str | None = None  # why there is no C dispatcher
         self._normalize = normalize
-        try:
-            module = native(cache_dir)
-            self._call_key = module.call_key
-            self.dispatcher = module.Dispatcher(
-                self.tables, list(self.flags_by_len), owner, full_path, normalize
-            )
-        except NativeBuildError as exc:
-            self.unavailable = str(exc)
-            log.info("kiln: %s has no fast launch path: %s", name, exc)
+        # The C helper is loaded (or built) at the first call, not here: defining a kernel
+        # (every kernel of a library, at its import) loads nothing and runs no compiler.
+        self._owner: Any = owner
+        self._full_path = full_path
+        self._name = name
+        self._cache_dir = cache_dir
+        self._loaded = False
+
+    def _load(self) -> Any:
+        """The C dispatcher, made on first need (``None``: no C helper, logged once)."""
+        if not self._loaded:
+            self._loaded = True
+            try:
+                module = native(self._cache_dir)
+                self._call_key = module.call_key
+                self.dispatcher = module.Dispatcher(
+                    self.tables, list(self.flags_by_len), self._owner, self._full_path, self._normalize
+                )
+            except NativeBuildError as exc:
+                self.unavailable = str(exc)
+                log.info("kiln: %s has no fast launch path: %s", self._name, exc)
+        return self.dispatcher
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the C helper was asked for yet (by a call, a key or :attr:`available`)."""
+        return self._loaded
 
     @property
     def available(self) -> bool:
-        return self.dispatcher is not None
+        return self._load() is not None
 
     @property
     def normalizer(self) -> Callable[..., tuple[Any, ...]] | None:
         """The dispatcher's ``normalize`` (``None``: none, or no C dispatcher)."""
-        return self._normalize if self.dispatcher is not None else None
+        return self._normalize if self._load() is not None else None
 
     @property
     def normalizes(self) -> bool:
         """Whether keyword calls (and calls of unregistered lengths) are normalized in C."""
-        return self.dispatcher is not None and self._normalize is not None
+        return self._load() is not None and self._normalize is not None
 
     def bind(self, grid: Any) -> Any:
         """``kernel[grid]``: the C ``BoundCall``, or ``None`` without the C helper."""
-        return None if self.dispatcher is None else self.dispatcher[grid]
+        dispatcher = self.dispatcher
+        if dispatcher is None:
+            dispatcher = self._load()
+            if dispatcher is None:
+                return None
+        return dispatcher[grid]
 
     def key(self, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The C dispatcher's key for these positional arguments (``None``: it has none)."""
+        if self._call_key is None:
+            self._load()
         if self._call_key is None or len(args) >= len(self.flags_by_len):
             return None
         try:

@@ -48,6 +48,8 @@ class PoolStats(LookupCounts):
     node_served: int = 0  # ...and got its artifact from that process's compile (no compile here)
     node_takeovers: int = 0  # ...whose process ended without an artifact: compiled here instead
     node_alone: int = 0  # ...compiled here unlocked (its compile failed there, or KILN_NODE_WAIT_S)
+    idle_releases: int = 0  # times the zygote and workers exited after KILN_IDLE_S without work
+    idle_restarts: int = 0  # ...and a later job started them again (its cost: zygote_ready_s[-1])
     zygote_ready_s: list[float] = field(default_factory=list)
     replacement_s: list[float] = field(default_factory=list)
 

@@ -64,13 +64,18 @@ class PreloadModules:
 
 
 @dataclass(frozen=True)
+class Resume:
+    """Start the zygote again if it exited idle (``start()``, ``wait_ready()``)."""
+
+
+@dataclass(frozen=True)
 class Shutdown:
     """Stop once queued jobs are done (or cancel them first)."""
 
     cancel_futures: bool
 
 
-Command = Submit | PreloadModules | Shutdown
+Command = Submit | PreloadModules | Resume | Shutdown
 
 
 class Manager:
@@ -115,6 +120,10 @@ class Manager:
         self.workers = Workers(settings, table, self.selector, self.supervisor, self.pending)
         self.thread: threading.Thread | None = None
         self._cancel = False
+        # Idle release (KILN_IDLE_S): with no work for idle_s, the zygote and its workers exit,
+        # giving back their memory and process slots; the next job (or start()) spawns a zygote.
+        self.idle_since: float | None = None
+        self.parked = False
 
     # ---------------------------------------------------------------- caller threads
 
@@ -145,17 +154,15 @@ class Manager:
                 self._drain_commands()
                 # Cancelling (Ctrl-C in a ``with`` block, shutdown(cancel_futures=True)) does not
                 # wait for running jobs: teardown fails them and the zygote kills their groups.
-                idle = (
-                    not self.pending
-                    and not workers.busy()
-                    and not (self.node and (self.node.waiting or self.node.ready))
-                )
+                idle = not self._busy()
                 if self.table.closing and (self._cancel or idle):
                     break
                 for key, _ in self.selector.select(self._next_timeout()):
                     self._on_readable(*key.data)
                 now = time.monotonic()
                 self._poll_node(now)
+                if self.parked and self.pending:
+                    self._resume()
                 self.supervisor.check(now)
                 workers.check_limits(now)
                 workers.finalize_dead(now)
@@ -164,6 +171,7 @@ class Manager:
                 # select) must be seen now, not after the next select's timeout.
                 self._drain_commands()
                 workers.dispatch()
+                self._release_if_idle(time.monotonic())
         except BaseException as exc:  # a bug in kiln: fail every job loudly, never hang
             log.exception("kiln pool manager crashed")
             self.table.broken = KilnError(f"kiln's pool manager thread crashed: {type(exc).__name__}: {exc}")
@@ -182,6 +190,9 @@ class Manager:
             elif isinstance(command, PreloadModules):
                 self.supervisor.preload.extend(command.modules)
                 self.supervisor.request_preload(command.modules)
+            elif isinstance(command, Resume):
+                if self.parked:
+                    self._resume()
             elif isinstance(command, Shutdown):
                 self._cancel = self._cancel or command.cancel_futures
                 if self._cancel:
@@ -212,6 +223,36 @@ class Manager:
                 ),
             )
 
+    def _busy(self) -> bool:
+        node = self.node
+        return bool(self.pending or self.workers.busy() or (node and (node.waiting or node.ready)))
+
+    def _release_if_idle(self, now: float) -> None:
+        """After ``idle_s`` with no job, queued or running: the zygote and its workers exit."""
+        if self._busy() or self.table.closing or self.table.broken is not None:
+            self.idle_since = None
+            return
+        zygote = self.supervisor.zygote
+        if zygote is None or not zygote.ready:  # parked, or still starting: not idle yet
+            return
+        if self.idle_since is None:
+            self.idle_since = now
+        if now - self.idle_since < self.settings.idle_s:
+            return
+        self.parked = True
+        self.idle_since = None
+        self.table.stats.idle_releases += 1
+        with self.table.lock:
+            self.table.ready.clear()  # wait_ready() waits for the next zygote
+        self.workers.drop_all()
+        self.supervisor.release()
+        log.debug("kiln pool: idle for %gs (KILN_IDLE_S): zygote and workers exited", self.settings.idle_s)
+
+    def _resume(self) -> None:
+        self.parked = False
+        self.table.stats.idle_restarts += 1
+        self.supervisor.spawn()
+
     def _poll_node(self, now: float) -> None:
         """Jobs another process of the node was compiling: served from its artifact, or ours now."""
         if self.node is None:
@@ -227,7 +268,10 @@ class Manager:
     def _next_timeout(self) -> float:
         if not self.commands.empty():
             return 0.0
-        timeout = self.workers.next_timeout(1.0, time.monotonic())
+        now = time.monotonic()
+        timeout = self.workers.next_timeout(1.0, now)
+        if self.idle_since is not None:
+            timeout = min(timeout, max(0.0, self.idle_since + self.settings.idle_s - now))
         if self.node is not None:
             timeout = self.node.next_timeout(timeout)
         zygote = self.supervisor.zygote

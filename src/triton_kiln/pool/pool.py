@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import pickle
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Iterable
@@ -52,7 +53,7 @@ from triton_kiln.errors import CacheDirError, PoolClosedError, TargetError
 from triton_kiln.pool.interface import BatchMethods
 from triton_kiln.pool.jobs import Job, JobTable, PoolStats, check_job_arguments
 from triton_kiln.pool.lookup import find_or_add
-from triton_kiln.pool.manager import Manager, PreloadModules, Shutdown, Submit
+from triton_kiln.pool.manager import Manager, PreloadModules, Resume, Shutdown, Submit
 from triton_kiln.pool.memory_cache import MemoryCache
 from triton_kiln.pool.pause import PAUSE
 from triton_kiln.pool.sealed import SealedRequest
@@ -145,18 +146,26 @@ class CompilePool(BatchMethods):
     # ---------------------------------------------------------------- public API
 
     def start(self) -> CompilePool:
-        """Start the manager thread and the zygote in the background (idempotent)."""
+        """Start the manager thread and the zygote in the background (idempotent; a zygote that
+        exited idle, after ``KILN_IDLE_S``, starts again)."""
         with self._table.lock:
             if self._manager.thread is None:
                 if self._table.closing:
                     raise PoolClosedError("this pool was shut down; create a new CompilePool")
                 self._manager.start()
+            elif self._manager.parked and not self._table.closing:
+                self._manager.send(Resume())
         return self
 
     def wait_ready(self, timeout: float | None = None) -> bool:
         """Block until the zygote is up and every worker has started; ``False`` on timeout."""
-        self.start()
-        ready = self._table.ready.wait(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            self.start()  # again if the zygote exited idle meanwhile
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = self._table.ready.wait(1.0 if left is None else min(left, 1.0))
+            if ready or (deadline is not None and time.monotonic() >= deadline):
+                break
         if self._table.broken is not None:
             raise self._table.broken
         if ready and self._table.closed.is_set():

@@ -209,6 +209,16 @@ class Supervisor:
             log.warning("kiln zygote (pid %s) died; starting a new one", zygote.proc.pid)
         self.spawn()
 
+    def release(self) -> None:
+        """Idle: the zygote exits (and its workers with it); the next :meth:`spawn` starts anew."""
+        zygote = self.zygote
+        if zygote is not None:
+            self.unregister(zygote.ctl)
+            self.unregister(zygote.out_fd)
+        self.shutdown()
+        self.zygote = None
+        self.tmp_root = None
+
     def shutdown(self) -> None:
         """Close the zygote's socket (EOF: it kills and reaps its workers, exits), reap it, and
         remove the workers' temp directories (what a killed zygote could not)."""

@@ -76,6 +76,7 @@ class TuningRunRecord(_Strict):
     run_id: int | None = None
     adoptions: Annotated[int, Field(ge=0)] = 0
     adoption_wait_s: Timing = None
+    gpu_peak_bytes: Annotated[int, Field(ge=0)] | None = None
 
 
 def artifact_hash(raw: dict[bytes, bytes]) -> tuple[dict[str, bytes], str | None]:

@@ -123,8 +123,11 @@ class RemoteTuningDatabase:
         first_result_s: float | None,
         *,
         split: Mapping[str, float] | None = None,
+        gpu_peak_bytes: int | None = None,
     ) -> None:
-        self.local.finish_run(run_id, best_label, wall_s, first_result_s, split=split)
+        self.local.finish_run(
+            run_id, best_label, wall_s, first_result_s, split=split, gpu_peak_bytes=gpu_peak_bytes
+        )
         identity = self._identities.pop(run_id, None)
         run = self.local.lookup(**identity) if identity is not None else None
         if run is None or run.run_id != run_id:

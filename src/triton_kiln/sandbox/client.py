@@ -145,6 +145,11 @@ class Sandbox:
         self._stderr = None
         self._proc = None
 
+    def release_inputs(self) -> dict[str, Any] | None:
+        """The run ended: the next run sends its own inputs (this sandbox frees its copies when
+        it is closed, after ``KILN_IDLE_S``). ``None``: it reports no device memory figures."""
+        return None
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None

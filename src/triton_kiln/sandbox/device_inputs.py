@@ -97,6 +97,11 @@ class DeviceInputs:
         finally:
             self.cuda.ipc_close(mapped)
 
+    @property
+    def held_bytes(self) -> int:
+        """Device bytes these inputs hold (each tensor's working and pristine copies)."""
+        return sum(2 * (t.desc.nbytes + t.desc.align) for t in self.tensors.values() if t.desc.nbytes)
+
     def free(self) -> None:
         for tensor in self.tensors.values():
             for ptr in tensor.allocations:
@@ -186,6 +191,11 @@ class ScratchMemory:
             self._base = self.cuda.mem_alloc(needed)
             self._capacity = needed
         return -(-self._base // align) * align
+
+    @property
+    def capacity(self) -> int:
+        """Device bytes held now."""
+        return self._capacity
 
     def free(self) -> None:
         if self._base:

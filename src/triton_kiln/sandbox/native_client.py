@@ -104,6 +104,32 @@ class NativeSandbox:
                 self._torch.close()
                 self._torch = None
 
+    def release_inputs(self) -> dict[str, Any] | None:
+        """The run ended: the sandbox frees its copies of the inputs and its scratch (the process
+        stays, for ``KILN_IDLE_S``). Returns ``{"peak_bytes", "held_bytes"}``: the most device
+        memory it allocated for the run and what it holds now (its CUDA context aside), or
+        ``None`` when it held no inputs (or could not answer: then it is stopped)."""
+        with self._lock:
+            self._args = {}  # the caller's tensors: not kept alive past the run
+            self._inputs = None
+            self._reference = None
+            self._user_reference = None
+            self._torch_inputs_sent = False
+            proc = self._proc
+            if proc is None or not self._inputs_sent or not proc.alive():
+                return None
+            self._inputs_sent = False
+            try:
+                proc.send(("release",))
+                reply = proc.receive(30.0)
+            except (Died, TimedOut):
+                self._kill()
+                return None
+            if reply[0] != "ok_release":
+                self._kill()
+                return None
+            return dict(reply[1])
+
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None

@@ -15,6 +15,8 @@ kinds), and is ready in a fraction of a second: Python, kiln's C module and a CU
       ("get_reference",)                       ->   <- ("reference_data", {name: TensorDesc} | None, tol)
       ("compare_kernels", {dtype: spec})       ->   the output check's kernel, to check on the GPU
       <- ("ok_compare_kernels", {"loaded", "failed"})  (triton_kiln.sandbox.device_check)
+      ("release",)                             ->   the run ended: input copies and scratch freed
+      <- ("ok_release", {"peak_bytes", "held_bytes"})  (the most it held for the run; now)
       ("bench", BenchSpec fields)              ->   cubin -> kiln's Launcher -> restore inputs ->
                                                     run once -> check outputs (numpy) ->
                                                     bench_loop (do_bench's loop, in C)
@@ -40,7 +42,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import socket
 import sys
 import threading
@@ -55,6 +56,7 @@ from triton_kiln.sandbox.compare import Representatives
 from triton_kiln.sandbox.device_check import DeviceCheck
 from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory
 from triton_kiln.sandbox.ipc import TensorDesc, host_desc
+from triton_kiln.sandbox.native_failures import OutOfResources, Unsupported, classify
 from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = "KILN_NATIVE_SANDBOX_FD"
@@ -63,35 +65,6 @@ STICKY_EXIT = 3  # as triton_kiln.sandbox.worker.STICKY_EXIT
 EXIT_NO_DEVICE = 4  # the sandbox could not start (no driver, no GPU, no C module)
 FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's L2 flush buffer
 _TRITON_EXTRA_PARAMS = 2  # as triton_kiln.launch.launcher: Triton's global and profile scratch pointers
-
-# CUDA errors after which the context is unusable (cudaError_enum): illegal address, launch
-# timeout, device assert, hardware stack error, illegal instruction, misaligned address,
-# invalid address space, invalid PC, launch failure, unknown.
-STICKY_CODES = frozenset({700, 702, 710, 714, 715, 716, 717, 718, 719, 999})
-OUT_OF_RESOURCES_CODE = 701  # too many resources requested for launch
-_CODE = re.compile(r"CUDA driver error (\d+)")
-
-
-class Unsupported(Exception):
-    """The binary needs Triton's launcher; the client sends it to the torch sandbox."""
-
-
-class OutOfResources(Exception):
-    """The binary does not fit the device (shared memory, threads): the config is skipped."""
-
-
-def classify(exc: BaseException) -> tuple[str, bool]:
-    """``(kind, sticky)`` for a failed benchmark: the one place that decides it."""
-    if isinstance(exc, OutOfResources):
-        return "out_of_resources", False
-    match = _CODE.search(str(exc))
-    if match is not None:
-        code = int(match.group(1))
-        if code in STICKY_CODES:
-            return "sticky", True
-        if code == OUT_OF_RESOURCES_CODE:
-            return "out_of_resources", False
-    return "error", False
 
 
 class NativeState:
@@ -115,6 +88,25 @@ class NativeState:
         self._read_buffers: dict[str, Any] = {}  # output name -> host buffer, reused run to run
         self._nonfinite: dict[tuple[str, str], bool] = {}  # (output, representative) -> NaN/Inf found
         self.device_check = DeviceCheck(self.cuda, self.inputs, self.kernel)  # the check on the GPU
+        self.peak_bytes = FLUSH_BYTES  # the most device memory held for the run (allocations)
+
+    def held_bytes(self) -> int:
+        """Device memory this process allocated and holds now (its CUDA context aside)."""
+        return FLUSH_BYTES + self.inputs.held_bytes + sum(s.capacity for s in self.scratch)
+
+    def release(self) -> dict[str, Any]:
+        """The run ended: its input copies and scratch are freed; what it held at most, in bytes
+        (then counted afresh for the next run)."""
+        peak = max(self.peak_bytes, self.held_bytes())
+        self.inputs.free()
+        for scratch in self.scratch:
+            scratch.free()
+        self._read_buffers.clear()
+        self.representatives.reset()
+        self.reference_raw = None
+        self.device_check.reset()
+        self.peak_bytes = self.held_bytes()
+        return {"peak_bytes": peak, "held_bytes": self.peak_bytes}
 
     # -- inputs and reference -----------------------------------------------------------------
 
@@ -129,6 +121,7 @@ class NativeState:
         self._read_buffers.clear()
         self._nonfinite.clear()
         self.device_check.reset()
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes())
         return {
             "transfer_s": self.inputs.transfer_s,
             "via_ipc": self.inputs.via_ipc,
@@ -251,6 +244,7 @@ class NativeState:
         self.inputs.restore_all()
         self.cuda.ctx_synchronize()
         done = time.monotonic()
+        self.peak_bytes = max(self.peak_bytes, self.held_bytes())  # scratch grows with launches
         info = {
             "load_s": loaded - started,
             "check_s": checked - loaded,
@@ -375,6 +369,8 @@ def serve(chan: socket.socket, state: NativeState) -> None:
             reply = ("reference_data", state.settled_reference(), state.tolerances)
         elif kind == "compare_kernels":
             reply = ("ok_compare_kernels", state.device_check.set_kernels(message[1]))
+        elif kind == "release":
+            reply = ("ok_release", state.release())
         else:
             reply = ("err", "error", f"unknown request {kind!r}", "", False)
         chan.sendall(encode(reply))

@@ -1,10 +1,12 @@
-"""One benchmark sandbox per device per process, started early: when a tuned kernel is defined.
+"""One benchmark sandbox per device per process, started at a tuning's first miss, gone when idle.
 
 :func:`prestart` starts the device's sandbox in the background when a GPU is present (checked
 without initializing CUDA in the caller: ``/dev/nvidia*``, or torch's answer when torch is
-already imported), so that it is ready by the first call; :func:`shared` returns that same
-sandbox to the tuner, which keeps it across tunings. With ``KILN_NATIVE_SANDBOX=0`` both give
-the torch sandbox (:class:`~triton_kiln.sandbox.client.Sandbox`), as before.
+already imported), so that it warms up while the configs compile; :func:`shared` returns that
+same sandbox to the tuner, which keeps it across tunings. When a run ends, :func:`release_later`
+closes it once idle for ``KILN_IDLE_S`` (its process, CUDA context and input copies go; a run
+that starts meanwhile, :func:`hold`, keeps it, and a later run starts a fresh process). With
+``KILN_NATIVE_SANDBOX=0`` both give the torch sandbox (:class:`~triton_kiln.sandbox.client.Sandbox`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from triton_kiln import settings as settings_mod
 
 _SANDBOXES: dict[int, Any] = {}
 _LOCK = threading.Lock()
+_RELEASES: dict[int, threading.Timer] = {}  # device -> the pending idle release of its sandbox
+_RUNS: dict[int, int] = {}  # device -> tuning runs using its sandbox now
+idle_releases: dict[int, int] = {}  # device -> times its sandbox exited idle (KILN_IDLE_S)
 
 
 def gpu_present() -> bool:
@@ -74,3 +79,48 @@ def prestart(device: int | None = None) -> Any:
     sandbox = shared(default_device() if device is None else device)
     sandbox.start()
     return sandbox
+
+
+def hold(device: int) -> None:
+    """A run uses ``device``'s sandbox: a pending idle release is called off until it ends."""
+    with _LOCK:
+        _RUNS[device] = _RUNS.get(device, 0) + 1
+        timer = _RELEASES.pop(device, None)
+    if timer is not None:
+        timer.cancel()
+
+
+def release_later(device: int, idle_s: float) -> None:
+    """A run on ``device`` ended (one :func:`hold` each): once no run holds it, its sandbox
+    closes after ``idle_s`` without another (0: now)."""
+    with _LOCK:
+        _RUNS[device] = max(0, _RUNS.get(device, 0) - 1)
+        old = _RELEASES.pop(device, None)
+        sandbox = _SANDBOXES.get(device) if _RUNS[device] == 0 else None
+        timer = None
+        if sandbox is not None and idle_s > 0:
+            timer = threading.Timer(idle_s, _release, args=(device, sandbox))
+            timer.name = "kiln-sandbox-idle"
+            timer.daemon = True
+            _RELEASES[device] = timer
+    if old is not None:
+        old.cancel()
+    if timer is not None:
+        timer.start()
+    elif sandbox is not None:
+        _close_idle(device, sandbox)
+
+
+def _release(device: int, sandbox: Any) -> None:
+    with _LOCK:
+        if _RELEASES.get(device) is not threading.current_thread():
+            return  # called off (hold), or replaced by a later run's release
+        del _RELEASES[device]
+    _close_idle(device, sandbox)
+
+
+def _close_idle(device: int, sandbox: Any) -> None:
+    if sandbox.pid is None:
+        return
+    sandbox.close()  # waits for a benchmark in progress (the sandbox's lock); the next starts anew
+    idle_releases[device] = idle_releases.get(device, 0) + 1

@@ -43,7 +43,8 @@ Schema
     Versioned by ``meta.schema_version`` (:data:`SCHEMA_VERSION`). A file written by an older
     kiln is migrated when opened (version 1 -> 2 adds ``runs.split_json``, the time split; its
     runs read back with ``split=None``; 2 -> 3 adds ``configs.screen_ms``, a finalist's
-    screening time; older results read back with ``screen_ms=None``); one written by a newer kiln
+    screening time; older results read back with ``screen_ms=None``; 3 -> 4 adds ``adoptions``;
+    4 -> 5 adds ``runs.gpu_peak_bytes``, older runs read back with ``None``); one written by a newer kiln
     raises :class:`TuningDatabaseError` instead of being misread.
 """
 
@@ -84,7 +85,7 @@ DATABASE_FILENAME = "tuning.sqlite3"
 
 _RUN_COLUMNS = (
     "id, kernel, kernel_key, key_repr, device_name, capability, triton_version, "
-    "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json"
+    "started_at, finished_at, wall_s, first_result_s, best_label, default_label, split_json, gpu_peak_bytes"
 )
 _CONFIG_COLUMNS = CONFIG_COLUMNS
 _IDENTITY = "kernel_key = ? AND key_repr = ? AND device_name = ? AND capability = ? AND triton_version = ?"
@@ -218,13 +219,15 @@ class TuningDatabase:
         first_result_s: float | None,
         *,
         split: Mapping[str, float] | None = None,
+        gpu_peak_bytes: int | None = None,
     ) -> None:
         """Mark a run finished: from now on :meth:`lookup` may return it. ``best_label`` must be
         the label of a recorded result (or ``None`` when no config worked); ``split`` is
-        :attr:`TuningRun.split` (where the wall time went)."""
+        :attr:`TuningRun.split` (where the wall time went), ``gpu_peak_bytes``
+        :attr:`TuningRun.gpu_peak_bytes`."""
         with self._connection("finish a run in", write=True) as conn, transaction(conn, immediate=True):
             self._check_open_run(conn, run_id, "finish it")
-            _finish(conn, run_id, best_label, wall_s, first_result_s, split)
+            _finish(conn, run_id, best_label, wall_s, first_result_s, split, gpu_peak_bytes)
 
     def import_run(self, run: TuningRun) -> None:
         """Record ``run`` (finished elsewhere: a remote cache's) in one transaction, so a run that
@@ -241,7 +244,9 @@ class TuningDatabase:
             run_id = _insert_run(conn, identity, run.default_label)
             for result in run.results:
                 _insert_result(conn, run_id, result)
-            _finish(conn, run_id, run.best_label, run.wall_s, run.first_result_s, run.split)
+            _finish(
+                conn, run_id, run.best_label, run.wall_s, run.first_result_s, run.split, run.gpu_peak_bytes
+            )
 
     def record_adoption(self, run_id: int, waited_s: float) -> None:
         """This process adopted finished run ``run_id`` after waiting ``waited_s`` for another
@@ -345,6 +350,7 @@ class TuningDatabase:
                 wall_s=row[9],
                 first_result_s=row[10],
                 split=None if row[13] is None else json.loads(row[13]),
+                gpu_peak_bytes=row[14],
                 finished_at=row[8],
                 run_id=row[0],
                 adoptions=int(adopted),

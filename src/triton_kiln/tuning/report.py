@@ -203,7 +203,17 @@ def format_table(run: TuningRun) -> str:
     split = format_split(run)
     if split is not None:
         lines.append(split)
+    if run.gpu_peak_bytes is not None:
+        lines.append(gpu_memory_line(run.gpu_peak_bytes))
     return "\n".join(lines)
+
+
+def gpu_memory_line(peak_bytes: int) -> str:
+    """``"kiln's GPU memory: at most 1,280 MiB in its sandbox (...), freed when the run ended"``."""
+    return (
+        f"kiln's GPU memory: at most {peak_bytes / (1 << 20):,.0f} MiB in its sandbox (input copies, "
+        f"scratch, L2 flush buffer; its CUDA context aside), freed when the run ended"
+    )
 
 
 def adoption_line(run: TuningRun) -> str:

@@ -249,6 +249,11 @@ class TuningRun:
     finished_at: float | None = None
     """Unix time the run finished; ``None`` for a run that is still going or whose process died."""
 
+    gpu_peak_bytes: int | None = None
+    """The most GPU memory kiln's benchmark sandbox allocated for the run (its copies of the
+    inputs, Triton's scratch, the L2 flush buffer; its CUDA context aside), freed when the run
+    ended; ``None`` where the run had no native sandbox (in-process timing, older runs)."""
+
     run_id: int | None = None
     """Row id in the :class:`~triton_kiln.tuning.db.TuningDatabase` it was read from, else ``None``."""
 

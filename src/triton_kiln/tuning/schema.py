@@ -22,7 +22,7 @@ from pathlib import Path
 
 from triton_kiln.errors import KilnError
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the tables below; bump it (with a migration in :data:`MIGRATIONS`) whenever they change."""
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
@@ -33,6 +33,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "pid INTEGER NOT NULL, host TEXT NOT NULL, waited_s REAL NOT NULL, adopted_at REAL NOT NULL)",
         "CREATE INDEX adoptions_run ON adoptions (run_id)",
     ),
+    4: ("ALTER TABLE runs ADD COLUMN gpu_peak_bytes INTEGER",),  # 4 -> 5: kiln's GPU memory in a run
 }
 """The statements that bring a file of version ``v`` to ``v + 1``, keyed by ``v``. Opening an
 older file runs them, in order, in one write transaction with the version update."""
@@ -58,7 +59,8 @@ CREATE TABLE runs (
     first_result_s REAL,
     best_label     TEXT,
     default_label  TEXT,
-    split_json     TEXT
+    split_json     TEXT,
+    gpu_peak_bytes INTEGER
 );
 CREATE INDEX runs_identity
     ON runs (kernel_key, key_repr, device_name, capability, triton_version, finished_at);

@@ -51,6 +51,7 @@ def finish(
     wall_s: float | None,
     first_result_s: float | None,
     split: Mapping[str, float] | None,
+    gpu_peak_bytes: int | None = None,
 ) -> None:
     if (
         best_label is not None
@@ -63,8 +64,8 @@ def finish(
             f"label was recorded in it. record() the best config's result first."
         )
     conn.execute(
-        "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ?, split_json = ? "
-        "WHERE id = ?",
+        "UPDATE runs SET finished_at = ?, best_label = ?, wall_s = ?, first_result_s = ?, split_json = ?, "
+        "gpu_peak_bytes = ? WHERE id = ?",
         (time.time(), best_label, wall_s, first_result_s,
-         None if split is None else json.dumps(dict(split), allow_nan=False), run_id),
+         None if split is None else json.dumps(dict(split), allow_nan=False), gpu_peak_bytes, run_id),
     )  # fmt: skip
