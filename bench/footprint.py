@@ -2,7 +2,7 @@
 
 Run from the repository root on a machine with one GPU (Liger-Kernel installed)::
 
-    python bench/footprint.py                     # writes bench/results/footprint-<gpu>-<date>.json
+    python bench/footprint.py                     # writes bench/results/footprint-<gpu>.json
     python bench/footprint.py --dry-run           # no GPU: the plan, and nothing run
     python bench/footprint.py --no-inductor       # the op scenarios only
 
@@ -259,9 +259,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--out", type=Path, default=None, help="default bench/results/footprint-<gpu>-<date>.json"
-    )
+    parser.add_argument("--out", type=Path, default=None, help="default bench/results/footprint-<gpu>.json")
     parser.add_argument("--idle-s", type=float, default=5.0, help="KILN_IDLE_S of the tuned arms (seconds)")
     parser.add_argument("--copies", type=int, default=8, help="processes at once in db_only_8")
     parser.add_argument("--arm-timeout", type=float, default=240.0, help="seconds before an arm is killed")
@@ -300,15 +298,16 @@ def main(argv: list[str] | None = None) -> int:
     date = dt.datetime.now(dt.timezone.utc)
     result = {
         "device": device,
-        "date_utc": date.isoformat(timespec="seconds"),
+        "date": f"{date:%Y-%m-%d}",
         "commit": commit(),
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
+        "date_utc": date.isoformat(timespec="seconds"),
         "op": "liger_dyt_fwdbwd_16384x4096 (kiln.install()); inductor: the same DyT under torch.compile",
         "idle_s": args.idle_s,
         "wall_s": round(time.time() - started, 1),
         "rows": rows,
     }
-    out = args.out or ROOT / "bench" / "results" / f"footprint-{slug(device)}-{date:%Y-%m-%d}.json"
+    out = args.out or ROOT / "bench" / "results" / f"footprint-{slug(device)}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".tmp")
     partial.write_text(json.dumps(result, indent=1) + "\n")
