@@ -270,6 +270,33 @@ def _sandbox(data: dict[str, Any]) -> Iterator[Row]:
     )
 
 
+def _footprint(data: dict[str, Any]) -> Iterator[Row]:
+    for row in data["rows"]:
+        case = row["scenario"]
+        yield Row(
+            case,
+            "kiln's GPU memory (MiB)",
+            _num(row["kiln_gpu_mib"]),
+            "stock Triton",
+            _num(row["triton_gpu_mib"]),
+        )
+        yield Row(
+            case,
+            "kiln's processes",
+            _num(row["kiln_processes"]),
+            "stock Triton",
+            _num(row["triton_processes"]),
+        )
+        yield Row(
+            case,
+            "first call (s)",
+            _num(row["first_call_s"]),
+            "stock Triton",
+            _num(row["triton_first_call_s"]),
+        )
+        yield Row(case, "op (ms)", _num(row["op_ms"]), "stock Triton", _num(row["triton_op_ms"]))
+
+
 def _startup_hook(data: dict[str, Any]) -> Iterator[Row]:
     for arm, figures in data["arms"].items():
         yield Row(
@@ -286,6 +313,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "compile_batch": _compile_batch,
     "corpus": _corpus,
     "farm": _farm,
+    "footprint": _footprint,
     "helion_autotune": _helion,
     "inductor": _inductor,
     "inductor_choice_probe": _choice_probe,

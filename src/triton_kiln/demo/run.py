@@ -253,7 +253,7 @@ class _Table:
     or detail longer than its column wraps within it."""
 
     OUTCOME, SECONDS, GAP = len("timeout"), len("99.99"), 2
-    DETAIL = len("cubin 45.8 KiB, smem 32 KiB")  # the detail column's width, when it can have it
+    DETAIL = len("cubin 999.9 KiB, smem 99.9 KiB")  # the detail column's width, when it can have it
 
     def __init__(self, labels: list[str], width: int) -> None:
         fixed = self.OUTCOME + self.SECONDS + 3 * self.GAP
