@@ -3,7 +3,8 @@
 ``python footprint_child.py MODE DB``, kiln importable, ``KILN_*`` from the environment:
 
 * ``decorate``: ``kiln.install()``, then every autotuned kernel of Liger and FLA defined
-  (``liger_kernel.ops``, ``fla.ops``, ``fla.modules``; the ones installed);
+  (``liger_kernel.ops``, ``fla.ops``, ``fla.modules``; the ones installed); what each of
+  prewarm's key look-ups started (a thread, or nothing) and whether the key is kept after;
 * ``tune``: a kiln-tuned kernel tuned for ``n=4096`` (its configs really compiled, in the pool);
 * ``db``: the same kernel, every key found in ``DB`` (the database ``tune`` wrote);
 * ``idle``: ``tune``, then wait for ``KILN_IDLE_S`` to release the pool, then tune ``n=8192`` in fp16 (new
@@ -104,6 +105,17 @@ def main() -> None:
     if mode == "decorate":
         import importlib
 
+        from triton_kiln.autotuner import prewarm
+
+        key_threads: list[Any] = []
+        key_ahead = prewarm.key_ahead
+
+        def recording_key_ahead(key_dir: Any) -> Any:
+            thread = key_ahead(key_dir)
+            key_threads.append(thread)
+            return thread
+
+        prewarm.key_ahead = recording_key_ahead  # type: ignore[assignment]
         kiln.install()
         report["install_s"] = time.perf_counter() - began
         modules = []
@@ -126,6 +138,14 @@ def main() -> None:
                     obj = getattr(obj, "fn", None)
         report["kernels"] = len(tuners)
         report["decorate_s"] = time.perf_counter() - began
+        report["key_ahead"] = [None if t is None else t.name for t in key_threads]
+        for thread in key_threads:
+            if thread is not None:
+                thread.join(60)
+        from triton_kiln import settings
+
+        key_dir = settings.current().triton_key_dir
+        report["key_kept"] = triton_compat.stored_triton_key(key_dir) is not None
         kiln.uninstall()
     else:
         tuner = _kernel(db)

@@ -93,6 +93,20 @@ def test_install_and_decorating_liger_and_fla_start_nothing(tmp_path: Path) -> N
     assert report["sandboxes"] == 0
 
 
+def test_install_computes_a_missing_triton_key_in_a_thread_and_only_once(tmp_path: Path) -> None:
+    """A fresh cache has no Triton key: install() has it computed while the caller imports (a
+    thread, no process), so a tuning's first miss does not wait for it; a later process finds
+    it kept and starts nothing."""
+    first = child("decorate", tmp_path)
+    assert first["key_ahead"][0] == "kiln-key", first["key_ahead"]
+    assert all(t is None for t in first["key_ahead"][1:]), "the key was looked up more than once"
+    assert first["key_kept"]
+    assert first["started"] == [] and first["children"] == []
+    later = child("decorate", tmp_path)
+    assert later["key_ahead"] and all(t is None for t in later["key_ahead"]), later["key_ahead"]
+    assert later["started"] == []
+
+
 def test_the_pool_gives_back_its_processes_when_idle(tmp_path: Path) -> None:
     with settings.scope(idle_s=0.3):
         pool = CompilePool(workers=1, cache_dir=tmp_path / "cache", use_disk_cache=False)

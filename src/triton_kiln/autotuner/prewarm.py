@@ -5,9 +5,13 @@ store never tunes, so nothing that holds a process, a compiler run or GPU memory
 tuning is asked for::
 
     triton_kiln.install() / a tuned kernel defined -> prepare()        (GPU present only)
-        the caller's Triton asks kiln for its key (seed_caller_triton_key: the stored key, a few
-        ms of stat calls; or, on a machine that has none yet, the one computed at the first miss)
-        no process, no thread, no compiler, no CUDA
+        the caller's Triton asks kiln for its key (seed_caller_triton_key)
+        the key kept on disk is looked up (a few ms of stat calls); where there is none yet
+        (a fresh cache directory, a new Triton), thread "kiln-key" computes it, once per
+        process, while the caller goes on importing: every tuning and the caller's first
+        launch need it, and computing it (~1-2 s of CPU) at the first miss would put it
+        before the first compile
+        no process, no compiler, no CUDA
 
     a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
         ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
@@ -37,6 +41,7 @@ import shutil
 import subprocess
 import threading
 from concurrent.futures import Future
+from pathlib import Path
 from typing import Any
 
 from triton_kiln import settings as settings_mod
@@ -46,18 +51,46 @@ log = logging.getLogger("kiln.autotune")
 
 _lock = threading.Lock()
 _started = False
+_key_looked_up = False
 compare_futures: list[Future[Any]] = []  # the output check's kernels prewarm queued (tests wait on them)
 
 
 def prepare() -> bool:
-    """What a defined kernel gets at once: the caller's Triton asks kiln for its key from now on
-    (nothing is read or hashed here). Starts nothing. ``False`` without a GPU."""
+    """What a defined kernel gets at once: the caller's Triton asks kiln for its key from now on,
+    and a key not yet kept on disk is computed in the background (:func:`key_ahead`). Starts no
+    process. ``False`` without a GPU."""
     from triton_kiln.sandbox.registry import gpu_present
 
     if not gpu_present():
         return False
-    triton_compat.seed_caller_triton_key(settings_mod.current().triton_key_dir)
+    key_dir = settings_mod.current().triton_key_dir
+    triton_compat.seed_caller_triton_key(key_dir)
+    key_ahead(key_dir)
     return True
+
+
+def key_ahead(key_dir: Path | None) -> threading.Thread | None:
+    """Once per process: where ``key_dir`` holds no valid Triton key, compute it in thread
+    "kiln-key" (hashing, no process) and return that thread; ``None`` where the key is already
+    held or kept, or was looked up before. A tuning or launch that asks for the key meanwhile
+    waits for this computation instead of repeating it (:func:`triton_compat.triton_key`)."""
+    global _key_looked_up
+    with _lock:
+        if _key_looked_up:
+            return None
+        _key_looked_up = True
+    if triton_compat.stored_triton_key(key_dir) is not None:
+        return None
+    thread = threading.Thread(target=_compute_key, args=(key_dir,), name="kiln-key", daemon=True)
+    thread.start()
+    return thread
+
+
+def _compute_key(key_dir: Path | None) -> None:
+    try:
+        triton_compat.triton_key(key_dir)
+    except Exception as exc:  # the first tuning computes it again, and reports what fails
+        log.debug("kiln: computing Triton's key ahead failed: %s", exc)
 
 
 def prewarm(sandbox: bool, pool: bool) -> bool:
