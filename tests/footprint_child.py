@@ -5,6 +5,7 @@
 * ``decorate``: ``kiln.install()``, then every autotuned kernel of Liger and FLA defined
   (``liger_kernel.ops``, ``fla.ops``, ``fla.modules``; the ones installed); what each of
   prewarm's key look-ups started (a thread, or nothing) and whether the key is kept after;
+  with ``KILN_PREWARM=1``, the pool that install() started, once ready;
 * ``tune``: a kiln-tuned kernel tuned for ``n=4096`` (its configs really compiled, in the pool);
 * ``db``: the same kernel, every key found in ``DB`` (the database ``tune`` wrote);
 * ``idle``: ``tune``, then wait for ``KILN_IDLE_S`` to release the pool, then tune ``n=8192`` in fp16 (new
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -139,6 +141,15 @@ def main() -> None:
         report["kernels"] = len(tuners)
         report["decorate_s"] = time.perf_counter() - began
         report["key_ahead"] = [None if t is None else t.name for t in key_threads]
+        report["prewarm_started"] = prewarm._started
+        for thread in threading.enumerate():
+            if thread.name == "kiln-prewarm":
+                thread.join(60)
+        if prewarm._started:  # KILN_PREWARM=1
+            from triton_kiln.pool.pool import get_pool
+
+            report["pool_ready"] = get_pool().wait_ready(60)
+            report["children_prewarmed"] = _children()
         for thread in key_threads:
             if thread is not None:
                 thread.join(60)

@@ -107,6 +107,18 @@ def test_install_computes_a_missing_triton_key_in_a_thread_and_only_once(tmp_pat
     assert later["started"] == []
 
 
+def test_prewarm_starts_the_pool_at_install_and_no_sandbox(tmp_path: Path) -> None:
+    """KILN_PREWARM=1, for processes that will tune: install() starts the compile pool (no GPU
+    memory), so a tuning's first miss finds it ready; the sandbox still waits for a miss."""
+    report = child("decorate", tmp_path, KILN_PREWARM="1")
+    assert report["prewarm_started"]
+    assert report["pool_ready"]
+    assert report["children_prewarmed"], "KILN_PREWARM=1 started no process"
+    assert report["sandboxes"] == 0
+    default = child("decorate", tmp_path)
+    assert not default["prewarm_started"] and default["children"] == []
+
+
 def test_the_pool_gives_back_its_processes_when_idle(tmp_path: Path) -> None:
     with settings.scope(idle_s=0.3):
         pool = CompilePool(workers=1, cache_dir=tmp_path / "cache", use_disk_cache=False)

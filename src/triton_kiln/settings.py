@@ -133,6 +133,13 @@ class Settings:
     Inductor sidecar stay once idle before they exit, freeing their GPU memory (the next tuning
     starts them again); ``0``: they exit as soon as their work is done."""
 
+    prewarm: bool = False
+    """``KILN_PREWARM``: ``1`` starts the compile pool (its zygote and workers: processes, no GPU
+    memory) at :func:`triton_kiln.install` or a tuned kernel's definition on a GPU machine, so a
+    tuning's first miss finds it ready instead of waiting for it (~0.7-2 s); for processes that
+    will tune. The pool still exits after ``KILN_IDLE_S`` without work. ``0`` (the default)
+    starts nothing until a tuning misses, so a process that never tunes holds nothing."""
+
     fast_launch: bool = True
     """``KILN_FAST_LAUNCH``: ``0`` launches tuned kernels through Triton's launcher, not kiln's."""
 
@@ -362,6 +369,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "inductor_quiet_benchmarks": ("KILN_INDUCTOR_QUIET_BENCHMARKS", _bool, "0 or 1"),
     "route_jit": ("KILN_ROUTE_JIT", _bool, "0 or 1"),
     "prebuild_launchers": ("KILN_PREBUILD_LAUNCHERS", _bool, "0 or 1"),
+    "prewarm": ("KILN_PREWARM", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
     "remote_cache": (
         "KILN_REMOTE_CACHE",

@@ -12,6 +12,7 @@ tuning is asked for::
         launch need it, and computing it (~1-2 s of CPU) at the first miss would put it
         before the first compile
         no process, no compiler, no CUDA
+        (with KILN_PREWARM=1, for a process that will tune: the compile pool too, as below)
 
     a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
         ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
@@ -51,6 +52,7 @@ log = logging.getLogger("kiln.autotune")
 
 _lock = threading.Lock()
 _started = False
+_compare_queued = False
 _key_looked_up = False
 compare_futures: list[Future[Any]] = []  # the output check's kernels prewarm queued (tests wait on them)
 
@@ -63,9 +65,11 @@ def prepare() -> bool:
 
     if not gpu_present():
         return False
-    key_dir = settings_mod.current().triton_key_dir
-    triton_compat.seed_caller_triton_key(key_dir)
-    key_ahead(key_dir)
+    settings = settings_mod.current()
+    triton_compat.seed_caller_triton_key(settings.triton_key_dir)
+    key_ahead(settings.triton_key_dir)
+    if settings.prewarm:  # asked for: the pool (no GPU memory) now, the sandbox at the first miss
+        _start_pool(sandbox=False)
     return True
 
 
@@ -97,7 +101,6 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
     """At a tuning's first miss: start the sandbox (``sandbox``; idempotent) and, in the
     background, compute Triton's key and start the default compile pool (``pool``; once per
     process). ``False`` without a GPU."""
-    global _started
     from triton_kiln.sandbox.registry import prestart
 
     if not prepare() or not (sandbox or pool):
@@ -109,11 +112,20 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
 
         prebuild.start_driver_utils()
     if pool:
-        with _lock:
-            start, _started = not _started, True
-        if start:
-            threading.Thread(target=_warm_pool, args=(sandbox,), name="kiln-prewarm", daemon=True).start()
+        _start_pool(sandbox)
     return True
+
+
+def _start_pool(sandbox: bool) -> None:
+    """Once per process: thread "kiln-prewarm" starts the default compile pool (and, with
+    ``sandbox``, queues the output check's kernels in it, also in a pool started before)."""
+    global _started, _compare_queued
+    with _lock:
+        compare = sandbox and not _compare_queued  # a pool KILN_PREWARM started has none queued
+        start = not _started or compare
+        _started, _compare_queued = True, _compare_queued or sandbox
+    if start:
+        threading.Thread(target=_warm_pool, args=(compare,), name="kiln-prewarm", daemon=True).start()
 
 
 def _warm_pool(sandbox: bool = False) -> None:
