@@ -101,9 +101,11 @@ def test_install_computes_a_missing_triton_key_in_a_thread_and_only_once(tmp_pat
     assert first["key_ahead"][0] == "kiln-key", first["key_ahead"]
     assert all(t is None for t in first["key_ahead"][1:]), "the key was looked up more than once"
     assert first["key_kept"]
-    assert first["started"] == [] and first["children"] == []
+    assert first["started"] == []
+    assert first["children"] == []
     later = child("decorate", tmp_path)
-    assert later["key_ahead"] and all(t is None for t in later["key_ahead"]), later["key_ahead"]
+    assert later["key_ahead"]
+    assert all(t is None for t in later["key_ahead"]), later["key_ahead"]
     assert later["started"] == []
 
 
@@ -116,7 +118,8 @@ def test_prewarm_starts_the_pool_at_install_and_no_sandbox(tmp_path: Path) -> No
     assert report["children_prewarmed"], "KILN_PREWARM=1 started no process"
     assert report["sandboxes"] == 0
     default = child("decorate", tmp_path)
-    assert not default["prewarm_started"] and default["children"] == []
+    assert not default["prewarm_started"]
+    assert default["children"] == []
 
 
 def test_the_pool_gives_back_its_processes_when_idle(tmp_path: Path) -> None:
