@@ -56,6 +56,21 @@ def test_a_call_with_no_gpu_for_the_target_raises_and_records_nothing(tmp_path: 
     assert kernel.cache == {}
 
 
+def test_a_single_config_kernel_with_no_gpu_for_the_target_raises_kilns_error(tmp_path: Path) -> None:
+    """One config is launched without tuning (as Triton does): the launch needs the GPU, and says so
+    in kiln's words rather than the driver's."""
+    target = other_kind()
+    database = str(tmp_path / "tuning.db")
+    kernel = kiln.autotune(configs=CONFIGS[:1], key=["n"], target=target, database=database)(scale_kernel)
+    x, out = torch.ones(256), torch.empty(256)
+    with pytest.raises(kiln.NoGPUError) as caught:
+        kernel[(1,)](x, out, 256)
+    message = str(caught.value)
+    assert f"target='{target}'" in message, message
+    assert "launches its one config" in message, message
+    assert "triton_kiln.precompile(scale_kernel" in message, message
+
+
 def test_precompile_for_the_target_works_where_tuning_cannot(
     tmp_path: Path, make_pool: Callable[..., kiln.CompilePool]
 ) -> None:

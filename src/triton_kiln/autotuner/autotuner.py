@@ -13,11 +13,11 @@ the contract and hands the work to one module each::
                   launch the best config's binary, register the variant       (variants.py)
 
 ``kernel[grid](...)`` returns Triton's ``CompiledKernel`` of the launched config on every path
-(see :mod:`.variants`). Settings are resolved once, when the autotuner is made, and passed down.
-User callables that must run in the caller's process (a custom ``do_bench``, ``pre_hook`` /
+(:mod:`.variants`). Settings are resolved once, when the autotuner is made, and passed down. User
+callables that must run in the caller's process (a custom ``do_bench``, ``pre_hook`` /
 ``post_hook``, a config's ``pre_hook``) switch it to in-process benchmarking, as does
-``sandbox=False``. A library's subclass whose ``run`` drives its own search and times configs
-with ``self._bench`` (FlagGems' ``LibTuner``) is served by :meth:`_bench` (:mod:`.library_search`).
+``sandbox=False``. A library's subclass whose ``run`` drives its own search and times configs with
+``self._bench`` (FlagGems' ``LibTuner``) is served by :meth:`_bench` (:mod:`.library_search`).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from triton_kiln.autotuner.bench import BencherFactory
 from triton_kiln.autotuner.calls import CallShape, unwrap
 from triton_kiln.autotuner.library_search import LibrarySearch, place_subclass
 from triton_kiln.autotuner.prewarm import prepare
-from triton_kiln.autotuner.run_identity import LocalDevice
+from triton_kiln.autotuner.run_identity import LocalDevice, require_gpu
 from triton_kiln.autotuner.session import TuningSession
 from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
 from triton_kiln.autotuner.variants import TuningCache, Variants
@@ -156,8 +156,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
         self._told: set[tuple[Any, ...]] = set()  # keys whose source was logged (provenance.py)
         self.nargs: Any = None  # dict of the call in progress; None between calls, as in Triton
-        # a library's own search through _bench (library_search.py): the one in progress, how
-        # deep its run is nested, and each searched key's results (compile and bench statuses)
+        # a library's own search through _bench (library_search.py): the one in progress, its depth, results
         self._search: LibrarySearch | None = None
         self._search_depth = 0
         self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
@@ -244,6 +243,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             config = self.cache[key]
         else:
             config = self.configs[0]
+            if not warmup and not self._own_device:  # NoGPUError, not the driver's, for target=
+                require_gpu(self, self._target, launch=True)
         self.best_config = config
         if tuned_now and triton_compat.print_autotuning():  # as triton.autotune prints it
             print(provenance.triton_done_lines(self.base_fn.__name__, key, self.bench_time, config))

@@ -55,10 +55,11 @@ def tuning_device(tuner: Autotuner) -> LocalDevice:
     return local_device(target)
 
 
-def require_gpu(tuner: Autotuner, target: Any) -> None:
+def require_gpu(tuner: Autotuner, target: Any, *, launch: bool = False) -> None:
     """:class:`~triton_kiln.errors.NoGPUError` unless this machine has a GPU of ``target``'s kind
-    to benchmark ``tuner``'s configs on (or a test stands in a bencher that needs none)."""
-    if tuner._bencher_factory is not None:
+    to benchmark ``tuner``'s configs on (or a test stands in a bencher that needs none); with
+    ``launch``, to launch its one config on."""
+    if tuner._bencher_factory is not None and not launch:
         return
     local = triton_compat.local_target()
     if local is not None and local.backend == target.backend:
@@ -66,12 +67,17 @@ def require_gpu(tuner: Autotuner, target: Any) -> None:
     name = tuner.base_fn.__name__
     wanted = f"{target.backend}:{target.arch}"
     here = "no GPU" if local is None else f"a {local.backend}:{local.arch} GPU, not a {target.backend} one"
+    needs = (
+        f"a call launches its one config on a {target.backend} GPU, so nothing ran"
+        if launch
+        else f"a tuning run benchmarks every config on a {target.backend} GPU, so nothing was tuned "
+        "or recorded"
+    )
     raise NoGPUError(
         f"kiln.autotune: {name} was called with target={wanted!r}, and this machine has {here}: "
-        f"a tuning run benchmarks every config on a {target.backend} GPU, so nothing was tuned or "
-        f"recorded. To compile the configs without a GPU (into kiln's cache, for a tuning run on a "
-        f"GPU machine later), use triton_kiln.precompile({name}, *args) or `kiln compile "
-        f"MODULE:{name} --target {wanted}`; to tune, call {name} on a machine with that GPU."
+        f"{needs}. To compile the configs without a GPU (into kiln's cache, for a GPU machine "
+        f"later), use triton_kiln.precompile({name}, *args) or `kiln compile MODULE:{name} "
+        f"--target {wanted}`; to {'launch' if launch else 'tune'}, call {name} on a machine with that GPU."
     )
 
 
