@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
+import triton_kiln as kiln
 from conftest import SM90, add_request, pool_processes, wait_no_processes
+from kernels import scale_kernel
 from triton_kiln import settings
 from triton_kiln.pool import CompilePool
 from triton_kiln.sandbox import registry
@@ -209,6 +211,24 @@ def test_the_sandbox_closes_once_no_run_holds_it(monkeypatch: pytest.MonkeyPatch
     assert sandbox.closed == 1, "a run that started within KILN_IDLE_S lost its sandbox"
     registry.release_later(7, 0.0)  # 0: at once
     assert sandbox.closed == 2
+
+
+def test_a_sandbox_that_fails_to_start_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run whose sandbox cannot start has no bencher to end: the hold it took is given back
+    at once, so the device's sandbox can still be released when idle."""
+    torch = pytest.importorskip("torch")
+    from triton_kiln.autotuner import bench
+
+    def no_sandbox(device: int) -> Any:
+        raise RuntimeError("the sandbox could not start")
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 7)
+    monkeypatch.setattr(bench, "shared_sandbox", no_sandbox)
+    monkeypatch.setitem(registry._RUNS, 7, 0)
+    tuner = kiln.autotune([kiln.Config({"BLOCK": 64})], key=["n"], target="cuda:90")(scale_kernel)
+    with pytest.raises(RuntimeError, match="could not start"):
+        bench.SandboxBencher(tuner, (), {})
+    assert registry._RUNS[7] == 0, "the failed run still holds the device's sandbox"
 
 
 BENCH = TESTS.parent / "bench"

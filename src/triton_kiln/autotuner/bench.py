@@ -171,8 +171,13 @@ class SandboxBencher:
         registry.hold(self.device)  # this run keeps it: no idle release while it runs
         self.held = True
         self.peak_bytes: int | None = None  # the sandbox's device memory at most, for the run
-        self.sandbox = shared_sandbox(self.device)
-        self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
+        try:
+            self.sandbox = shared_sandbox(self.device)
+            self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
+        except BaseException:  # no bencher for the run to end: give the hold back here
+            self.held = False
+            registry.release_later(self.device, tuner._settings.idle_s)
+            raise
         self.timeout_s = tuner._settings.bench_timeout_s
         self.inputs_set = False
         self.kwargs = kwargs
