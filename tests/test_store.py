@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -417,6 +418,23 @@ def test_triton_dir_stores_the_entry_once_per_process(
     assert triton_files.triton_files(store, artifact) == first
     assert Path(first[f"{artifact.name}.json"]).is_file()
     assert puts == [artifact.key]
+
+
+def test_a_launchers_triton_kernel_without_a_folder_uses_the_temporary_root(
+    artifact: CompiledArtifact, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Triton's launcher for a binary kiln's own cannot launch (a bundle's, say) is made in the
+    process's one temporary root, which goes at exit, not in a new folder of TMPDIR per kernel."""
+    from triton_kiln.launch import launcher
+    from triton_kiln.launch.spec import LaunchSpec
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    spec = LaunchSpec.from_request(add_request(128))
+    launcher.triton_kernel(artifact, spec)
+    launcher.triton_kernel(artifact, spec)
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("kiln-triton-")]
+    assert triton_files.triton_dir(None, artifact).is_dir()
 
 
 def test_triton_dir_without_a_store_reuses_one_temporary_root(artifact: CompiledArtifact) -> None:

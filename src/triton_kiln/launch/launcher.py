@@ -25,7 +25,6 @@ trailing scratch parameters is checked against what the driver reports for the f
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -196,12 +195,13 @@ def _native_launcher(artifact: CompiledArtifact, spec: LaunchSpec) -> Any:
 
 def triton_kernel(artifact: CompiledArtifact, spec: LaunchSpec, files_dir: Path | None = None) -> Any:
     """Triton's ``CompiledKernel`` for this binary, built without the kernel's source or a compile."""
-    from triton_kiln.artifacts.triton_files import triton_kernel_from_source
+    from triton_kiln.artifacts.triton_files import triton_dir, triton_kernel_from_source
 
-    directory = files_dir or Path(tempfile.mkdtemp(prefix="kiln-triton-"))
+    # without a folder of the caller's: the process's one temporary root, removed at its exit
+    files = files_dir / artifact.key[:32] if files_dir is not None else triton_dir(None, artifact)
     src = SimpleNamespace(
         fn=SimpleNamespace(arg_names=list(spec.names)),
         signature={a.name: a.type for a in spec.args},
         constants={(i,): a.value for i, a in enumerate(spec.args) if a.type == "constexpr"},
     )
-    return triton_kernel_from_source(artifact, src, directory / artifact.key[:32])
+    return triton_kernel_from_source(artifact, src, files)
