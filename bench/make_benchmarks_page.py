@@ -297,6 +297,17 @@ def _footprint(data: dict[str, Any]) -> Iterator[Row]:
         yield Row(case, "op (ms)", _num(row["op_ms"]), "stock Triton", _num(row["triton_op_ms"]))
 
 
+def _import_cost(data: dict[str, Any]) -> Iterator[Row]:
+    kiln, triton = data["arms"]["kiln"], data["arms"]["triton"]
+    case = "import " + ", ".join(kiln["modules"])
+    yield Row(
+        case, "wall, install() included (s)", _num(kiln["import_s"]), "stock Triton", _num(triton["import_s"])
+    )
+    yield Row(
+        case, "processes started", float(len(kiln["started"])), "stock Triton", float(len(triton["started"]))
+    )
+
+
 def _startup_hook(data: dict[str, Any]) -> Iterator[Row]:
     for arm, figures in data["arms"].items():
         yield Row(
@@ -315,6 +326,7 @@ EXTRACTORS: dict[str, Extractor] = {
     "farm": _farm,
     "footprint": _footprint,
     "helion_autotune": _helion,
+    "import_cost": _import_cost,
     "inductor": _inductor,
     "inductor_choice_probe": _choice_probe,
     "inductor_faults": _faults,
