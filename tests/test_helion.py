@@ -309,9 +309,13 @@ def test_ctrl_c_in_the_precompile_phase_leaves_no_process(tmp_path: Path) -> Non
     assert proc.stdout is not None
     line = proc.stdout.readline()
     assert line.startswith("PRECOMPILE 40"), line + proc.stderr.read()[-3000:]
-    time.sleep(1.5)  # compiles are running in kiln's workers now
-    seen = psutil.Process(proc.pid).children(recursive=True)
-    assert len(seen) >= 3  # the zygote and its two workers (at least)
+    # compiles run in kiln's workers once the pool, started by this precompile, is up
+    seen: list[psutil.Process] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < 3 and time.monotonic() < deadline:  # the zygote and its two workers
+        time.sleep(0.1)
+        seen = psutil.Process(proc.pid).children(recursive=True)
+    assert len(seen) >= 3, seen
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=60)
     assert "KeyboardInterrupt" in err
