@@ -451,7 +451,7 @@ def _set_result(configs: list[Config], records: list[dict[str, Any]], arms: list
 
 
 def targets(records: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Issue #2's batch targets, each a median over repeats of a ratio taken within one repeat."""
+    """The batch targets, each a median over repeats of a ratio taken within one repeat."""
 
     def ratio(num_arm: str, den_arm: str, den_field: str = "wall_s") -> float | None:
         values: list[float | None] = []

@@ -24,7 +24,7 @@ matmul configs (``bench/kernels_bench.py``) for ``GPUTarget("cuda", 90, 32)`` (n
 * ``ray_no_prestart`` (not in the default arms): ``ray``, the cluster's first driver, on a cluster
   started with ``RAY_prestart_worker_first_driver=0`` (no worker process per core for it: kiln's
   farm runs one actor per node), the set-up docs/DISTRIBUTED.md recommends for a farm.
-* ``ray_standing`` (not in the default arms): standing node compilers (issue #23). A fresh
+* ``ray_standing`` (not in the default arms): standing node compilers. A fresh
   cluster as for ``ray``; then, outside the timed region, ``kiln farm up --ray ADDRESS`` (a
   separate process, as a farm's set-up runs it: the node's standing compiler starts and its
   kiln pool warms; the command returns when it is warm) and the cluster left to go quiet as for

@@ -1,5 +1,5 @@
 """torch.compile on stock Inductor and with ``triton_kiln.inductor`` installed: first call, warm
-process, runtime, outputs, and where the compile time goes (issue 20).
+process, runtime, outputs, and where the compile time goes.
 
 Run from the repository root on a GPU machine (torch and torchvision installed; kiln is taken from
 this checkout's ``src/``)::
@@ -35,7 +35,7 @@ runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medi
 ``<field>_runs`` (the per-run lists), ``ratios``, ``compare`` (per run), ``errors`` and ``runs``
 (everything each process reported).
 
-Budget (H100, issue 20's figures, not measured here): ResNet-50 max-autotune-no-cudagraphs
+Budget (H100, earlier runs' figures, not measured here): ResNet-50 max-autotune-no-cudagraphs
 ~280 s cold + ~11 s warm per stock run; default mode ~19 s + ~4 s. A device command may take
 10 minutes: run one model and mode with ``--runs 1`` per command (``--first-run`` numbers the run,
 ``--work-dir`` keeps the outputs so ``--merge`` can compare arms run in different commands;
@@ -81,7 +81,7 @@ def kiln_inductor_missing(src: Path = SRC) -> str | None:
     if (package / "inductor" / "__init__.py").exists() or (package / "inductor.py").exists():
         return None
     return (
-        f"the kiln arm needs triton_kiln.inductor (issue 20), and {package} has none: run from a "
+        f"the kiln arm needs triton_kiln.inductor, and {package} has none: run from a "
         "checkout that has it, or pass --arms stock"
     )
 

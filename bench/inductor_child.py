@@ -55,7 +55,7 @@ class KilnInductorMissing(RuntimeError):
 
     def __init__(self, detail: str) -> None:
         super().__init__(
-            f"the kiln arm needs {KILN_MODULE} (issue 20: install(*, sandbox_benchmarks=False), "
+            f"the kiln arm needs {KILN_MODULE} (install(*, sandbox_benchmarks=False), "
             f"uninstall(), installed()), and it cannot be imported here: {detail}. Run from a "
             "checkout that has it (src/ is put on PYTHONPATH), or pass --arms stock."
         )

@@ -1,4 +1,4 @@
-"""Why max-autotune picks differ between stock Inductor and kiln (issue 20): every template
+"""Why max-autotune picks differ between stock Inductor and kiln: every template
 autotune's choices and timings, in both arms, from fresh caches, side by side.
 
 On ResNet-50 max-autotune (2026-11-25, H100) kiln's compiled model made 13 extern (ATen) calls

@@ -1,4 +1,4 @@
-"""Faults inside torch.compile, on stock Inductor and with ``triton_kiln.inductor`` (issue 20).
+"""Faults inside torch.compile, on stock Inductor and with ``triton_kiln.inductor``.
 
 Run from the repository root on a GPU machine::
 

@@ -1,4 +1,4 @@
-"""What ``kiln.inductor``'s work in the caller's process costs the caller's main thread (issue 20's
+"""What ``kiln.inductor``'s work in the caller's process costs the caller's main thread (the
 cold default-mode gap), measured on the CPU machine.
 
 On the H100, kiln's cold ResNet-50 process spent 0.3-1.1 s longer in Inductor's code generation

@@ -1,5 +1,5 @@
-"""Where a warm torch.compile process's time goes, stock Inductor against kiln (issue 20's "warm
-runs no slower than stock"), and whether kiln's compile pool starting beside Dynamo's tracing is
+"""Where a warm torch.compile process's time goes, stock Inductor against kiln (the goal: a warm
+process runs no slower than stock), and whether kiln's compile pool starting beside Dynamo's tracing is
 what slows it.
 
 Run from the repository root on a GPU machine::

@@ -91,7 +91,7 @@ class Convention:
     code: str  # the call, as the JSON shows it
     scale: int = 2  # one call adds scale * x (+ bias when `bias`) to out
     bias: bool = True
-    target: str = "triton"  # issue 10's bound on kiln: "triton" (<= Triton) or "torch_op"
+    target: str = "triton"  # the bound on kiln: "triton" (<= Triton) or "torch_op"
 
 
 def _positional(k: Any, o: Operands) -> Call:
@@ -223,7 +223,7 @@ def quantiles(values: list[float]) -> list[float]:
 
 
 def meets_target(row: Mapping[str, Any], torch_us: float) -> bool | None:
-    """Issue 10's acceptance for a row: kiln <= a torch op (positional) or <= Triton (the rest)."""
+    """The goal for a row: kiln <= a torch op (positional) or <= Triton (the rest)."""
     kiln_us, triton_us = row.get("kiln_us"), row.get("triton_us")
     if kiln_us is None or triton_us is None:
         return None
@@ -251,7 +251,7 @@ def conventions_table(section: Mapping[str, Any]) -> str:
             f"  {full_text:<11}{goal} {verdict}{checks}"
         )
     lines.append(f"{'torch op (out.add_(1))':<28}{torch_us:>11.2f}")
-    lines.append("target (issue 10): positional kiln <= torch op; every other row kiln/triton <= 1.00")
+    lines.append("target: positional kiln <= torch op; every other row kiln/triton <= 1.00")
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Ranks of one node: N processes started together on one GPU, tuning the same kernel (issue 22).
+"""Ranks of one node: N processes started together on one GPU, tuning the same kernel.
 
 Run from the repository root on a machine with a GPU (fresh caches every case; one run)::
 

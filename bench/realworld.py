@@ -43,7 +43,7 @@ tolerances by dtype), ``kiln_statuses`` (config status -> count over kiln's tuni
 ``kiln_time_split`` (each kiln tuning run's summary from its report, where a time split appears
 once kiln records one), ``kiln_left_on_triton`` (kernels the op launched through Triton's
 autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a failed arm is data) and
-``arms`` (everything each arm reported). Budget (estimated from issue 10's H100 figures, not
+``arms`` (everything each arm reported). Budget (estimated from earlier H100 runs, not
 measured): Triton's first calls alone are ~100 s for the MoE and ~95 s for ``chunk_gla``, and
 until kiln routes FLA's ``CachedAutotuner`` every kiln arm of ``chunk_gla`` pays most of that too;
 where a command may take at most 10 minutes, run the Liger ops, ``fla_chunk_gla_fwd`` and the other

@@ -123,7 +123,7 @@ ISSUE_19_SHAPES = (
     (1024, ZERO_WRITER, 4),
     (512, OFF_BY_ONE, 4),
 )
-"""Issue 19's eight configs of ``add_modes_kernel`` as ``(BLOCK, MODE, num_warps)``: six compute
+"""The output rule's eight case configs of ``add_modes_kernel`` as ``(BLOCK, MODE, num_warps)``: six compute
 ``x + y`` and agree; one writes zeros (its MODE, held by no other config, and the fastest); one
 adds 1."""
 

@@ -17,9 +17,9 @@ is), so that processes on "different GPUs" of one machine share the tuning
 (tests/test_node_share.py).
 
 ``python tests/node_harness.py tune-modes CACHE GO_FILE SEED OWNS_TIMING GATE_FILE GPU_NAME
-GPU_UUID``: issue 19's ``add_modes_kernel`` configs (real compiles; one writes zeros and is the
+GPU_UUID``: the output rule's ``add_modes_kernel`` configs (real compiles; one writes zeros and is the
 fastest, one adds 1) on inputs drawn from SEED; the stand-in GPU returns what each config's
-kernel writes into ``out`` (its outputs are checked as on a GPU) and issue 19's timings; with
+kernel writes into ``out`` (its outputs are checked as on a GPU) and the case's timings; with
 GATE_FILE (not ``-``) the stand-in GPU is busy until that file exists.
 """
 
@@ -221,7 +221,7 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
 
 class ModesBench:
     """Stands in for the GPU running ``add_modes_kernel``: each config's output (what its MODE
-    writes into ``out`` from this process's ``x`` and ``y``) and issue 19's timings."""
+    writes into ``out`` from this process's ``x`` and ``y``) and the case's timings."""
 
     def __init__(self, x: object, y: object, owns_timing: bool) -> None:
         self.x, self.y = x, y

@@ -1,4 +1,4 @@
-"""Attacks on the artifact cache (issue 12, items 1, 3, 4): each ends in a kiln error or a
+"""Attacks on the artifact cache: each ends in a kiln error or a
 warned miss, and nothing outside kiln's own files is read or written."""
 
 from __future__ import annotations

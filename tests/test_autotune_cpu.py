@@ -336,7 +336,7 @@ def test_the_run_reports_where_its_wall_time_went(
 
 
 def test_the_screening_alone_never_decides_between_two_ok_configs(make_pool: Any, tmp_path: Path) -> None:
-    """Issue 21: a screening taken while the CPU compiles (and the GPU idles between configs)
+    """A screening taken while the CPU compiles (and the GPU idles between configs)
     ranked a config first by far; timed in full, the runner-up is faster. The two best are
     always timed again, so the one do_bench finds faster wins."""
     blocks = (16, 32, 64, 128)
@@ -364,7 +364,7 @@ class BudgetBench(TwoPhaseBench):
 
 
 def test_the_final_round_costs_one_warm_up_and_each_finalist_one_rep(make_pool: Any, tmp_path: Path) -> None:
-    """Issue 21: the final round cost ~0.6 s per kernel, a sixth of a Liger MoE first call. The
+    """The final round cost ~0.6 s per kernel, a sixth of a Liger MoE first call. The
     GPU is warmed up once, with do_bench's ``warmup``, before the round's first run (the
     finalists then run back to back: each later call starts with one warm-up call, as every
     later pass always did), and each finalist still racing gets ``rep`` ms of runs over its
@@ -392,7 +392,7 @@ def test_the_final_round_costs_one_warm_up_and_each_finalist_one_rep(make_pool: 
 
 
 def test_a_finalist_clearly_slower_after_a_pass_leaves_the_race(make_pool: Any, tmp_path: Path) -> None:
-    """Issue 21: a finalist whose first pass puts it more than 2% behind the leader, beyond both
+    """A finalist whose first pass puts it more than 2% behind the leader, beyond both
     spreads, cannot be the config within 2% of the best: its later passes are not run. One
     within 2% stays for all three passes, and the estimates decide between the two left."""
     blocks = (16, 32, 64, 128)
@@ -505,7 +505,7 @@ def test_contenders_follow_the_spread_of_the_screening() -> None:
 
 
 def test_only_trusted_configs_race_unless_the_output_check_trusts_none() -> None:
-    """A config the output check flagged never wins over a trusted one (issue 19): it is not
+    """A config the output check flagged never wins over a trusted one: it is not
     timed again in the final round; when every ok config is flagged, all of them race."""
     from triton_kiln.autotuner.race import contenders, eligible
     from triton_kiln.tuning.results import ConfigResult
@@ -616,7 +616,7 @@ def test_same_label_with_another_pre_hook_is_a_config_of_its_own(make_pool: Any,
 def test_a_tuning_gives_the_callers_triton_kilns_key(
     make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 21: the caller's own plain @triton.jit kernels paid Triton's key (hashing
+    """The caller's own plain @triton.jit kernels paid Triton's key (hashing
     libtriton.so). The first tuning needs kiln's key anyway, and hands it to the caller's Triton
     (once per process), even where nothing was prewarmed (no GPU seen at definition)."""
     from triton_kiln import triton_compat

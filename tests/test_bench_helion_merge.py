@@ -1,7 +1,7 @@
 """``bench/helion_autotune.py --merge``: the runs of several device commands pooled per kernel.
 
 The Helion comparison is split over several device commands (one may run 10 minutes), so the
-figures quoted for issue 13 come out of this merge: each kernel's runs of each arm pooled, the
+figures quoted come out of this merge: each kernel's runs of each arm pooled, the
 median run per arm compared, runs lost to the bench budget left out, one device only.
 """
 

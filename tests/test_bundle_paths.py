@@ -1,4 +1,4 @@
-"""``kiln bundle save`` as a new user meets it (issue 18), through the real command in a fresh HOME:
+"""``kiln bundle save`` as a new user meets it, through the real command in a fresh HOME:
 ``x.zip`` is refused in one line (no directory named x.zip), and an empty or missing cache is one
 ``Error: no tuned variants recorded in ...`` line that creates no cache directory.
 """

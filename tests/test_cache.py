@@ -1,4 +1,4 @@
-"""The cache as a whole (issue 18): the KILN_CACHE_MAX_MB cap evicts least recently used entries as
+"""The cache as a whole: the KILN_CACHE_MAX_MB cap evicts least recently used entries as
 the store grows, ``kiln cache info | clear | prune`` show and clean it, and nothing outside the
 cache directory is ever deleted or followed (symlinks).
 """

@@ -1,4 +1,4 @@
-"""Every calling convention reaches a registered launch after its first call (issue 10), on CPU.
+"""Every calling convention reaches a registered launch after its first call, on CPU.
 
 The tuning is real (real compiles for sm_90 in the pool, a stand-in for the GPU's timings); the
 launch itself needs a GPU, so :class:`KernelLauncher.launch` is replaced by a recorder. After a

@@ -1,4 +1,4 @@
-"""``bench/choice_harness.py`` (issue 21 item 2), without a GPU: both arms' choices handed to
+"""``bench/choice_harness.py``, without a GPU: both arms' choices handed to
 Triton's own autotuner (nothing would be benchmarked), the alternating order, and the limit."""
 
 from __future__ import annotations

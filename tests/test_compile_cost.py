@@ -1,6 +1,6 @@
 """The pool's compile-order guess (``guess_compile_cost``) and the unroll count it reads.
 
-The case (issue 21, Liger MoE on an H100): ``_token_gather_weighted_sum_kernel`` unrolls
+The case (Liger MoE on an H100): ``_token_gather_weighted_sum_kernel`` unrolls
 ``tl.static_range(triton.cdiv(H_dim, BLOCK_H))``; with ``H_dim=2048`` its ``BLOCK_H=64`` configs
 compiled in 3.5-4.5 s and its ``BLOCK_H=512`` ones in 0.35-0.6 s, but the guess started the
 ``BLOCK_H=512`` ones first (bigger tiles), so the longest compiles started last and set the

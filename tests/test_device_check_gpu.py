@@ -1,4 +1,4 @@
-"""The output check on the GPU (issue 21, item 1), on a real GPU.
+"""The output check on the GPU, on a real GPU.
 
 * The summary kernel (``kiln.sandbox.compare_kernel``) on many random cases (NaN, Inf, near the
   tolerance, overflow, integers, bool) gives, through ``Summary``/``measured``, the host rule's

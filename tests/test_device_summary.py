@@ -1,4 +1,4 @@
-"""The output check on the GPU (issue 21, item 1), what can be tested without one.
+"""The output check on the GPU, what can be tested without one.
 
 * The summary's format and its reduction into the verdict: a numpy model of the kernel
   (``kiln.sandbox.compare_kernel``: grid-stride programs, one row of partials each) on many

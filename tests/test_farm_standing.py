@@ -1,4 +1,4 @@
-"""Standing node compilers (issue #23) on a real local Ray cluster: one warm kiln pool per node
+"""Standing node compilers on a real local Ray cluster: one warm kiln pool per node
 that outlives its drivers (``kiln farm up`` / ``down``, ``RayCompilePool(standing=True)``).
 
 The cluster is ``test_farm_ray``'s (``ray start --head`` on 127.0.0.1, 2 CPUs, every process

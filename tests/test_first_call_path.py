@@ -1,4 +1,4 @@
-"""Nothing but compiling and timing on the first call's path (issue 21, item 3).
+"""Nothing but compiling and timing on the first call's path.
 
 * ``kiln.install()`` (and defining a tuned kernel) on a GPU machine starts no zygote (a tuning's
   first miss does: tests/test_footprint.py): the GPU is faked only where kiln detects it
@@ -242,7 +242,7 @@ def _caller_process(env: dict[str, str], mode: str) -> dict[str, Any]:
 
 
 def test_the_callers_own_compile_uses_the_stored_key_without_hashing_libtriton(tmp_path: Path) -> None:
-    """Issue 21: a library's plain ``@triton.jit`` kernels compile in the caller, and the first one
+    """A library's plain ``@triton.jit`` kernels compile in the caller, and the first one
     paid Triton's key (~2 s hashing libtriton.so). After ``kiln.install()`` on a GPU machine with
     a valid key file, the caller's Triton has kiln's key: the compile opens no libtriton.so."""
     _key_process(tmp_path / "cache")  # a valid key file, as an earlier process on this machine left it

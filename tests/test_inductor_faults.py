@@ -1,4 +1,4 @@
-"""kiln.inductor's crash behaviour (issue 20, item 2), with real faults in kiln's workers: the
+"""kiln.inductor's crash behaviour, with real faults in kiln's workers: the
 compiler aborts, segfaults or hangs in one config of a codegen kernel (only that config is
 lost), in one template choice (only that choice fails, with kiln's reason), and in every config
 of a kernel (one clear error naming the kernel, its source file and the signal). Other jobs in

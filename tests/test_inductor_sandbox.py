@@ -1,4 +1,4 @@
-"""kiln.inductor's sandbox benchmarks on CPU (issue 20, item 3): ``install(sandbox_benchmarks=True)``
+"""kiln.inductor's sandbox benchmarks on CPU: ``install(sandbox_benchmarks=True)``
 and ``KILN_INDUCTOR_SANDBOX=1`` replace ``AlgorithmSelectorCache.make_benchmark_fn`` (uninstall
 gives the same object back); GPU template choices are timed in kiln's call sandbox, a real
 process; a choice whose benchmark aborts, segfaults, exits, hangs, raises or hits a sticky CUDA

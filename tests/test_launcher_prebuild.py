@@ -1,4 +1,4 @@
-"""Triton 3.5/3.6's per-signature C launcher built off the first launch's path (issue #21):
+"""Triton 3.5/3.6's per-signature C launcher built off the first launch's path:
 kiln's source for it is exactly what Triton's ``CudaLauncher`` hands ``compile_module_from_src``
 (real compiles for sm_90; the call to gcc with libcuda is the only thing faked: recorded, then
 refused), none on Triton 3.7, the build returns ``False`` without libcuda or a C compiler, the

@@ -1,4 +1,4 @@
-"""On a GPU with Triton 3.5/3.6 (issue #21): a kernel compiled through kiln (plain jit routing, a
+"""On a GPU with Triton 3.5/3.6: a kernel compiled through kiln (plain jit routing, a
 tuning run) is first launched without gcc in the calling thread: Triton's per-signature launcher
 was built into Triton's cache by kiln's background thread while the pool compiled, so the
 launch's ``compile_module_from_src`` is a cache hit; and the kernel's output is right.

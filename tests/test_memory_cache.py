@@ -1,4 +1,4 @@
-"""The pool's memory cache (issue 12 item 5): bounded in bytes (KILN_MEMORY_CACHE_MB), least
+"""The pool's memory cache: bounded in bytes (KILN_MEMORY_CACHE_MB), least
 recently used out, and holding only what a launch needs unless KILN_KEEP_IR=1."""
 
 from __future__ import annotations

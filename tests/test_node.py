@@ -1,4 +1,4 @@
-"""Compile once per node (issue 22): processes sharing a cache directory compile a key once.
+"""Compile once per node: processes sharing a cache directory compile a key once.
 
 Real compiles for GPUTarget("cuda", 90, 32), real processes, real SIGKILLs. The 200-trial
 stress test drives the real lock and take-over code (kiln.pool.node_jobs.NodeJobs, the

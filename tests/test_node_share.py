@@ -1,4 +1,4 @@
-"""Tune together across GPUs (issue 22, item 3): processes on different GPUs of one kind split a
+"""Tune together across GPUs: processes on different GPUs of one kind split a
 run's benchmarks; the tuning process finishes the run and every process adopts it.
 
 Real processes, real compiles for GPUTarget("cuda", 90, 32). Only the GPU is faked
@@ -259,7 +259,7 @@ PLUS_ONE = "BLOCK=512, MODE=1, num_warps=4, num_stages=3, num_ctas=1"  # kernels
 def test_a_wrong_config_a_helper_benchmarked_alone_is_checked_here_and_never_wins(
     tmp_path: Path, owns_timing: str
 ) -> None:
-    """Issue 19's configs (``add_modes_kernel``: six compute x + y; the zero-writer, the fastest,
+    """The output rule's case configs (``add_modes_kernel``: six compute x + y; the zero-writer, the fastest,
     and an off-by-one are wrong) split so that a helper benchmarks only the zero-writer (the other
     configs' claims are held, as by helpers that lag): among its one config nothing disagrees, so
     its own verdict trusts it. The leader checks it on its own inputs before it may race or win:

@@ -1,4 +1,4 @@
-"""Tune once per node (issue 22): one process tunes a (kernel, key, device); the others wait for
+"""Tune once per node: one process tunes a (kernel, key, device); the others wait for
 its run in the tuning database, adopt it and say so in ``kiln report``.
 
 Real processes, real compiles for GPUTarget("cuda", 90, 32); the GPU's timings are a stand-in

@@ -179,7 +179,7 @@ def test_a_mismatch_with_the_users_reference_is_rejected(make_pool: Any, tmp_pat
     assert tuner.best_config.kwargs == {"BLOCK": 128}
 
 
-# --------------------------------------------- issue 19: a config that disagrees never wins
+# ----------------------------------------------------- a config that disagrees never wins
 
 ZERO = f"BLOCK=1024, MODE={ZERO_WRITER}, num_warps=4, num_stages=3, num_ctas=1"
 PLUS_ONE = f"BLOCK=512, MODE={OFF_BY_ONE}, num_warps=4, num_stages=3, num_ctas=1"
@@ -227,7 +227,7 @@ class HostSandboxBench(FakeBench):
 def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chosen(
     make_pool: Any, tmp_path: Path, check: str
 ) -> None:
-    """Issue 19 as found on the GPU: six configs compute x + y, one writes zeros (the fastest, its
+    """The case as found on the GPU: six configs compute x + y, one writes zeros (the fastest, its
     MODE held by no other config), one adds 1. Both wrong ones were flagged, kept ``ok``, and
     the zero-writer was chosen. Both are ``wrong_output`` now; the fastest correct config wins."""
     x, y = torch.randn(N), torch.randn(N)
@@ -498,7 +498,7 @@ def test_produced_nonfinite_on_huge_finite_values_and_on_inf() -> None:
 
 
 def test_configs_checked_here_for_another_gpu_are_decided_with_all_checked_here_before() -> None:
-    """Issue 22, item 3 (node sharing): the leader checks another GPU's contenders one round at a
+    """Node sharing: the leader checks another GPU's contenders one round at a
     time (``node_share.check_here``). Its own two configs agree; a helper's correct config checked
     in a first round makes three; a helper's wrong one checked in a later round is decided with
     all of them (3 of 4 agree: rejected), not with the leader's own two alone (2 of 3: flagged)."""

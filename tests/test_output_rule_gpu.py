@@ -1,7 +1,7 @@
 """The output rule on a real GPU: a kernel writing per-program partial sums whose layout follows
 ``BLOCK`` (Liger's DyT backward pattern) keeps every config, and every config competes; a config
 that writes wrong values into the real output, with no ``reference=``, is rejected, even the
-fastest one with a parameter value no other config has (issue 19)."""
+fastest one with a parameter value no other config has."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_a_wrong_config_is_rejected_without_a_reference(make_pool: Any, sandbox:
 def test_issue_19_the_fastest_zero_writer_and_an_off_by_one_are_rejected(
     make_pool: Any, sandbox: bool
 ) -> None:
-    """Issue 19 as found: eight configs, six compute x + y; the zero-writer (MODE=5, a value no
+    """The case as found: eight configs, six compute x + y; the zero-writer (MODE=5, a value no
     other config has) loads nothing and is the fastest; one adds 1. kiln used to flag both, keep
     them ``ok`` and choose the zero-writer: the caller got zeros."""
     import triton_kiln as kiln

@@ -1,4 +1,4 @@
-"""Process hygiene (issue 12, items 9-13): per-job stderr tails, what a zygote death says,
+"""Process hygiene: per-job stderr tails, what a zygote death says,
 prompt Ctrl-C, private worker temp directories, reaped workers, no ptxas left behind."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``bench/realworld.py``'s ops from the newer libraries (issue 19 item 5), without a GPU.
+"""``bench/realworld.py``'s ops from the newer libraries, without a GPU.
 
 The bench has ops from at least three libraries beyond Liger-Kernel and FLA, among them one whose
 kernel needs ``triton.set_allocator`` for device-side descriptors (FlagGems' Hopper ``mm``) and

@@ -1,4 +1,4 @@
-"""Issue 23's acceptance on CPU for the remote cache: a second "machine" (a fresh local cache,
+"""The remote cache's promise, on CPU: a second "machine" (a fresh local cache,
 another process, the same Redis) gets every artifact with 0 compiles and adopts a tuned kernel
 with 0 compiles and 0 benchmarks; Redis stopped mid-run: kiln finishes locally with one warning.
 

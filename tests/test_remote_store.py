@@ -1,4 +1,4 @@
-"""The remote cache on Redis at the artifact store's level (issue 23, item 1), against a real
+"""The remote cache on Redis at the artifact store's level, against a real
 ``redis-server``: names and sizes, every tampered remote entry a miss with a warning (never
 installed, never loaded), an unreachable or paused server costing one warning, and the settings.
 

@@ -1,4 +1,4 @@
-"""Finished tuning runs through Redis (issue 23, item 1): a run finished on one machine is found
+"""Finished tuning runs through Redis: a run finished on one machine is found
 by another machine's lookup (and kept in its local database); a tampered run is a miss with a
 warning, never adopted; an unreachable server leaves the local database working."""
 

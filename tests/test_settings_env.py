@@ -1,4 +1,4 @@
-"""Settings from the environment as a new user meets them (issue 18): a bad ``KILN_*`` value never
+"""Settings from the environment as a new user meets them: a bad ``KILN_*`` value never
 breaks ``import triton_kiln`` nor ``kiln --help``, is one ``Error:`` line in every command that
 needs settings and a SettingsError naming it where a kiln object is made; an unknown ``KILN_*``
 name is reported once with the closest setting; ``kiln settings`` shows where each value came from.

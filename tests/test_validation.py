@@ -1,6 +1,6 @@
 """Accepted but unusable no more: every setting is range-checked with an error naming its
 variable, and a request's target, signature and constexprs are checked in the caller with
-messages that name the fix (issue 12, item 16)."""
+messages that name the fix."""
 
 from __future__ import annotations
 
