@@ -106,6 +106,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_INDUCTOR_QUIET_BENCHMARKS": "0",
         "KILN_ROUTE_JIT": "0",
         "KILN_PREBUILD_LAUNCHERS": "0",
+        "KILN_PREWARM": "1",
         "KILN_CACHE_MAX_MB": "500",
         "KILN_REMOTE_CACHE": "redis://127.0.0.1:6379/2",
         "KILN_REMOTE_MAX_ENTRY_MB": "4",
@@ -153,6 +154,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.inductor_sidecar is False
     assert current.route_jit is False
     assert current.prebuild_launchers is False
+    assert current.prewarm is True
     assert current.cache_max_mb == 500
     assert current.remote_cache == "redis://127.0.0.1:6379/2"
     assert (current.remote_max_entry_mb, current.remote_ttl_days) == (4, 7.0)
