@@ -270,31 +270,18 @@ def _sandbox(data: dict[str, Any]) -> Iterator[Row]:
     )
 
 
+_FOOTPRINT_MEASURES = (  # (measure, kiln's field, stock Triton's field) of each scenario's row
+    ("kiln's GPU memory (MiB)", "kiln_gpu_mib", "triton_gpu_mib"),
+    ("kiln's processes", "kiln_processes", "triton_processes"),
+    ("first call (s)", "first_call_s", "triton_first_call_s"),
+    ("op (ms)", "op_ms", "triton_op_ms"),
+)
+
+
 def _footprint(data: dict[str, Any]) -> Iterator[Row]:
     for row in data["rows"]:
-        case = row["scenario"]
-        yield Row(
-            case,
-            "kiln's GPU memory (MiB)",
-            _num(row["kiln_gpu_mib"]),
-            "stock Triton",
-            _num(row["triton_gpu_mib"]),
-        )
-        yield Row(
-            case,
-            "kiln's processes",
-            _num(row["kiln_processes"]),
-            "stock Triton",
-            _num(row["triton_processes"]),
-        )
-        yield Row(
-            case,
-            "first call (s)",
-            _num(row["first_call_s"]),
-            "stock Triton",
-            _num(row["triton_first_call_s"]),
-        )
-        yield Row(case, "op (ms)", _num(row["op_ms"]), "stock Triton", _num(row["triton_op_ms"]))
+        for measure, kiln, triton in _FOOTPRINT_MEASURES:
+            yield Row(row["scenario"], measure, _num(row[kiln]), "stock Triton", _num(row[triton]))
 
 
 def _import_cost(data: dict[str, Any]) -> Iterator[Row]:
