@@ -52,6 +52,12 @@ def farm(cluster: LocalRayCluster, tmp_path: Path) -> Iterator[RayCompilePool]:
     )
     yield pool
     pool.shutdown(wait=True, cancel_futures=True)
+    # Ray ends a killed actor asynchronously: the next test starts once this pool's node actor
+    # and its kiln pool are gone, so each test counts only its own pools.
+    deadline = time.monotonic() + 30
+    while (left := kiln_pools(cluster)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"kiln pools left on the node after shutdown: {sorted(left)}"
 
 
 def fault(mode: str) -> CompileRequest:

@@ -178,6 +178,7 @@ def test_a_poisoned_tuning_run_is_a_miss_with_a_warning_and_leaves_no_run(
 
     machine_a = database(tmp_path / "a.sqlite3", redis_server.url)
     finish_a_run(machine_a)
+    assert machine_a.published == 1, "the healthy server did not take the run"
     client: Any = redis_server.client()
     (name,) = client.keys("kiln:r1:tuning:*")
     if case == "a hash at the run's key":
