@@ -20,6 +20,10 @@ For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
 * ``kiln_forced``: as ``kiln_second``, with every autotuned kernel's configs cut down to the ones
   Triton chose (the ``triton`` arm's ``choices.json``), so ``kiln_op_ms_triton_configs`` compares
   launch paths apart from config choice;
+* ``kiln_baseline`` (with ``--baseline-src DIR``): the ``kiln`` arm with kiln taken from another
+  checkout's ``src/`` (an earlier commit: ``git worktree add /tmp/base <commit>``), on caches of its
+  own, run just before the ``kiln`` arm: a change's first call against the code before it, in one run
+  (``kiln_baseline_first_s``, ``kiln_first_over_baseline``);
 * ``harness``: after the others, one process with stock ``triton.autotune`` that times the
   ``kiln`` and ``triton`` arms' chosen configs alternately with ``triton.testing.do_bench``
   (``bench/choice_harness.py``): whether kiln chose as well as Triton, in one harness.
@@ -79,12 +83,13 @@ import realworld_ops
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "realworld_child.py"
-ARMS = ("triton", "kiln", "kiln_second", "kiln_forced", "harness")
+ARMS = ("triton", "kiln_baseline", "kiln", "kiln_second", "kiln_forced", "harness")
+BASELINE = "kiln_baseline"  # the kiln arm on another checkout's src/ (--baseline-src)
 PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
 
 
-def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False) -> dict[str, str]:
+def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False, src: Path = SRC) -> dict[str, str]:
     env = dict(os.environ)
     spec = realworld_ops.OPS.get(op)
     if spec is not None:
@@ -94,11 +99,12 @@ def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False) -> dict[s
     # FlagGems keeps its own tuning database (best config per key, and every config's timings)
     # under FLAGGEMS_CACHE_DIR (default ~/.flaggems): fresh per arm, like TRITON_CACHE_DIR.
     env["FLAGGEMS_CACHE_DIR"] = str(root / f"flaggems-cache-{arm}")
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("KILN_PROGRESS", "0")
     env["TRITON_CACHE_DIR"] = str(root / f"triton-cache-{arm}")
-    kiln_dir = root / ("kiln-cache-triton-arm" if arm == "triton" else "kiln-cache")
+    caches = {"triton": "kiln-cache-triton-arm", BASELINE: "kiln-cache-baseline"}
+    kiln_dir = root / caches.get(arm, "kiln-cache")
     env["KILN_CACHE_DIR"] = str(kiln_dir)
     env["KILN_TUNING_DB"] = str(kiln_dir / "tuning.sqlite3")
     return env
@@ -107,7 +113,13 @@ def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False) -> dict[s
 def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
     arm_dir = root / arm
     arm_dir.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, str(CHILD), "--arm", arm, "--op", op, "--dir", str(arm_dir)]
+    src = SRC
+    if arm == BASELINE:
+        if args.baseline_src is None:
+            return {"arm": arm, "error": "no --baseline-src given"}
+        src = args.baseline_src
+    child_arm = "kiln" if arm == BASELINE else arm
+    cmd = [sys.executable, str(CHILD), "--arm", child_arm, "--op", op, "--dir", str(arm_dir)]
     cmd += ["--repeats", str(args.repeats)]
     if arm in ("kiln_forced", "harness") and not args.dry_run:
         choices = root / "triton" / "choices.json"
@@ -133,7 +145,7 @@ def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str
             proc = subprocess.run(
                 cmd,
                 check=False,
-                env=arm_env(arm, root, op, args.dry_run),
+                env=arm_env(arm, root, op, args.dry_run, src),
                 stdout=err,
                 stderr=subprocess.STDOUT,
                 timeout=args.arm_timeout,
@@ -223,6 +235,20 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "triton_first_s": field("triton", "first_s"),
         "kiln_first_s": field("kiln", "first_s"),
         "kiln_second_first_s": field("kiln_second", "first_s"),
+        **(
+            {
+                "kiln_baseline_first_s": field(BASELINE, "first_s"),
+                "kiln_first_over_baseline": (
+                    kiln_first / field(BASELINE, "first_s")
+                    if isinstance(kiln_first, float) and isinstance(field(BASELINE, "first_s"), float)
+                    else None
+                ),
+                "kiln_baseline_op_ms": field(BASELINE, "op_ms"),
+                "kiln_baseline_outputs_match": outputs.get(BASELINE, {}).get("match"),
+            }
+            if BASELINE in arms
+            else {}
+        ),
         "triton_op_ms": field("triton", "op_ms"),
         "kiln_op_ms": field("kiln", "op_ms"),
         "kiln_op_ms_triton_configs": field("kiln_forced", "op_ms"),
@@ -266,6 +292,7 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         "first s triton",
         "kiln",
         "kiln 2nd",
+        "kiln base",
         "op ms triton",
         "kiln",
         "kiln@triton cfgs",
@@ -290,6 +317,7 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
                 _num(r.get("triton_first_s"), ".1f"),
                 _num(r.get("kiln_first_s"), ".1f"),
                 _num(r.get("kiln_second_first_s"), ".2f"),
+                _num(r.get("kiln_baseline_first_s"), ".1f"),
                 _num(t_ms, ".3f"),
                 _num(r.get("kiln_op_ms"), ".3f"),
                 _num(f_ms, ".3f"),
@@ -351,6 +379,9 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "repeats": args.repeats,
         "dry_run": args.dry_run,
     }
+    if args.baseline_src is not None:
+        data["baseline_src"] = str(args.baseline_src)
+        data["baseline_commit"] = args.baseline_commit
     try:
         from importlib.metadata import version
 
@@ -392,7 +423,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ops", default=",".join(realworld_ops.DEFAULT_OPS), help="comma-separated, or 'all'"
     )
-    parser.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated subset of {','.join(ARMS)}")
+    parser.add_argument(
+        "--arms",
+        default=",".join(a for a in ARMS if a != BASELINE),
+        help=f"comma-separated subset of {','.join(ARMS)}",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="do_bench medians per op time (median taken)")
     parser.add_argument("--arm-timeout", type=float, default=300.0, help="seconds before an arm is killed")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
@@ -402,6 +437,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--inventory", action="store_true", help="with --dry-run: list each autotuner found")
     parser.add_argument("--keep", action="store_true", help="keep each op's temporary directory")
     parser.add_argument("--merge", nargs="+", type=Path, default=None, help="join the ops of JSON files")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="another checkout's src/: adds the kiln_baseline arm (kiln from there) before the kiln arm",
+    )
+    parser.add_argument("--baseline-commit", default=None, help="the commit --baseline-src holds (recorded)")
     args = parser.parse_args(argv)
     ops = list(realworld_ops.OPS) if args.ops == "all" else [o for o in args.ops.split(",") if o]
     unknown = [o for o in ops if o not in realworld_ops.OPS]
@@ -410,6 +452,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     arms = [a for a in args.arms.split(",") if a]
     if any(a not in ARMS for a in arms):
         parser.error(f"unknown arms in {arms}; known: {', '.join(ARMS)}")
+    if args.baseline_src is not None:
+        args.baseline_src = args.baseline_src.resolve()
+        if not (args.baseline_src / "triton_kiln" / "__init__.py").is_file():
+            parser.error(f"--baseline-src {args.baseline_src}: no triton_kiln package there")
+        arms.append(BASELINE)
+    elif BASELINE in arms:
+        parser.error(f"the {BASELINE} arm needs --baseline-src")
     args.ops, args.arms = ops, [a for a in ARMS if a in arms]
     return args
 

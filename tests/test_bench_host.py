@@ -26,6 +26,6 @@ def test_the_host_names_its_cpu_and_its_load() -> None:
 
 
 def test_realworlds_meta_carries_the_host() -> None:
-    meta = realworld.meta(argparse.Namespace(repeats=1, dry_run=True))
+    meta = realworld.meta(argparse.Namespace(repeats=1, dry_run=True, baseline_src=None))
     assert meta["host"]["logical_cpus"] == machine_state.host()["logical_cpus"]
     assert meta["cores"] >= 1
