@@ -23,7 +23,9 @@ def checkout(tmp_path: Path) -> Path:
 
 def test_the_baseline_arm_runs_just_before_the_kiln_arm(tmp_path: Path) -> None:
     src = checkout(tmp_path)
-    args = realworld.parse_args(["--arms", "triton,kiln", "--baseline-src", str(src), "--baseline-commit", "abc"])
+    args = realworld.parse_args(
+        ["--arms", "triton,kiln", "--baseline-src", str(src), "--baseline-commit", "abc"]
+    )
     assert args.arms == ["triton", "kiln_baseline", "kiln"]
     assert args.baseline_src == src.resolve()
     assert realworld.meta(args)["baseline_commit"] == "abc"
