@@ -35,7 +35,8 @@ pytestmark = [
     pytest.mark.timeout(300),
 ]
 
-TIMEOUT_S = 0.5
+TIMEOUT_S = 0.5  # the deadline a lying server meets
+HEALTHY_TIMEOUT_S = 5.0  # a real redis-server on a busy 2-core host: its replies are never the fault
 BATCH = 6
 # distinct compile keys for every batch of a test (fresh compiles, never a hit)
 COMBOS = [(block, warps) for block in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) for warps in (1, 2, 4, 8)]
@@ -47,9 +48,11 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-def remote_settings(url: str, cache_dir: Path, **changes: Any) -> settings.Settings:
+def remote_settings(
+    url: str, cache_dir: Path, timeout_s: float = TIMEOUT_S, **changes: Any
+) -> settings.Settings:
     return settings.current().replace(
-        remote_cache=url, cache_dir=cache_dir, remote_timeout_s=TIMEOUT_S, remote_retry_s=60.0, **changes
+        remote_cache=url, cache_dir=cache_dir, remote_timeout_s=timeout_s, remote_retry_s=60.0, **changes
     )
 
 
@@ -58,14 +61,14 @@ def manager_alive(pool: Any) -> bool:
 
 
 def run_batch(
-    make_pool: Any, url: str, cache_dir: Path, combos: list[tuple[int, int]]
+    make_pool: Any, url: str, cache_dir: Path, combos: list[tuple[int, int]], timeout_s: float = TIMEOUT_S
 ) -> tuple[float, Any, list[Any]]:
     """(seconds, pool, warnings) of a fresh pool on ``url`` compiling ``combos``: every job must succeed."""
     forget_warnings()
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        pool = make_pool(settings=remote_settings(url, cache_dir), cache_dir=cache_dir)
+        pool = make_pool(settings=remote_settings(url, cache_dir, timeout_s), cache_dir=cache_dir)
         futures = [pool.submit(add_request(block, warps)) for block, warps in combos]
         for future in futures:
             future.result(timeout=180)
@@ -87,7 +90,11 @@ def test_a_lying_server_costs_one_warning_and_no_compile(
     combos = iter(COMBOS)
     for round_ in range(2):
         seconds, _, _ = run_batch(
-            make_pool, redis_server.url, tmp_path / f"healthy{round_}", [next(combos) for _ in range(BATCH)]
+            make_pool,
+            redis_server.url,
+            tmp_path / f"healthy{round_}",
+            [next(combos) for _ in range(BATCH)],
+            HEALTHY_TIMEOUT_S,
         )
         healthy_s.append(seconds)
         with LyingServer(kind) as liar:  # a new port: a new client, its breaker closed
@@ -209,7 +216,9 @@ def test_a_poisoned_run_costs_the_kernel_call_a_tuning_not_an_exception(
     from test_autotune_cpu import FakeBench, by_block, configs, scale_kernel, tune
 
     def machine(name: str) -> Any:
-        chosen = remote_settings(redis_server.url, tmp_path / name, tuning_db=tmp_path / name / "t.sqlite3")
+        chosen = remote_settings(
+            redis_server.url, tmp_path / name, HEALTHY_TIMEOUT_S, tuning_db=tmp_path / name / "t.sqlite3"
+        )
         pool = make_pool(settings=chosen, cache_dir=tmp_path / name)
         with settings.scope(**{k: getattr(chosen, k) for k in ("cache_dir", "tuning_db", "remote_cache")}):
             return kiln.autotune(configs(64, 128), key=["n"], pool=pool, target=SM90)(scale_kernel)

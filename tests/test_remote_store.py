@@ -55,6 +55,9 @@ def artifact(tmp_path_factory: pytest.TempPathFactory) -> CompiledArtifact:
 
 
 def remote_store(root: Path, url: str, **changes: Any) -> ArtifactStore:
+    # a busy CI host can take longer than the default 0.5 s to answer; the deadline's own tests
+    # pass theirs
+    changes.setdefault("remote_timeout_s", 5.0)
     store = open_store(settings.current().replace(cache_dir=root, remote_cache=url, **changes))
     assert store is not None
     assert store.remote is not None
