@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from triton_kiln import notices
+from triton_kiln.child_env import INTERNAL_VARIABLES
 from triton_kiln.errors import SettingsError
 
 log = logging.getLogger("kiln.settings")
@@ -597,23 +598,6 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
 
 
 # --- KILN_* variables that are not settings ----------------------------------------------------
-
-INTERNAL_VARIABLES = frozenset(
-    {
-        "KILN_POOL_ID",  # marks every process of a pool (pool/handles.py)
-        "KILN_ZYGOTE_FD",  # the zygote's pipe and parent (pool/zygote.py)
-        "KILN_ZYGOTE_PARENT",
-        "KILN_SANDBOX_FD",  # the torch sandbox's (sandbox/worker.py)
-        "KILN_SANDBOX_PARENT",
-        "KILN_NATIVE_SANDBOX_FD",  # the torch-free sandbox's (sandbox/native_worker.py)
-        "KILN_NATIVE_SANDBOX_PARENT",
-        "KILN_CALL_SANDBOX_FD",  # the call sandbox's (sandbox/call_worker.py)
-        "KILN_CALL_SANDBOX_PARENT",
-        "KILN_INDUCTOR_SIDECAR_FD",  # kiln's Inductor sidecar's (inductor/sidecar_main.py)
-        "KILN_INDUCTOR_SIDECAR_PARENT",
-    }
-)
-"""Variables kiln sets in its own child processes: not settings, never reported as unknown."""
 
 INTERNAL_PREFIXES = ("KILN_TEST_", "KILN_CI_")
 """Prefixes of variables read by kiln's tests and CI scripts, not by kiln."""
