@@ -43,30 +43,31 @@ def settings_command() -> None:
     each means."""
     from triton_kiln import settings
     from triton_kiln.terminal import width
+    from triton_kiln.unknown_names import unknown_message
 
     rows = settings.describe()
     cells = [(row.variable, _shown(row), _source(row)) for row in rows]
     meanings = meaning_of_each()
     click.echo("\n".join(_table(cells, [meanings.get(row.name, "") for row in rows], width(limit=None))))
     for var, closest in settings.unknown_variables().items():
-        click.echo(settings.unknown_message(var, closest))
+        click.echo(unknown_message(var, closest))
     problems = [row.error for row in rows if row.error]
     if problems:
         raise click.ClickException(" ".join(problems))
 
 
 def _shown(row: SettingSource) -> str:
-    from triton_kiln import settings
+    from triton_kiln.redis_url import redacted_url
 
     if row.error:
-        raw = settings.redacted_url(row.raw or "") if row.name == "remote_cache" else row.raw
+        raw = redacted_url(row.raw or "") if row.name == "remote_cache" else row.raw
         return repr(raw)
     if isinstance(row.value, bool):
         return "1" if row.value else "0"
     if row.value is None:
         return _UNSET.get(row.name, "unset")
     if row.name == "remote_cache":
-        return settings.redacted_url(str(row.value))  # never print a password
+        return redacted_url(str(row.value))  # never print a password
     return str(row.value)
 
 

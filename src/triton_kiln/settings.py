@@ -17,18 +17,15 @@ When the error comes: settings are read where a kiln object is made (a pool, an 
 bundle, a CLI command that needs them), never at ``import triton_kiln``; an import with
 ``KILN_AUTOTUNE`` set reads only that variable (see :mod:`triton_kiln.routing`). A ``KILN_*`` variable
 that is not a setting (a typo: ``KILN_JOBS``) is logged once per process on the ``kiln.settings``
-logger, with the closest known name (:func:`warn_unknown_variables`); the names kiln sets in its
-own child processes and ``KILN_TEST_*`` / ``KILN_CI_*`` (test and CI tooling) are not settings
-and are never reported. :func:`describe` says where each effective value came from (``kiln
-settings``).
+logger, with the closest known name (:mod:`triton_kiln.unknown_names`). :func:`describe` says
+where each effective value came from (``kiln settings``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import difflib
-import logging
+import functools
 import math
 import os
 import threading
@@ -37,11 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triton_kiln import notices
-from triton_kiln.child_env import INTERNAL_VARIABLES
+from triton_kiln import unknown_names
 from triton_kiln.errors import SettingsError
-
-log = logging.getLogger("kiln.settings")
+from triton_kiln.redis_url import EXPECTED, parse_redis_url, redacted_url, url_problem
 
 
 def _default_cache_dir() -> Path:
@@ -293,41 +288,6 @@ def _optional_days(value: str) -> float | None:
     return _positive_float(value)
 
 
-REMOTE_SCHEMES = ("redis", "rediss", "unix")
-
-
-def _remote_url(value: str) -> str:
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(value.strip())
-    if parts.scheme not in REMOTE_SCHEMES:
-        raise ValueError(value)
-    if parts.scheme == "unix" and not parts.path:
-        raise ValueError(value)
-    if parts.scheme != "unix" and (not parts.hostname or not _db_number(parts.path)):
-        raise ValueError(value)
-    _ = parts.port  # a malformed port raises ValueError
-    return value.strip()
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with its password (if any) replaced by ``***``: how kiln shows ``KILN_REMOTE_CACHE``."""
-    from urllib.parse import urlsplit, urlunsplit
-
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
-
-
-def _db_number(path: str) -> bool:
-    """``/0``, ``/12`` or nothing: the database part of a Redis URL."""
-    db = path.strip("/")
-    return not db or (db.isascii() and db.isdigit())
-
-
 def _bool(value: str) -> bool:
     lowered = value.strip().lower()
     if lowered in ("1", "true", "yes", "on"):
@@ -372,11 +332,7 @@ _ENV: dict[str, tuple[str, Callable[[str], Any], str]] = {
     "prebuild_launchers": ("KILN_PREBUILD_LAUNCHERS", _bool, "0 or 1"),
     "prewarm": ("KILN_PREWARM", _bool, "0 or 1"),
     "cache_max_mb": ("KILN_CACHE_MAX_MB", _cap_mb, "a positive integer (MiB), or 0 / unlimited"),
-    "remote_cache": (
-        "KILN_REMOTE_CACHE",
-        _remote_url,
-        "a Redis URL: redis://host:port/db, rediss://... or unix:///path.sock",
-    ),
+    "remote_cache": ("KILN_REMOTE_CACHE", parse_redis_url, EXPECTED),
     "remote_max_entry_mb": ("KILN_REMOTE_MAX_ENTRY_MB", _positive_int, "a positive integer (MiB)"),
     "remote_ttl_days": ("KILN_REMOTE_TTL_DAYS", _optional_days, "a positive number of days, or 0 / none"),
     "remote_timeout_s": ("KILN_REMOTE_TIMEOUT_S", _positive_float, "a positive, finite number of seconds"),
@@ -482,7 +438,7 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "bench_timeout_s": _seconds_range(0.001),
     "idle_s": _seconds_range(0.0),
     "cache_max_mb": lambda v: None if v is None else _int_range(1, 1 << 30, "MiB")(v),
-    "remote_cache": lambda v: None if v is None else _remote_problem(v),
+    "remote_cache": lambda v: None if v is None else url_problem(v),
     "remote_max_entry_mb": _int_range(1, 512, "MiB (Redis holds at most 512 MiB in one value)"),
     "remote_ttl_days": lambda v: None if v is None else _days_range(v),
     "remote_timeout_s": _seconds_range(0.001, 600.0),
@@ -493,14 +449,6 @@ _RANGES: dict[str, Callable[[Any], str | None]] = {
     "node_wait_s": _seconds_range(0.001),
     "node_share_wait_s": _seconds_range(0.001),
 }
-
-
-def _remote_problem(value: Any) -> str | None:
-    try:
-        _remote_url(value)
-    except (ValueError, AttributeError):
-        return "expected a Redis URL: redis://host:port/db, rediss://... or unix:///path.sock"
-    return None
 
 
 MIN_KEY_BYTES = 32
@@ -597,15 +545,6 @@ def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     return Settings(**values)
 
 
-# --- KILN_* variables that are not settings ----------------------------------------------------
-
-INTERNAL_PREFIXES = ("KILN_TEST_", "KILN_CI_")
-"""Prefixes of variables read by kiln's tests and CI scripts, not by kiln."""
-
-_warned_unknown: set[str] = set()
-_warned_lock = threading.Lock()
-
-
 def variables() -> dict[str, str]:
     """``{setting name: its KILN_* variable}``, in the order of :class:`Settings`."""
     return {name: var for name, (var, _, _) in _ENV.items()}
@@ -620,37 +559,18 @@ def accepted_values() -> dict[str, str]:
 def unknown_variables(environ: Mapping[str, str] | None = None) -> dict[str, str | None]:
     """``{KILN_* name that is not a setting: the closest setting's variable, or None}``."""
     env = os.environ if environ is None else environ
-    known = [var for var, _, _ in _ENV.values()]
-    unknown: dict[str, str | None] = {}
-    for var in sorted(env):
-        if not var.startswith("KILN_") or var in known or var in INTERNAL_VARIABLES:
-            continue
-        if var.startswith(INTERNAL_PREFIXES):
-            continue
-        close = difflib.get_close_matches(var, known, n=1, cutoff=0.6)
-        unknown[var] = close[0] if close else None
-    return unknown
-
-
-def unknown_message(var: str, closest: str | None) -> str:
-    hint = f"did you mean {closest}?" if closest else "`kiln settings` lists the settings"
-    return f"{var} is not a kiln setting; {hint} (it is ignored)"
+    return unknown_names.unknown_variables(_known_variables(), env)
 
 
 def warn_unknown_variables(environ: Mapping[str, str] | None = None) -> None:
-    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``);
-    not in kiln's own child processes (the zygote, the sandboxes), whose parent has said it."""
+    """Log each ``KILN_*`` variable that is not a setting, once per process (``kiln.settings``)."""
     env = os.environ if environ is None else environ
-    with _warned_lock:
-        fresh = {var: env[var] for var in env if var.startswith("KILN_") and var not in _warned_unknown}
-    if not fresh or any(var in env for var in INTERNAL_VARIABLES):
-        return  # the common case: one pass over the names (current() calls this every time)
-    for var, closest in unknown_variables(fresh).items():
-        with _warned_lock:
-            if var in _warned_unknown:
-                continue
-            _warned_unknown.add(var)
-        notices.warn(log, f"kiln: {unknown_message(var, closest)}")
+    unknown_names.warn_unknown_variables(_known_variables(), env)
+
+
+@functools.cache
+def _known_variables() -> frozenset[str]:
+    return frozenset(variables().values())
 
 
 # --- where each value came from (`kiln settings`) -----------------------------------------------
