@@ -403,14 +403,14 @@ def test_the_host_profile_counts_the_time_spent_in_kilns_own_code() -> None:
     """The cold process's launch record says how much of a call's host time is kiln's code: what
     would have shown kiln's coordinate-descent wrapper on ResNet-50's launch path (1.1 ms a
     call) without reading the profile's rows."""
-    from triton_kiln import settings
+    from triton_kiln import setting_kinds
 
     def plain() -> None:
         sum(range(2000))
 
     def through_kiln() -> None:
         for _ in range(200):
-            settings._positive_int("7")
+            setting_kinds.positive_int("7")
 
     top, kiln_ms = inductor_models.host_profile(plain, calls=5)
     assert kiln_ms == 0.0

@@ -26,6 +26,7 @@ from triton_kiln import CompilePool, SettingsError, settings
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
 from triton_kiln.pool.pool import open_store
+from triton_kiln.redis_url import redacted_url
 
 pytest.importorskip("redis", reason="redis-py (the tests' own view of the server) is not installed")
 pytestmark = [
@@ -327,9 +328,9 @@ def test_remote_settings_are_typed_and_checked() -> None:
 
 
 def test_a_password_never_reaches_a_message(artifact: CompiledArtifact, tmp_path: Path) -> None:
-    assert settings.redacted_url("redis://:hunter2@host:6379/0") == "redis://:***@host:6379/0"
-    assert settings.redacted_url("redis://kiln:hunter2@host:6379/0") == "redis://kiln:***@host:6379/0"
-    assert settings.redacted_url("redis://host:6379/0") == "redis://host:6379/0"
+    assert redacted_url("redis://:hunter2@host:6379/0") == "redis://:***@host:6379/0"
+    assert redacted_url("redis://kiln:hunter2@host:6379/0") == "redis://kiln:***@host:6379/0"
+    assert redacted_url("redis://host:6379/0") == "redis://host:6379/0"
     with pytest.raises(SettingsError) as error:
         settings.from_env({"KILN_REMOTE_CACHE": "redis://:hunter2@host:port/0"})
     assert "hunter2" not in str(error.value)

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 import triton_kiln as kiln
-from triton_kiln import SettingsError, routing, settings
+from triton_kiln import SettingsError, child_env, routing, settings, unknown_names
 from triton_kiln.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def _kiln(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 def _no_kiln_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     for var in [v for v in os.environ if v.startswith("KILN_")]:
         monkeypatch.delenv(var)
-    monkeypatch.setattr(settings, "_warned_unknown", set(), raising=False)
+    monkeypatch.setattr(unknown_names, "_warned", set())
 
 
 # ---------------------------------------------------------------------------- import
@@ -172,7 +172,7 @@ def test_names_kiln_and_its_tests_set_are_not_reported(
     with caplog.at_level(logging.WARNING, logger="kiln.settings"):
         settings.current()
     assert not [r for r in caplog.records if r.name == "kiln.settings"]
-    assert settings.unknown_variables(dict.fromkeys(settings.INTERNAL_VARIABLES, "1")) == {}
+    assert settings.unknown_variables(dict.fromkeys(child_env.INTERNAL_VARIABLES, "1")) == {}
 
 
 def test_every_kiln_name_in_the_tree_is_a_setting_or_allow_listed() -> None:
@@ -181,11 +181,11 @@ def test_every_kiln_name_in_the_tree_is_a_setting_or_allow_listed() -> None:
     not_variables = {
         "KILN_ARMS",  # bench/realworld_child.py: a Python constant, not a variable
         "KILN_MODULE",  # bench/inductor_child.py: likewise
-        "KILN_JOBS",  # the typo settings.py's docstring gives as an example
-        "KILN_TEST",  # the prefixes themselves, in settings.py
+        "KILN_JOBS",  # the typo the docstrings give as an example
+        "KILN_TEST",  # the prefixes themselves, in unknown_names.py
         "KILN_CI",
     }
-    known = set(settings.variables().values()) | settings.INTERNAL_VARIABLES | not_variables
+    known = set(settings.variables().values()) | child_env.INTERNAL_VARIABLES | not_variables
     found: dict[str, str] = {}
     for folder in ("src", "tests", "bench", ".ci"):
         for path in (ROOT / folder).rglob("*"):
@@ -197,7 +197,7 @@ def test_every_kiln_name_in_the_tree_is_a_setting_or_allow_listed() -> None:
     strays = {
         name: where
         for name, where in found.items()
-        if name not in known and not name.startswith(settings.INTERNAL_PREFIXES)
+        if name not in known and not name.startswith(unknown_names.INTERNAL_PREFIXES)
     }
     assert strays == {}
     assert {"KILN_POOL_ID", "KILN_ZYGOTE_FD", "KILN_SANDBOX_FD", "KILN_TEST_SLOW_S"} <= set(found)

@@ -186,11 +186,12 @@ def _check_environment() -> None:
     from triton_kiln import settings
 
     settings.warn_unknown_variables()
-    if os.environ.get("KILN_AUTOTUNE", "").strip() not in ("", "0"):
+    variables = settings.variables()
+    if os.environ.get(variables["autotune"], "").strip() not in ("", "0"):
         from triton_kiln.routing import install_from_environment
 
         install_from_environment()
-    if os.environ.get("KILN_INDUCTOR", "").strip() not in ("", "0") and not _in_kiln_child():
+    if os.environ.get(variables["inductor"], "").strip() not in ("", "0") and not _in_kiln_child():
         from triton_kiln.inductor import install_from_environment as install_inductor
 
         install_inductor()

@@ -1,8 +1,8 @@
 """``kiln settings``: every setting's value, where it came from and what it means.
 
-One row per setting: its variable, its value, its source (default, environment, scope) and its
-meaning, the first sentence of the setting's declaration in :mod:`triton_kiln.settings` (read
-from its source, as docs/SETTINGS.md is, so the table is never written twice). The table fits the terminal
+One row per setting, in the order of their declarations in :mod:`triton_kiln.settings`: its
+variable, its value, its source (default, environment, scope) and its meaning, the first sentence
+of the setting's declared doc (docs/SETTINGS.md shows all of it). The table fits the terminal
 (:func:`triton_kiln.terminal.width`): where the meaning has no room as a column (an 80-column
 terminal), it goes under its row, indented. A value too long for its column wraps in it, but a
 path is never broken (a line holding one may be wider).
@@ -20,16 +20,6 @@ import click
 if TYPE_CHECKING:
     from triton_kiln.settings import SettingSource
 
-_UNSET = {
-    "memory_limit_mb": "unset (no limit)",
-    "progress": "unset (bars on a terminal only)",
-    "tuning_db": "unset (<cache dir>/tuning.sqlite3)",
-    "cache_max_mb": "unlimited",
-    "remote_cache": "unset (no remote cache)",
-    "remote_ttl_days": "none (no expiry)",
-    "remote_key_file": "unset (entries not signed)",
-    "node_slots": "unset (CPU cores, or more workers)",
-}
 _GAP = "  "
 _MIN_MEANING = 30  # narrower than this, the meaning goes under its row
 _VALUE_W = 36  # the value column beside a meaning column (a longer value wraps, a path overflows)
@@ -43,13 +33,14 @@ def settings_command() -> None:
     each means."""
     from triton_kiln import settings
     from triton_kiln.terminal import width
+    from triton_kiln.unknown_names import unknown_message
 
     rows = settings.describe()
     cells = [(row.variable, _shown(row), _source(row)) for row in rows]
     meanings = meaning_of_each()
     click.echo("\n".join(_table(cells, [meanings.get(row.name, "") for row in rows], width(limit=None))))
     for var, closest in settings.unknown_variables().items():
-        click.echo(settings.unknown_message(var, closest))
+        click.echo(unknown_message(var, closest))
     problems = [row.error for row in rows if row.error]
     if problems:
         raise click.ClickException(" ".join(problems))
@@ -58,16 +49,14 @@ def settings_command() -> None:
 def _shown(row: SettingSource) -> str:
     from triton_kiln import settings
 
+    declared = settings.declarations()[row.name]
     if row.error:
-        raw = settings.redacted_url(row.raw or "") if row.name == "remote_cache" else row.raw
-        return repr(raw)
+        return repr(declared.shown(row.raw or ""))  # never a password
     if isinstance(row.value, bool):
         return "1" if row.value else "0"
     if row.value is None:
-        return _UNSET.get(row.name, "unset")
-    if row.name == "remote_cache":
-        return settings.redacted_url(str(row.value))  # never print a password
-    return str(row.value)
+        return plain_text(declared.none)
+    return declared.shown(str(row.value))
 
 
 def _source(row: SettingSource) -> str:
@@ -110,21 +99,21 @@ def _wrap(text: str, width: int, indent: str = "") -> list[str]:
     ) or [""]
 
 
+def plain_text(text: str) -> str:
+    """reST of a declaration as the terminal shows it: ``:func:`f``` as ``f()``, no markup."""
+    text = re.sub(r":func:`~?([^`]+)`", r"\1()", text)
+    return _ROLE.sub(r"\1", text).replace("``", "")
+
+
 @functools.cache
 def meaning_of_each() -> dict[str, str]:
-    """``{setting name: the first sentence of its declaration's docstring}``, without the variable's
-    name that each begins with (the docstrings docs/SETTINGS.md is made of:
-    :func:`triton_kiln.settings_page.field_docs`); empty where the source cannot be read."""
-    from triton_kiln.settings_page import field_docs
+    """``{setting name: the first sentence of its declared doc}``, shortened to its first clause
+    where that sentence is long."""
+    from triton_kiln import settings
 
-    try:
-        docs = field_docs()
-    except (OSError, TypeError, SyntaxError):
-        return {}
     found: dict[str, str] = {}
-    for name, doc in docs.items():
-        text = re.sub(r"^``KILN_\w+``:\s*", "", " ".join(doc.split()))
-        text = _ROLE.sub(r"\1", re.sub(r":func:`~?([^`]+)`", r"\1()", text)).replace("``", "")
+    for name, declared in settings.declarations().items():
+        text = plain_text(declared.doc)
         first = re.split(r"(?<=[a-z0-9)])\.\s+(?=[A-Z(`])", text, maxsplit=1)[0].rstrip(".")
         found[name] = _first_clause(first) if len(first) > _LONG else first
     return found

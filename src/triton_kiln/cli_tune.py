@@ -190,9 +190,9 @@ def tune_command(
     no_install: bool,
 ) -> None:
     """Call a workload's FUNCTION on this GPU (its autotuned kernels tuned by kiln); report what was tuned."""
-    from triton_kiln import settings
     from triton_kiln.bundle.format import check_bundle_path
     from triton_kiln.pool import get_pool
+    from triton_kiln.redis_url import redacted_url
 
     check_workload_spec(function_spec)
     if kernels and bundle_path is None:
@@ -236,7 +236,7 @@ def tune_command(
             names = list(kernels) or sorted({o.kernel for o in outcomes if o.best_label is not None})
             written = _bundle(Path(bundle_path), current, names)
         if current.remote_cache is not None and any(o.finished for o in outcomes):
-            where = settings.redacted_url(current.remote_cache)
+            where = redacted_url(current.remote_cache)
             click.echo(f"tuning results also in the remote cache {where} (runs taken from it are listed too)")
     if json_path:
         summary = {
@@ -246,9 +246,7 @@ def tune_command(
             "runs": [o.to_json() for o in outcomes],
             "compiles": dataclasses.asdict(compiles),
             "bundle": None if written is None else str(written),
-            "remote_cache": None
-            if current.remote_cache is None
-            else settings.redacted_url(current.remote_cache),
+            "remote_cache": None if current.remote_cache is None else redacted_url(current.remote_cache),
         }
         try:
             Path(json_path).write_text(json.dumps(summary, indent=1) + "\n")

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from triton_kiln.child_env import CHILD_FD_VARIABLES
+
 _PR_SET_PDEATHSIG = 1
 
 # Variables that stop BLAS/OpenMP runtimes from starting thread pools on import. numpy and
@@ -24,17 +26,6 @@ SINGLE_THREAD_ENV = {
     "VECLIB_MAXIMUM_THREADS": "1",
     "NUMEXPR_NUM_THREADS": "1",
 }
-
-
-CHILD_FD_VARIABLES = (
-    "KILN_ZYGOTE_FD",
-    "KILN_SANDBOX_FD",
-    "KILN_NATIVE_SANDBOX_FD",
-    "KILN_CALL_SANDBOX_FD",
-    "KILN_INDUCTOR_SIDECAR_FD",
-)
-"""Set in kiln's own interpreters: the zygote (and its forked workers), the three sandboxes and
-the Inductor sidecar (until it has read it)."""
 
 
 def in_kiln_child() -> bool:

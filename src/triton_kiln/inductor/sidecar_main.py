@@ -38,11 +38,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from typing import Any
 
+from triton_kiln import child_env
 from triton_kiln.framing import encode, recv_frame
 from triton_kiln.procs import parent_channel
 
-FD_VARIABLE = "KILN_INDUCTOR_SIDECAR_FD"
-PARENT_VARIABLE = "KILN_INDUCTOR_SIDECAR_PARENT"
+FD_VARIABLE = child_env.INDUCTOR_SIDECAR_FD
+PARENT_VARIABLE = child_env.INDUCTOR_SIDECAR_PARENT
 
 
 class SidecarJobError(RuntimeError):

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from triton_kiln import procs
+from triton_kiln import child_env, procs
 from triton_kiln.framing import FrameReader
 from triton_kiln.pool.protocol import ToZygote, ZygoteInit, pack
 from triton_kiln.pool.zygote import ENV_FD, ENV_PARENT
@@ -24,7 +24,7 @@ from triton_kiln.pool.zygote import ENV_FD, ENV_PARENT
 if TYPE_CHECKING:
     from triton_kiln.pool.jobs import Job
 
-ENV_POOL_ID = "KILN_POOL_ID"  # marks every process of a pool (leak checks find them by it)
+ENV_POOL_ID = child_env.POOL_ID  # marks every process of a pool (leak checks find them by it)
 
 
 class LineTail:

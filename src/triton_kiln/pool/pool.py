@@ -122,7 +122,8 @@ class CompilePool(BatchMethods):
             if cache_dir is None:
                 raise
             where = f"CompilePool(cache_dir={str(cache_dir)!r})"
-            raise CacheDirError(f"{where}: {str(exc).replace('KILN_CACHE_DIR', 'cache_dir')}") from exc
+            variable = settings_mod.variables()["cache_dir"]
+            raise CacheDirError(f"{where}: {str(exc).replace(variable, 'cache_dir')}") from exc
         self.pool_id = uuid.uuid4().hex
         memory = MemoryCache(self.settings.memory_cache_mb << 20, keep_ir=self.settings.keep_ir)
         self._table = JobTable(self.store, memory)

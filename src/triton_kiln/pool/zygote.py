@@ -50,7 +50,7 @@ import time
 import traceback
 from typing import Any
 
-from triton_kiln import procs
+from triton_kiln import child_env, procs
 from triton_kiln.pool.protocol import (
     Exited,
     Fork,
@@ -66,8 +66,8 @@ from triton_kiln.pool.protocol import (
     unpack,
 )
 
-ENV_FD = "KILN_ZYGOTE_FD"
-ENV_PARENT = "KILN_ZYGOTE_PARENT"
+ENV_FD = child_env.ZYGOTE_FD
+ENV_PARENT = child_env.ZYGOTE_PARENT
 MAX_PACKET = 1 << 20
 
 

@@ -34,10 +34,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
+from triton_kiln.redis_url import redacted_url
 from triton_kiln.remote.connection import Address, Command, Connection, describe
 from triton_kiln.remote.health import CircuitBreaker
 from triton_kiln.remote.resp import EntryRefused, Error, Reply, ServerFault, Status
-from triton_kiln.settings import redacted_url
 
 __all__ = ["EntryRefused", "RedisClient"]
 

@@ -26,7 +26,7 @@ import sys
 import traceback
 from typing import Any
 
-from triton_kiln import procs
+from triton_kiln import child_env, procs
 from triton_kiln.framing import encode, recv_frame
 from triton_kiln.sandbox.calls import (
     CallHello,
@@ -39,8 +39,8 @@ from triton_kiln.sandbox.calls import (
 )
 from triton_kiln.sandbox.worker import STICKY_EXIT
 
-ENV_FD = "KILN_CALL_SANDBOX_FD"
-ENV_PARENT = "KILN_CALL_SANDBOX_PARENT"
+ENV_FD = child_env.CALL_SANDBOX_FD
+ENV_PARENT = child_env.CALL_SANDBOX_PARENT
 
 
 def run_one(item: CallItem) -> tuple[bytes, bool]:

@@ -50,7 +50,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from triton_kiln import procs
+from triton_kiln import child_env, procs
 from triton_kiln.framing import encode, recv_frame
 from triton_kiln.sandbox.compare import Representatives
 from triton_kiln.sandbox.device_check import DeviceCheck
@@ -59,8 +59,8 @@ from triton_kiln.sandbox.ipc import TensorDesc, host_desc
 from triton_kiln.sandbox.native_failures import OutOfResources, Unsupported, classify
 from triton_kiln.sandbox.timing import quantiles
 
-ENV_FD = "KILN_NATIVE_SANDBOX_FD"
-ENV_PARENT = "KILN_NATIVE_SANDBOX_PARENT"
+ENV_FD = child_env.NATIVE_SANDBOX_FD
+ENV_PARENT = child_env.NATIVE_SANDBOX_PARENT
 STICKY_EXIT = 3  # as triton_kiln.sandbox.worker.STICKY_EXIT
 EXIT_NO_DEVICE = 4  # the sandbox could not start (no driver, no GPU, no C module)
 FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's L2 flush buffer

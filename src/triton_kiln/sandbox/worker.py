@@ -34,7 +34,7 @@ import sys
 import traceback
 from typing import Any
 
-from triton_kiln import procs, triton_compat
+from triton_kiln import child_env, procs, triton_compat
 from triton_kiln.errors import is_out_of_resources
 from triton_kiln.framing import encode, recv_frame
 from triton_kiln.sandbox.compare import (
@@ -46,8 +46,8 @@ from triton_kiln.sandbox.compare import (
 )
 from triton_kiln.sandbox.timing import quantiles
 
-ENV_FD = "KILN_SANDBOX_FD"
-ENV_PARENT = "KILN_SANDBOX_PARENT"
+ENV_FD = child_env.SANDBOX_FD
+ENV_PARENT = child_env.SANDBOX_PARENT
 STICKY_EXIT = 3
 
 STICKY_MARKERS = (

@@ -314,7 +314,7 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> int:
 
 
 _SOURCES = {  # where a database's path came from: (how the message says so, how to change it)
-    "KILN_TUNING_DB": (" (set by KILN_TUNING_DB)", "point KILN_TUNING_DB at another file"),
+    "setting": (" (set by KILN_TUNING_DB)", "point KILN_TUNING_DB at another file"),
     "argument": (" (the path given to TuningDatabase(path=...))", "pass another path"),
     "default": (" (the default, <cache_dir>/tuning.sqlite3)", "set KILN_TUNING_DB to another file"),
 }
@@ -326,7 +326,7 @@ def path_source(path: Path, *, given: bool) -> str:
 
     with contextlib.suppress(Exception):  # a message's detail: never an error of its own
         if current().tuning_db == path:
-            return "KILN_TUNING_DB"
+            return "setting"
     return "argument" if given else "default"
 
 
