@@ -51,9 +51,9 @@ _LAZY: dict[str, str] = {
     "AutotuneArgumentWarning": "triton_kiln.autotuner.arguments",
     "GPUTarget": "triton_kiln.triton_compat",
     "KernelLauncher": "triton_kiln.launch",
-    "JitCompileCrashedError": "triton_kiln.jit_routing",
-    "install": "triton_kiln.routing",
-    "uninstall": "triton_kiln.routing",
+    "JitCompileCrashedError": "triton_kiln.routing.jit",
+    "install": "triton_kiln.routing.autotune",
+    "uninstall": "triton_kiln.routing.autotune",
 }
 _ERRORS = (
     "ArtifactError",
@@ -105,9 +105,9 @@ if TYPE_CHECKING:
         ZygoteDiedError,
         ZygoteError,
     )
-    from triton_kiln.jit_routing import JitCompileCrashedError
     from triton_kiln.launch import KernelLauncher
     from triton_kiln.pool import CompilePool, PoolStats, get_pool
+    from triton_kiln.routing.jit import JitCompileCrashedError
     from triton_kiln.settings import Settings
     from triton_kiln.triton_compat import GPUTarget
 
@@ -176,7 +176,7 @@ __all__ = [
 
 def _check_environment() -> None:
     """At import, never raising (``triton_kiln.settings``): report ``KILN_*`` names that are not
-    settings, once; with ``KILN_AUTOTUNE`` set, :func:`triton_kiln.routing.install_from_environment`;
+    settings, once; with ``KILN_AUTOTUNE`` set, :func:`triton_kiln.routing.autotune.install_from_environment`;
     with ``KILN_INDUCTOR`` set (not in kiln's own processes),
     :func:`triton_kiln.inductor.install_from_environment`."""
     import os
@@ -187,7 +187,7 @@ def _check_environment() -> None:
 
     settings.warn_unknown_variables()
     if os.environ.get("KILN_AUTOTUNE", "").strip() not in ("", "0"):
-        from triton_kiln.routing import install_from_environment
+        from triton_kiln.routing.autotune import install_from_environment
 
         install_from_environment()
     if os.environ.get("KILN_INDUCTOR", "").strip() not in ("", "0") and not _in_kiln_child():
