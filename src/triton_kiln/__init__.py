@@ -9,6 +9,14 @@ Quick start::
                                  options={"num_warps": 4}, target=GPUTarget("cuda", 90, 32))
         artifact = pool.compile(request)          # CompiledArtifact: cubin + launch metadata
         kernel = pool.load_kernel(request, artifact)   # Triton CompiledKernel, no recompile
+
+This package holds kiln's public names, each loaded from its part on first use (``import
+triton_kiln`` imports neither Triton nor any part), and one package per part (docs/ARCHITECTURE.md):
+compile requests, artifacts, the pool and the farm, the sandbox, the autotuner and tuning
+results, the launcher and bundles, routing (``install``/``uninstall``), the integrations
+(``inductor``, ``helion``) and the command line (``cli``). Packages import each other in one
+direction only (``tests/test_import_graph.py``); the top-level modules (settings, errors,
+files, framing, procs, notices, progress_bar, terminal, version) are shared by all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 # kiln's loggers are "kiln.*" (kiln.pool, kiln.autotune, ...). As the logging HOWTO asks of a
 # library, kiln adds no handler but this one: the application decides what is shown. (Without
-# it, an application with no logging set up got kiln's WARNING lines on stderr through
+# it, an application with no logging set up would get kiln's WARNING lines on stderr through
 # logging.lastResort.) To see kiln's lines: logging.basicConfig(level=logging.INFO), see
 # docs/WATCHING.md.
 logging.getLogger("kiln").addHandler(logging.NullHandler())

@@ -603,7 +603,7 @@ INTERNAL_VARIABLES = frozenset(
         "KILN_POOL_ID",  # marks every process of a pool (pool/handles.py)
         "KILN_ZYGOTE_FD",  # the zygote's pipe and parent (pool/zygote.py)
         "KILN_ZYGOTE_PARENT",
-        "KILN_SANDBOX_FD",  # the torch sandbox's (sandbox/worker.py)
+        "KILN_SANDBOX_FD",  # the torch sandbox's (sandbox/torch_worker.py)
         "KILN_SANDBOX_PARENT",
         "KILN_NATIVE_SANDBOX_FD",  # the torch-free sandbox's (sandbox/native_worker.py)
         "KILN_NATIVE_SANDBOX_PARENT",

@@ -2,7 +2,7 @@
 
 Modules: :mod:`.compile` (``kiln compile``; its arguments checked by :mod:`.args`, its
 ``--signature``/``--value`` made requests by :mod:`.signature`, its failures said by
-:mod:`.compile_failures`), :mod:`.tune` (``kiln tune``), :mod:`.report` (``kiln report``),
+:mod:`.compile_failures`), :mod:`.tune` (``kiln tune``), :mod:`.tuning_report` (``kiln report``),
 :mod:`.bundle` (``kiln bundle save | show``), :mod:`.cache` (``kiln cache``; the cache
 directory surveyed and cleaned by :mod:`.cache_dir`), :mod:`.settings_table` (``kiln
 settings``), :mod:`.farm` (``kiln farm up | down``), :mod:`.demo` (``kiln demo``).
@@ -116,9 +116,9 @@ from triton_kiln.cli.cache import cache_group  # noqa: E402
 from triton_kiln.cli.compile import compile_command  # noqa: E402
 from triton_kiln.cli.demo import demo_command  # noqa: E402
 from triton_kiln.cli.farm import farm_group  # noqa: E402
-from triton_kiln.cli.report import report_command  # noqa: E402
 from triton_kiln.cli.settings_table import settings_command  # noqa: E402
 from triton_kiln.cli.tune import tune_command  # noqa: E402
+from triton_kiln.cli.tuning_report import report_command  # noqa: E402
 
 for _command in (
     bundle_group,

@@ -336,7 +336,7 @@ def _make_pool(
 
 
 def _run(pool: Any, requests: list[Any]) -> list[tuple[str, BaseException]]:
-    from triton_kiln.progress import progress_bar
+    from triton_kiln.progress_bar import progress_bar
 
     failures: list[tuple[str, BaseException]] = []
     with progress_bar(total=len(requests), description="compiling", enabled=None) as bar:

@@ -16,6 +16,9 @@ module, not re-exported: :mod:`.inductor` (torch Inductor's names), :mod:`.jit_h
 :mod:`triton_kiln.routing.jit` hooks Triton's JIT), :mod:`.triton_launcher` (Triton 3.5/3.6's
 per-signature C launcher: its source and build, for :mod:`triton_kiln.launch.prebuild`). Every name is
 re-exported here: callers write ``triton_compat.name``.
+
+Imports: Triton and torch, and of kiln's only :mod:`triton_kiln.files`; every part of kiln may
+import it.
 """
 
 from __future__ import annotations
