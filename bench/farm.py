@@ -73,7 +73,7 @@ import triton  # noqa: E402 - after the path above
 import ranks_set  # noqa: E402
 from ray_cluster import LocalRayCluster  # noqa: E402
 from triton_kiln import CompilePool, CompileRequest, GPUTarget  # noqa: E402
-from triton_kiln.cli_compile import failure_cause  # noqa: E402
+from triton_kiln.cli.compile import failure_cause  # noqa: E402
 from triton_kiln.farm import RayCompilePool  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)

@@ -36,7 +36,7 @@ T0 = time.perf_counter()
 EVENTS: list[tuple[str, str, float, float]] = []
 
 WATCHED = (
-    "triton_kiln.jit_routing._compile_in_pool",
+    "triton_kiln.routing.jit._compile_in_pool",
     "triton_kiln.autotuner.session.TuningSession.tune",
     "triton_kiln.autotuner.session.TuningSession.final_round",
     "triton_kiln.autotuner.session.make_bencher",

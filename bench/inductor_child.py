@@ -94,9 +94,9 @@ def children_report() -> dict[str, int]:
 def sidecar_report(installed_at: float) -> dict[str, Any] | None:
     """What kiln's Inductor sidecar did (times in seconds after ``installed_at``, a monotonic
     time), or ``None`` without one."""
-    from triton_kiln.inductor import routing
+    from triton_kiln.inductor import hooks
 
-    pool = routing.current_pool()
+    pool = hooks.current_pool()
     sidecar = pool.sidecar if pool is not None else None
     if sidecar is None:
         return None

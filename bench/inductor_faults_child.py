@@ -123,7 +123,7 @@ def run(args: argparse.Namespace, result: dict[str, Any], checkpoint: Callable[[
 
 def sandbox_report() -> dict[str, Any] | None:
     """What kiln's sandbox benchmarker did: choices timed there, those skipped and why, restarts."""
-    from triton_kiln.inductor.routing import current_benchmarks
+    from triton_kiln.inductor.hooks import current_benchmarks
 
     benchmarks = current_benchmarks()
     if benchmarks is None:

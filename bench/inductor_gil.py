@@ -93,9 +93,9 @@ def kiln_threads_cpu() -> float:
 
 def sidecar_cpu() -> float:
     """CPU seconds of kiln's Inductor sidecar so far (0 without one)."""
-    from triton_kiln.inductor import routing
+    from triton_kiln.inductor import hooks
 
-    pool = routing.current_pool()
+    pool = hooks.current_pool()
     pid = pool.sidecar.stats.pid if pool is not None and pool.sidecar is not None else None
     return inductor_models.process_cpu_s(pid) or 0.0
 
@@ -139,9 +139,9 @@ def measure(sources: list[tuple[str, str]], window_s: float, root: Path, index: 
 def wait_for_sidecar(timeout_s: float = 300.0) -> None:
     """Until kiln's Inductor sidecar takes jobs (the repeats measure it, not the caller's threads
     that serve jobs while it starts); at once without one."""
-    from triton_kiln.inductor import routing
+    from triton_kiln.inductor import hooks
 
-    pool = routing.current_pool()
+    pool = hooks.current_pool()
     if pool is None or pool.sidecar is None:
         return
     pool.start_sidecar()
@@ -155,11 +155,11 @@ def wait_for_sidecar(timeout_s: float = 300.0) -> None:
 def run_arm(arm: str, sources: list[tuple[str, str]], args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """One arm: installed, every kernel compiled once into kiln's cache, then the repeats."""
     import triton_kiln.inductor
-    from triton_kiln.inductor import routing
+    from triton_kiln.inductor import hooks
     from triton_kiln.inductor.sidecar import Sidecar
 
     # the sidecar gets the same one fake as this process (tests/inductor_sidecar_fake_gpu.py)
-    routing._sidecar = lambda threads, timeout: Sidecar(
+    hooks._sidecar = lambda threads, timeout: Sidecar(
         threads, timeout, preload=("inductor_sidecar_fake_gpu",)
     )
     triton_kiln.inductor.install(sidecar=arm == "sidecar")

@@ -76,7 +76,7 @@ def main() -> int:
         database = Path(scratch) / "tuning.sqlite3"
         replay(database)
         page = args.html or Path(scratch) / "report.html"
-        command = [sys.executable, "-m", "triton_kiln.cli", "report", "--db", str(database)]
+        command = [sys.executable, "-m", "triton_kiln", "report", "--db", str(database)]
         command += ["--html", str(page), "--limit", "3"]
         print(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip())
         loaded = browser.load(

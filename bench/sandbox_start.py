@@ -41,8 +41,8 @@ import triton.language as tl
 from triton_kiln import CompilePool, CompileRequest, GPUTarget
 from triton_kiln.launch.native import native
 from triton_kiln.sandbox import BenchSpec
-from triton_kiln.sandbox.client import Sandbox
 from triton_kiln.sandbox.native_client import NativeSandbox
+from triton_kiln.sandbox.torch_client import Sandbox
 
 
 @triton.jit

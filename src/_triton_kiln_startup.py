@@ -8,7 +8,7 @@ nothing: it puts :class:`RouteOnTritonImport` first on ``sys.meta_path`` and ret
 The finder waits for the first ``import triton``. It then takes itself off ``sys.meta_path``,
 lets the other finders find Triton, and wraps the loader they return: Triton's ``__init__`` runs
 as usual, then ``import triton_kiln`` runs, which with ``KILN_AUTOTUNE=1`` calls
-:func:`triton_kiln.routing.install_from_environment` (the ``triton_kiln.install()`` that never
+:func:`triton_kiln.routing.autotune.install_from_environment` (the ``triton_kiln.install()`` that never
 raises on a setting). So ``triton.autotune`` is kiln's before the code that imported Triton goes
 on to decorate its kernels.
 

@@ -127,7 +127,8 @@ def pytest_cmdline_main(config: pytest.Config) -> None:
 
 
 def _routing_state() -> tuple[bool, bool]:
-    from triton_kiln import jit_routing, routing
+    from triton_kiln.routing import autotune as routing
+    from triton_kiln.routing import jit as jit_routing
 
     return routing.installed(), jit_routing.installed()
 
@@ -141,7 +142,8 @@ def _routing_given_back(what: str) -> Iterator[None]:
     yield
     after = _routing_state()
     if after != before:
-        from triton_kiln import jit_routing, routing
+        from triton_kiln.routing import autotune as routing
+        from triton_kiln.routing import jit as jit_routing
 
         routing.uninstall()
         jit_routing.uninstall()

@@ -22,7 +22,7 @@ from torch._inductor.runtime import triton_helpers
 from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 
 import triton_kiln.inductor as kiln_inductor
-import triton_kiln.inductor.routing as inductor_routing
+import triton_kiln.inductor.hooks as inductor_hooks
 from triton_kiln import CompilePool
 
 FIXTURES = Path(__file__).resolve().parent / "inductor_fixtures"
@@ -131,7 +131,7 @@ def install_on(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[CompilePoo
     uninstalled after."""
 
     def install(pool: CompilePool) -> None:
-        monkeypatch.setattr(inductor_routing, "_kiln_pool", lambda: pool)
+        monkeypatch.setattr(inductor_hooks, "_kiln_pool", lambda: pool)
         kiln_inductor.install(sidecar=False)
 
     yield install

@@ -13,7 +13,8 @@ import triton
 import triton.compiler.compiler as triton_compiler
 from triton.runtime import driver
 
-from triton_kiln import CompilePool, GPUTarget, jit_routing
+from triton_kiln import CompilePool, GPUTarget
+from triton_kiln.routing import jit as jit_routing
 
 SM90 = GPUTarget("cuda", 90, 32)
 

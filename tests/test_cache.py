@@ -18,10 +18,10 @@ from click.testing import CliRunner
 
 from conftest import add_request
 from triton_kiln import ArtifactStore, CompiledArtifact, CompilePool
-from triton_kiln.artifacts import entry as entry_module
+from triton_kiln.artifacts import store_entry as entry_module
 from triton_kiln.artifacts import usage
-from triton_kiln.cache import CacheSizeError, parse_size
 from triton_kiln.cli import main
+from triton_kiln.cli.cache_dir import CacheSizeError, parse_size
 from triton_kiln.tuning import TuningDatabase
 
 

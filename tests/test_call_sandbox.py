@@ -14,7 +14,7 @@ import pytest
 
 import call_sandbox_fns as fns
 from triton_kiln.sandbox.call_client import CallSandbox, spawned_alive
-from triton_kiln.sandbox.calls import CallRaisedError, CallTimeoutError, SandboxStartError
+from triton_kiln.sandbox.call_messages import CallRaisedError, CallTimeoutError, SandboxStartError
 
 
 @pytest.fixture

@@ -350,7 +350,7 @@ def test_the_json_path_is_checked_before_compiling_and_its_folder_made(tmp_path:
 
 
 def test_keyboard_interrupt_at_import_still_propagates(user_module: Callable[[str, str], Path]) -> None:
-    from triton_kiln.cli_compile import resolve
+    from triton_kiln.cli.compile import resolve
 
     user_module("cli_interrupted_import", "raise KeyboardInterrupt\n")
     with pytest.raises(KeyboardInterrupt):

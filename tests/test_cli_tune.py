@@ -21,7 +21,7 @@ import torch
 from click.testing import CliRunner
 
 from triton_kiln.cli import main
-from triton_kiln.cli_tune import format_report
+from triton_kiln.cli.tune import format_report
 from triton_kiln.tuning import ConfigResult, TuningDatabase
 from triton_kiln.tuning.recent import RunOutcome, runs_since
 

@@ -40,7 +40,7 @@ from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
 import triton_kiln.inductor as kiln_inductor
 from triton_kiln import CompilePool
-from triton_kiln.inductor.jobs import InductorPool
+from triton_kiln.inductor.process_pool import InductorPool
 from triton_kiln.triton_compat.compiling import KEY_PARTS
 
 
@@ -326,7 +326,7 @@ def test_sandbox_benchmarks_on_a_torch_without_make_benchmark_fn_is_one_clear_er
     with pytest.raises(InductorUnsupportedError, match="template benchmarks stay in this process"):
         kiln_inductor.install(sandbox_benchmarks=True)
     assert kiln_inductor.installed()
-    assert kiln_inductor.routing.current_benchmarks() is None
+    assert kiln_inductor.hooks.current_benchmarks() is None
 
 
 def test_inductors_gpu_timings_run_with_kilns_compile_processes_held(
@@ -493,14 +493,14 @@ def _compiled_pointwise() -> tuple[Any, Any, Any, str]:
     kernel, its one config's compile inputs and their constants label."""
     from torch._inductor.codecache import PyCodeCache
 
-    import triton_kiln.inductor.routing as inductor_routing
+    import triton_kiln.inductor.hooks as inductor_hooks
     from triton_kiln import triton_compat
     from triton_kiln.triton_compat import inductor as compat
 
     name, text = source("pointwise")
     kernel = getattr(PyCodeCache.load(text), name)
     kernel.precompile(warm_cache_only=True)
-    compiler = inductor_routing._state.compiler  # type: ignore[union-attr]
+    compiler = inductor_hooks._state.compiler  # type: ignore[union-attr]
     inputs = compat.config_compile(kernel, kernel.compile_results[0].config)
     return compiler, kernel, inputs, triton_compat.constants_label(inputs.constants)
 
@@ -589,12 +589,12 @@ def test_the_key_parts_of_a_job_compiled_through_the_pool_can_still_be_computed(
     the ``JITFunction``: no ``fn``, no hash lock). kiln runs that side in this process, so the
     kernel it kept for the sandbox's report must not be the stripped one: on the H100 the report
     then raised ``TypeError`` inside ``torch.compile`` and the model failed to compile."""
-    import triton_kiln.inductor.routing as inductor_routing
+    import triton_kiln.inductor.hooks as inductor_hooks
 
     install_on(make_pool())
     name, text = source("pointwise")
     kernel, _ = submit(name, text).result(timeout=300)
-    compiler = inductor_routing._state.compiler  # type: ignore[union-attr]
+    compiler = inductor_hooks._state.compiler  # type: ignore[union-attr]
     parts = compiler.key_parts_for(name)
     assert parts is not None
     assert parts["source"]

@@ -34,7 +34,7 @@ import triton.language as tl
 from torch._inductor.utils import fresh_cache
 
 import triton_kiln.inductor as kiln_inductor
-import triton_kiln.inductor.routing as inductor_routing
+import triton_kiln.inductor.hooks as inductor_hooks
 from triton_kiln import CompilePool
 
 pytestmark = pytest.mark.gpu
@@ -130,7 +130,7 @@ def test_torch_compile_through_kilns_sidecar_matches_stock(
     tried = refuse_compiles(monkeypatch)
     kiln_inductor.install()
     try:
-        pool = inductor_routing.current_pool()
+        pool = inductor_hooks.current_pool()
         assert pool is not None
         assert pool.sidecar is not None
         # ready first: jobs that come while it imports torch (~14 s on an image without bytecode
@@ -288,7 +288,7 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
     monkeypatch.setenv("BENCH_FAULT_STAGES", "1")
     monkeypatch.setenv("BENCH_FAULT_LOG", str(fault_log))
     pool = make_pool(workers=8, preload=[PRELOAD])
-    monkeypatch.setattr(inductor_routing, "_kiln_pool", lambda: pool)
+    monkeypatch.setattr(inductor_hooks, "_kiln_pool", lambda: pool)
     kiln_inductor.install(sandbox_benchmarks=True, sidecar=False)  # the hook is in this test's pool
     try:
         a = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
@@ -299,7 +299,7 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
         torch.cuda.synchronize()
         torch.testing.assert_close(got, a @ b, atol=5e-2, rtol=5e-2)
         assert fault_log.exists(), "the fault never fired: no mm choice had num_warps=2, num_stages=1"
-        benchmarks = inductor_routing.current_benchmarks()
+        benchmarks = inductor_hooks.current_benchmarks()
         assert benchmarks is not None
         skipped = benchmarks.stats.skipped
         assert skipped, "the illegal memory access was compiled in, but no choice was skipped"

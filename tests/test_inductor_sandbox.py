@@ -31,10 +31,10 @@ from torch._inductor.ir import FixedLayout
 from torch._inductor.select_algorithm import AlgorithmSelectorCache, TritonTemplateCaller
 
 import triton_kiln.inductor as kiln_inductor
-import triton_kiln.inductor.routing as inductor_routing
+import triton_kiln.inductor.hooks as inductor_hooks
 from triton_kiln import CompilePool, SettingsError, settings
 from triton_kiln.sandbox.call_client import spawned_alive
-from triton_kiln.sandbox.calls import CallCrashedError, CallRaisedError, CallTimeoutError
+from triton_kiln.sandbox.call_messages import CallCrashedError, CallRaisedError, CallTimeoutError
 
 HANG_TIMEOUT_S = 8.0  # a benchmark's limit here: far above a healthy one on a loaded 2-core machine
 REASONS: dict[str, tuple[type[Exception], str]] = {
@@ -76,7 +76,7 @@ def sandboxed(
     with settings.scope(bench_timeout_s=HANG_TIMEOUT_S):
         install_on(make_pool())
         kiln_inductor.install(sandbox_benchmarks=True)
-    benchmarks = inductor_routing.current_benchmarks()
+    benchmarks = inductor_hooks.current_benchmarks()
     assert benchmarks is not None
     yield benchmarks.sandbox.spawned_pids
     pids = list(benchmarks.sandbox.spawned_pids)
@@ -95,7 +95,7 @@ def test_install_with_sandbox_replaces_the_benchmarker_and_uninstall_gives_it_ba
     replaced = make_benchmark_fn_now()
     assert replaced is not before
     assert isinstance(replaced, classmethod)
-    assert inductor_routing.current_benchmarks() is not None
+    assert inductor_hooks.current_benchmarks() is not None
     kiln_inductor.install(sandbox_benchmarks=True)  # again: nothing changes
     assert make_benchmark_fn_now() is replaced
     kiln_inductor.install(sandbox_benchmarks=False)  # turned off: Inductor's own object back
@@ -104,7 +104,7 @@ def test_install_with_sandbox_replaces_the_benchmarker_and_uninstall_gives_it_ba
     kiln_inductor.install(sandbox_benchmarks=True)
     kiln_inductor.uninstall()
     assert make_benchmark_fn_now() is before
-    assert inductor_routing.current_benchmarks() is None
+    assert inductor_hooks.current_benchmarks() is None
 
 
 def test_kiln_inductor_sandbox_1_turns_it_on(
@@ -120,12 +120,12 @@ def test_kiln_inductor_sandbox_1_turns_it_on(
     before = make_benchmark_fn_now()
     install_on(make_pool())
     assert make_benchmark_fn_now() is not before
-    assert inductor_routing.current_benchmarks() is not None
+    assert inductor_hooks.current_benchmarks() is not None
 
 
 def test_kiln_inductor_sandbox_1_at_import(tmp_path: Path) -> None:
     code = (
-        "import triton_kiln, triton_kiln.inductor as k, triton_kiln.inductor.routing as r\n"
+        "import triton_kiln, triton_kiln.inductor as k, triton_kiln.inductor.hooks as r\n"
         "print(k.installed(), r.current_benchmarks() is not None)\n"
         "k.uninstall()\n"
         "from triton_kiln.pool import get_pool; get_pool().shutdown(wait=True, cancel_futures=True)\n"
@@ -153,7 +153,7 @@ def test_gpu_template_choices_are_timed_in_the_sandbox(sandboxed: list[int], tmp
         assert one["TRITON_CACHE_DIR"] == os.environ["TRITON_CACHE_DIR"]
         assert one["TORCHINDUCTOR_CACHE_DIR"] == os.environ["TORCHINDUCTOR_CACHE_DIR"]
         assert one["TORCH_WARM_POOL"] == "0"
-    benchmarks = inductor_routing.current_benchmarks()
+    benchmarks = inductor_hooks.current_benchmarks()
     assert benchmarks is not None
     assert benchmarks.stats.sandboxed == 2
 
@@ -161,7 +161,7 @@ def test_gpu_template_choices_are_timed_in_the_sandbox(sandboxed: list[int], tmp
 def test_collective_choices_keep_inductors_own_benchmarker(sandboxed: list[int]) -> None:
     picked = AlgorithmSelectorCache.make_benchmark_fn([], [], LAYOUT, None, is_collective=True)
     assert picked.func == AlgorithmSelectorCache.benchmark_in_current_process
-    benchmarks = inductor_routing.current_benchmarks()
+    benchmarks = inductor_hooks.current_benchmarks()
     assert benchmarks is not None
     assert benchmarks.sandbox.calls == 0  # nothing was sent to the sandbox
 
@@ -178,7 +178,7 @@ def test_a_faulting_benchmark_skips_its_choice_only(
     assert timings[before] == 1.5
     assert timings[after] == 2.5
     assert math.isinf(timings[bad])
-    benchmarks = inductor_routing.current_benchmarks()
+    benchmarks = inductor_hooks.current_benchmarks()
     assert benchmarks is not None
     [skipped] = benchmarks.stats.skipped
     kind, text = REASONS[mode]
@@ -214,7 +214,7 @@ def test_a_real_inductor_benchmark_request_runs_in_the_sandbox(sandboxed: list[i
     mm = choice(name, request)
     timings = benchmark([mm])
     assert math.isinf(timings[mm])
-    benchmarks = inductor_routing.current_benchmarks()
+    benchmarks = inductor_hooks.current_benchmarks()
     assert benchmarks is not None
     [skipped] = benchmarks.stats.skipped
     assert type(skipped.failure) is CallRaisedError
@@ -314,7 +314,7 @@ def test_install_starts_no_benchmark_sandbox_on_a_gpu_machine(
     install_on(make_pool())
     kiln_inductor.install(sandbox_benchmarks=True)
     try:
-        benchmarks = inductor_routing.current_benchmarks()
+        benchmarks = inductor_hooks.current_benchmarks()
         assert benchmarks is not None
         time.sleep(0.5)
         assert benchmarks.sandbox.spawned_pids == []

@@ -29,8 +29,8 @@ from inductor_support import (
 pytest.importorskip("torch._inductor.async_compile")
 
 import triton_kiln.inductor as kiln_inductor
-import triton_kiln.inductor.jobs as inductor_jobs
-import triton_kiln.inductor.routing as inductor_routing
+import triton_kiln.inductor.hooks as inductor_hooks
+import triton_kiln.inductor.process_pool as inductor_process_pool
 from triton_kiln.inductor import InductorKernelError
 from triton_kiln.inductor.sidecar import Sidecar
 
@@ -98,9 +98,9 @@ def sidecar_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Call
             made.append(Sidecar(threads, timeout, preload=(FAKE_GPU, *preload)))
             return made[-1]
 
-        monkeypatch.setattr(inductor_routing, "_sidecar", make)
+        monkeypatch.setattr(inductor_hooks, "_sidecar", make)
         kiln_inductor.install(sidecar=True)
-        pool = inductor_routing.current_pool()
+        pool = inductor_hooks.current_pool()
         assert pool is not None
         assert pool.sidecar is made[-1]
         return made[-1]
@@ -118,13 +118,13 @@ def sidecar_on(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Call
 def parent_jobs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The kernels whose job ran in this process's threads (kiln's in-process path)."""
     ran: list[str] = []
-    original = inductor_jobs.compile_job
+    original = inductor_process_pool.compile_job
 
     def recording(load_kernel: object, *args: object) -> object:
         ran.append(str(getattr(load_kernel, "args", ("?",))[0]))
         return original(load_kernel, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(inductor_jobs, "compile_job", recording)
+    monkeypatch.setattr(inductor_process_pool, "compile_job", recording)
     return ran
 
 
@@ -277,7 +277,7 @@ def test_kiln_inductor_sidecar_0_uses_this_processs_threads(monkeypatch: pytest.
     monkeypatch.setenv("KILN_INDUCTOR_SIDECAR", "0")
     kiln_inductor.install()
     try:
-        pool = inductor_routing.current_pool()
+        pool = inductor_hooks.current_pool()
         assert pool is not None
         assert pool.sidecar is None
     finally:
@@ -285,7 +285,7 @@ def test_kiln_inductor_sidecar_0_uses_this_processs_threads(monkeypatch: pytest.
     monkeypatch.delenv("KILN_INDUCTOR_SIDECAR")  # the default: the sidecar, made but not started
     kiln_inductor.install()
     try:
-        pool = inductor_routing.current_pool()
+        pool = inductor_hooks.current_pool()
         assert pool is not None
         assert pool.sidecar is not None
         assert pool.sidecar.phase == "idle"

@@ -131,7 +131,7 @@ def test_a_config_compile_all_settled_is_not_checked_again(
 ) -> None:
     """Inductor's own loop, after compile_all seeded Triton's cache, only loads: each config goes
     through kiln's request and slot computation once, not a second time in _precompile_config."""
-    from triton_kiln.inductor.configs import ConfigCompiler
+    from triton_kiln.inductor.config_compiler import ConfigCompiler
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
     calls: list[object] = []
@@ -177,12 +177,12 @@ def test_a_config_whose_compile_raised_raises_its_error_not_a_parent_compile(
 _COMPILE_AND_REPORT = """
 import psutil, torch
 import triton_kiln.inductor as k
-from triton_kiln.inductor import routing
+from triton_kiln.inductor import hooks
 from triton_kiln.pool import get_pool
 
 k.install()
 pool = get_pool()
-sidecar = routing.current_pool().sidecar
+sidecar = hooks.current_pool().sidecar
 def report(when):
     # kiln's pool here; kiln's Inductor sidecar; compile processes (kiln's zygotes and workers,
     # here or under the sidecar; not the sidecar itself, which only imports torch)

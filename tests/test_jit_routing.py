@@ -27,8 +27,9 @@ from jit_support import (
     fake_driver,  # noqa: F401 - autouse fixture
     route_on,  # noqa: F401 - fixture
 )
-from triton_kiln import CompilePool, CompileTimeoutError, jit_routing, procs, settings
-from triton_kiln.jit_routing import JitCompileCrashedError
+from triton_kiln import CompilePool, CompileTimeoutError, procs, settings
+from triton_kiln.routing import jit as jit_routing
+from triton_kiln.routing.jit import JitCompileCrashedError
 from triton_kiln.triton_compat import jit_hook
 
 torch = pytest.importorskip("torch")  # warmup() takes torch dtypes for pointer arguments
@@ -283,7 +284,8 @@ import sys, torch, triton.runtime.cache as cache
 from triton.runtime import driver
 sys.path.insert(0, {tests!r})
 import jit_support, kernels
-from triton_kiln import CompilePool, jit_routing
+from triton_kiln import CompilePool
+from triton_kiln.routing import jit as jit_routing
 driver._active = jit_support.FakeDriver()
 tritons_own_key = cache.triton_key
 pool = CompilePool(workers=1, cache_dir={cache!r})
@@ -330,7 +332,7 @@ def test_kiln_autotune_1_at_import_routes_plain_jit(route_jit: str | None, expec
     if route_jit is not None:
         env["KILN_ROUTE_JIT"] = route_jit
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1] / "src")
-    code = "import triton_kiln; from triton_kiln import jit_routing; print(jit_routing.installed())"
+    code = "import triton_kiln; from triton_kiln.routing import jit; print(jit.installed())"
     done = subprocess.run(
         [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=300
     )

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 import kernels
-from triton_kiln import CompilePool, jit_routing
+from triton_kiln import CompilePool
+from triton_kiln.routing import jit as jit_routing
 
 pytestmark = pytest.mark.gpu
 

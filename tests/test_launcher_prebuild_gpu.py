@@ -19,8 +19,9 @@ import triton
 import triton.language as tl
 
 import triton_kiln as kiln
-from triton_kiln import CompilePool, jit_routing
+from triton_kiln import CompilePool
 from triton_kiln.launch import prebuild
+from triton_kiln.routing import jit as jit_routing
 from triton_kiln.triton_compat.triton_launcher import LAUNCHER_MODULE
 from triton_kiln.triton_compat.versions import builds_launcher_per_signature
 

@@ -170,7 +170,7 @@ def test_the_settings_page_lists_the_settings() -> None:
 
 def test_nothing_in_kiln_reads_irs_of_an_artifact() -> None:
     """What the memory cache drops is never read: ``.asm`` of a kiln artifact is used only where
-    artifacts are built and stored (an entry holds what it is given: artifacts/entry.py; Triton's
+    artifacts are built and stored (an entry holds what it is given: artifacts/store_entry.py; Triton's
     cache is seeded with what the artifact holds: artifacts/triton_seed.py; a Ray reply carries
     what the remote worker built: farm/wire.py)."""
     src = Path(__file__).resolve().parents[1] / "src" / "triton_kiln"
@@ -181,7 +181,7 @@ def test_nothing_in_kiln_reads_irs_of_an_artifact() -> None:
     )
     assert readers == [
         "artifacts/artifact.py",
-        "artifacts/entry.py",
+        "artifacts/store_entry.py",
         "artifacts/triton_seed.py",
         "farm/wire.py",
         "triton_compat/compiling.py",

@@ -25,10 +25,10 @@ from triton_kiln.launch.native import native
 from triton_kiln.sandbox import compare as torch_compare
 from triton_kiln.sandbox import compare_np, ipc, native_worker, registry
 from triton_kiln.sandbox.channel import Died, WorkerProcess
-from triton_kiln.sandbox.client import BenchSpec, Sandbox
 from triton_kiln.sandbox.device_inputs import DeviceInputs
 from triton_kiln.sandbox.ipc import TensorDesc
 from triton_kiln.sandbox.native_client import NativeBenchOutcome, NativeSandbox
+from triton_kiln.sandbox.torch_client import BenchSpec, Sandbox
 
 torch = pytest.importorskip("torch")
 

@@ -199,7 +199,7 @@ def test_sandbox_scratch_memory_is_aligned_reused_and_grown() -> None:
 
 def test_torch_sandbox_allocator_honours_alignment() -> None:
     torch = pytest.importorskip("torch")
-    from triton_kiln.sandbox.worker import torch_scratch_allocator
+    from triton_kiln.sandbox.torch_worker import torch_scratch_allocator
 
     allocate = torch_scratch_allocator(torch, torch.device("cpu"))
     for size, align in [(384, 128), (4096, 1024), (100, 4096), (0, 128)]:

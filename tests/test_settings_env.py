@@ -18,8 +18,9 @@ import pytest
 from click.testing import CliRunner
 
 import triton_kiln as kiln
-from triton_kiln import SettingsError, child_env, routing, settings, unknown_names
+from triton_kiln import SettingsError, child_env, settings, unknown_names
 from triton_kiln.cli import main
+from triton_kiln.routing import autotune as routing
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +90,7 @@ def test_routing_with_a_bad_setting_raises_at_first_use(tmp_path: Path) -> None:
         """
         import triton, triton.language as tl
         import triton_kiln as kiln
-        from triton_kiln import routing
+        from triton_kiln.routing import autotune as routing
         assert routing.installed()
         @triton.jit
         def k(x_ptr, BLOCK: tl.constexpr):

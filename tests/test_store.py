@@ -352,7 +352,7 @@ def imported_modules(path: Path) -> set[str]:
     "module",
     [
         "artifacts/store.py",
-        "artifacts/entry.py",
+        "artifacts/store_entry.py",
         "artifacts/artifact.py",
         "artifacts/triton_files.py",
         "remote/artifacts.py",

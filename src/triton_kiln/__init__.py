@@ -9,6 +9,14 @@ Quick start::
                                  options={"num_warps": 4}, target=GPUTarget("cuda", 90, 32))
         artifact = pool.compile(request)          # CompiledArtifact: cubin + launch metadata
         kernel = pool.load_kernel(request, artifact)   # Triton CompiledKernel, no recompile
+
+This package holds kiln's public names, each loaded from its part on first use (``import
+triton_kiln`` imports neither Triton nor any part), and one package per part (docs/ARCHITECTURE.md):
+compile requests, artifacts, the pool and the farm, the sandbox, the autotuner and tuning
+results, the launcher and bundles, routing (``install``/``uninstall``), the integrations
+(``inductor``, ``helion``) and the command line (``cli``). Packages import each other in one
+direction only (``tests/test_import_graph.py``); the top-level modules (settings, errors,
+files, framing, procs, notices, progress_bar, terminal, version) are shared by all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 # kiln's loggers are "kiln.*" (kiln.pool, kiln.autotune, ...). As the logging HOWTO asks of a
 # library, kiln adds no handler but this one: the application decides what is shown. (Without
-# it, an application with no logging set up got kiln's WARNING lines on stderr through
+# it, an application with no logging set up would get kiln's WARNING lines on stderr through
 # logging.lastResort.) To see kiln's lines: logging.basicConfig(level=logging.INFO), see
 # docs/WATCHING.md.
 logging.getLogger("kiln").addHandler(logging.NullHandler())
@@ -51,9 +59,9 @@ _LAZY: dict[str, str] = {
     "AutotuneArgumentWarning": "triton_kiln.autotuner.arguments",
     "GPUTarget": "triton_kiln.triton_compat",
     "KernelLauncher": "triton_kiln.launch",
-    "JitCompileCrashedError": "triton_kiln.jit_routing",
-    "install": "triton_kiln.routing",
-    "uninstall": "triton_kiln.routing",
+    "JitCompileCrashedError": "triton_kiln.routing.jit",
+    "install": "triton_kiln.routing.autotune",
+    "uninstall": "triton_kiln.routing.autotune",
 }
 _ERRORS = (
     "ArtifactError",
@@ -105,9 +113,9 @@ if TYPE_CHECKING:
         ZygoteDiedError,
         ZygoteError,
     )
-    from triton_kiln.jit_routing import JitCompileCrashedError
     from triton_kiln.launch import KernelLauncher
     from triton_kiln.pool import CompilePool, PoolStats, get_pool
+    from triton_kiln.routing.jit import JitCompileCrashedError
     from triton_kiln.settings import Settings
     from triton_kiln.triton_compat import GPUTarget
 
@@ -176,7 +184,7 @@ __all__ = [
 
 def _check_environment() -> None:
     """At import, never raising (``triton_kiln.settings``): report ``KILN_*`` names that are not
-    settings, once; with ``KILN_AUTOTUNE`` set, :func:`triton_kiln.routing.install_from_environment`;
+    settings, once; with ``KILN_AUTOTUNE`` set, :func:`triton_kiln.routing.autotune.install_from_environment`;
     with ``KILN_INDUCTOR`` set (not in kiln's own processes),
     :func:`triton_kiln.inductor.install_from_environment`."""
     import os
@@ -188,7 +196,7 @@ def _check_environment() -> None:
     settings.warn_unknown_variables()
     variables = settings.variables()
     if os.environ.get(variables["autotune"], "").strip() not in ("", "0"):
-        from triton_kiln.routing import install_from_environment
+        from triton_kiln.routing.autotune import install_from_environment
 
         install_from_environment()
     if os.environ.get(variables["inductor"], "").strip() not in ("", "0") and not _in_kiln_child():

@@ -9,7 +9,7 @@ its range: :mod:`triton_kiln.setting_kinds`) and what it means, grouped by area:
     )
 
 docs/SETTINGS.md (:mod:`triton_kiln.settings_page`) and ``kiln settings``
-(:mod:`triton_kiln.cli_settings`) are made from these declarations.
+(:mod:`triton_kiln.cli.settings_table`) are made from these declarations.
 
 :func:`current` returns the settings in force: the values from the environment, overridden by any
 active :func:`scope` (used by tests and by callers who want a setting for one block of code)::

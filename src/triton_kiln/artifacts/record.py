@@ -6,7 +6,7 @@ types (no coercion: ``"1"`` is not ``1``, ``true`` is not a number), exactly kil
 bounded strings and mappings, and JSON parsed by pydantic's own parser, which refuses nesting
 past its recursion limit instead of exhausting Python's stack. A record that fails is an
 :class:`~triton_kiln.errors.ArtifactError` naming the field and what was wrong, and the entry
-is a miss (:data:`~triton_kiln.artifacts.entry.READ_ERRORS`).
+is a miss (:data:`~triton_kiln.artifacts.store_entry.READ_ERRORS`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class FileRecord(_Strict):
 
 
 class ArtifactRecord(_Strict):
-    """kiln's record of one entry (written by :func:`~triton_kiln.artifacts.entry.entry_files`)."""
+    """kiln's record of one entry (written by :func:`~triton_kiln.artifacts.store_entry.entry_files`)."""
 
     format: int
     key: Annotated[str, StringConstraints(min_length=1, max_length=256)]

@@ -21,11 +21,10 @@ write replaces the entry. Entries of format 1 (``artifacts-v1``, no per-file has
 read.
 
 A remote cache (``remote``, :class:`RemoteEntries`; :mod:`triton_kiln.remote` when ``KILN_REMOTE_CACHE``
-is set) sits behind the store: a local miss asks it, and what it returns is staged in a
-temporary directory and read by the same reader (:func:`triton_kiln.artifacts.entry.read_entry`) before
-it is renamed into place (:meth:`ArtifactStore.adopt`); one that fails is a miss with a
-:class:`CacheWarning`. Each entry :meth:`ArtifactStore.put` writes is read back verified and then
-published to it.
+is set) sits behind the store: a local miss asks it, and what it returns is staged in a temporary
+directory and read by the same reader (:func:`triton_kiln.artifacts.store_entry.read_entry`) before it is
+renamed into place (:meth:`ArtifactStore.adopt`); one that fails is a miss with a :class:`CacheWarning`.
+Each entry :meth:`ArtifactStore.put` writes is read back verified and then published to it.
 
 What the manifest guards against: damage and tampering with the files it lists. It is not a
 signature: whoever can rewrite ``artifact.json`` consistently can serve what they like, which is
@@ -59,8 +58,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
-from triton_kiln.artifacts import confined, usage
-from triton_kiln.artifacts import entry as entry_mod
+from triton_kiln.artifacts import confined, store_entry, usage
 from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
 from triton_kiln.artifacts.record import RECORD, parse_record
 from triton_kiln.errors import ArtifactError, CacheDirError
@@ -91,7 +89,7 @@ class RemoteEntries(Protocol):
 
 _RECORD = RECORD
 _STALE_TMP_S = usage.STALE_TMP_S
-_READ_ERRORS = entry_mod.READ_ERRORS
+_READ_ERRORS = store_entry.READ_ERRORS
 _RESCAN_S = 300.0
 
 
@@ -163,26 +161,26 @@ class ArtifactStore:
         """Make ``files`` (an entry's directory, fetched from a remote cache) the entry of ``key``.
 
         The files are written into a temporary directory beside the entry's place and read
-        back by :func:`~triton_kiln.artifacts.entry.read_entry`, the reader of every local entry; only
+        back by :func:`~triton_kiln.artifacts.store_entry.read_entry`, the reader of every local entry; only
         an entry that passes is renamed into place. A file its manifest does not list, a bad
-        name, a checksum or size mismatch raise (:data:`~triton_kiln.artifacts.entry.READ_ERRORS`)
+        name, a checksum or size mismatch raise (:data:`~triton_kiln.artifacts.store_entry.READ_ERRORS`)
         and leave nothing behind.
         """
         final = self.path_for(key)
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".tmp-{key[:16]}-"))
         try:
-            if len(files.get(_RECORD, b"")) > entry_mod.MAX_RECORD_BYTES:
-                raise ArtifactError(f"{_RECORD} is over {entry_mod.MAX_RECORD_BYTES} bytes")
+            if len(files.get(_RECORD, b"")) > store_entry.MAX_RECORD_BYTES:
+                raise ArtifactError(f"{_RECORD} is over {store_entry.MAX_RECORD_BYTES} bytes")
             record = parse_record(files.get(_RECORD, b""), ARTIFACT_FORMAT)
-            unlisted = set(files) - set(entry_mod.manifest(record)) - {_RECORD}
+            unlisted = set(files) - set(store_entry.manifest(record)) - {_RECORD}
             if unlisted:
                 raise ArtifactError(f"the entry holds files its manifest does not list: {sorted(unlisted)}")
             fd = confined.open_dir(tmp)
             try:
                 for name, data in files.items():
                     confined.write_new_file(fd, name, data)
-                artifact = entry_mod.read_entry(fd, key)
+                artifact = store_entry.read_entry(fd, key)
             finally:
                 os.close(fd)
             self._install(tmp, final, key)
@@ -203,7 +201,7 @@ class ArtifactStore:
         finally:
             os.close(shard_fd)
         try:
-            artifact = entry_mod.read_entry(entry_fd, key)
+            artifact = store_entry.read_entry(entry_fd, key)
             with contextlib.suppress(OSError):
                 os.utime(entry_fd)  # its last use, for the size cap's LRU order
             return artifact
@@ -301,7 +299,7 @@ class ArtifactStore:
     def _write_entry(directory: Path, artifact: CompiledArtifact) -> dict[str, bytes]:
         """Write the entry's files (binary first) and then its record into a fresh ``directory``;
         returns them (``{file name: bytes}``)."""
-        files = entry_mod.entry_files(artifact)
+        files = store_entry.entry_files(artifact)
         fd = confined.open_dir(directory)
         try:
             for name, data in files.items():
@@ -320,7 +318,7 @@ class ArtifactStore:
             artifact = self._read(entry, key)
         except _READ_ERRORS:
             return False
-        self.remote.publish(key, entry_mod.entry_files(artifact))
+        self.remote.publish(key, store_entry.entry_files(artifact))
         return True
 
     def _valid(self, entry: Path, key: str) -> bool:

@@ -1,8 +1,8 @@
 """A kiln artifact written into Triton's own cache, so that ``triton.compile`` finds it.
 
 Used where kiln compiles in its pool and then lets Triton's code run unchanged: torch
-Inductor's precompile (:mod:`triton_kiln.inductor.configs`) and plain ``@triton.jit`` kernels
-(:mod:`triton_kiln.jit_routing`). :func:`triton_slot` computes the cache directory name (the hash)
+Inductor's precompile (:mod:`triton_kiln.inductor.config_compiler`) and plain ``@triton.jit`` kernels
+(:mod:`triton_kiln.routing.jit`). :func:`triton_slot` computes the cache directory name (the hash)
 ``triton.compile(src, target, options)`` computes, in this process, as it does;
 :func:`seed_triton_cache` writes the artifact there in Triton's layout (binary, metadata, the
 text IRs kiln kept) as one group, atomically (Triton's cache manager). Nothing is written where

@@ -7,6 +7,11 @@
 
 Importing this package does not import Triton, nor the autotuner: :func:`save_bundle` takes any
 :class:`BundleSource` (``triton_kiln.autotune``'d kernels are).
+
+Imports: artifacts, the launcher (:mod:`triton_kiln.launch`), tuning records, and the top-level
+errors, files, settings and version; the autotuner and the command line import this package,
+never the reverse. :mod:`.schema` is this package's schema as :mod:`triton_kiln.tuning.schema`
+is the tuning database's: each checks the format its package stores.
 """
 
 from __future__ import annotations

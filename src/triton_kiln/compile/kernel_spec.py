@@ -283,7 +283,7 @@ class KernelSpec:
             "jit": [[k, canonical(v) if not isinstance(v, tuple) else list(v)] for k, v in self.jit_options],
             "globals": [[n, value_data(v)] for n, v in self.globals],
         }
-        if self.language != gluon.TRITON:  # Triton kernels keep the identities they always had
+        if self.language != gluon.TRITON:  # Triton is the default: only another language is named
             data["language"] = self.language
         if self.defaults:  # a helper called without an argument compiles with its default
             data["defaults"] = [[n, value_data(v)] for n, v in self.defaults]

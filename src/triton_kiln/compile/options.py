@@ -1,11 +1,11 @@
 """What the compile options kiln knows may be set to: checked before anything is compiled.
 
-One table for everyone who takes options from a user: ``kiln compile --config`` (cli_signature)
-and :class:`~triton_kiln.compile.request.CompileRequest`. Triton would fail on a bad value late, in a
-worker, with a message naming the wrong cause (``'>' not supported between 'str' and 'int'``
-for ``num_warps="4"``, a bare ``AssertionError`` for ``num_warps=3``). Only these four options
-are checked, and only their types and ranges: other options (Inductor's, AMD's) go to Triton
-as given.
+One table for everyone who takes options from a user: ``kiln compile --config``
+(:mod:`triton_kiln.cli.signature`) and :class:`~triton_kiln.compile.request.CompileRequest`. Triton
+would fail on a bad value late, in a worker, with a message naming the wrong cause (``'>' not
+supported between 'str' and 'int'`` for ``num_warps="4"``, a bare ``AssertionError`` for
+``num_warps=3``). Only these four options are checked, and only their types and ranges: other
+options (Inductor's, AMD's) go to Triton as given.
 """
 
 from __future__ import annotations

@@ -4,9 +4,9 @@ A ``tl.static_range(n)`` loop is unrolled when Triton builds the kernel's IR: it
 ``n`` times, so the compile (every pass, then ptxas) grows with ``n``. Where ``n`` is computed
 from constexprs (``tl.static_range(triton.cdiv(H, BLOCK_H))``), configs with small tiles unroll
 the most and compile the longest: Liger's ``_token_gather_weighted_sum_kernel`` at ``H = 2048``
-took 3.5-4.5 s per config with ``BLOCK_H=64`` (32 copies) against 0.35-0.6 s with ``BLOCK_H=512``
-(4 copies) on an H100 host (bench/results/realworld-h100.json): about
-0.11 s per copy, whatever the tile. :func:`static_unroll` gives that copy count, read from the
+copies its body 32 times with ``BLOCK_H=64`` and 4 times with ``BLOCK_H=512``, and its compile
+time grows with the copy count, whatever the tile (bench/results/ holds the figures).
+:func:`static_unroll` gives that copy count, read from the
 kernel's source (parsed once per source) and evaluated on the request's constexprs;
 :func:`triton_kiln.compile.request.guess_compile_cost` ranks by it.
 

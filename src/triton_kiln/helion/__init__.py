@@ -15,8 +15,14 @@ baseline) before Helion runs it in-process. A C++ ``abort()`` in Triton's compil
 fails one config, which Helion skips, instead of the autotuning process. Binaries land in
 the Triton cache directory Helion's benchmark reads, so nothing is compiled twice.
 
-Data flow and the Helion internals involved: :mod:`triton_kiln.helion.adapter`. Which pool and
-target: :func:`configure`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1).
+Data flow: :mod:`triton_kiln.helion.adapter`; every Helion name it uses, with the versions they
+were read against: :mod:`triton_kiln.helion.compat`. Which pool and target: :func:`configure`
+(:mod:`.config`). Also :mod:`.process` (a compile future as the process Helion waits on),
+:mod:`.requests` (a captured launch as kiln's compile request; Triton's cache seeded) and
+:mod:`.errors`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1).
+
+Imports: Helion (in :mod:`.compat` only), kiln's public API (its pool), ``triton_compat`` and
+the top-level errors; no part of kiln imports this package.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""The one module that touches Helion's private autotuner API (Helion 1.5.0 and 1.5.1).
+"""kiln's compile in Helion's autotuner: its benchmark provider, and the two ways to put it in place.
 
-Importing it checks Helion's version and the private names used below, and raises
+Every Helion name it uses, private or public, comes from :mod:`triton_kiln.helion.compat`, which
+checks Helion's version (1.5.0, 1.5.1) and those names at import and raises
 :class:`~triton_kiln.helion.errors.UnsupportedHelionError` on anything else. What it plugs in::
 
     helion autotune (caller thread)                      kiln pool (zygote + workers)
@@ -31,7 +32,6 @@ makes it the default provider class of every search of the process (``BaseSearch
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -48,54 +48,12 @@ from triton_kiln.errors import (
     WorkerMemoryError,
     ZygoteDiedError,
 )
-from triton_kiln.helion import SUPPORTED_HELION
+from triton_kiln.helion import compat
 from triton_kiln.helion import config as kiln_config
-from triton_kiln.helion.errors import BaselineCompileError, UnsupportedHelionError
+from triton_kiln.helion.compat import PrecompileFuture
+from triton_kiln.helion.errors import BaselineCompileError
 from triton_kiln.helion.process import KilnCompileProcess
 from triton_kiln.helion.requests import LaunchCompile, launch_compile, place_in_triton_cache
-
-
-def _helion_version() -> str:
-    try:
-        return importlib.metadata.version("helion")
-    except importlib.metadata.PackageNotFoundError:
-        raise UnsupportedHelionError("(not installed)", SUPPORTED_HELION) from None
-
-
-_VERSION = _helion_version()
-if _VERSION not in SUPPORTED_HELION:
-    raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION)
-
-try:
-    from helion.autotuner import benchmark_provider as _bp
-    from helion.autotuner import precompile_future as _pf
-    from helion.autotuner.base_search import BaseSearch
-    from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
-    from helion.autotuner.logger import (
-        classify_triton_exception,
-        match_unrecoverable_runtime_error,
-        maybe_dump_triton_failure,
-    )
-    from helion.runtime.settings import default_autotuner_fn
-    from helion.runtime.triton.launcher import compile_only_launch_args
-except ImportError as exc:  # a supported version that fails to import (e.g. its torch is too old)
-    raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION, f"importing it failed: {exc}") from exc
-
-PrecompileFuture = _pf.PrecompileFuture
-_ExtractedLaunchArgs = _pf._ExtractedLaunchArgs
-
-for _owner, _name in (
-    (_bp, "_clone_args"),
-    (_bp, "_searching_candidates"),
-    (_bp, "_MAX_REFERENCE_BASELINE_ATTEMPTS"),
-    (_pf, "_write_result_file"),
-    (LocalBenchmarkProvider, "_create_precompile_future"),
-    (LocalBenchmarkProvider, "_compute_reference_baseline"),
-    (LocalBenchmarkProvider, "_precompile_context"),
-    (LocalBenchmarkProvider, "_next_precompile_result_path"),
-):
-    if not hasattr(_owner, _name):
-        raise UnsupportedHelionError(_VERSION, SUPPORTED_HELION, f"{_owner.__name__}.{_name} is missing")
 
 # Helion's own clock on a kiln-backed future only guards against a lost job: kiln enforces
 # ``autotune_compile_timeout`` per compile from the moment a worker takes it.
@@ -115,10 +73,10 @@ def classify(error: BaseException) -> str:
     if isinstance(error, CompileTimeoutError | WorkerMemoryError):
         return "debug"
     if isinstance(error, RemoteCompileError):
-        return str(classify_triton_exception(error))
+        return str(compat.classify_triton_exception(error))
     if isinstance(error, KilnError):
         return "raise"
-    return str(classify_triton_exception(error))
+    return str(compat.classify_triton_exception(error))
 
 
 def _result_message(error: BaseException | None, decorator: str) -> dict[str, object]:
@@ -144,12 +102,12 @@ def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchComp
     def capture(
         kernel: object, grid: tuple[int, ...], *launch_args: object, **launch_kwargs: object
     ) -> NoReturn:
-        raise _ExtractedLaunchArgs(kernel, grid, launch_args, launch_kwargs)
+        raise compat.ExtractedLaunchArgs(kernel, grid, launch_args, launch_kwargs)
 
     try:
         fn(*args, _launcher=capture)
-    except _ExtractedLaunchArgs as captured:
-        call_args, call_kwargs = compile_only_launch_args(*captured.args, **captured.kwargs)
+    except compat.ExtractedLaunchArgs as captured:
+        call_args, call_kwargs = compat.compile_only_launch_args(*captured.args, **captured.kwargs)
         target = kiln_config.current().target
         if target is None:
             from triton_kiln.triton_compat import local_target
@@ -164,16 +122,16 @@ def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchComp
     raise RuntimeError("Helion's generated code returned without launching a Triton kernel")
 
 
-class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # Helion is untyped
+class KilnBenchmarkProvider(compat.LocalProvider):
     """Helion's local benchmark provider with every Triton compile sent to kiln's pool first."""
 
-    def _create_precompile_future(self, config: Any, fn: Any) -> Any:
-        ctx = self._precompile_context()
+    def precompile_future(self, config: Any, fn: Any) -> Any:
+        ctx = self.precompile_context()
         if not self.settings.autotune_precompile:
             return PrecompileFuture.skip(ctx, config, True)
         args = self.args
         if len(self.mutated_arg_indices) > 0:
-            args = _bp._clone_args(
+            args = compat.clone_args(
                 self.args, self.kernel.env.process_group_name, idx_to_clone=self.mutated_arg_indices
             )
         decorator = self.kernel.format_kernel_decorator(config, self.settings)
@@ -181,11 +139,12 @@ class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # He
             launch = extract_launch(fn, args)
         except Exception as error:  # what Helion's fork mode does with a failed extraction
             error.__traceback__ = None
-            if match_unrecoverable_runtime_error(error):
+            if compat.match_unrecoverable_runtime_error(error):
                 raise
-            maybe_dump_triton_failure(self.kernel, config, error)
+            compat.maybe_dump_triton_failure(self.kernel, config, error)
             self.log.warning(f"Helion autotuner precompile error for {decorator}: {error}")
-            if classify_triton_exception(error) == "raise" and not self.settings.autotune_ignore_errors:
+            verdict = compat.classify_triton_exception(error)
+            if verdict == "raise" and not self.settings.autotune_ignore_errors:
                 raise
             return PrecompileFuture.skip(ctx, config, False)
         future = kiln_config.pool().submit(
@@ -200,7 +159,7 @@ class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # He
             config=config,
             process=process,
             timeout=_HELION_SIDE_TIMEOUT_S,
-            result_path=self._next_precompile_result_path(),
+            result_path=self.next_result_path(),
         )
         holder.append(precompile)
         return precompile
@@ -218,14 +177,14 @@ class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # He
             self.log.warning(f"kiln: {error}")
         if isinstance(error, CompileTimeoutError):
             precompile.failure_reason = "timeout"
-        _pf._write_result_file(precompile.result_path, _result_message(error, decorator))
+        compat.write_result_file(precompile.result_path, _result_message(error, decorator))
         if error is None:
             return 0
         if isinstance(error, JobFailure) and error.returncode is not None and error.returncode != 0:
             return error.returncode
         return 1
 
-    def _compute_reference_baseline(self) -> tuple[object, Sequence[object]]:
+    def reference_baseline(self) -> tuple[object, Sequence[object]]:
         """Compile the reference config in kiln first, then let Helion run it (a cache hit).
 
         A compile failure in kiln backs off to smaller block sizes as Helion's own baseline
@@ -234,22 +193,22 @@ class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # He
         reference = self.config_spec.autotune_reference_config()
         chosen = self._precompile_reference(reference)
         if chosen is reference:
-            return super()._compute_reference_baseline()  # type: ignore[no-any-return]
+            return self.helion_reference_baseline()
         spec = self.config_spec
         spec.autotune_reference_config = lambda: chosen
         try:
-            return super()._compute_reference_baseline()  # type: ignore[no-any-return]
+            return self.helion_reference_baseline()
         finally:
             del spec.autotune_reference_config
 
     def _precompile_reference(self, config: Any) -> Any:
         tried: list[str] = []
         error: BaseException | None = None
-        for _attempt in range(_bp._MAX_REFERENCE_BASELINE_ATTEMPTS):
+        for _attempt in range(compat.MAX_REFERENCE_BASELINE_ATTEMPTS):
             try:
-                with _bp._searching_candidates():
+                with compat.searching_candidates():
                     fn = self.kernel.compile_config(config, allow_print=False)
-                launch = extract_launch(fn, _bp._clone_args(self.args, self.kernel.env.process_group_name))
+                launch = extract_launch(fn, compat.clone_args(self.args, self.kernel.env.process_group_name))
             except Exception:
                 return config  # codegen failed: Helion's own baseline reports it as it always does
             future = kiln_config.pool().submit(
@@ -274,54 +233,46 @@ class KilnBenchmarkProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # He
 
 def use_kiln(search: Any) -> Any:
     """Make ``search`` (a Helion autotuner, possibly inside its cache wrapper) compile through kiln."""
-    inner = getattr(search, "autotuner", None)
+    inner = compat.wrapped_search(search)
     if inner is not None:
         use_kiln(inner)
-        factory = getattr(search, "_autotuner_factory", None)
-        if factory is not None:
-            search._autotuner_factory = lambda: use_kiln(factory())
-    if isinstance(search, BaseSearch):
-        if search._benchmark_provider_cls is not LocalBenchmarkProvider and not issubclass(
-            search._benchmark_provider_cls, KilnBenchmarkProvider
-        ):
+        compat.wrap_search_factory(search, use_kiln)
+    if isinstance(search, compat.BaseSearch):
+        provider = compat.provider_class(search)
+        if provider is not compat.LocalBenchmarkProvider and not issubclass(provider, KilnBenchmarkProvider):
             raise KilnError(
                 f"triton_kiln.helion: this search uses its own benchmark provider "
-                f"({search._benchmark_provider_cls.__name__}); kiln replaces only Helion's local one."
+                f"({provider.__name__}); kiln replaces only Helion's local one."
             )
-        search._benchmark_provider_cls = KilnBenchmarkProvider
+        compat.set_provider_class(search, KilnBenchmarkProvider)
     return search
 
 
 def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) -> Any:
     """Helion's default autotuner (search, effort, cache), with every compile through kiln."""
     kiln_config.pool()  # start the pool now, while Helion generates code
-    return use_kiln(default_autotuner_fn(bound_kernel, args, **kwargs))
-
-
-_ORIGINAL_DEFAULTS = BaseSearch.__init__.__defaults__
+    return use_kiln(compat.default_autotuner_fn(bound_kernel, args, **kwargs))
 
 
 def install() -> None:
     """Every Helion search of this process compiles through kiln (until :func:`uninstall`)."""
-    BaseSearch.__init__.__defaults__ = (KilnBenchmarkProvider,)
+    compat.set_default_provider_class(KilnBenchmarkProvider)
     kiln_config.pool()
 
 
 def uninstall() -> None:
-    BaseSearch.__init__.__defaults__ = _ORIGINAL_DEFAULTS
+    compat.set_default_provider_class(None)
 
 
 def installed() -> bool:
-    return bool(BaseSearch.__init__.__defaults__ == (KilnBenchmarkProvider,))
+    return compat.default_provider_is(KilnBenchmarkProvider)
 
 
 def prepare_search(bound_kernel: Any, args: Sequence[object]) -> Any:
     """Helion's default search for ``bound_kernel``, compiling through kiln, prepared (its provider
     built, the reference baseline computed) but not run: for :func:`precompile_phase`."""
-    from helion.autotuner import LFBOTreeSearch
-
-    search = use_kiln(LFBOTreeSearch(bound_kernel, args))
-    search._prepare()
+    search = use_kiln(compat.default_search(bound_kernel, args))
+    compat.prepare(search)
     search.benchmark_provider.setup()
     return search
 
@@ -333,7 +284,9 @@ def precompile_phase(search: Any, configs: Sequence[Any]) -> list[str]:
     nothing runs on a GPU, so it also warms kiln's cache for a later autotune."""
     provider = search.benchmark_provider
     fns = [search.kernel.compile_config(config, allow_print=False) for config in configs]
-    futures = [provider._create_precompile_future(c, fn) for c, fn in zip(configs, fns, strict=True)]
+    futures = [
+        compat.create_precompile_future(provider, c, fn) for c, fn in zip(configs, fns, strict=True)
+    ]
     oks = PrecompileFuture.wait_for_all(futures)
     return ["ok" if ok else str(f.failure_reason) for f, ok in zip(futures, oks, strict=True)]
 
@@ -356,27 +309,26 @@ def probe_precompile(
     """Record every precompile phase Helion runs in this block (fork, spawn or kiln): for
     benchmarks and diagnostics. ``on_start(n)`` is called as a phase of ``n`` configs begins."""
     phases: list[PrecompilePhase] = []
-    original = PrecompileFuture.__dict__["wait_for_all"]
 
-    def wait_for_all(futures: list[Any], desc: str | None = None) -> list[bool]:
-        if on_start is not None:
-            on_start(len(futures))
-        started = time.perf_counter()
-        oks: list[bool] = original.__func__(futures, desc)
-        reasons = [f.failure_reason for f in futures]
-        phases.append(
-            PrecompilePhase(
-                configs=len(futures),
-                ok=sum(oks),
-                failed=sum(not ok for ok in oks),
-                timeouts=sum(r == "timeout" for r in reasons),
-                seconds=time.perf_counter() - started,
+    def wrap(original: Callable[[list[Any], str | None], list[bool]]) -> Callable[..., list[bool]]:
+        def wait_for_all(futures: list[Any], desc: str | None = None) -> list[bool]:
+            if on_start is not None:
+                on_start(len(futures))
+            started = time.perf_counter()
+            oks = original(futures, desc)
+            reasons = [f.failure_reason for f in futures]
+            phases.append(
+                PrecompilePhase(
+                    configs=len(futures),
+                    ok=sum(oks),
+                    failed=sum(not ok for ok in oks),
+                    timeouts=sum(r == "timeout" for r in reasons),
+                    seconds=time.perf_counter() - started,
+                )
             )
-        )
-        return oks
+            return oks
 
-    PrecompileFuture.wait_for_all = staticmethod(wait_for_all)
-    try:
+        return wait_for_all
+
+    with compat.wait_for_all_wrapped(wrap):
         yield phases
-    finally:
-        PrecompileFuture.wait_for_all = original

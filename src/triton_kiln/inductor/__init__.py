@@ -9,10 +9,15 @@ compile pool, so a compiler crash or hang fails one config, not the graph (docs/
     triton_kiln.inductor.install(sandbox_benchmarks=True)   # or KILN_INDUCTOR_SANDBOX=1: template
                                         # benchmarks in a kiln sandbox process (an IMA skips a choice)
 
-Modules: :mod:`.routing` (install/uninstall, the replaced attributes), :mod:`.jobs` (the
-pool Inductor is given), :mod:`.configs` (a kernel's configs in kiln's pool, Triton's cache
-seeded), :mod:`.benchmarks` (template benchmarks in a sandbox process), :mod:`.errors`. Every
-torch private name is in :mod:`triton_kiln.triton_compat.inductor`.
+Modules: :mod:`.hooks` (install/uninstall, the replaced attributes), :mod:`.process_pool` (the
+pool Inductor is given), :mod:`.config_compiler` (a kernel's configs in kiln's pool, Triton's
+cache seeded), :mod:`.sidecar` / :mod:`.sidecar_main` (kiln's Inductor sidecar process),
+:mod:`.benchmarks` (template benchmarks in a sandbox process), :mod:`.errors`. Every torch
+private name is in :mod:`triton_kiln.triton_compat.inductor`.
+
+Imports: torch (through ``triton_compat.inductor``), the compile pool, the sandbox's call
+sandbox, artifacts, compile requests, and the top-level errors, framing, notices, procs and
+settings; only ``import triton_kiln`` (with ``KILN_INDUCTOR`` set) and the user import it.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from triton_kiln.inductor.errors import (
     InductorKernelError,
     InductorUnsupportedError,
 )
-from triton_kiln.inductor.routing import (
+from triton_kiln.inductor.hooks import (
     InductorUnavailableError,
     install,
     install_from_environment,

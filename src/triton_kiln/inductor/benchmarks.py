@@ -38,7 +38,7 @@ from typing import Any
 
 from triton_kiln import triton_compat
 from triton_kiln.sandbox.call_client import CallSandbox
-from triton_kiln.sandbox.calls import CallFailure
+from triton_kiln.sandbox.call_messages import CallFailure
 from triton_kiln.triton_compat import inductor as compat
 
 log = logging.getLogger("kiln.inductor")
@@ -69,7 +69,7 @@ class SandboxBenchmarks:
 
     def __init__(self, sandbox: CallSandbox, parent_key_parts: ParentKeyParts | None = None) -> None:
         """``parent_key_parts(kernel, constants)``: this process's key parts for that compile (the
-        config compiler's :meth:`~triton_kiln.inductor.configs.ConfigCompiler.key_parts_for`), to say
+        config compiler's :meth:`~triton_kiln.inductor.config_compiler.ConfigCompiler.key_parts_for`), to say
         why the sandbox missed."""
         self.sandbox = sandbox
         self.stats = BenchmarkStats()

@@ -30,8 +30,8 @@ processes; here it is done in this one, so the caller only unpickles results, as
 No job ever waits for the sidecar: until it is ready (importing torch takes it 3-4 s on a machine
 with bytecode caches, ~14 s on one without, such as the GPU machine's image with
 ``PYTHONDONTWRITEBYTECODE=1``), and after it failed, jobs take the in-process path
-(:func:`triton_kiln.inductor.jobs.compile_job`), which compiles in the caller's own kiln pool. Nothing is
-lost when the sidecar dies. ``KILN_INDUCTOR_SIDECAR=0`` uses that path only.
+(:func:`triton_kiln.inductor.process_pool.compile_job`), which compiles in the caller's own
+kiln pool. Nothing is lost when the sidecar dies. ``KILN_INDUCTOR_SIDECAR=0`` uses that path only.
 """
 
 from __future__ import annotations

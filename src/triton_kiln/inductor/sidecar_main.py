@@ -124,10 +124,10 @@ def serve(channel: _Channel, init: dict[str, Any]) -> None:
             stack.enter_context(settings.scope(**init["settings"]))
             for module in init["preload"]:
                 importlib.import_module(module)
-            from triton_kiln.inductor import routing
+            from triton_kiln.inductor import hooks
             from triton_kiln.pool import get_pool
 
-            routing.install(sandbox_benchmarks=False, sidecar=False)
+            hooks.install(sandbox_benchmarks=False, sidecar=False)
         except BaseException as exc:  # the parent compiles in its own threads instead
             channel.send(("start_failed", _traceback(exc)))
             raise

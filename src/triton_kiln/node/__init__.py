@@ -2,8 +2,8 @@
 
 :mod:`.locks` holds the node-wide locks (flock'd files whose holder's death frees them) and
 the compile slots; the pool (:mod:`triton_kiln.pool.node_jobs`) and the autotuner
-(:mod:`triton_kiln.autotuner.node_tuning`) build on them. This package imports nothing of kiln's
-but its errors, so every part may use it.
+(:mod:`triton_kiln.autotuner.node_tuning`) build on them. This package imports nothing of
+kiln's, so every part may use it.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def gather(
     bar when ``show`` (``None``: on a terminal); their results in input order, a failed job's
     exception in its place. With ``return_exceptions`` false, the first failure is raised once
     every job has finished."""
-    from triton_kiln.progress import progress_bar  # tqdm, imported when a batch shows a bar
+    from triton_kiln.progress_bar import progress_bar  # tqdm, imported when a batch shows a bar
 
     positions: dict[Future[CompiledArtifact], list[int]] = {}
     for i, future in enumerate(futures):

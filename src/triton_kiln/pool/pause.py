@@ -4,10 +4,10 @@ A benchmark of a short GPU kernel times the host too: the kernel is launched by 
 L2 flush, and where the host is slower than the GPU the gap lands in the measurement. While
 kiln's pool compiles beside it (its workers, their ``ptxas``, kiln's Inductor sidecar, and this
 process's pool-manager thread taking the GIL for each result), the host is slower, and the
-benchmark with it: on ResNet-50 in max-autotune, Inductor's Triton template choices timed 1.37x
-slower with kiln's pool busy than in stock Inductor (median over 79 choices), its ATen choices
-1.14x, so Inductor picked ATen convolutions stock never picks, and the compiled model ran
-16-20% slower on the host (``bench/inductor_choice_probe.py`` on an H100).
+benchmark with it: in max-autotune, Inductor's Triton template choices time slower with kiln's
+pool busy than in stock Inductor, its ATen choices less so, so Inductor would pick ATen
+convolutions stock never picks and the compiled model would run slower
+(``bench/inductor_choice_probe.py`` measures both).
 
 ::
 
@@ -125,7 +125,7 @@ def compile_process_pids() -> list[int]:
     children: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
-    except OSError:  # no procfs: nothing is held (a benchmark there is timed as before)
+    except OSError:  # no procfs: nothing is held (a benchmark there is timed beside kiln's compiles)
         return []
     for entry in entries:
         if not entry.isdigit():

@@ -23,6 +23,9 @@ store, and by the autotuner, where it opens the tuning database). kiln speaks RE
 
 Names in Redis: :mod:`triton_kiln.remote.names`. Set-up, what is verified, failure behaviour and
 sizes: docs/REMOTE_CACHE.md.
+
+Imports: artifacts, tuning records and the top-level settings; only the pool and the autotuner
+import this package.
 """
 
 from __future__ import annotations

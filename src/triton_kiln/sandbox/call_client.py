@@ -35,8 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from triton_kiln.errors import describe_exit
-from triton_kiln.sandbox.call_worker import ENV_FD, ENV_PARENT
-from triton_kiln.sandbox.calls import (
+from triton_kiln.sandbox.call_messages import (
     CallCrashedError,
     CallFailure,
     CallHello,
@@ -50,8 +49,9 @@ from triton_kiln.sandbox.calls import (
     CallTimeoutError,
     SandboxStartError,
 )
+from triton_kiln.sandbox.call_worker import ENV_FD, ENV_PARENT
 from triton_kiln.sandbox.channel import Died, TimedOut, WorkerProcess
-from triton_kiln.sandbox.worker import STICKY_EXIT
+from triton_kiln.sandbox.torch_worker import STICKY_EXIT
 
 _MODULE = "triton_kiln.sandbox.call_worker"
 _BROKEN_AFTER = 2  # failed starts in a row
@@ -107,8 +107,8 @@ class CallSandbox:
         env: dict[str, str] | None = None,
         timeout_s: float | None = None,
     ) -> CallOutcome:
-        """``fn()`` in the sandbox, as a :class:`~triton_kiln.sandbox.calls.CallOutcome` (never raises for
-        what happens to the call; ``fn`` that cannot be pickled is a :class:`CallRaisedError`)."""
+        """``fn()`` in the sandbox, as a :class:`~triton_kiln.sandbox.call_messages.CallOutcome` (never
+        raises for what happens to the call; ``fn`` that cannot be pickled is a :class:`CallRaisedError`)."""
         timeout = self.timeout_s if timeout_s is None else timeout_s
         started = time.monotonic()
         try:

@@ -9,13 +9,13 @@
                                             <-    CallReturned(value) | CallRaised(error, tb, sticky)
       (socket closed)                       ->    exit
 
-A callable that raises (an ``Exception``) is that call's :class:`~triton_kiln.sandbox.calls.CallRaised`
-and the process goes on; after a sticky CUDA error (an illegal memory access: this process's
-context is gone for good) it replies, then exits with ``STICKY_EXIT``. A callable that ends the
-process (``abort()``, a segfault, ``sys.exit``) or hangs is the client's to see: it watches the
-process and the deadline, and kills the process's whole group (it leads its own), so what a
-call started (a compiler, a helper process) goes with it. The process dies with its parent
-(parent-death signal).
+A callable that raises (an ``Exception``) is that call's
+:class:`~triton_kiln.sandbox.call_messages.CallRaised` and the process goes on; after a sticky CUDA error
+(an illegal memory access: this process's context is gone for good) it replies, then exits with
+``STICKY_EXIT``. A callable that ends the process (``abort()``, a segfault, ``sys.exit``) or hangs is the
+client's to see: it watches the process and the deadline, and kills the process's whole group (it leads
+its own), so what a call started (a compiler, a helper process) goes with it. The process dies with its
+parent (parent-death signal).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 from triton_kiln import child_env, procs
 from triton_kiln.framing import encode, recv_frame
-from triton_kiln.sandbox.calls import (
+from triton_kiln.sandbox.call_messages import (
     CallHello,
     CallInit,
     CallItem,
@@ -37,7 +37,7 @@ from triton_kiln.sandbox.calls import (
     CallStartFailed,
     is_sticky,
 )
-from triton_kiln.sandbox.worker import STICKY_EXIT
+from triton_kiln.sandbox.torch_worker import STICKY_EXIT
 
 ENV_FD = child_env.CALL_SANDBOX_FD
 ENV_PARENT = child_env.CALL_SANDBOX_PARENT

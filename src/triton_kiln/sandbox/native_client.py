@@ -7,13 +7,13 @@
         first use: wait for its hello, send the inputs (CUDA IPC handles; host copies where IPC
         is impossible -- or, if the sandbox cannot open them, all again as host copies)
         "ok"          -> NativeBenchOutcome, with the sandbox's own timings in .sandbox
-        "unsupported" -> the torch sandbox (triton_kiln.sandbox.client.Sandbox), started on first
+        "unsupported" -> the torch sandbox (triton_kiln.sandbox.torch_client.Sandbox), started on first
                          need, gets the inputs (and the reference the native one settled on)
         "err" sticky  -> the sandbox exits; the next bench starts a fresh one (inputs again)
       could not start at all ("fatal": no driver, no C compiler) -> every config goes to the
         torch sandbox, which reports its own failure if the GPU is unusable
 
-Like :class:`~triton_kiln.sandbox.client.Sandbox` it is synchronous, guarded by a lock, and turns
+Like :class:`~triton_kiln.sandbox.torch_client.Sandbox` it is synchronous, guarded by a lock, and turns
 every failure into a :class:`BenchOutcome` (never an exception). :meth:`start` returns at once;
 the process warms up on its own (see :mod:`triton_kiln.sandbox.registry`).
 """
@@ -28,9 +28,9 @@ from typing import Any
 
 from triton_kiln.launch.native import loaded_path
 from triton_kiln.sandbox.channel import Died, TimedOut, WorkerProcess
-from triton_kiln.sandbox.client import BenchOutcome, BenchSpec, Sandbox, SandboxError
 from triton_kiln.sandbox.ipc import TensorDesc, describe_inputs, host_only, log_host_copies, reference_descs
 from triton_kiln.sandbox.native_worker import ENV_FD, ENV_PARENT, STICKY_EXIT
+from triton_kiln.sandbox.torch_client import BenchOutcome, BenchSpec, Sandbox, SandboxError
 
 log = logging.getLogger("kiln.sandbox")
 

@@ -1,6 +1,6 @@
 """The native sandbox process: times compiled configs through kiln's C module, without torch.
 
-It speaks the protocol of :mod:`triton_kiln.sandbox.worker` (same frames, same replies, a few more
+It speaks the protocol of :mod:`triton_kiln.sandbox.torch_worker` (same frames, same replies, a few more
 kinds), and is ready in a fraction of a second: Python, kiln's C module and a CUDA context::
 
     client (triton_kiln.sandbox.native_client)             native sandbox (spawned; own CUDA context)
@@ -31,7 +31,7 @@ kiln's launcher calls with Triton's size and alignment.
 
 ``info`` carries the sandbox's own measurements (seconds loading, checking, benchmarking).
 After a sticky CUDA error (illegal address...) it replies and exits with ``STICKY_EXIT``; the
-client starts a fresh one. Outputs are checked as in :mod:`triton_kiln.sandbox.worker`: each output
+client starts a fresh one. Outputs are checked as in :mod:`triton_kiln.sandbox.torch_worker`: each output
 argument keeps a few distinct representatives (:class:`~triton_kiln.sandbox.compare.Representatives`;
 the first clean run's, or the user's reference, first); only a
 :class:`~triton_kiln.sandbox.compare.Verdict` travels back, never the tensors.
@@ -61,7 +61,7 @@ from triton_kiln.sandbox.timing import quantiles
 
 ENV_FD = child_env.NATIVE_SANDBOX_FD
 ENV_PARENT = child_env.NATIVE_SANDBOX_PARENT
-STICKY_EXIT = 3  # as triton_kiln.sandbox.worker.STICKY_EXIT
+STICKY_EXIT = 3  # as triton_kiln.sandbox.torch_worker.STICKY_EXIT
 EXIT_NO_DEVICE = 4  # the sandbox could not start (no driver, no GPU, no C module)
 FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's L2 flush buffer
 _TRITON_EXTRA_PARAMS = 2  # as triton_kiln.launch.launcher: Triton's global and profile scratch pointers

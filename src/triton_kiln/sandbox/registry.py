@@ -6,7 +6,7 @@ already imported), so that it warms up while the configs compile; :func:`shared`
 same sandbox to the tuner, which keeps it across tunings. When a run ends, :func:`release_later`
 closes it once idle for ``KILN_IDLE_S`` (its process, CUDA context and input copies go; a run
 that starts meanwhile, :func:`hold`, keeps it, and a later run starts a fresh process). With
-``KILN_NATIVE_SANDBOX=0`` both give the torch sandbox (:class:`~triton_kiln.sandbox.client.Sandbox`).
+``KILN_NATIVE_SANDBOX=0`` both give the torch sandbox (:class:`~triton_kiln.sandbox.torch_client.Sandbox`).
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ def shared(device: int = 0) -> Any:
 
                 sandbox = NativeSandbox(device, timeout_s=current.bench_timeout_s)
             else:
-                from triton_kiln.sandbox.client import Sandbox
+                from triton_kiln.sandbox.torch_client import Sandbox
 
                 sandbox = Sandbox(device, timeout_s=current.bench_timeout_s)
             _SANDBOXES[device] = sandbox

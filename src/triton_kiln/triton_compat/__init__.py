@@ -13,9 +13,12 @@ Modules: :mod:`.core` (targets, backends, environment, Triton's key), :mod:`.com
 compile pool's and Helion adapter's needs, Gluon), :mod:`.autotuning` (the autotuner's,
 sandbox's and launcher's), :mod:`.versions` (version differences, validation); imported by
 module, not re-exported: :mod:`.inductor` (torch Inductor's names), :mod:`.jit_hook` (where
-:mod:`triton_kiln.jit_routing` hooks Triton's JIT), :mod:`.triton_launcher` (Triton 3.5/3.6's
+:mod:`triton_kiln.routing.jit` hooks Triton's JIT), :mod:`.triton_launcher` (Triton 3.5/3.6's
 per-signature C launcher: its source and build, for :mod:`triton_kiln.launch.prebuild`). Every name is
 re-exported here: callers write ``triton_compat.name``.
+
+Imports: Triton and torch, and of kiln's only :mod:`triton_kiln.files`; every part of kiln may
+import it.
 """
 
 from __future__ import annotations

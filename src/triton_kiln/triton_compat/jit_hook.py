@@ -1,4 +1,4 @@
-"""Where :mod:`triton_kiln.jit_routing` hooks into Triton's JIT: ``JITFunction._do_compile``.
+"""Where :mod:`triton_kiln.routing.jit` hooks into Triton's JIT: ``JITFunction._do_compile``.
 
 ``JITFunction.run`` looks a call's specialization up in the function's in-memory cache; on a
 miss it packs the call (``_pack_args``) and calls::

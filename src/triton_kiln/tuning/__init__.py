@@ -1,6 +1,12 @@
 """Autotuning results: what each config measured (:mod:`.results`), where it is kept
-(:mod:`.db`, one SQLite file safe for many processes; its file in :mod:`.schema`), how it is
-shown (:mod:`.report`), and how a ``triton.Config`` is named and written down (:mod:`.configs`).
+(:mod:`.db`, one SQLite file safe for many processes; its file in :mod:`.schema`, the SQL of
+writing a run in :mod:`.writes`), how it is shown (:mod:`.report`, :mod:`.html_report` with
+:mod:`.html_charts` and :mod:`.svg`; :mod:`.recent` for ``kiln tune``), and how a
+``triton.Config`` is named and written down (:mod:`.configs`).
+
+Imports: only the top-level errors, files and settings; the autotuner, bundles, the remote
+cache and the command line build on it. :mod:`.schema` shares its name with
+:mod:`triton_kiln.bundle.schema`: each holds the schema of what its package stores.
 
 ::
 

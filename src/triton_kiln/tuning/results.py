@@ -131,7 +131,7 @@ class ConfigResult:
     screen_ms: float | None = None
     """For a config timed again in the final round (a contender): its median runtime in the
     screening pass, while others still compiled (``runtime_ms`` is then the final round's);
-    ``None`` for a config timed once (and for results recorded before kiln kept it)."""
+    ``None`` for a config timed once (and in a database migrated from a schema without it)."""
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -242,7 +242,7 @@ class TuningRun:
     """Seconds from the start to the first result."""
 
     split: dict[str, float] | None = None
-    """Where the wall time went, in seconds (``None`` for runs recorded before kiln measured it):
+    """Where the wall time went, in seconds (``None`` in a database migrated from a schema without it):
     ``sandbox_wait_s``, ``compile_s`` (overlaps the others), ``bench_s``, ``final_s``, ``other_s``;
     see :mod:`triton_kiln.autotuner.timesplit`."""
 
@@ -252,7 +252,7 @@ class TuningRun:
     gpu_peak_bytes: int | None = None
     """The most GPU memory kiln's benchmark sandbox allocated for the run (its copies of the
     inputs, Triton's scratch, the L2 flush buffer; its CUDA context aside), freed when the run
-    ended; ``None`` where the run had no native sandbox (in-process timing, older runs)."""
+    ended; ``None`` where the run had no native sandbox (in-process timing; a migrated database)."""
 
     run_id: int | None = None
     """Row id in the :class:`~triton_kiln.tuning.db.TuningDatabase` it was read from, else ``None``."""

@@ -16,11 +16,11 @@ import click
 
 
 @click.group("farm", short_help="Standing compilers on the nodes of a Ray cluster.")
-def farm() -> None:
+def farm_group() -> None:
     """Standing node compilers on a Ray cluster: one warm kiln pool per node, shared by every driver."""
 
 
-@farm.command("up", short_help="Start every live node's standing compiler.")
+@farm_group.command("up", short_help="Start every live node's standing compiler.")
 @click.option("--ray", "ray_address", required=True, help="The Ray cluster (host:port, or 'auto').")
 @click.option(
     "--cpus-per-node", type=int, default=None, help="CPUs each node's compiler holds [default: all]."
@@ -85,7 +85,7 @@ def node_line(row: dict[str, Any]) -> str:
     return line
 
 
-@farm.command("down", short_help="End every standing compiler of the cluster.")
+@farm_group.command("down", short_help="End every standing compiler of the cluster.")
 @click.option("--ray", "ray_address", required=True, help="The Ray cluster (host:port, or 'auto').")
 def farm_down(ray_address: str) -> None:
     """End every standing compiler of the cluster (its kiln pool, then its actor)."""

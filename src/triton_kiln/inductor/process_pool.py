@@ -55,7 +55,7 @@ class InductorPool:
 
     def start_sidecar(self) -> None:
         """Start the sidecar, if any, in the background (idempotent; the first graph lowered
-        starts it: :func:`triton_kiln.inductor.routing._on_lowering`)."""
+        starts it: :func:`triton_kiln.inductor.hooks._on_lowering`)."""
         if self.sidecar is not None:
             self.sidecar.start()
 
@@ -95,6 +95,6 @@ def compile_job(
     del extra_env, extra_config
     start = time.time_ns()
     kernel = compat.load_job_kernel(load_kernel)
-    compat.precompile_warm(kernel)  # _precompile_worker: kiln (routing.py)
+    compat.precompile_warm(kernel)  # _precompile_worker: kiln (hooks.py)
     elapsed_us = (time.time_ns() - start) // 1000
     return compat.as_sent_by_worker(kernel), elapsed_us

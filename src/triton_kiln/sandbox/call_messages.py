@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from triton_kiln.errors import KilnError, describe_exit, format_seconds, likely_cause
-from triton_kiln.sandbox.worker import STICKY_EXIT, STICKY_MARKERS
+from triton_kiln.sandbox.torch_worker import STICKY_EXIT, STICKY_MARKERS
 
 
 def is_sticky(error_text: str) -> bool:

@@ -144,8 +144,8 @@ class ConfigCompiler:
     def _ready_for_tuning(self, autotuner: Any) -> None:
         """A kernel loaded from Triton's cache that coordinate descent will tune on its first
         launch: start kiln's pool now (in the background), so its zygote is ready when the
-        tuning compiles the neighbours rather than being waited for (~1-1.5 s on an H100 host). A
-        warm process starts nothing else."""
+        tuning compiles the neighbours rather than being waited for (a zygote's start imports
+        Triton: a second or more). A warm process starts nothing else."""
         if self.pool.started:
             return
         try:

@@ -4,7 +4,7 @@ compiles through kiln's pool.
 It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.inductor` names them), and
 ``uninstall()`` puts the very same objects back:
 
-* ``AsyncCompile.process_pool``: returns an :class:`~triton_kiln.inductor.jobs.InductorPool`, whose
+* ``AsyncCompile.process_pool``: returns an :class:`~triton_kiln.inductor.process_pool.InductorPool`, whose
   warm-up answer is ready at once (so Inductor never compiles in this process while a pool
   warms up) and which serves ``_worker_compile_triton`` jobs with kiln's pool; other jobs go to
   Inductor's own pool, made on first need. Its first call (Inductor's ``warm_pool()``, where
@@ -12,7 +12,7 @@ It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.induc
   (:mod:`~triton_kiln.inductor.sidecar`), which then does each job's in-process work;
 * ``CachingAutotuner._precompile_worker``: every config of a kernel compiled in kiln's pool at
   once before Inductor's own loop, a config whose compile died dropped
-  (:meth:`~triton_kiln.inductor.configs.ConfigCompiler.compile_all`);
+  (:meth:`~triton_kiln.inductor.config_compiler.ConfigCompiler.compile_all`);
 * ``CachingAutotuner._precompile_config``: the one config compiled in kiln's pool first, then
   Inductor's own code, which finds Triton's cache filled (coordinate descent, runtime autotune,
   the C++-wrapper's lazy compile, template benchmarks all come here);
@@ -29,14 +29,14 @@ It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.induc
   ``sandbox_benchmarks``: each starts when a graph is lowered), unless it loads
   a kernel coordinate descent will tune: kiln's pool starts then, in the background, for the
   neighbours that tuning compiles on the kernel's first launch
-  (:meth:`~triton_kiln.inductor.configs.ConfigCompiler.submit`). Any compile that reaches kiln starts
+  (:meth:`~triton_kiln.inductor.config_compiler.ConfigCompiler.submit`). Any compile that reaches kiln starts
   kiln's pool too.
 
 And, unless ``KILN_INDUCTOR_QUIET_BENCHMARKS=0``, each GPU timing method of Inductor's
 benchmarker classes (``benchmark_gpu``; :func:`triton_kiln.triton_compat.inductor.benchmark_points`):
 kiln's compile processes are held still while it runs (:mod:`~triton_kiln.pool.pause`), since the time
 of a short kernel includes the host's launch, which kiln's compiles beside it slow (max-autotune
-then picked ATen convolutions stock Inductor does not, and the model ran 16-20% slower).
+would then pick ATen convolutions stock Inductor does not, and the compiled model would run slower).
 
 With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) one more:
 
@@ -61,9 +61,9 @@ from typing import TYPE_CHECKING, Any
 
 from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
-from triton_kiln.inductor.configs import ConfigCompiler
+from triton_kiln.inductor.config_compiler import ConfigCompiler
 from triton_kiln.inductor.errors import InductorUnsupportedError
-from triton_kiln.inductor.jobs import InductorPool
+from triton_kiln.inductor.process_pool import InductorPool
 from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.pool import CompilePool
 from triton_kiln.pool.pause import PAUSE
@@ -348,9 +348,8 @@ def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
     """``CachingAutotuner._coordinate_descent_tuning`` that first starts the neighbours
     compiling, once per kernel. Not the public ``coordinate_descent_tuning``: Inductor calls that
     on every launch of a kernel whose config coordinate descent has not marked as its own (a
-    template kernel: it returns at once), so a wrapper there sits on the compiled model's call
-    path (1.1 ms a call of ResNet-50 in max-autotune, whose runtime is then 1.12-1.20x
-    stock's)."""
+    template kernel: it returns at once), so a wrapper there would sit on the compiled model's
+    call path and cost every call; this method runs only for a kernel being tuned."""
     looked_at: weakref.WeakSet[Any] = weakref.WeakSet()
 
     @functools.wraps(original)

@@ -10,7 +10,7 @@ The configs are the kernel's own (a ``triton.autotune`` / ``triton_kiln.autotune
 or those given with ``--config`` (which replace them); ``--constexpr NAME=VALUE`` adds values
 common to every config. ``--signature`` (Triton's notation: ``*fp16``, ``*fp16:1``, ``i32:16``,
 ``i32:1``) and ``--value`` describe the calls tuning will make; their requests are built as a
-real call's (:mod:`triton_kiln.cli_signature`), so tuning finds these binaries in the cache. One request
+real call's (:mod:`triton_kiln.cli.signature`), so tuning finds these binaries in the cache. One request
 per config, target and call goes to the local :class:`~triton_kiln.pool.CompilePool`, or with ``--ray``
 to a :class:`~triton_kiln.farm.RayCompilePool`; either stores every artifact in the kiln cache (and, with
 a remote cache configured, in it too). A progress bar runs on a terminal; the end is a summary
@@ -22,8 +22,8 @@ a compile), and a line per failed config with the reason (for Triton's
 
 Arguments are checked before anything is compiled, each a one-line ``Error:``: the module,
 ``--preload``, ``--workers``, ``--timeout`` and ``--json`` (whose folder is made then) in
-:mod:`triton_kiln.cli_args`; ``--signature``, ``--value``, ``--config`` and ``--constexpr`` in
-:mod:`triton_kiln.cli_signature`.
+:mod:`triton_kiln.cli.args`; ``--signature``, ``--value``, ``--config`` and ``--constexpr`` in
+:mod:`triton_kiln.cli.signature`.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from typing import Any
 
 import click
 
-from triton_kiln.cli_args import a_kind, check_json_path, check_preloads, check_timeout, check_workers
-from triton_kiln.cli_args import resolve as resolve  # noqa: PLC0414 - kiln tune imports it from here
-from triton_kiln.cli_failures import failure_cause, failure_line
+from triton_kiln.cli.args import a_kind, check_json_path, check_preloads, check_timeout, check_workers
+from triton_kiln.cli.args import resolve as resolve  # noqa: PLC0414 - kiln tune imports it from here
+from triton_kiln.cli.compile_failures import failure_cause, failure_line
 from triton_kiln.errors import KilnError
 
 summary_json_option = click.option(
@@ -260,8 +260,8 @@ def build_requests(
     values: tuple[str, ...] = (),
 ) -> list[Any]:
     """One request per config, target and ``--value`` call, as the autotuner builds a real call's
-    (module :mod:`triton_kiln.cli_signature`); requests that come out the same are listed once."""
-    from triton_kiln.cli_signature import (
+    (module :mod:`triton_kiln.cli.signature`); requests that come out the same are listed once."""
+    from triton_kiln.cli.signature import (
         call_requests,
         check_common,
         check_constexpr_values,
@@ -336,7 +336,7 @@ def _make_pool(
 
 
 def _run(pool: Any, requests: list[Any]) -> list[tuple[str, BaseException]]:
-    from triton_kiln.progress import progress_bar
+    from triton_kiln.progress_bar import progress_bar
 
     failures: list[tuple[str, BaseException]] = []
     with progress_bar(total=len(requests), description="compiling", enabled=None) as bar:

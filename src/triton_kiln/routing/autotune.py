@@ -19,14 +19,14 @@ What it routes, by rebinding names in Triton's modules (:func:`triton_kiln.trito
 
 * ``JITFunction._do_compile`` (unless ``KILN_ROUTE_JIT=0``): plain ``@triton.jit`` kernels,
   whenever defined, compile in kiln's pool; a compiler crash raises
-  :class:`triton_kiln.jit_routing.JitCompileCrashedError` (:mod:`triton_kiln.jit_routing`,
+  :class:`triton_kiln.routing.jit.JitCompileCrashedError` (:mod:`triton_kiln.routing.jit`,
   docs/JIT_ROUTING.md).
 
 What it does not route: kernels decorated before ``install()``, classes defined before it, and
 code that kept its own reference to Triton's ``autotune``/``Autotuner`` (``from triton import
 autotune`` executed earlier). ``uninstall()`` restores Triton's names; kernels already made stay
 kiln's. Both are logged at INFO on the ``kiln.install`` logger. (This module is
-``triton_kiln.routing``; the functions are ``triton_kiln.install``/``triton_kiln.uninstall``.)
+``triton_kiln.routing.autotune``; the functions are ``triton_kiln.install``/``triton_kiln.uninstall``.)
 """
 
 from __future__ import annotations
@@ -107,10 +107,10 @@ def _route() -> None:
 
 
 def _route_jit() -> None:
-    # Plain @triton.jit kernels (not autotuned): their compiles in kiln's pool (triton_kiln.jit_routing).
-    from triton_kiln import jit_routing
+    # Plain @triton.jit kernels (not autotuned): their compiles in kiln's pool (triton_kiln.routing.jit).
+    from triton_kiln.routing import jit
 
-    jit_routing.install()
+    jit.install()
 
 
 def _prepare() -> None:
@@ -129,9 +129,9 @@ def uninstall() -> None:
         for module, name, value in reversed(_saved):
             setattr(module, name, value)
         _saved.clear()
-    from triton_kiln import jit_routing
+    from triton_kiln.routing import jit
 
-    jit_routing.uninstall()
+    jit.uninstall()
     log.info("kiln: uninstalled: triton.autotune is Triton's again")
 
 

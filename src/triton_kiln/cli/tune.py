@@ -48,8 +48,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from triton_kiln.cli_args import a_kind
-from triton_kiln.cli_compile import resolve, summary_json_option
+from triton_kiln.cli.args import a_kind
+from triton_kiln.cli.compile import resolve, summary_json_option
 
 if TYPE_CHECKING:
     from triton_kiln.tuning.recent import RunOutcome

@@ -5,7 +5,7 @@ variable it does not use (``KILN_WORKERS=abc``) does not stop it: ``KILN_CACHE_D
 ``--cache-dir`` is given) and, for ``info``, ``KILN_TUNING_DB`` and ``KILN_CACHE_MAX_MB``.
 A directory that holds files but none that kiln writes at the top of its cache (:data:`MARKERS`)
 is refused before it is walked: ``--cache-dir /usr`` would take seconds to measure and could
-only be a mistake. The work is :mod:`triton_kiln.cache`'s.
+only be a mistake. The work is :mod:`triton_kiln.cli.cache_dir`'s.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ _CACHE_DIR_OPTION = click.option(
 )
 
 MARKERS = re.compile(r"artifacts-v\d+|bundle-records|tuning\.sqlite3|triton-key-v\d+\.json")
-"""Names kiln writes at the top of its cache directory (triton_kiln.cache's layout): the artifact stores,
-the bundle records, the tuning database and Triton's key. (``native/`` and ``node/`` are too
-common a name to tell a kiln cache by.)"""
+"""Names kiln writes at the top of its cache directory (:mod:`triton_kiln.cli.cache_dir`'s layout): the
+artifact stores, the bundle records, the tuning database and Triton's key. (``native/`` and
+``node/`` are too common a name to tell a kiln cache by.)"""
 
 _BARE_NUMBER = re.compile(r"\s*\d+(?:\.\d+)?\s*")
 _SIZE_LIKE = re.compile(r"\d+(?:\.\d+)?\s*[kmgtb].*", re.IGNORECASE)
@@ -54,7 +54,7 @@ def _root(cache_dir: str | None) -> Path:
 def _check_is_cache(root: Path) -> None:
     """Refuse a directory with entries but none of :data:`MARKERS` (an empty one is an empty cache)."""
     from triton_kiln.bundle.index import RECORDS_DIR
-    from triton_kiln.cache import STORE_DIR
+    from triton_kiln.cli.cache_dir import STORE_DIR
     from triton_kiln.triton_compat.core import KEY_FILE
     from triton_kiln.tuning.db import DATABASE_FILENAME
 
@@ -73,7 +73,7 @@ def _max_size(ctx: click.Context, param: click.Parameter, text: str) -> int:
     and nothing is read or removed). A number without a unit is refused (KILN_CACHE_MAX_MB counts
     MiB, so a bare ``10240`` meant for 10 GiB would empty the cache), and so is one that is not
     whole bytes (``0.4B`` would round to 0 and empty it) or more than a disk holds."""
-    from triton_kiln.cache import CacheSizeError, parse_size
+    from triton_kiln.cli.cache_dir import CacheSizeError, parse_size
 
     units = "K, M, G and T count powers of 1024, B bytes: 0B empties the store"
     if _BARE_NUMBER.fullmatch(text):
@@ -91,17 +91,17 @@ def _max_size(ctx: click.Context, param: click.Parameter, text: str) -> int:
         ) from None
 
 
-@click.group(short_help="Show and clean the cache of compiled kernels.")
-def cache() -> None:
+@click.group("cache", short_help="Show and clean the cache of compiled kernels.")
+def cache_group() -> None:
     """Show and clean the kiln cache (compiled kernels; the tuning database is kept)."""
 
 
-@cache.command("info", short_help="Where the cache is, what it holds, how big it is.")
+@cache_group.command("info", short_help="Where the cache is, what it holds, how big it is.")
 @_CACHE_DIR_OPTION
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many compiled kernels it holds, their size and the cap."""
     from triton_kiln.bundle.index import RECORDS_DIR
-    from triton_kiln.cache import STORE_DIR, human, info
+    from triton_kiln.cli.cache_dir import STORE_DIR, human, info
     from triton_kiln.tuning.db import DATABASE_FILENAME
 
     used = _settings("cache_dir", "tuning_db", "cache_max_mb")
@@ -132,12 +132,12 @@ def cache_info(cache_dir: str | None) -> None:
     click.echo(f"other:           {human(found.other)} (kiln's launcher build, Triton's key)")
 
 
-@cache.command("clear", short_help="Remove the compiled kernels and bundle records (not tunings).")
+@cache_group.command("clear", short_help="Remove the compiled kernels and bundle records (not tunings).")
 @_CACHE_DIR_OPTION
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (for scripts and CI, which have no stdin).")
 def cache_clear(cache_dir: str | None, yes: bool) -> None:
     """Remove every compiled kernel and bundle record (the tuning database is kept)."""
-    from triton_kiln.cache import clear, human, info
+    from triton_kiln.cli.cache_dir import clear, human, info
 
     root = _root(cache_dir)
     if not root.is_dir():
@@ -158,7 +158,7 @@ def cache_clear(cache_dir: str | None, yes: bool) -> None:
     )
 
 
-@cache.command("prune", short_help="Evict least recently used kernels down to a size.")
+@cache_group.command("prune", short_help="Evict least recently used kernels down to a size.")
 @_CACHE_DIR_OPTION
 @click.option(
     "--max-size",
@@ -169,7 +169,7 @@ def cache_clear(cache_dir: str | None, yes: bool) -> None:
 )
 def cache_prune(cache_dir: str | None, max_size: int) -> None:
     """Evict least recently used compiled kernels down to --max-size."""
-    from triton_kiln.cache import human, prune
+    from triton_kiln.cli.cache_dir import human, prune
 
     root = _root(cache_dir)
     if not root.is_dir():

@@ -3,7 +3,7 @@
 ::
 
     tuner thread                     Sandbox (this module)                sandbox process
-      set_inputs / set_reference ->  kept, sent lazily on next bench   (triton_kiln.sandbox.worker)
+      set_inputs / set_reference ->  kept, sent lazily on next bench   (triton_kiln.sandbox.torch_worker)
       bench(spec, timeout_s)     ->  start/restart if needed ---------> spawned interpreter
                                      ("inputs", ...) ("reference", ...) ("bench", spec) ---->
                                  <-  ("ok", timings, check) | ("err", kind, message, tb, sticky)
@@ -34,7 +34,7 @@ from triton_kiln.errors import describe_exit, likely_cause
 from triton_kiln.framing import FrameReader, encode
 from triton_kiln.procs import spawn_kiln_process
 from triton_kiln.sandbox.channel import Died, TimedOut, receive
-from triton_kiln.sandbox.worker import ENV_FD, ENV_PARENT, STICKY_EXIT
+from triton_kiln.sandbox.torch_worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 
 _START_TIMEOUT_S = 120.0
 _STDERR_TAIL = 15
@@ -105,7 +105,7 @@ class Sandbox:
             parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the process
             self._proc = spawn_kiln_process(
-                "triton_kiln.sandbox.worker",
+                "triton_kiln.sandbox.torch_worker",
                 child_end.fileno(),
                 dict(os.environ),
                 ENV_FD,

@@ -1,0 +1,212 @@
+"""Every name kiln takes from Helion, private or public, read against Helion 1.5.0 and 1.5.1.
+
+Importing it checks Helion's version (:data:`triton_kiln.helion.SUPPORTED_HELION`) and that each
+private name below exists, and raises :class:`~triton_kiln.helion.errors.UnsupportedHelionError`
+naming the first one missing; :mod:`triton_kiln.helion.adapter` then uses only what this module
+defines. The names, and what kiln does with each (the same in 1.5.0 and 1.5.1):
+
+* ``helion.autotuner.benchmark_provider``: ``LocalBenchmarkProvider`` (kiln's provider derives
+  from it) and its private methods ``_create_precompile_future`` (one config's precompile, which
+  kiln's provider replaces), ``_compute_reference_baseline`` (the accuracy baseline, which kiln
+  precedes with its own compile), ``_precompile_context`` and ``_next_precompile_result_path``
+  (what a ``PrecompileFuture`` is made with); the module's ``_clone_args`` (copies of mutated
+  arguments), ``_searching_candidates`` (the context Helion generates candidates' code in) and
+  ``_MAX_REFERENCE_BASELINE_ATTEMPTS`` (how often the baseline shrinks its block sizes);
+* ``helion.autotuner.precompile_future``: ``PrecompileFuture`` (public: ``skip``,
+  ``wait_for_all``, ``failure_reason``), ``_ExtractedLaunchArgs`` (the exception Helion's
+  capturing launcher raises with a Triton launch) and ``_write_result_file`` (the result record
+  a precompile child writes);
+* ``helion.autotuner.base_search.BaseSearch``: its private ``_benchmark_provider_cls`` (the
+  provider class a search builds), ``_prepare`` (a search's provider built and its baseline
+  computed, without searching) and ``__init__``'s one default argument (the provider class every
+  search takes unless told otherwise); a cache wrapper's ``autotuner`` and ``_autotuner_factory``.
+* public: ``helion.autotuner.logger``'s ``classify_triton_exception``,
+  ``match_unrecoverable_runtime_error``, ``maybe_dump_triton_failure``;
+  ``helion.runtime.settings.default_autotuner_fn``;
+  ``helion.runtime.triton.launcher.compile_only_launch_args``; ``helion.autotuner.LFBOTreeSearch``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from triton_kiln.helion import SUPPORTED_HELION
+from triton_kiln.helion.errors import UnsupportedHelionError
+
+
+def _helion_version() -> str:
+    try:
+        return importlib.metadata.version("helion")
+    except importlib.metadata.PackageNotFoundError:
+        raise UnsupportedHelionError("(not installed)", SUPPORTED_HELION) from None
+
+
+VERSION = _helion_version()
+if VERSION not in SUPPORTED_HELION:
+    raise UnsupportedHelionError(VERSION, SUPPORTED_HELION)
+
+try:
+    from helion.autotuner import benchmark_provider as _bp
+    from helion.autotuner import precompile_future as _pf
+    from helion.autotuner.base_search import BaseSearch
+    from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
+    from helion.autotuner.logger import (
+        classify_triton_exception,
+        match_unrecoverable_runtime_error,
+        maybe_dump_triton_failure,
+    )
+    from helion.runtime.settings import default_autotuner_fn
+    from helion.runtime.triton.launcher import compile_only_launch_args
+except ImportError as exc:  # a supported version that fails to import (e.g. its torch is too old)
+    raise UnsupportedHelionError(VERSION, SUPPORTED_HELION, f"importing it failed: {exc}") from exc
+
+for _owner, _name in (
+    (_bp, "_clone_args"),
+    (_bp, "_searching_candidates"),
+    (_bp, "_MAX_REFERENCE_BASELINE_ATTEMPTS"),
+    (_pf, "_ExtractedLaunchArgs"),
+    (_pf, "_write_result_file"),
+    (LocalBenchmarkProvider, "_create_precompile_future"),
+    (LocalBenchmarkProvider, "_compute_reference_baseline"),
+    (LocalBenchmarkProvider, "_precompile_context"),
+    (LocalBenchmarkProvider, "_next_precompile_result_path"),
+    (BaseSearch, "_prepare"),
+):
+    if not hasattr(_owner, _name):
+        raise UnsupportedHelionError(VERSION, SUPPORTED_HELION, f"{_owner.__name__}.{_name} is missing")
+
+PrecompileFuture = _pf.PrecompileFuture
+ExtractedLaunchArgs: Any = _pf._ExtractedLaunchArgs
+"""What Helion's generated host code raises from a capturing launcher (``kernel, grid, args, kwargs``)."""
+
+MAX_REFERENCE_BASELINE_ATTEMPTS: int = _bp._MAX_REFERENCE_BASELINE_ATTEMPTS
+
+__all__ = [
+    "MAX_REFERENCE_BASELINE_ATTEMPTS",
+    "VERSION",
+    "BaseSearch",
+    "ExtractedLaunchArgs",
+    "LocalBenchmarkProvider",
+    "LocalProvider",
+    "PrecompileFuture",
+    "classify_triton_exception",
+    "compile_only_launch_args",
+    "default_autotuner_fn",
+    "match_unrecoverable_runtime_error",
+    "maybe_dump_triton_failure",
+]
+
+
+class LocalProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # Helion is untyped
+    """Helion's local benchmark provider, its private hooks under kiln's names: a subclass
+    overrides :meth:`precompile_future` and :meth:`reference_baseline`, and calls Helion's own
+    through :meth:`helion_reference_baseline`, :meth:`precompile_context` and
+    :meth:`next_result_path`."""
+
+    def _create_precompile_future(self, config: Any, fn: Any) -> Any:
+        return self.precompile_future(config, fn)
+
+    def _compute_reference_baseline(self) -> tuple[object, Sequence[object]]:
+        return self.reference_baseline()
+
+    def precompile_future(self, config: Any, fn: Any) -> Any:
+        """One config's precompile (a ``PrecompileFuture``): Helion's own unless overridden."""
+        return super()._create_precompile_future(config, fn)
+
+    def reference_baseline(self) -> tuple[object, Sequence[object]]:
+        """The accuracy baseline: Helion's own unless overridden."""
+        return self.helion_reference_baseline()
+
+    def helion_reference_baseline(self) -> tuple[object, Sequence[object]]:
+        return super()._compute_reference_baseline()  # type: ignore[no-any-return]
+
+    def precompile_context(self) -> Any:
+        return self._precompile_context()
+
+    def next_result_path(self) -> Any:
+        return self._next_precompile_result_path()
+
+
+def clone_args(args: Sequence[object], process_group_name: Any, idx_to_clone: Any = None) -> Any:
+    """Copies of a kernel's arguments, as Helion's precompile makes them (``idx_to_clone``: only
+    those, else all)."""
+    if idx_to_clone is None:
+        return _bp._clone_args(args, process_group_name)
+    return _bp._clone_args(args, process_group_name, idx_to_clone=idx_to_clone)
+
+
+def searching_candidates() -> contextlib.AbstractContextManager[Any]:
+    """The context Helion generates a candidate config's code in."""
+    return _bp._searching_candidates()  # type: ignore[no-any-return]
+
+
+def write_result_file(path: Any, message: dict[str, object]) -> None:
+    """Helion's precompile result record, written where its ``PrecompileFuture`` reads it."""
+    _pf._write_result_file(path, message)
+
+
+def provider_class(search: Any) -> type:
+    """The benchmark provider class a Helion search builds."""
+    return search._benchmark_provider_cls  # type: ignore[no-any-return]
+
+
+def set_provider_class(search: Any, cls: type) -> None:
+    search._benchmark_provider_cls = cls
+
+
+def wrapped_search(search: Any) -> Any:
+    """The search inside Helion's cache wrapper, or ``None`` when ``search`` is not a wrapper."""
+    return getattr(search, "autotuner", None)
+
+
+def wrap_search_factory(search: Any, wrap: Callable[[Any], Any]) -> None:
+    """A cache wrapper's later searches (its ``_autotuner_factory``) passed through ``wrap``."""
+    factory = getattr(search, "_autotuner_factory", None)
+    if factory is not None:
+        search._autotuner_factory = lambda: wrap(factory())
+
+
+def prepare(search: Any) -> None:
+    """A search's provider built and its reference baseline computed, without searching."""
+    search._prepare()
+
+
+def create_precompile_future(provider: Any, config: Any, fn: Any) -> Any:
+    """One config's precompile through ``provider``, as Helion's ``benchmark()`` starts it."""
+    return provider._create_precompile_future(config, fn)
+
+
+def default_search(bound_kernel: Any, args: Sequence[object]) -> Any:
+    """Helion's default search (``LFBOTreeSearch``) for a bound kernel."""
+    from helion.autotuner import LFBOTreeSearch
+
+    return LFBOTreeSearch(bound_kernel, args)
+
+
+_HELION_DEFAULTS = BaseSearch.__init__.__defaults__
+
+
+def set_default_provider_class(cls: type | None) -> None:
+    """``cls`` the provider class of every search made from now on; ``None``: Helion's own."""
+    BaseSearch.__init__.__defaults__ = _HELION_DEFAULTS if cls is None else (cls,)
+
+
+def default_provider_is(cls: type) -> bool:
+    return bool(BaseSearch.__init__.__defaults__ == (cls,))
+
+
+@contextlib.contextmanager
+def wait_for_all_wrapped(
+    wrap: Callable[[Callable[[list[Any], str | None], list[bool]]], Callable[..., list[bool]]],
+) -> Iterator[None]:
+    """``PrecompileFuture.wait_for_all`` (Helion's precompile phase) replaced by ``wrap(original)``
+    in this block, then given back."""
+    original = PrecompileFuture.__dict__["wait_for_all"]
+    PrecompileFuture.wait_for_all = staticmethod(wrap(original.__func__))
+    try:
+        yield
+    finally:
+        PrecompileFuture.wait_for_all = original
