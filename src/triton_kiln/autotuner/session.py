@@ -86,14 +86,14 @@ class TuningSession:
     ) -> None:
         """Tune ``key`` over the pruned ``configs`` for this call (see the module docstring)."""
         started = time.monotonic()
-        built = build_candidates(self.plan, self.services, configs, args, kwargs)
+        built = build_candidates(self.plan, self.services, configs, args, kwargs)  # one per config
         candidates = built.candidates
         device = tuning_device(self.plan, self.services)  # NoGPUError with none: before anything is recorded
         identity = run_identity(self.name, candidates, key, self.services.target(), device)
         database = self.services.database()
-        if self.found_in_database(key, candidates, identity, database):
+        if self.found_in_database(key, candidates, identity, database):  # tuned before
             return
-        claim = self.claim_node(identity, database, device, candidates, args, kwargs, grid)
+        claim = self.claim_node(identity, database, device, candidates, args, kwargs, grid)  # tuned now?
         if claim is not None and claim.run is not None and self.adopt(key, candidates, claim.run):
             node_tuning.adopt(self.kernel, self.name, key, claim.run, claim.waited_s, database)
             return
