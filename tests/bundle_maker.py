@@ -8,7 +8,7 @@ import kernels
 import triton_kiln as kiln
 from conftest import SM90, wait_no_processes
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner.specialize import request_for
+from triton_kiln.autotuner.compile_requests import request_for
 from triton_kiln.bundle.format import KernelRecord, entry_for
 from triton_kiln.launch.spec import LaunchSpec
 from triton_kiln.tuning.configs import config_json as _config_json

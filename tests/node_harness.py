@@ -177,7 +177,7 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
 
             tuner._bencher_factory = None
             try:
-                bench = CountingBench(make_bencher(tuner, args, kwargs))  # type: ignore[arg-type]
+                bench = CountingBench(make_bencher(tuner._plan, tuner._services, args, kwargs))
             finally:
                 tuner._bencher_factory = counting
             return bench
@@ -185,7 +185,7 @@ def tune(cache: str, go_file: str, seed: str, bench_s: str, gpu_name: str = "", 
         tuner._bencher_factory = counting
     if gpu_name:
         try:  # a kiln without node sharing across GPUs has no LocalDevice: the fake is not set
-            from triton_kiln.autotuner.run_identity import LocalDevice
+            from triton_kiln.autotuner.plan import LocalDevice
         except ImportError:
             pass
         else:
@@ -259,7 +259,7 @@ def tune_modes(
     import triton_kiln as kiln
     from kernels import ISSUE_19_SHAPES, add_modes_kernel
     from triton_kiln import CompilePool
-    from triton_kiln.autotuner.run_identity import LocalDevice
+    from triton_kiln.autotuner.plan import LocalDevice
     from triton_kiln.triton_compat import GPUTarget
     from triton_kiln.tuning import TuningDatabase
 

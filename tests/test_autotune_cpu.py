@@ -51,11 +51,11 @@ class FakeBench:
         return BenchOutcome("ok", timings=[ms, ms * 0.9, ms * 1.1], outputs=outputs)
 
     def user_reference(self) -> dict[str, Any] | None:
-        if self.tuner._reference is None:
+        if self.tuner._plan.checks.reference is None:
             return None
         from triton_kiln.autotuner.bench import user_reference as _user_reference
 
-        return _user_reference(self.tuner._reference, self.args, self.tuner.arg_names)
+        return _user_reference(self.tuner._plan.checks.reference, self.args, self.tuner.arg_names)
 
     def finish(self) -> None:
         return None
@@ -263,11 +263,11 @@ def test_screening_then_full_timing_of_the_best_few(make_pool: Any, tmp_path: Pa
     screened = [label for label, rep in phases[: len(blocks)]]
     full = [label for label, rep in phases[len(blocks) :]]
     assert sorted(screened) == sorted(f"BLOCK={b}" for b in blocks)  # every config, once, short
-    assert {rep for _, rep in phases[: len(blocks)]} == {tuner._screen_ms[1]}
+    assert {rep for _, rep in phases[: len(blocks)]} == {tuner._plan.timing.screen_ms[1]}
     # The contenders, after all compiles: three passes in alternating order sharing one rep.
     top = ["BLOCK=16", "BLOCK=32", "BLOCK=64"]
     assert full == top + top[::-1] + top
-    assert [rep for _, rep in phases[len(blocks) :]] == [pytest.approx(tuner._rep_ms / 3)] * 9
+    assert [rep for _, rep in phases[len(blocks) :]] == [pytest.approx(tuner._plan.timing.rep_ms / 3)] * 9
     assert tuner.best_config.kwargs == {"BLOCK": 64}
     assert tuner.configs_timings[tuner.best_config] == [1.0, 1.0, 1.0]
     assert tuner.last_run.best_label.startswith("BLOCK=64")
@@ -382,13 +382,14 @@ def test_the_final_round_costs_one_warm_up_and_each_finalist_one_rep(make_pool: 
     asks = benches[0].final_asks
     finalists = ["BLOCK=16", "BLOCK=32", "BLOCK=64"]
     assert sorted({label for label, _, _ in asks}) == finalists
-    assert [w for _, w, _ in asks] == [tuner._warmup_ms] + [0.0] * (len(asks) - 1)
+    assert [w for _, w, _ in asks] == [tuner._plan.timing.warmup_ms] + [0.0] * (len(asks) - 1)
     for label in finalists:
         mine = [rep for name, _, rep in asks if name == label]
-        assert len(mine) == tuner._final_passes
-        assert sum(mine) == pytest.approx(tuner._rep_ms)
+        assert len(mine) == tuner._plan.timing.final_passes
+        assert sum(mine) == pytest.approx(tuner._plan.timing.rep_ms)
     total_ms = sum(w + r for _, w, r in asks)
-    assert total_ms == pytest.approx(tuner._warmup_ms + len(finalists) * tuner._rep_ms)
+    timing = tuner._plan.timing
+    assert total_ms == pytest.approx(timing.warmup_ms + len(finalists) * timing.rep_ms)
 
 
 def test_a_finalist_clearly_slower_after_a_pass_leaves_the_race(make_pool: Any, tmp_path: Path) -> None:
@@ -433,7 +434,7 @@ def test_the_race_ends_when_one_finalist_is_left(make_pool: Any, tmp_path: Path)
     ],
 )
 def test_who_leaves_the_race(behind: tuple[float, float, float], leaves: bool) -> None:
-    from triton_kiln.autotuner.race import outpaced
+    from triton_kiln.autotuner.final_round import outpaced
 
     estimates = {"leader": [1.0, 0.995, 1.005], "other": list(behind)}
     assert outpaced(estimates, 0.02) == ({"other"} if leaves else set())
@@ -480,7 +481,7 @@ def test_the_final_round_pools_every_run_into_do_bench_median(make_pool: Any, tm
 
 
 def test_contenders_follow_the_spread_of_the_screening() -> None:
-    from triton_kiln.autotuner.race import contenders
+    from triton_kiln.autotuner.final_round import contenders
     from triton_kiln.tuning.results import ConfigResult
 
     def result(label: str, p50: float, p20: float, p80: float, status: str = "ok") -> ConfigResult:
@@ -507,7 +508,7 @@ def test_contenders_follow_the_spread_of_the_screening() -> None:
 def test_only_trusted_configs_race_unless_the_output_check_trusts_none() -> None:
     """A config the output check flagged never wins over a trusted one: it is not
     timed again in the final round; when every ok config is flagged, all of them race."""
-    from triton_kiln.autotuner.race import contenders, eligible
+    from triton_kiln.autotuner.final_round import contenders, eligible
     from triton_kiln.tuning.results import ConfigResult
 
     flag = "flagged: out_ptr: configs disagree (2 + 1 of 3); no clear majority"

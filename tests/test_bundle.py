@@ -18,7 +18,7 @@ import kernels
 import triton_kiln as kiln
 from conftest import SM90
 from triton_kiln.artifacts.store import ArtifactStore
-from triton_kiln.autotuner.specialize import request_for
+from triton_kiln.autotuner.compile_requests import request_for
 from triton_kiln.bundle import BundleError, BundleMissError, BundleReader, write_bundle
 from triton_kiln.bundle.format import entry_for
 from triton_kiln.bundle.index import collect_recorded, write_record

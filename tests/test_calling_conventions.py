@@ -18,7 +18,7 @@ import triton.language as tl
 import triton_kiln as kiln
 from conftest import SM90
 from triton_kiln.autotuner import autotuner as autotuner_mod
-from triton_kiln.autotuner import specialize
+from triton_kiln.autotuner import compile_requests
 from triton_kiln.launch.launcher import KernelLauncher
 from triton_kiln.sandbox import BenchOutcome
 from triton_kiln.tuning import TuningDatabase
@@ -77,7 +77,7 @@ class Recorder:
         def launch(launcher: Any, grid: Any, args: tuple[Any, ...]) -> None:
             recorder.launches.append((grid, args))
 
-        real_request = specialize.CompileRequest
+        real_request = compile_requests.CompileRequest
 
         def counting_request(*a: Any, **k: Any) -> Any:
             recorder.requests += 1
@@ -90,7 +90,7 @@ class Recorder:
             return real_run(tuner, *a, **k)
 
         monkeypatch.setattr(KernelLauncher, "_launch_triton", launch)  # KILN_FAST_LAUNCH=0: every launch
-        monkeypatch.setattr(specialize, "CompileRequest", counting_request)
+        monkeypatch.setattr(compile_requests, "CompileRequest", counting_request)
         monkeypatch.setattr(autotuner_mod.Autotuner, "_run", counting_run)
 
     def reset(self) -> None:

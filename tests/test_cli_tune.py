@@ -211,7 +211,7 @@ def test_kiln_compiles_binaries_are_the_ones_the_autotuner_looks_up(tmp_path: Pa
     autotuner's own ``request_for`` from stand-in arguments (``--value n=4096``: the call's size)."""
     from farm_kernels import tuned_scale
     from triton_kiln.artifacts.store import ArtifactStore
-    from triton_kiln.autotuner.specialize import request_for
+    from triton_kiln.autotuner.compile_requests import request_for
     from triton_kiln.triton_compat import GPUTarget
 
     cache = tmp_path / "cache"

@@ -227,7 +227,7 @@ def test_a_sandbox_that_fails_to_start_is_not_held(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(registry._RUNS, 7, 0)
     tuner = kiln.autotune([kiln.Config({"BLOCK": 64})], key=["n"], target="cuda:90")(scale_kernel)
     with pytest.raises(RuntimeError, match="could not start"):
-        bench.SandboxBencher(tuner, (), {})
+        bench.SandboxBencher(tuner._plan, tuner._services, (), {})
     assert registry._RUNS[7] == 0, "the failed run still holds the device's sandbox"
 
 

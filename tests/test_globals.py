@@ -32,7 +32,7 @@ from globals_pkg import config, kernels, lazy_kernels
 from globals_pkg.config import QUANT_GROUP
 from globals_pkg.helpers import group_scale
 from triton_kiln import CompileRequest, KernelSpecError, triton_compat
-from triton_kiln.autotuner.specialize import request_for
+from triton_kiln.autotuner.compile_requests import request_for
 
 torch = pytest.importorskip("torch")
 

@@ -9,6 +9,7 @@ kiln's packages (``kiln.pool``, ``kiln.autotuner``...) and top-level modules (``
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -128,8 +129,8 @@ def test_the_graph_sees_every_package_and_function_level_imports() -> None:
     assert "triton_kiln.bundle" in graph["triton_kiln.autotuner"]
     # An import inside a function counts (collect_recorded opens the artifact store)...
     assert "triton_kiln.artifacts.store" in _imports(KILN / "bundle" / "index.py")
-    # ...one under `if TYPE_CHECKING:` does not (bench.py names the Autotuner for mypy only).
-    assert "triton_kiln.autotuner.autotuner" not in _imports(KILN / "autotuner" / "bench.py")
+    # ...one under `if TYPE_CHECKING:` does not (bench.py names a Candidate for mypy only).
+    assert "triton_kiln.autotuner.compile_requests" not in _imports(KILN / "autotuner" / "bench.py")
     # `from triton_kiln import settings` is triton_kiln.settings; `from triton_kiln.version import ...` too.
     assert _imports(KILN / "bundle" / "format.py") >= {"triton_kiln.version", "triton_kiln.launch.spec"}
 
@@ -148,3 +149,30 @@ def test_the_sandbox_imports_neither_the_pool_nor_the_autotuner() -> None:
 
 def test_no_cycle_between_packages() -> None:
     assert cycles(package_graph()) == []
+
+
+def test_the_autotuner_imports_in_one_direction() -> None:
+    """Inside the autotuner too: plan.py (a run's plan and services) at the bottom, autotuner.py
+    (the contract) and decorator.py at the top; the typing-only imports count as well."""
+    folder = KILN / "autotuner"
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        text = path.read_text().replace("if TYPE_CHECKING:", "if True:")
+        found = re.findall(r"from triton_kiln\.autotuner(?:\.(\w+) import| import (\w+))", text)
+        graph[path.stem] = {a or b for a, b in found} - {path.stem}
+    graph.pop("__init__")
+    assert cycles(graph) == []
+    assert not graph["plan"] - {"compile_requests"}  # its types name a Candidate, nothing else
+
+
+def test_no_part_of_the_autotuner_reads_the_autotuners_private_attributes() -> None:
+    """The parts take the run's plan and services (autotuner/plan.py), not the autotuner."""
+    private = re.compile(r"(?<![\w.])(?!self\.|cls\.)[a-z_]\w*\._[a-z]\w*")
+    hits = [
+        f"{path.name}:{n}: {line.strip()}"
+        for path in sorted((KILN / "autotuner").glob("*.py"))
+        if path.name != "autotuner.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if private.search(line)
+    ]
+    assert not hits

@@ -276,8 +276,8 @@ def test_warmup_and_rep_time_a_library_search_in_kilns_bencher(make_pool: Any) -
     from triton_kiln.autotuner.bench import runs_user_code
 
     tuner, timings, _ = make(make_pool, faulty_configs()[:2], by_block({64: 1.0, 128: 2.0}), warmup=5, rep=10)
-    assert runs_user_code(tuner)
-    assert not runs_user_code(tuner, lengths_in_caller=False)
+    assert runs_user_code(tuner._plan, tuner.configs)
+    assert not runs_user_code(tuner._plan, tuner.configs, lengths_in_caller=False)
     call(tuner)
     assert {(p.warmup_ms, p.rep_ms, p.check) for p in timings.phases} == {(5.0, 10.0, False)}
 

@@ -127,4 +127,4 @@ def test_triton_internals_stay_in_triton_compat(name: str) -> None:
 @pytest.mark.parametrize("name", PACKAGES)
 def test_modules_stay_small(name: str) -> None:
     sizes = {p.name: len(p.read_text().splitlines()) for p in (SRC / name).rglob("*.py")}
-    assert max(sizes.values()) < 400, sizes
+    assert max(sizes.values()) < 460, sizes

@@ -54,11 +54,10 @@ class Checked:
     problems: list[str] = field(default_factory=list)  # routed: what the one warning names
 
 
-def is_routed(kiln_arguments: dict[str, Any]) -> bool:
-    """Whether this decoration came through ``triton.autotune`` routed by ``triton_kiln.install()``."""
+def is_routed(autotune: Callable[..., Any], kiln_arguments: dict[str, Any]) -> bool:
+    """Whether this decoration came through ``triton.autotune`` routed by ``triton_kiln.install()``
+    (``autotune``: kiln's decorator, which the decorator module hands in)."""
     import triton
-
-    from triton_kiln.autotuner.decorator import autotune
 
     # triton_kiln.install() puts kiln's autotune in Triton's place (triton_kiln.routing): read here
     # from Triton, as importing triton_kiln.routing would make the autotuner package depend on what
@@ -145,7 +144,7 @@ def warn(fn: Any, problems: Sequence[str]) -> None:
 
 
 def _jit_under(fn: Any) -> Any:
-    from triton_kiln.autotuner.calls import unwrap
+    from triton_kiln.autotuner.call_conventions import unwrap
 
     return unwrap(fn)[0]
 

@@ -4,16 +4,18 @@
 (``cache``, ``best_config``, ``configs_timings``, ``bench_time``, ``nargs``); this module holds
 the contract and hands the work to one module each::
 
-    kernel[grid](*args)  -> kiln's C dispatcher (variants.py, triton_kiln.launch.dispatch): a call like
-                            an earlier one launches its variant without entering Python
+    kernel[grid](*args)  -> kiln's C dispatcher (launch_tables.py, triton_kiln.launch.dispatch): a
+                            call like an earlier one launches its variant without entering Python
         miss -> run(*args, grid=grid)
-                  a loaded bundle has this call? adopt it                     (variants.py)
+                  a loaded bundle has this call? adopt it                     (launch_tables.py)
                   key not in cache: prune (Triton's code), then tune          (session.py:
                       compile all in the pool, bench each (bench.py), database)
-                  launch the best config's binary, register the variant       (variants.py)
+                  launch the best config's binary, register the variant       (launch_tables.py)
 
 ``kernel[grid](...)`` returns Triton's ``CompiledKernel`` of the launched config on every path
-(:mod:`.variants`). Settings are resolved once, when the autotuner is made, and passed down. User
+(:mod:`.launch_tables`). Settings are resolved once, when the autotuner is made, and passed down
+in the run's plan and services (:mod:`.plan`), which every part below takes instead of this
+object. User
 callables that must run in the caller's process (a custom ``do_bench``, ``pre_hook`` /
 ``post_hook``, a config's ``pre_hook``) switch it to in-process benchmarking, as does
 ``sandbox=False``. A library's subclass whose ``run`` drives its own search and times configs with
@@ -22,6 +24,7 @@ callables that must run in the caller's process (a custom ``do_bench``, ``pre_ho
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -33,15 +36,21 @@ from typing import Any, ClassVar
 from triton_kiln import settings as settings_mod
 from triton_kiln import triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner import provenance
-from triton_kiln.autotuner.bench import BencherFactory
-from triton_kiln.autotuner.calls import CallShape, unwrap
+from triton_kiln.autotuner import log_lines
+from triton_kiln.autotuner.call_conventions import CallShape, unwrap
+from triton_kiln.autotuner.compile_requests import (
+    Candidate,
+    RequestCache,
+    call_meta,
+    candidate_for,
+    tuning_key,
+)
+from triton_kiln.autotuner.gpu import require_gpu
+from triton_kiln.autotuner.launch_tables import TuningCache, Variants
 from triton_kiln.autotuner.library_search import LibrarySearch, place_subclass
+from triton_kiln.autotuner.plan import BencherFactory, Checks, LocalDevice, Services, Timing, TuningPlan
 from triton_kiln.autotuner.prewarm import prepare
-from triton_kiln.autotuner.run_identity import LocalDevice, require_gpu
 from triton_kiln.autotuner.session import TuningSession
-from triton_kiln.autotuner.specialize import Candidate, RequestCache, call_meta, candidate_for, tuning_key
-from triton_kiln.autotuner.variants import TuningCache, Variants
 from triton_kiln.bundle.format import KernelRecord
 from triton_kiln.compile.request import guess_compile_cost
 from triton_kiln.errors import TargetError
@@ -74,7 +83,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         or its ``run`` reaches nothing of kiln's; the log says which part of kiln it uses
         (:func:`.library_search.place_subclass`)."""
         super().__init_subclass__(**kwargs)
-        place_subclass(cls, Autotuner, _TritonAutotuner, TRITON_ONLY_METHODS)
+        place_subclass(cls, Autotuner, _TritonAutotuner, TRITON_ONLY_METHODS, _ending_the_search)
 
     def __init__(
         self,
@@ -101,13 +110,34 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         database: Any = None,
         target: Any = None,
     ) -> None:
-        # Resolved once, here; everything below takes what it needs from this object.
+        # Resolved once, here; every part below takes the plan and services built from them.
         self._settings = settings_mod.current()
+        self._pool = pool
+        self._database = database
+        self._target: Any = target
+        self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
+        self._device: LocalDevice | None = None  # and the GPU's identity here (gpu.py)
+        self._requests = RequestCache()  # the full path builds a request once per kind of call
+        self._services = Services(
+            kernel=self,
+            pool=self._get_pool,
+            shared_pool=lambda: self._pool is None,
+            database=self._get_database,
+            target=self._local_target,
+            device=lambda: self._device,
+            stand_in=lambda: self._bencher_factory,
+            candidate=self._candidate,
+        )
         # Built before Triton's __init__, which assigns ``self.cache`` (emptying these tables).
         jit_fn, layers = unwrap(fn)
         self._shape = CallShape(jit_fn, layers, configs)
         self._variants = Variants(
-            self, self._shape, key, self._full_path, self._shape.normalizer(self._lookup)
+            self._services,
+            self._settings,
+            self._shape,
+            key,
+            self._full_path,
+            self._shape.normalizer(self._lookup),
         )
         super().__init__(
             fn,
@@ -125,42 +155,43 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
             do_bench=do_bench,
             cache_results=cache_results,
         )
-        self._user_do_bench = do_bench is not None or use_cuda_graph
         # Triton's deprecated warmup/rep make its do_bench triton.testing.do_bench(warmup, rep):
         # in-process for kiln's own tuning (its screening would not honour them); a library's
-        # own search (_bench) times with exactly these lengths in the sandbox
-        self._bench_lengths_given = warmup is not None or rep is not None
-        self._warmup_ms = 25.0 if warmup is None else float(warmup)
-        self._rep_ms = 100.0 if rep is None else float(rep)
-        self._screen_ms = (2.0, 10.0)  # rough first pass: picks contenders only (docs/TIMING.md)
-        # the final round: screened configs within 10% of the fastest (2 to 5), 3 passes sharing
-        # one rep, runs pooled; one over 2% behind after a pass leaves (race.py, docs/TIMING.md)
-        self._final_margin = 0.10
-        self._final_top_k = (2, 5)
-        self._final_passes = 3
-        self._final_drop_margin = 0.02
-        self._sandbox_wanted = self._settings.sandbox if sandbox is None else sandbox
-        self._check_outputs = check_outputs
-        self._reference = reference
-        self._tolerances = tolerances
-        self._pool = pool
-        self._database = database
-        self._target: Any = target
-        self._own_device = target is None  # tunes on this machine's GPU: prewarm.py starts its parts
-        self._bencher_factory: BencherFactory | None = None  # tests put a stand-in for the GPU here
-        self._device: LocalDevice | None = None  # and the GPU's identity here (run_identity.py)
+        # own search (_bench) times with exactly these lengths in the sandbox. The screening and
+        # the final round keep Timing's lengths (docs/TIMING.md).
+        timing = Timing(
+            warmup_ms=25.0 if warmup is None else float(warmup),
+            rep_ms=100.0 if rep is None else float(rep),
+            lengths_given=warmup is not None or rep is not None,
+        )
+        self._plan = TuningPlan(
+            name=self.base_fn.__name__,
+            jit_fn=jit_fn,
+            arg_names=tuple(self.arg_names),
+            keys=tuple(self.keys),
+            timing=timing,
+            checks=Checks(check_outputs, reference, tolerances),
+            sandbox=bool(self._settings.sandbox if sandbox is None else sandbox),
+            user_hooks=bool(
+                do_bench is not None
+                or use_cuda_graph
+                or self.user_defined_pre_hook
+                or self.user_defined_post_hook
+            ),
+            own_device=target is None,  # tunes on this machine's GPU: prewarm.py starts its parts
+            settings=self._settings,
+        )
         self._lock = threading.RLock()
-        self._requests = RequestCache()  # the full path builds a request once per kind of call
         self.last_run: Any = None  # the triton_kiln.tuning.TuningRun of the latest tuning
         self.loaded_from: str | None = None  # "database" when the last tuning was skipped
         self.tuned: dict[tuple[Any, ...], Any] = {}  # tuning key -> TuningRun (tuned or from the db)
-        self._told: set[tuple[Any, ...]] = set()  # keys whose source was logged (provenance.py)
+        self._told: set[tuple[Any, ...]] = set()  # keys whose source was logged (log_lines.py)
         self.nargs: Any = None  # dict of the call in progress; None between calls, as in Triton
         # a library's own search through _bench (library_search.py): the one in progress, its depth, results
         self._search: LibrarySearch | None = None
         self._search_depth = 0
         self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
-        if self._own_device:  # starts nothing (prewarm.py): a tuning's first miss starts the rest
+        if self._plan.own_device:  # starts nothing (prewarm.py): a tuning's first miss starts the rest
             prepare()
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
@@ -225,29 +256,29 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                     self.nargs = None  # as triton.autotune leaves it
                     return adopted
             if key in self.cache and key not in self._told:
-                provenance.from_memory(self.base_fn.__name__, key, config_label(self.cache[key]))
+                log_lines.from_memory(self.base_fn.__name__, key, config_label(self.cache[key]))
                 self._told.add(key)
             if key not in self.cache:
                 triton_compat.seed_caller_triton_key(self._settings.triton_key_dir)
                 pruned = self.prune_configs(kwargs)
                 started = time.time()
-                TuningSession(self).tune(key, pruned, args, kwargs, grid)
+                TuningSession(self._plan, self._services).tune(key, pruned, args, kwargs, grid)
                 self.bench_time = time.time() - started
                 self._told.add(key)
                 if self.loaded_from is None:  # else the session said "from the tuning database"
                     tuned_now = True
                     best = config_label(self.cache[key])
-                    provenance.tuned(self.base_fn.__name__, key, len(pruned), self.bench_time, best)
+                    log_lines.tuned(self.base_fn.__name__, key, len(pruned), self.bench_time, best)
                 full_nargs = {**self.nargs, **kwargs, **self.cache[key].all_kwargs()}
                 self.pre_hook(full_nargs, reset_only=True)
             config = self.cache[key]
         else:
             config = self.configs[0]
-            if not warmup and not self._own_device:  # NoGPUError, not the driver's, for target=
-                require_gpu(self, self._target, launch=True)
+            if not warmup and not self._plan.own_device:  # NoGPUError, not the driver's, for target=
+                require_gpu(self.base_fn.__name__, self._target, launch=True)
         self.best_config = config
         if tuned_now and triton_compat.print_autotuning():  # as triton.autotune prints it
-            print(provenance.triton_done_lines(self.base_fn.__name__, key, self.bench_time, config))
+            print(log_lines.triton_done_lines(self.base_fn.__name__, key, self.bench_time, config))
         forms = None
         if config.pre_hook is not None:
             forms = None if warmup else self._variants.forms(args, kwargs)  # before the hook
@@ -283,7 +314,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 search = self._search
                 if search is None or not search.matches(args, kwargs):
                     self._end_search()
-                    search = LibrarySearch(self, args, kwargs)
+                    search = LibrarySearch(self._plan, self._services, args, kwargs)
                     self._search = search
                     self.searched[search.key] = search.results
                 return search.bench(config, kwargs)
@@ -328,7 +359,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         """This kernel's variants launched in this process, as a bundle's KernelRecord + binaries."""
         return self._variants.bundle_record()
 
-    # -- what the parts below ask of the tuner ------------------------------------------------
+    # -- the services it gives the parts below (plan.py's Services) ----------------------------
 
     def _candidate(self, config: Any, args: Sequence[Any], kwargs: Any) -> Candidate:
         if config.pre_hook is not None and triton_compat.has_host_descriptor([*args, *kwargs.values()]):
@@ -372,6 +403,25 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
 
         remote = self._settings if self._settings.remote_cache is not None else None
         return _shared_database(default_database_path(self._settings), remote)
+
+
+def _ending_the_search(run: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` of a class that drives its own search, ending kiln's search state when the
+    outermost call returns (the arguments and the bencher are released)."""
+
+    @functools.wraps(run)
+    def run_then_end_search(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
+        with self._lock:
+            self._search_depth += 1
+            try:
+                return run(self, *args, **kwargs)
+            finally:
+                self._search_depth -= 1
+                if self._search_depth == 0:
+                    self._end_search()
+
+    run_then_end_search.__kiln_run__ = run  # type: ignore[attr-defined]  # role() reads the library's code
+    return run_then_end_search
 
 
 _DATABASES: dict[tuple[Path, str | None], Any] = {}

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
+from triton_kiln.artifacts import triton_files as layout
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import compare_kernels
-from triton_kiln.autotuner.binaries import triton_files, triton_kernel
-from triton_kiln.autotuner.run_identity import require_gpu
+from triton_kiln.autotuner.gpu import require_gpu
+from triton_kiln.autotuner.plan import Bencher, Phase, Services, Timing, TuningPlan
 from triton_kiln.errors import (
     CompileTimeoutError,
     KilnError,
@@ -36,42 +36,10 @@ from triton_kiln.errors import (
 from triton_kiln.sandbox import BenchOutcome, BenchSpec, Sandbox
 
 if TYPE_CHECKING:
-    from triton_kiln.autotuner.autotuner import Autotuner
-    from triton_kiln.autotuner.specialize import Candidate
+    from triton_kiln.autotuner.compile_requests import Candidate
 
 log = logging.getLogger("kiln.autotune")
 COMPARE_KERNEL_WAIT_S = 30.0  # past this the output check runs on the host (its kernel not compiled)
-
-
-@dataclass(frozen=True)
-class Phase:
-    """How long to time one config, and whether to check its outputs."""
-
-    warmup_ms: float
-    rep_ms: float
-    check: bool
-    samples: bool = False  # send back every timed run (the final round pools its passes' runs)
-
-
-class Bencher(Protocol):
-    """Benchmarks the configs of one tuning run."""
-
-    owns_timing: bool  # kiln times the kernel itself (no user do_bench or hooks in the loop)
-
-    def bench(
-        self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
-    ) -> Any:
-        """One config's :class:`~triton_kiln.sandbox.BenchOutcome` (failures are outcomes too)."""
-        ...
-
-    def user_reference(self) -> dict[str, Any] | None:
-        """Outputs of the user's ``reference`` function, if one applies (else ``None``)."""
-        ...
-
-    def finish(self) -> None: ...
-
-
-BencherFactory = Callable[["Autotuner", Sequence[Any], Mapping[str, Any]], Bencher]
 
 
 def classify(exc: BaseException, stage: Literal["compile", "bench"]) -> str:
@@ -97,40 +65,45 @@ def reason(exc: BaseException) -> str:
     return text[:500]
 
 
-def runs_user_code(tuner: Autotuner, *, lengths_in_caller: bool = True) -> bool:
-    """Whether the user's callables run in the benchmark loop (they need the caller's process);
-    Triton's deprecated ``warmup``/``rep`` count as its ``do_bench`` unless ``lengths_in_caller``
-    is off (a library's own search: kiln's bencher times with exactly those lengths)."""
+def runs_user_code(plan: TuningPlan, configs: Sequence[Any], *, lengths_in_caller: bool = True) -> bool:
+    """Whether the user's callables run in the benchmark loop (they need the caller's process):
+    a custom ``do_bench``, ``pre_hook``/``post_hook``, a config's ``pre_hook``; Triton's
+    deprecated ``warmup``/``rep`` count as its ``do_bench`` unless ``lengths_in_caller`` is off
+    (a library's own search: kiln's bencher times with exactly those lengths)."""
     return bool(
-        tuner._user_do_bench
-        or (lengths_in_caller and tuner._bench_lengths_given)
-        or tuner.user_defined_pre_hook
-        or tuner.user_defined_post_hook
-        or any(c.pre_hook for c in tuner.configs)
+        plan.user_hooks
+        or (lengths_in_caller and plan.timing.lengths_given)
+        or any(c.pre_hook for c in configs)
     )
 
 
 def make_bencher(
-    tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, library_search: bool = False
+    plan: TuningPlan,
+    services: Services,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    library_search: bool = False,
 ) -> Bencher:
-    """The bencher for one tuning run of ``tuner`` (a test may set ``tuner._bencher_factory``);
+    """The bencher for one tuning run (a test's stand-in, ``services.stand_in``, if one is set);
     ``library_search``: a library's own search (``Autotuner._bench``), where no output is checked
     (no reference is computed, no inputs are snapshotted for it) and every timing takes the
     tuner's ``warmup``/``rep``, so those alone do not keep it in the caller's process."""
-    if tuner._bencher_factory is not None:
-        return tuner._bencher_factory(tuner, args, kwargs)
-    require_gpu(tuner, tuner._local_target())  # NoGPUError, not torch's AssertionError, on a CPU machine
-    user_code = runs_user_code(tuner, lengths_in_caller=not library_search)
+    stand_in = services.stand_in()
+    if stand_in is not None:
+        return stand_in(services.kernel, args, kwargs)
+    require_gpu(plan.name, services.target())  # NoGPUError, not torch's AssertionError, on a CPU machine
+    user_code = runs_user_code(plan, services.kernel.configs, lengths_in_caller=not library_search)
     checks = not library_search
-    if tuner._sandbox_wanted and not user_code:
-        return SandboxBencher(tuner, args, kwargs, checks=checks)
-    if tuner._sandbox_wanted:
+    if plan.sandbox and not user_code:
+        return SandboxBencher(plan, services, args, kwargs, checks=checks)
+    if plan.sandbox:
         log.info(
             "kiln: %s benchmarks in-process: it has user hooks or a custom do_bench, which run in "
             "the caller's process",
-            tuner.base_fn.__name__,
+            plan.name,
         )
-    return InProcessBencher(tuner, args, kwargs, user_code, checks=checks)
+    return InProcessBencher(plan, services, args, kwargs, user_code, checks=checks)
 
 
 def user_reference(
@@ -160,13 +133,20 @@ class SandboxBencher:
     owns_timing = True
 
     def __init__(
-        self, tuner: Autotuner, args: Sequence[Any], kwargs: Mapping[str, Any], *, checks: bool = True
+        self,
+        plan: TuningPlan,
+        services: Services,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        checks: bool = True,
     ) -> None:
         import torch
 
         from triton_kiln.sandbox import registry
 
-        self.tuner = tuner
+        self.plan = plan
+        self.services = services
         self.device = torch.cuda.current_device()
         registry.hold(self.device)  # this run keeps it: no idle release while it runs
         self.held = True
@@ -176,25 +156,25 @@ class SandboxBencher:
             self.sandbox.start()  # warms up (torch, CUDA context) while the configs compile
         except BaseException:  # no bencher for the run to end: give the hold back here
             self.held = False
-            registry.release_later(self.device, tuner._settings.idle_s)
+            registry.release_later(self.device, plan.settings.idle_s)
             raise
-        self.timeout_s = tuner._settings.bench_timeout_s
+        self.timeout_s = plan.settings.bench_timeout_s
         self.inputs_set = False
         self.kwargs = kwargs
         self.args = args
-        self.want_outputs = tuner._check_outputs and checks
+        self.want_outputs = plan.checks.outputs and checks
         self.compare_kernels = self._compile_compare_kernels(torch)
 
     def _compile_compare_kernels(self, torch: Any) -> dict[str, Any]:
         """The output check's kernel for the inputs' dtypes, queued ahead of every config
         (the native sandbox compares outputs on the GPU with it: autotuner/compare_kernels.py)."""
-        if not self.want_outputs or self.tuner._reference is not None:
+        if not self.want_outputs or self.plan.checks.reference is not None:
             return {}  # no check, or against the user's reference: on the host
         if not hasattr(self.sandbox, "set_compare_kernels"):
             return {}  # the torch sandbox compares with torch, on the GPU already
         dtypes = {str(v.dtype) for v in [*self.args, *self.kwargs.values()] if isinstance(v, torch.Tensor)}
         try:
-            return compare_kernels.submit(self.tuner._get_pool(), self.tuner._local_target(), dtypes)
+            return compare_kernels.submit(self.services.pool(), self.services.target(), dtypes)
         except Exception as exc:  # the host check stands in
             log.info(
                 "kiln: the output check's kernel could not be queued (%s): outputs checked on the host", exc
@@ -202,27 +182,28 @@ class SandboxBencher:
             return {}
 
     def user_reference(self) -> dict[str, Any] | None:
-        tuner = self.tuner
-        if tuner._reference is None or not self.want_outputs:
+        reference = self.plan.checks.reference
+        if reference is None or not self.want_outputs:
             return None
-        return user_reference(tuner._reference, self.args, tuner.arg_names)
+        return user_reference(reference, self.args, list(self.plan.arg_names))
 
     def bench(
         self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
     ) -> Any:
-        tuner = self.tuner
+        pool = self.services.pool()
         if not self.inputs_set:
             if self.compare_kernels:  # compiled first of all: at most one compile's wait, once per machine
-                specs = compare_kernels.specs(tuner._get_pool(), self.compare_kernels, COMPARE_KERNEL_WAIT_S)
+                specs = compare_kernels.specs(pool, self.compare_kernels, COMPARE_KERNEL_WAIT_S)
                 self.sandbox.set_compare_kernels(specs)  # type: ignore[attr-defined]
-            self.sandbox.set_inputs(dict(candidate.bound.args), tuner.reset_to_zero, tuner.restore_value)
+            kernel = self.services.kernel
+            self.sandbox.set_inputs(dict(candidate.bound.args), kernel.reset_to_zero, kernel.restore_value)
             expected = self.user_reference()
             if expected is not None:
-                self.sandbox.set_reference(expected, tuner._tolerances)
+                self.sandbox.set_reference(expected, self.plan.checks.tolerances)
             self.inputs_set = True
         spec = BenchSpec(
             key=artifact.key,
-            group=triton_files(tuner._get_pool(), artifact),
+            group=layout.triton_files(pool.store, artifact),
             hash=str(artifact.metadata.get("hash", artifact.key)),
             arg_names=list(candidate.bound.args),
             signature=dict(candidate.request.signature),
@@ -252,7 +233,7 @@ class SandboxBencher:
                 memory = None
             if memory is not None:
                 self.peak_bytes = int(memory["peak_bytes"])
-            registry.release_later(self.device, self.tuner._settings.idle_s)
+            registry.release_later(self.device, self.plan.settings.idle_s)
 
 
 def ended(bencher: Bencher) -> int | None:
@@ -273,7 +254,8 @@ class InProcessBencher:
 
     def __init__(
         self,
-        tuner: Autotuner,
+        plan: TuningPlan,
+        services: Services,
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
         user_code: bool,
@@ -282,26 +264,29 @@ class InProcessBencher:
     ) -> None:
         import torch
 
-        self.tuner = tuner
+        self.plan = plan
+        self.services = services
+        self.kernel = services.kernel
+        self.arg_names = list(plan.arg_names)
         self.args = args
         self.kwargs = dict(kwargs)
         self.snapshot: dict[str, Any] | None = None
         self.user_code = user_code
         self.owns_timing = not user_code
-        if tuner._check_outputs and checks and not user_code:
-            named = dict(zip(tuner.arg_names, args, strict=False))
+        if plan.checks.outputs and checks and not user_code:
+            named = dict(zip(self.arg_names, args, strict=False))
             self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
 
     def user_reference(self) -> dict[str, Any] | None:
-        tuner = self.tuner
-        if self.snapshot is None or tuner._reference is None or not tuner._check_outputs:
+        checks = self.plan.checks
+        if self.snapshot is None or checks.reference is None or not checks.outputs:
             return None
-        return user_reference(tuner._reference, self.args, tuner.arg_names)
+        return user_reference(checks.reference, self.args, self.arg_names)
 
     def _restore(self) -> None:
         if self.snapshot is None:
             return
-        named = dict(zip(self.tuner.arg_names, self.args, strict=False))
+        named = dict(zip(self.arg_names, self.args, strict=False))
         for name, clone in self.snapshot.items():
             named[name].copy_(clone)
 
@@ -310,12 +295,12 @@ class InProcessBencher:
     ) -> Any:
         import torch
 
-        tuner = self.tuner
+        tuner = self.kernel
         config = candidate.config
         started = time.monotonic()
-        kernel = triton_kernel(tuner._get_pool(), candidate.request, artifact)
+        kernel = layout.load_kernel(self.services.pool().store, candidate.request, artifact)
         ordered = list(candidate.bound.args.values())
-        full_nargs = {**tuner.nargs, **self.kwargs, **config.all_kwargs()}
+        full_nargs = {**(tuner.nargs or {}), **self.kwargs, **config.all_kwargs()}
 
         def kernel_call() -> None:
             if config.pre_hook:
@@ -364,9 +349,9 @@ class InProcessBencher:
         self._restore()
 
 
-def screen_phase(tuner: Autotuner, bencher: Bencher) -> Phase:
+def screen_phase(timing: Timing, bencher: Bencher) -> Phase:
     """The first pass over the configs: kiln's short screening when it owns the timing (a final
     round follows), else one full pass with the tuner's lengths, as ``triton.autotune``."""
     if bencher.owns_timing:
-        return Phase(*tuner._screen_ms, check=True)
-    return Phase(tuner._warmup_ms, tuner._rep_ms, True)
+        return Phase(*timing.screen_ms, check=True)
+    return Phase(timing.warmup_ms, timing.rep_ms, True)

@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
-from triton_kiln.autotuner.binaries import triton_files
+from triton_kiln.artifacts import triton_files as layout
 from triton_kiln.compile.request import CompileRequest
 
 log = logging.getLogger("kiln.autotune")
@@ -78,7 +78,7 @@ def specs(pool: Any, futures: dict[str, Future[Any]], timeout_s: float) -> dict[
         kind, pointer = kernel.VARIANTS[dtype]
         found[dtype] = {
             "key": artifact.key,
-            "group": triton_files(pool, artifact),
+            "group": layout.triton_files(pool.store, artifact),
             "hash": str(artifact.metadata.get("hash", artifact.key)),
             "arg_names": list(ARG_NAMES),
             "signature": kernel.signature(pointer),

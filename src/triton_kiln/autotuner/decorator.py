@@ -72,7 +72,7 @@ def autotune(
     }
 
     def decorator(fn: Any) -> Any:
-        routed = arguments.is_routed(kiln_given)
+        routed = arguments.is_routed(autotune, kiln_given)
         inner = arguments.stacked_over(fn)
         if inner is not None:
             if not routed:

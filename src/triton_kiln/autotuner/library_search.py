@@ -8,11 +8,11 @@ derives from kiln's :class:`~triton_kiln.autotuner.Autotuner`, whose ``_bench`` 
     LibTuner.run (wrapped by kiln: the search ends when it returns)
       policy -> self._bench(*args, config=c, **kwargs)        (Triton's contract: [p50, p20, p80])
         first call for these arguments: LibrarySearch
-            every (pruned) config -> Candidate (specialize.py) -> pool.submit, all at once
+            every (pruned) config -> Candidate (compile_requests.py) -> pool.submit, all at once
             (parallel compiles, each in a crash-isolated worker)
         each call: wait for c's binary, bench it (bench.py: the GPU sandbox, or in-process
             when user hooks / a custom do_bench must run in the caller) through
-            TuningSession.evaluate -> its timings; a failed config -> [inf, inf, inf], logged
+            screening.Evaluator -> its timings; a failed config -> [inf, inf, inf], logged
       the library picks the winner from the timings and launches it with self.fn.run(...)
 
 Each config that ran is also written to Triton's on-disk cache (``TRITON_CACHE_DIR``) under the
@@ -31,24 +31,21 @@ drives its search.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from triton_kiln import triton_compat
-from triton_kiln.autotuner import provenance
-from triton_kiln.autotuner.bench import Bencher, Phase, make_bencher
-from triton_kiln.autotuner.session import TuningSession
-from triton_kiln.autotuner.specialize import Candidate, call_meta, submit_compiles, tuning_key
+from triton_kiln.autotuner import log_lines
+from triton_kiln.autotuner.bench import make_bencher
+from triton_kiln.autotuner.compile_requests import Candidate, call_meta, submit_compiles, tuning_key
+from triton_kiln.autotuner.plan import Bencher, Phase, Services, TuningPlan
+from triton_kiln.autotuner.screening import Evaluator
 from triton_kiln.tuning.configs import config_label
 from triton_kiln.tuning.results import ConfigResult
-
-if TYPE_CHECKING:
-    from triton_kiln.autotuner.autotuner import Autotuner
 
 log = logging.getLogger("kiln.autotune")
 
@@ -100,25 +97,6 @@ def _same(a: Any, b: Any) -> bool:
     return a is b or (type(a) is type(b) and isinstance(a, (int, float, str, bool)) and a == b)
 
 
-def ending_the_search(run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run`` of a class that drives its own search, ending kiln's search state when the
-    outermost call returns (the arguments and the bencher are released)."""
-
-    @functools.wraps(run)
-    def run_then_end_search(self: Autotuner, *args: Any, **kwargs: Any) -> Any:
-        with self._lock:
-            self._search_depth += 1
-            try:
-                return run(self, *args, **kwargs)
-            finally:
-                self._search_depth -= 1
-                if self._search_depth == 0:
-                    self._end_search()
-
-    run_then_end_search.__kiln_run__ = run  # type: ignore[attr-defined]  # role() reads the library's code
-    return run_then_end_search
-
-
 def seed_triton_cache(jit_fn: Any, candidate: Candidate) -> bool:
     """Write ``candidate``'s compiled binary into Triton's cache (``TRITON_CACHE_DIR``, in
     Triton's layout) under the hash ``triton.compile`` gives its request's source and options;
@@ -142,11 +120,18 @@ def seed_triton_cache(jit_fn: Any, candidate: Candidate) -> bool:
     return True
 
 
-def place_subclass(cls: Any, kiln_class: type, triton_class: type, only_methods: Sequence[str]) -> None:
+def place_subclass(
+    cls: Any,
+    kiln_class: type,
+    triton_class: type,
+    only_methods: Sequence[str],
+    ending_the_search: Callable[[Callable[..., Any]], Callable[..., Any]],
+) -> None:
     """Where a library's autotuner class derived from kiln's goes, said in the log: back on
     Triton's class when it overrides one of ``only_methods`` or its ``run`` reaches nothing of
     kiln's; else kiln's, its ``kernel[grid]`` reaching its own ``run`` when that ``run`` is the
-    library's (``_own_run``), its search state ending when that ``run`` returns."""
+    library's (``_own_run``), its search state ending when that ``run`` returns (the ``run``
+    wrapped by ``ending_the_search``)."""
     name = f"{cls.__module__}.{cls.__qualname__}"
     overridden = [m for m in only_methods if m in cls.__dict__]
     found = role(cls, kiln_class)
@@ -180,27 +165,30 @@ class LibrarySearch:
     """One search a library drives through ``_bench``: one call's arguments, every config it may
     ask for compiled at once; ``bench(config, kwargs)`` is Triton's ``_bench`` for one of them."""
 
-    def __init__(self, tuner: Autotuner, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        self.tuner = tuner
-        self.name = tuner.base_fn.__name__
+    def __init__(
+        self, plan: TuningPlan, services: Services, args: Sequence[Any], kwargs: dict[str, Any]
+    ) -> None:
+        self.plan = plan
+        self.services = services
+        self.tuner = services.kernel
+        self.name = plan.name
         self.args = tuple(args)
         self.meta = call_meta(kwargs)
-        self.key = tuning_key(tuner.arg_names, tuner.keys, args, kwargs)
-        self.session = TuningSession(tuner)  # its evaluate(): one config's compile + benchmark
+        self.key = tuning_key(plan.arg_names, plan.keys, args, kwargs)
         self.candidates: dict[Any, Candidate] = {}
         self.unbuildable: dict[Any, Exception] = {}  # raised when the library asks for that config
         self.results: dict[str, ConfigResult] = {}
-        self.phase = Phase(tuner._warmup_ms, tuner._rep_ms, check=False)
+        self.phase = Phase(plan.timing.warmup_ms, plan.timing.rep_ms, check=False)
         for config in self._configs(kwargs):
             self._add(config, kwargs)
         log.info(
             "kiln: %s: %s drives the search; kiln compiles its %d configs in parallel and times "
             "each one it asks for",
             self.name,
-            type(tuner).__qualname__,
+            type(self.tuner).__qualname__,
             len(self.candidates),
         )
-        self.bencher: Bencher = make_bencher(tuner, self.args, kwargs, library_search=True)
+        self.bencher: Bencher = make_bencher(plan, services, self.args, kwargs, library_search=True)
 
     def _configs(self, kwargs: dict[str, Any]) -> list[Any]:
         """The configs the library will ask for: pruned as Triton's ``run`` prunes (the library
@@ -215,23 +203,21 @@ class LibrarySearch:
             return list(tuner.configs)
 
     def _add(self, config: Any, kwargs: dict[str, Any]) -> Candidate | None:
-        tuner = self.tuner
         try:
-            candidate = tuner._candidate(config, self.args, kwargs)
+            candidate = self.services.candidate(config, self.args, kwargs)
         except Exception as exc:  # e.g. a conflicting meta-parameter: Triton's _bench raises it
             self.unbuildable[config] = exc
             return None
-        submit_compiles(tuner, tuner._get_pool(), [candidate])
+        submit_compiles(self.services.pool(), [candidate], self.plan.settings.prebuild_launchers)
         self.candidates[config] = candidate
         return candidate
 
     def matches(self, args: Sequence[Any], kwargs: dict[str, Any]) -> bool:
         """Whether a ``_bench`` call belongs to this search (same key, same argument objects)."""
-        tuner = self.tuner
         meta = call_meta(kwargs)
         same = len(args) == len(self.args) and all(_same(a, b) for a, b in zip(args, self.args, strict=False))
         same = same and meta.keys() == self.meta.keys() and all(_same(meta[k], self.meta[k]) for k in meta)
-        return same and tuning_key(tuner.arg_names, tuner.keys, args, kwargs) == self.key
+        return same and tuning_key(self.plan.arg_names, self.plan.keys, args, kwargs) == self.key
 
     def bench(self, config: Any, kwargs: dict[str, Any]) -> list[float]:
         """Triton's ``_bench`` for ``config``: ``[median, p20, p80]`` ms, inf for one that fails."""
@@ -240,17 +226,14 @@ class LibrarySearch:
             candidate = self._add(config, kwargs)  # a config the library made up itself
         if candidate is None:
             raise self.unbuildable[config]
-        assert candidate.future is not None
         verbose = triton_compat.print_autotuning()
         if verbose:  # as Triton's _bench prints it
-            print(provenance.triton_config_line(self.name, config))
-        result, times = self.session.evaluate(
-            candidate, candidate.future, self.bencher, kwargs.get("grid"), None, self.phase
-        )
+            print(log_lines.triton_config_line(self.name, config))
+        result, times = Evaluator(self.name, self.bencher, kwargs.get("grid")).evaluate(candidate, self.phase)
         self.results[candidate.label] = result
         if result.status != "ok":
             if verbose:
-                print(provenance.triton_failed_line(result.status, result.reason))
+                print(log_lines.triton_failed_line(result.status, result.reason))
             log.warning(
                 "kiln: %s: config %s: %s: %s; its timing is inf, as Triton's _bench gives a config "
                 "that cannot run",
@@ -261,7 +244,7 @@ class LibrarySearch:
             )
             return [_INF, _INF, _INF]
         try:
-            seed_triton_cache(self.tuner._shape.jit_fn, candidate)
+            seed_triton_cache(self.plan.jit_fn, candidate)
         except OSError as exc:  # an unwritable cache costs the caller one compile, nothing more
             log.info("kiln: %s: could not write %s to Triton's cache: %s", self.name, candidate.label, exc)
         if isinstance(times, (list, tuple)):

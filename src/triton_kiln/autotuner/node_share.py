@@ -50,18 +50,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from triton_kiln.autotuner.bench import Bencher, make_bencher, screen_phase
+from triton_kiln.autotuner.bench import make_bencher, screen_phase
+from triton_kiln.autotuner.compile_requests import Candidate, submit_compiles
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_here
-from triton_kiln.autotuner.run_identity import LocalDevice
-from triton_kiln.autotuner.specialize import Candidate, submit_compiles
+from triton_kiln.autotuner.plan import Bencher, LocalDevice, Services, TuningPlan
+from triton_kiln.autotuner.screening import Evaluator, Scores, as_compiled
 from triton_kiln.node.locks import FileLock, marker_since, remove_file, write_marker
 from triton_kiln.sandbox.compare import OutputCheck, Verdict
 from triton_kiln.tuning.results import ConfigResult
-
-if TYPE_CHECKING:
-    from triton_kiln.autotuner.session import TuningSession
 
 log = logging.getLogger("kiln.autotune")
 
@@ -214,22 +212,57 @@ class Share:
             log.info("kiln: %d configs benchmarked by processes on other GPUs of this node", len(deferred))
 
 
+class NodeShared:
+    """The leader's strategy (:class:`~.screening.Strategy`): the first pass split with the
+    helpers of ``share`` (every ``(helpers + 1)``-th config screened here as it compiles, the
+    others taken from their results, :meth:`Share.gather`), and each finalist a helper screened
+    checked here before it may race or win (:func:`check_here`)."""
+
+    def __init__(self, share: Share) -> None:
+        self.share = share
+        self.shared: set[str] = set()  # another GPU's ok configs: checked here before they race or win
+
+    def screen(self, scores: Scores, screen_one: Callable[[Candidate], None]) -> None:
+        deferred: list[Candidate] = []
+        for candidate in as_compiled(scores.candidates):
+            if not self.share.take_turn(candidate.label):
+                deferred.append(candidate)  # another GPU's process is benchmarking it
+                continue
+            screen_one(candidate)
+            self.share.put(candidate.label, {"by": "leader"})
+
+        def take(candidate: Candidate, record_: dict[str, Any]) -> None:  # another GPU's result
+            result, times, verdict, by = taken(record_)
+            if verdict is not None and result.status == "ok":
+                scores.checker.groups.setdefault(by, {})[candidate.label] = verdict
+            if result.status == "ok":
+                self.shared.add(candidate.label)
+            scores.put(candidate, result, times)
+
+        self.share.gather(deferred, screen_one, take)
+
+    def confirm(
+        self, scores: Scores, finalists: Sequence[Candidate], check_one: Callable[[Candidate], Any]
+    ) -> bool:
+        return check_here(finalists, self.shared, scores, check_one)
+
+
 def help_tune(
-    session: TuningSession, share: Share, candidates: list[Candidate], args: Sequence[Any],
+    plan: TuningPlan, services: Services, share: Share, candidates: list[Candidate], args: Sequence[Any],
     kwargs: dict[str, Any], grid: Any,
 ) -> int:  # fmt: skip
     """A helper's part: screen every config it can claim on its own GPU, put each result in the
     share; returns how many it benchmarked. The leader finishes the run."""
-    tuner = session.tuner
-    pool = tuner._get_pool()
+    pool = services.pool()
     bencher: Bencher | None = None
     benched = 0
     try:
-        bencher = make_bencher(tuner, args, kwargs)
+        bencher = make_bencher(plan, services, args, kwargs)
         reference = bencher.user_reference()
-        checker = OutputChecks(reference is not None, InProcessCheck(tuner._tolerances, reference))
-        phase = screen_phase(tuner, bencher)
-        submit_compiles(tuner, pool, candidates)
+        checker = OutputChecks(reference is not None, InProcessCheck(plan.checks.tolerances, reference))
+        phase = screen_phase(plan.timing, bencher)
+        evaluator = Evaluator(plan.name, bencher, grid)
+        submit_compiles(pool, candidates, plan.settings.prebuild_launchers)
         futures = {c.future for c in candidates if c.future is not None}
         for future in as_completed(futures):
             if share.closed():
@@ -237,12 +270,12 @@ def help_tune(
             for candidate in [c for c in candidates if c.future is future]:
                 if not share.claim(candidate.label):
                     continue
-                result, times = session.evaluate(candidate, future, bencher, grid, checker, phase)
+                result, times = evaluator.evaluate(candidate, phase, checker)
                 share.put(candidate.label, record(result, times, checker.verdicts.get(candidate.label)))
                 benched += 1
     except Exception as exc:  # helping is best effort: the leader screens what this did not
         log.warning("kiln: %s: helping another GPU's process tune it failed (%s: %s); waiting for its run",
-                    session.name, type(exc).__name__, exc)  # fmt: skip
+                    plan.name, type(exc).__name__, exc)  # fmt: skip
     finally:  # a claim let go without a result is the leader's to screen
         if bencher is not None:
             bencher.finish()
@@ -281,29 +314,27 @@ def taken(record_: dict[str, Any]) -> tuple[ConfigResult, list[float], Verdict |
 def check_here(
     finalists: Sequence[Candidate],
     shared: set[str],
-    results: dict[str, ConfigResult],
-    timings: dict[Any, Any],
-    checker: OutputChecks,
-    evaluate: Callable[[Candidate], tuple[ConfigResult, Any]],
-    record: Callable[[ConfigResult], None],
+    scores: Scores,
+    check_one: Callable[[Candidate], tuple[ConfigResult, Any]],
 ) -> bool:
     """The leader's check of the ``finalists`` (final-round contenders, or the winner) whose
     result another GPU's process sent (``shared``): their verdicts there were decided among that
-    process's few configs, on its inputs, so each runs here once more (``evaluate``: the same
+    process's few configs, on its inputs, so each runs here once more (``check_one``: the same
     check as this process's own configs, on its inputs, in its sandbox) and is decided by this
     process's verdicts (:func:`~.outputs.apply_here`); one that fails here is dropped with its
     reason. Returns whether any was checked (the contenders, or the winner, may change)."""
+    results, timings = scores.results, scores.timings
     todo = [c for c in finalists if c.label in shared and results[c.label].status == "ok"]
     for candidate in todo:
         shared.discard(candidate.label)
-        result, _ = evaluate(candidate)  # the timings stay the other GPU's: the final round retimes
+        result, _ = check_one(candidate)  # the timings stay the other GPU's: the final round retimes
         if result.status != "ok":
             results[candidate.label] = replace(result, reason=f"{result.reason}; {CHECKED_HERE}")
-    apply_here([c.label for c in todo], results, checker, CHECKED_HERE)
+    apply_here([c.label for c in todo], results, scores.checker, CHECKED_HERE)
     for candidate in todo:
         if results[candidate.label].status != "ok":
             timings[candidate.config] = [math.inf] * 3
-        record(results[candidate.label])
+        scores.record(results[candidate.label])
     if todo:
         log.info("kiln: %d configs benchmarked on other GPUs checked here before they may win: %s",
                  len(todo), ", ".join(c.label for c in todo))  # fmt: skip

@@ -13,7 +13,7 @@
                                                                         take the lock, tune (take-over)
 
 The lock's name is a hash of the run's identity (kernel and configs, key, device name, compute
-capability, Triton's version, :mod:`.run_identity`) and of the database file, so processes on
+capability, Triton's version: :func:`.session.run_identity`) and of the database file, so processes on
 different GPU models (or capabilities) never wait for each other's timings, and processes with
 different databases never wait for a run they could not read. A waiter waits at most
 ``KILN_NODE_WAIT_S`` for a live tuner, then tunes alone; a dead tuner's lock is free at once.
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triton_kiln.autotuner import provenance
+from triton_kiln.autotuner import log_lines
 from triton_kiln.autotuner.node_share import Share
-from triton_kiln.autotuner.run_identity import LocalDevice
+from triton_kiln.autotuner.plan import LocalDevice, TunedKernel
 from triton_kiln.node.locks import FileLock, node_dir
 from triton_kiln.settings import Settings
 from triton_kiln.tuning.results import TuningRun
@@ -121,8 +121,11 @@ def claim(
         time.sleep(settings.node_poll_s)
 
 
-def adopt(tuner: Any, key: tuple[Any, ...], run: TuningRun, waited_s: float, database: Any) -> None:
-    """Another process of the node tuned ``key`` while we waited: its run is this tuner's."""
+def adopt(
+    tuner: TunedKernel, name: str, key: tuple[Any, ...], run: TuningRun, waited_s: float, database: Any
+) -> None:
+    """Another process of the node tuned ``key`` of kernel ``name`` while we waited: its run is
+    ``tuner``'s."""
     tuner.loaded_from = "node"
     tuner.last_run = run
     tuner.tuned[key] = run
@@ -130,6 +133,6 @@ def adopt(tuner: Any, key: tuple[Any, ...], run: TuningRun, waited_s: float, dat
         try:
             database.record_adoption(run.run_id, waited_s)
         except TuningDatabaseError as exc:  # only what the report shows: the config is adopted
-            log.warning("kiln: %s: could not record its adoption of run %s: %s", tuner.base_fn.__name__,
+            log.warning("kiln: %s: could not record its adoption of run %s: %s", name,
                         run.run_id, exc)  # fmt: skip
-    provenance.from_node(tuner.base_fn.__name__, key, run.best_label or "", waited_s, len(run.results))
+    log_lines.from_node(name, key, run.best_label or "", waited_s, len(run.results))

@@ -47,7 +47,7 @@ from triton_kiln.tuning.configs import CONFIG_OPTIONS
 from triton_kiln.tuning.results import FLAGGED, ConfigResult
 
 if TYPE_CHECKING:
-    from triton_kiln.autotuner.specialize import Candidate
+    from triton_kiln.autotuner.compile_requests import Candidate
 
 log = logging.getLogger("kiln.autotune")
 

@@ -6,7 +6,7 @@ real call's request carries Triton's specialization of its arguments: ``tt.divis
 into a constexpr, an integer's type chosen by its value. So ``kiln compile`` does not build
 requests from the types: it makes *stand-in arguments* (a :class:`~triton_kiln.triton_compat.StandInTensor`
 per pointer, a plain ``int`` per integer) that Triton specializes as it would the real ones, and
-builds each request through the autotuner's own :func:`~triton_kiln.autotuner.specialize.request_for`
+builds each request through the autotuner's own :func:`~triton_kiln.autotuner.compile_requests.request_for`
 (Triton's binder, then Triton's packing). Keys match a real call's by construction.
 
 The notation is Triton's AOT compiler's (``triton/tools/compile.py``), with torch's defaults::
@@ -183,7 +183,7 @@ def call_requests(
 ) -> list[Any]:
     """One request per config for a call with these values (stand-ins where none is given),
     built as the autotuner builds a real call's."""
-    from triton_kiln.autotuner.specialize import request_for
+    from triton_kiln.autotuner.compile_requests import request_for
 
     unknown = sorted(set(call) - set(types))
     if unknown:

@@ -14,7 +14,7 @@
       .put(len(args), key, entry) / .get(args) / .clear()
 
 An entry is anything with ``.fast`` (see :class:`triton_kiln.launch.entry.LaunchEntry`). The owner is
-the autotuner (:mod:`triton_kiln.autotuner.variants`) or a bundle's kernel
+the autotuner (:mod:`triton_kiln.autotuner.launch_tables`) or a bundle's kernel
 (:mod:`triton_kiln.bundle.runtime`); both read and write their tables only through this class.
 """
 

@@ -1,6 +1,6 @@
 """A launch ready to go: binary, the arguments a call leaves out, and how to compute the grid.
 
-:class:`LaunchEntry` is what both the autotuner's fast path (:mod:`triton_kiln.autotuner.variants`)
+:class:`LaunchEntry` is what both the autotuner's fast path (:mod:`triton_kiln.autotuner.launch_tables`)
 and a bundle's kernels (:mod:`triton_kiln.bundle.runtime`) launch once a call has been matched::
 
     launch(grid, args): full = args + tail; grid = grid(meta) if callable

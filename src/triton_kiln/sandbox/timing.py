@@ -5,7 +5,7 @@ Both sandboxes time a config with ``triton.testing.do_bench``'s loop (the torch 
 milliseconds; :func:`quantiles` is ``triton.testing``'s ``_quantile`` (linear interpolation
 between sorted runs), so a median here is the median ``do_bench(..., return_mode="median")``
 returns for the same runs. The tuner's final round pools the runs of its passes and takes the
-same quantiles (``triton_kiln.autotuner.session``).
+same quantiles (``triton_kiln.autotuner.final_round``).
 """
 
 from __future__ import annotations

@@ -184,14 +184,14 @@ def candidate_for(
     return Candidate(config, config_label(config), request, bound)
 
 
-def submit_compiles(tuner: Any, pool: Any, candidates: Iterable[Candidate]) -> None:
+def submit_compiles(pool: Any, candidates: Iterable[Candidate], prebuild_launchers: bool) -> None:
     """Send each candidate's compile to ``pool`` (the longest guessed compile first) and, with
-    ``KILN_PREBUILD_LAUNCHERS`` on, build Triton 3.5/3.6's launcher for their signatures beside
-    the compiles (:mod:`triton_kiln.launch.prebuild`)."""
+    ``prebuild_launchers`` (``KILN_PREBUILD_LAUNCHERS``), build Triton 3.5/3.6's launcher for
+    their signatures beside the compiles (:mod:`triton_kiln.launch.prebuild`)."""
     submitted = list(candidates)
     for candidate in submitted:
         candidate.future = pool.submit(candidate.request, priority=guess_compile_cost(candidate.request))
-    if tuner._settings.prebuild_launchers:
+    if prebuild_launchers:
         prebuild.start_requests(c.request for c in submitted)
 
 

@@ -1,5 +1,5 @@
-"""Which screened configs may win (:func:`eligible`), and which are timed again in the final
-round (the race's contenders).
+"""The final round: which screened configs may win (:func:`eligible`), which are timed again
+(the race's contenders), and the round itself (:func:`final_round`).
 
 A config the output check flagged never wins over one it trusts, so only trusted configs race
 (all ``ok`` ones when none is trusted). A tuning run screens every config with short runs while
@@ -9,18 +9,25 @@ two whenever two configs are ok: the screening, taken while the CPU compiles and
 between configs, never decides alone. :func:`pooled_estimate` is a finalist's time: do_bench's
 median of every run of its passes; after each pass but the last, :func:`outpaced` names the
 finalists that leave the race (clearly more than the tolerance behind the leader). :class:`Race`
-runs the passes; the session times each call and records the results.
+runs the passes; :func:`final_round` times each call and records the results.
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
-from triton_kiln.autotuner.specialize import Candidate
+from triton_kiln.autotuner.compile_requests import Candidate
+from triton_kiln.autotuner.plan import Phase, Timing
+from triton_kiln.autotuner.progress_bar import TuningProgress
+from triton_kiln.autotuner.screening import FAILED, Evaluator, Scores
 from triton_kiln.sandbox.timing import quantiles
 from triton_kiln.tuning.results import ConfigResult
+
+log = logging.getLogger("kiln.autotune")
 
 _INF = float("inf")
 
@@ -153,3 +160,58 @@ class Race:
     def note(self, label: str) -> str | None:
         """What ``label``'s reason adds: that it left the race, or ``None``."""
         return left_race_note(self.left[label], self.passes_n, self.margin) if label in self.left else None
+
+
+def final_round(
+    name: str, timing: Timing, scores: Scores, evaluator: Evaluator, progress: TuningProgress
+) -> None:
+    """Time the screened configs that could still win again, on a quiet machine, the way
+    ``triton.testing.do_bench`` times them.
+
+    Only *contenders* (see :func:`contenders`: at least two when two configs are ok, so the
+    screening taken while the CPU compiled never decides alone) are timed, in
+    ``timing.final_passes`` alternating passes that share Triton's single ``rep`` between them
+    (drift hits every finalist alike). The GPU is warmed up once, with do_bench's ``warmup``,
+    before the round's first run; every later call starts with one warm-up call, the GPU
+    busy back to back. Each pass is do_bench's loop (an L2 flush of 256 MB before every run,
+    events around each run); every run's time comes back and a finalist's time is do_bench's
+    median (and 20th/80th percentiles) of all its runs pooled, the estimate
+    ``triton.autotune`` would compute from as many runs. A bencher that sends no runs back
+    (in-process) gives each pass's median, and the median over the passes is taken.
+
+    After each pass but the last, a finalist clearly behind the leader (:class:`Race`:
+    more than ``timing.final_drop_margin`` behind, beyond both spreads) leaves the race with the
+    estimate it has and a note saying so (its ``reason``). The round ends when one is left
+    (its time from the passes run so far); a finalist still racing at the end got do_bench's
+    ``rep`` of runs in all."""
+    results = scores.results
+    finalists = contenders(scores.candidates, results, timing.final_margin, timing.final_top_k)
+    if len(finalists) < 2:
+        return  # nothing left to decide: the screening's timings stand
+    progress.phase(f"final round: {len(finalists)} configs")
+    passes_n = timing.final_passes
+    warm = Phase(timing.warmup_ms, timing.rep_ms / passes_n, check=False, samples=True)
+    busy = Phase(0.0, timing.rep_ms / passes_n, check=False, samples=True)  # one warm-up call
+
+    def time_one(candidate: Candidate, first: bool) -> tuple[ConfigResult, Any, list[float] | None]:
+        result, times = evaluator.evaluate(candidate, warm if first else busy)
+        return result, times, evaluator.last_samples
+
+    race = Race(finalists, passes_n, timing.final_drop_margin)
+    race.run(time_one)
+    if race.left:
+        log.debug("kiln: %s: final round: %s left the race (more than %.0f%% behind)", name,
+                  "; ".join(f"{label} after pass {n}" for label, n in race.left.items()),
+                  100 * timing.final_drop_margin)  # fmt: skip
+    for candidate in finalists:
+        previous = results[candidate.label]
+        failure = race.failed.get(candidate.label)
+        if failure is None:
+            estimate = race.estimate(candidate.label)
+            result = replace(previous, runtime_ms=estimate[0], runtime_ms_p20=estimate[1])
+            result = replace(result, runtime_ms_p80=estimate[2], screen_ms=previous.runtime_ms)
+            if note := race.note(candidate.label):  # why its time rests on fewer runs
+                result = replace(result, reason="; ".join(filter(None, (previous.reason, note))))
+            scores.put(candidate, result, estimate)
+        else:
+            scores.put(candidate, failure, list(FAILED))

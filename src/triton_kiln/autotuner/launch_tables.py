@@ -27,11 +27,12 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from triton_kiln.artifacts import triton_files as layout
 from triton_kiln.artifacts.artifact import CompiledArtifact
-from triton_kiln.autotuner import provenance
-from triton_kiln.autotuner.binaries import triton_kernel
-from triton_kiln.autotuner.calls import CallShape
-from triton_kiln.autotuner.specialize import Candidate, call_meta, launch_grid
+from triton_kiln.autotuner import log_lines
+from triton_kiln.autotuner.call_conventions import CallShape
+from triton_kiln.autotuner.compile_requests import Candidate, call_meta, launch_grid
+from triton_kiln.autotuner.plan import Services
 from triton_kiln.bundle.format import EntryRecord, KernelRecord, ParamRecord, entry_for
 from triton_kiln.errors import KilnError
 from triton_kiln.launch.dispatch import LaunchTables
@@ -42,7 +43,7 @@ from triton_kiln.triton_compat import jit_params
 from triton_kiln.tuning.configs import config_from_json, config_json, config_label
 
 if TYPE_CHECKING:
-    from triton_kiln.autotuner.autotuner import Autotuner
+    from triton_kiln.settings import Settings
 
 log = logging.getLogger("kiln.autotune")
 
@@ -136,21 +137,33 @@ class StoreView:
 
 
 class Variants:
-    """What ``tuner`` has launched (see the module docstring)."""
+    """What an autotuner has launched (see the module docstring): its kernel's calls of
+    ``shape``, tuned by ``keys``, launched with ``services``; ``full_path`` serves a call the
+    launch tables do not hold."""
 
     def __init__(
-        self, tuner: Autotuner, shape: CallShape, keys: Sequence[str], full_path: Any, normalize: Any = None
+        self,
+        services: Services,
+        settings: Settings,
+        shape: CallShape,
+        keys: Sequence[str],
+        full_path: Any,
+        normalize: Any = None,
     ) -> None:
-        self.tuner = tuner
+        self.services = services
+        self.tuner = services.kernel  # its Triton attributes: cache, best_config, tuned, loaded_from
+        self.settings = settings
         self.shape = shape
         self.fn = fn = shape.jit_fn
+        self.name: str = fn.__name__
+        self.keys = list(keys)
         self.flags = param_flags(jit_params(fn), list(keys))
         self.tables = LaunchTables(
             self.flags,
-            tuner,
+            services.kernel,
             full_path,
-            name=fn.__name__,
-            cache_dir=tuner._settings.cache_dir,
+            name=self.name,
+            cache_dir=settings.cache_dir,
             normalize=normalize,
         )
         self._kernels: dict[str, tuple[Any, KernelLauncher]] = {}  # request key -> (Triton kernel, launcher)
@@ -193,21 +206,18 @@ class Variants:
         ``forms``: :meth:`forms` of the call as it came (default: computed now)."""
         if forms is None:
             forms = self.forms(args, kwargs)
-        tuner = self.tuner
-        candidate = tuner._candidate(config, args, kwargs)
+        candidate = self.services.candidate(config, args, kwargs)
         hit = self._kernels.get(candidate.request.key)
         if hit is None:
-            pool = tuner._get_pool()
+            pool = self.services.pool()
             artifact = pool.compile(candidate.request)
-            kernel = triton_kernel(pool, candidate.request, artifact)
+            kernel = layout.load_kernel(pool.store, candidate.request, artifact)
             spec = LaunchSpec.from_request(candidate.request)
-            launcher = KernelLauncher(artifact, spec, triton=kernel, fast_launch=tuner._settings.fast_launch)
+            launcher = KernelLauncher(artifact, spec, triton=kernel, fast_launch=self.settings.fast_launch)
             hit = (kernel, launcher)
             self._kernels[candidate.request.key] = hit
         kernel, launcher = hit
-        launcher.launch(
-            launch_grid(grid, candidate, tuner.base_fn.__name__), tuple(candidate.bound.args.values())
-        )
+        launcher.launch(launch_grid(grid, candidate, self.name), tuple(candidate.bound.args.values()))
         self._register(config, forms, candidate, kernel, launcher)
         if (key, candidate.request.key) not in self._saved:
             self._remember(key, config, candidate, launcher)
@@ -260,7 +270,7 @@ class Variants:
     def kernel_record(self) -> KernelRecord:
         """A new, empty KernelRecord for this kernel (entries are the caller's to add)."""
         kernel_hash, params = self._identity
-        return KernelRecord(self.tuner.base_fn.__name__, kernel_hash, list(params))
+        return KernelRecord(self.name, kernel_hash, list(params))
 
     def _remember(
         self, key: tuple[Any, ...] | None, config: Any, candidate: Candidate, launcher: KernelLauncher
@@ -269,8 +279,8 @@ class Variants:
         from triton_kiln.bundle.index import write_record
 
         tuner = self.tuner
-        name = tuner.base_fn.__name__
-        key_values = {k: candidate.bound.args[k] for k in tuner.keys if k in candidate.bound.args}
+        name = self.name
+        key_values = {k: candidate.bound.args[k] for k in self.keys if k in candidate.bound.args}
         run = tuner.tuned.get(key) if key is not None else None
         try:
             entry = entry_for(
@@ -286,7 +296,7 @@ class Variants:
             log.info("kiln: %s: this variant cannot go into a bundle: %s", name, exc)
             return
         self._saved[(key, candidate.request.key)] = (entry, launcher.artifact)
-        pool = tuner._get_pool()
+        pool = self.services.pool()
         if pool.store is not None:  # beside the binaries, in the pool's cache
             try:
                 write_record(pool.settings.cache_dir, self.kernel_record(), entry)
@@ -328,7 +338,7 @@ class Variants:
             tuner.cache[key] = config
             tuner.best_config = config
             tuner.loaded_from = f"bundle {bundle.path}"
-            provenance.from_bundle(record.name, key, config_label(config), bundle.path)
+            log_lines.from_bundle(record.name, key, config_label(config), bundle.path)
             entry = LaunchEntry(
                 launcher,
                 variant.names,
