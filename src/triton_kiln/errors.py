@@ -198,11 +198,12 @@ class JobFailure(KilnError):
     def exit_code(self) -> int | None:
         return self.returncode if self.returncode is not None and self.returncode >= 0 else None
 
-    def _headline(self) -> str:
+    def headline(self) -> str:
+        """The failure in one line, without the worker's output or advice (for callers that add their own)."""
         return f"compile of {self.job.label()} {self.what} after {format_seconds(self.seconds)}"
 
     def _message(self, advice: str | None = None) -> str:
-        parts = [self._headline()]
+        parts = [self.headline()]
         if self.detail:
             parts.append(self.detail)
         if self.stderr_tail:
@@ -225,7 +226,7 @@ class JobFailure(KilnError):
 class WorkerCrashedError(JobFailure):
     """The worker compiling this job died (a signal such as SIGABRT/SIGSEGV, or an unexpected exit)."""
 
-    def _headline(self) -> str:
+    def headline(self) -> str:
         how = describe_exit(self.returncode)
         verb = "was killed by" if self.returncode is not None and self.returncode < 0 else "ended with"
         line = f"compile of {self.job.label()} {verb} {how} after {format_seconds(self.seconds)}"

@@ -13,7 +13,7 @@
                                                                         take the lock, tune (take-over)
 
 The lock's name is a hash of the run's identity (kernel and configs, key, device name, compute
-capability, Triton's version: :func:`.session.run_identity`) and of the database file, so processes on
+capability, Triton's version: :func:`.run_record.run_identity`) and of the database file, so processes on
 different GPU models (or capabilities) never wait for each other's timings, and processes with
 different databases never wait for a run they could not read. A waiter waits at most
 ``KILN_NODE_WAIT_S`` for a live tuner, then tunes alone; a dead tuner's lock is free at once.

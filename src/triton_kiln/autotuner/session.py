@@ -33,8 +33,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import functools
-import hashlib
-import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,11 +43,12 @@ from triton_kiln.autotuner import log_lines, node_share, node_tuning
 from triton_kiln.autotuner.bench import ended, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.compile_requests import Candidate, distinct, submit_compiles
 from triton_kiln.autotuner.final_round import contenders, eligible, final_round
-from triton_kiln.autotuner.gpu import device_identity, tuning_device
+from triton_kiln.autotuner.gpu import tuning_device
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.plan import Bencher, LocalDevice, Phase, Services, TunedKernel, TuningPlan
 from triton_kiln.autotuner.prewarm import prewarm
 from triton_kiln.autotuner.progress_bar import TuningProgress
+from triton_kiln.autotuner.run_record import finished_run, run_identity
 from triton_kiln.autotuner.screening import FAILED, Evaluator, OneGpu, Scores, Strategy
 from triton_kiln.autotuner.timesplit import TimeSplit
 from triton_kiln.errors import KilnError
@@ -396,59 +395,3 @@ def build_candidates(
         raise AutotuneError(f"every config of {name} failed:\n" + "\n".join(lines)) from first
     candidates, duplicates = distinct(built)
     return Built(candidates, duplicates, failed)
-
-
-# -- what a run is recorded (and looked up) under in the tuning database -----------------------------
-
-
-def run_identity(
-    name: str,
-    candidates: Sequence[Candidate],
-    key: tuple[Any, ...],
-    target: Any,
-    device: LocalDevice | None = None,
-) -> dict[str, str]:
-    """The database's columns for a run of kernel ``name`` over ``candidates`` for ``key``: the
-    kernel's source and configs (``kernel_key``), the key, the GPU (``device``, else the current
-    one) and Triton's version."""
-    device_name, capability = (device.name, device.capability) if device else device_identity(target)
-    spec = candidates[0].request.spec
-    configs = json.dumps([c.label for c in candidates])
-    kernel_key = hashlib.sha256(f"{spec.identity}|{configs}".encode()).hexdigest()
-    return {
-        "kernel": name,
-        "kernel_key": kernel_key,
-        "key_repr": json.dumps([repr(v) for v in key]),
-        "device_name": device_name,
-        "capability": capability,
-        "triton_version": triton_compat.triton_version(),
-    }
-
-
-def finished_run(
-    identity: dict[str, str],
-    results: tuple[ConfigResult, ...],
-    best_label: str,
-    default_label: str,
-    wall_s: float,
-    split: dict[str, float] | None,
-    first_result_s: float | None,
-    gpu_peak_bytes: int | None,
-) -> TuningRun:
-    """The :class:`TuningRun` a run that just finished is, as the database records it."""
-    return TuningRun(
-        kernel=identity["kernel"],
-        kernel_key=identity["kernel_key"],
-        key_repr=identity["key_repr"],
-        device_name=identity["device_name"],
-        capability=identity["capability"],
-        triton_version=identity["triton_version"],
-        results=results,
-        best_label=best_label,
-        default_label=default_label,
-        started_at=time.time() - wall_s,
-        wall_s=wall_s,
-        first_result_s=first_result_s,
-        split=split,
-        gpu_peak_bytes=gpu_peak_bytes,
-    )

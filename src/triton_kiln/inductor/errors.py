@@ -51,7 +51,7 @@ class InductorKernelError(KilnError, RuntimeError):
 
 def _reason(failure: JobFailure) -> str:
     """kiln's headline for the failure: signal or timeout, seconds, likely cause."""
-    return failure._headline()
+    return failure.headline()
 
 
 class InductorUnsupportedError(KilnError, RuntimeError):

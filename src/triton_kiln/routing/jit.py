@@ -59,7 +59,7 @@ class JitCompileCrashedError(KilnError, RuntimeError):
         self.source_file = source_file
         self.failure = failure
         super().__init__(
-            f"Triton kernel {kernel} ({source_file}) could not be compiled: {failure._headline()}. "
+            f"Triton kernel {kernel} ({source_file}) could not be compiled: {failure.headline()}. "
             f"Its compile ran in kiln's pool, so this process survived; compile the kernel alone "
             f"with triton.compile to reproduce it, and report it to Triton with the kernel's source."
         )
