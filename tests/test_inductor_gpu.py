@@ -36,6 +36,7 @@ from torch._inductor.utils import fresh_cache
 import triton_kiln.inductor as kiln_inductor
 import triton_kiln.inductor.hooks as inductor_hooks
 from triton_kiln import CompilePool
+from triton_kiln.triton_compat import inductor as compat
 
 pytestmark = pytest.mark.gpu
 
@@ -52,6 +53,15 @@ def scale_kilnfault_abort(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) * 3.0, mask=mask)
+
+
+def _scaled_plus_one(x: Any) -> Any:
+    """``x * 3 + 1`` through :func:`scale_kilnfault_abort` (a user-defined kernel whose 8-warp
+    config aborts the compiler in kiln's workers) and one Inductor-generated kernel."""
+    out = torch.empty_like(x)
+    n = x.numel()
+    scale_kilnfault_abort[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+    return out + 1
 
 
 class Block(torch.nn.Module):
@@ -183,14 +193,8 @@ def test_a_codegen_kernel_with_an_aborting_config_still_compiles(
     (Stock Inductor's behaviour on the same fault is for bench/inductor.py to record beside it.)"""
     install_on(make_pool(workers=4, preload=[PRELOAD]))
 
-    def f(x: Any) -> Any:
-        out = torch.empty_like(x)
-        n = x.numel()
-        scale_kilnfault_abort[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
-        return out + 1
-
     x = torch.randn(1 << 20, device="cuda")
-    got = torch.compile(f)(x)
+    got = torch.compile(_scaled_plus_one)(x)
     torch.testing.assert_close(got, x * 3 + 1)
     assert any("SIGABRT" in r.getMessage() for r in caplog.records)
 
@@ -214,6 +218,92 @@ def test_max_autotune_template_choices_that_abort_are_skipped(
     skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
     assert skipped
     assert all("SIGABRT" in line for line in skipped)
+
+
+def test_cpp_wrapper_lazy_compile_drops_an_aborting_config(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    fresh: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``cpp_wrapper=True`` with the lazy compile (torch >= 2.12): the C++ module starts its
+    kernels' compiles at load (``start_kernel_compile``, in kiln's pool), and its first run
+    autotunes with the real inputs (``run_triton_kernel_with_autotune``, in this process). The
+    8-warp config's abort is one skipped config; the kernel runs with the other; the output is
+    right. The tests on CPU (tests/test_inductor_lazy_compile.py) call ``start_kernel_compile`` as
+    the C++ code does; this one runs the C++ module."""
+    lazy = compat.lazy_compile_module()
+    if lazy is None:
+        pytest.skip(f"torch {compat.torch_version()} has no C++-wrapper lazy compile (torch >= 2.12)")
+    runs: list[str] = []
+    autotune = lazy.run_triton_kernel_with_autotune
+
+    def run_triton_kernel_with_autotune(pending: Any, name: str, *args: Any) -> Any:
+        runs.append(name)
+        return autotune(pending, name, *args)
+
+    # Each C++ module looks the function up when it first loads, which comes next.
+    monkeypatch.setattr(lazy, "run_triton_kernel_with_autotune", run_triton_kernel_with_autotune)
+    pool = make_pool(workers=4, preload=[PRELOAD])
+    install_on(pool)
+    x = torch.randn(1 << 20, device="cuda")
+    with inductor_config.patch({"cpp_wrapper": True, "triton.autotune_at_compile_time": False}):
+        compiled = torch.compile(_scaled_plus_one)
+        got = compiled(x)
+        again = compiled(x)
+    torch.testing.assert_close(got, x * 3 + 1)
+    torch.testing.assert_close(again, x * 3 + 1)
+    assert any("scale_kilnfault_abort" in name for name in runs), runs
+    assert any("SIGABRT" in r.getMessage() for r in caplog.records)
+    assert pool.stats.compiled > 0
+
+
+def test_aoti_compile_and_package_drops_an_aborting_config(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    fresh: None,
+    caplog: pytest.LogCaptureFixture,
+    tmp_path: Path,
+) -> None:
+    """AOTInductor compiles its Triton kernels through ``AsyncCompile.triton`` in the autotune
+    block it runs at compile time: with kiln installed they compile in kiln's pool, the 8-warp
+    config's abort is one skipped config, and the packaged model loads and gives the right
+    output."""
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return _scaled_plus_one(x)
+
+    pool = make_pool(workers=4, preload=[PRELOAD])
+    install_on(pool)
+    x = torch.randn(1 << 20, device="cuda")
+    program = torch.export.export(Scaled(), (x,))
+    path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "scaled.pt2"))
+    got = torch._inductor.aoti_load_package(path)(x)
+    torch.testing.assert_close(got, x * 3 + 1)
+    assert any("SIGABRT" in r.getMessage() for r in caplog.records)
+    assert pool.stats.compiled > 0
+
+
+def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    fresh: None,
+    tmp_path: Path,
+) -> None:
+    """Every Triton kernel of a packaged model (codegen kernels, here) is compiled by kiln's
+    workers; this process only loads the binaries it runs and packages."""
+    install_on(make_pool(workers=8))
+    model = Block().cuda().eval()
+    x = torch.randn(4, 64, 256, device="cuda")
+    with torch.no_grad():
+        program = torch.export.export(model, (x,))
+        path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "block.pt2"))
+        got = torch._inductor.aoti_load_package(path)(x)
+        torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
+    assert parent_cannot_compile == []
 
 
 FRESH_PROCESS = "KILN_TEST_IN_FRESH_PROCESS"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 
 class _Bar:
@@ -22,10 +22,18 @@ class _Bar:
             self._bar.update(1)
 
 
+def is_terminal(stream: TextIO) -> bool:
+    """Whether ``stream`` is a terminal (a closed or not-a-file stream is not)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 @contextlib.contextmanager
 def progress_bar(total: int, description: str, enabled: bool | None) -> Iterator[_Bar]:
     """A progress bar on stderr. ``enabled=None`` shows it only when stderr is a terminal."""
-    show = sys.stderr.isatty() if enabled is None else enabled
+    show = is_terminal(sys.stderr) if enabled is None else enabled
     if not show:
         yield _Bar(None)
         return

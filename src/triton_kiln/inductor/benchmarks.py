@@ -67,11 +67,18 @@ class BenchmarkStats:
 class SandboxBenchmarks:
     """Times Inductor's choices: GPU template choices in ``sandbox``, the rest as Inductor would."""
 
-    def __init__(self, sandbox: CallSandbox, parent_key_parts: ParentKeyParts | None = None) -> None:
+    def __init__(
+        self,
+        sandbox: CallSandbox,
+        parent_key_parts: ParentKeyParts | None = None,
+        on_timed: Callable[[], None] | None = None,
+    ) -> None:
         """``parent_key_parts(kernel, constants)``: this process's key parts for that compile (the
         config compiler's :meth:`~triton_kiln.inductor.config_compiler.ConfigCompiler.key_parts_for`), to say
-        why the sandbox missed."""
+        why the sandbox missed. ``on_timed()``: a choice was timed in the sandbox, or skipped
+        (the progress line's count)."""
         self.sandbox = sandbox
+        self._on_timed = on_timed
         self.stats = BenchmarkStats()
         self._lock = threading.Lock()
         self._parent_key_parts = parent_key_parts
@@ -155,6 +162,8 @@ class SandboxBenchmarks:
         label = compat.choice_label(choice)
         call = compat.benchmark_call(choice)
         outcome = self.sandbox.call(call, label=f"benchmark of {label}", env=compat.benchmark_env())
+        if self._on_timed is not None:
+            self._on_timed()
         if outcome.failure is None:
             try:
                 value = float(outcome.value)

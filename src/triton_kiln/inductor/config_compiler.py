@@ -198,6 +198,25 @@ class ConfigCompiler:
             jobs = [self.submit(autotuner, cfg) for cfg in configs]
         return [job.future for job in jobs if job is not None]
 
+    def compile_neighbours_ahead(self, autotuner: Any, launcher: Any) -> None:
+        """Coordinate descent's first ring from ``launcher``'s config, compiled in parallel and
+        waited for before the tuning's first timing: kiln holds its compile processes still while
+        Inductor times, but not a worker's ``ptxas``, so a compile left running would run beside
+        the timings (the tuning times each neighbour anyway; one that fails is the tuning's to
+        meet, as it would have)."""
+        try:
+            neighbours = compat.coordesc_neighbours(autotuner, launcher.config)
+            if neighbours and compat.ensure_kernel_loaded(autotuner):
+                started = self.prefetch(autotuner, neighbours)
+                wait(started)
+                log.debug(
+                    "kiln: %s: %d coordinate-descent neighbours compiled ahead",
+                    compat.kernel_name(autotuner),
+                    len(started),
+                )
+        except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
+            log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(autotuner), exc)
+
     def _remember(self, inputs: compat.ConfigCompile) -> None:
         name = str(getattr(inputs.fn, "__name__", "?"))
         ident = (name, triton_compat.constants_label(inputs.constants))

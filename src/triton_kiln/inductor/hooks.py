@@ -37,6 +37,8 @@ benchmarker classes (``benchmark_gpu``; :func:`triton_kiln.triton_compat.inducto
 kiln's compile processes are held still while it runs (:mod:`~triton_kiln.pool.pause`), since the time
 of a short kernel includes the host's launch, which kiln's compiles beside it slow (max-autotune
 would then pick ATen convolutions stock Inductor does not, and the compiled model would run slower).
+Each is counted on the progress line (:mod:`~triton_kiln.inductor.progress`), so while that is
+shown they are wrapped with ``KILN_INDUCTOR_QUIET_BENCHMARKS=0`` too (to count, not hold).
 
 With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) one more:
 
@@ -50,12 +52,12 @@ through kiln too (the methods are the class's). Both are logged at INFO on ``kil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import weakref
 from collections.abc import Callable
-from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -63,7 +65,8 @@ from triton_kiln import triton_compat
 from triton_kiln.errors import KilnError
 from triton_kiln.inductor.config_compiler import ConfigCompiler
 from triton_kiln.inductor.errors import InductorUnsupportedError
-from triton_kiln.inductor.process_pool import InductorPool
+from triton_kiln.inductor.process_pool import InductorPool, in_compile_job
+from triton_kiln.inductor.progress import InductorProgress
 from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.pool import CompilePool
 from triton_kiln.pool.pause import PAUSE
@@ -110,6 +113,7 @@ class _Installed:
     saved: list[tuple[compat.PatchPoint, Any]]
     pool: InductorPool
     compiler: ConfigCompiler
+    progress: InductorProgress
     benchmarks: _Benchmarks | None = None
 
 
@@ -159,45 +163,47 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             # hash of libtriton.so (nothing is read here: the first ask reads it).
             triton_compat.seed_caller_triton_key(kiln_pool.settings.triton_key_dir)
             compiler = ConfigCompiler(kiln_pool)
-            quiet = compat.benchmark_points() if current.inductor_quiet_benchmarks else []
-            saved = [(point, point.current()) for point in [*points, *quiet]]
+            progress = InductorProgress(current.progress)
+            hold = current.inductor_quiet_benchmarks
+            timings = compat.benchmark_points() if hold or progress.shown else []
+            saved = [(point, point.current()) for point in [*points, *timings]]
             original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
             # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
             # pickling) between them: twice kiln's workers keeps every worker busy.
             threads = max(8, 2 * current.workers)
             use_sidecar = current.inductor_sidecar if sidecar is None else bool(sidecar)
             helper = _sidecar(threads, current.zygote_start_timeout_s) if use_sidecar else None
-            pool = InductorPool(original_pool, threads=threads, sidecar=helper)
+            pool = InductorPool(original_pool, threads=threads, sidecar=helper, progress=progress)
             points[0].set(staticmethod(_process_pool(pool)))
-            points[1].set(_precompile_worker(saved[1][1], compiler))
+            points[1].set(_precompile_worker(saved[1][1], compiler, progress))
             points[2].set(_precompile_config(saved[2][1], compiler))
             points[3].set(_coordinate_descent_tuning(saved[3][1], compiler))
             points[4].set(
                 _starting_on_lowering(saved[4][1], functools.partial(_on_lowering, helper, kiln_pool))
             )
             for point, original in saved[len(points) :]:
-                point.set(_held_while_timing(original))
+                point.set(_timing(original, hold, progress))
             compat.reset_ready_future()
-            _state = _Installed(saved, pool, compiler)
+            _state = _Installed(saved, pool, compiler, progress)
             log.info(
                 "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
                 compat.torch_version(),
             )
         if sandboxed and _state.benchmarks is None:
-            _state.benchmarks = _sandbox_on(current.bench_timeout_s, _state.compiler)
+            _state.benchmarks = _sandbox_on(current.bench_timeout_s, _state.compiler, _state.progress)
         elif not sandboxed and _state.benchmarks is not None:
             _sandbox_off(_state.benchmarks)
             _state.benchmarks = None
 
 
-def _sandbox_on(timeout_s: float, compiler: ConfigCompiler) -> _Benchmarks:
+def _sandbox_on(timeout_s: float, compiler: ConfigCompiler, progress: InductorProgress) -> _Benchmarks:
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
 
     point = compat.make_benchmark_fn_point()
     # checked by the first install() too; this is for a later one turning the sandbox on
     _require([point], "template benchmarks stay in this process (the compiles are routed)")
     saved = point.current()
-    benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for)
+    benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for, progress.timed_one)
     point.set(benchmarks.make_benchmark_fn(saved))
     log.info(
         "kiln: Inductor's template benchmarks now run in a kiln sandbox process (%g s each at most)",
@@ -224,6 +230,7 @@ def uninstall() -> None:
         for point, value in reversed(state.saved):
             point.set(value)
         compat.reset_ready_future()
+    state.progress.close()
     state.pool.shutdown(wait=False)
     log.info("kiln: uninstalled: Inductor compiles in its own pool again")
 
@@ -288,25 +295,29 @@ def _process_pool(pool: InductorPool) -> Any:
     return process_pool
 
 
-def _precompile_worker(original: Any, compiler: ConfigCompiler) -> Any:
+def _precompile_worker(original: Any, compiler: ConfigCompiler, progress: InductorProgress) -> Any:
     @functools.wraps(original)
     def _precompile_worker(self: Any) -> Any:
-        settled = compiler.compile_all(self)
-        PAUSE.wait_running()  # Inductor's loading (under the GIL) waits while it times a kernel
-        with compiler.loading(settled):  # Inductor's loop: those configs only load
-            return original(self)
+        # Counted here on the serial path only: a job's kernel is counted by its future
+        # (InductorPool), and a kernel whose configs are compiled (a job's result) compiles nothing.
+        serial = not in_compile_job() and compat.kernel_configs(self) is not None
+        with progress.compiling() if serial else contextlib.nullcontext():
+            settled = compiler.compile_all(self)
+            PAUSE.wait_running()  # Inductor's loading (under the GIL) waits while it times a kernel
+            with compiler.loading(settled):  # Inductor's loop: those configs only load
+                return original(self)
 
     return _precompile_worker
 
 
-def _held_while_timing(original: Any) -> Any:
-    """One of Inductor's GPU timing methods, run with kiln's compile processes held still
-    (:mod:`triton_kiln.pool.pause`): what it times includes the host's launches, which kiln's compiles
-    running beside it would slow."""
+def _timing(original: Any, hold: bool, progress: InductorProgress) -> Any:
+    """One of Inductor's GPU timing methods, counted on the progress line, and with ``hold`` run
+    with kiln's compile processes held still (:mod:`triton_kiln.pool.pause`): what it times
+    includes the host's launches, which kiln's compiles running beside it would slow."""
 
     @functools.wraps(original)
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with PAUSE.hold():
+        with progress.timing(), PAUSE.hold() if hold else contextlib.nullcontext():
             return original(self, *args, **kwargs)
 
     return timed
@@ -356,29 +367,10 @@ def _coordinate_descent_tuning(original: Any, compiler: ConfigCompiler) -> Any:
     def _coordinate_descent_tuning(self: Any, launcher: Any, *args: Any, **kwargs: Any) -> Any:
         if self not in looked_at:
             looked_at.add(self)
-            _compile_neighbours_ahead(compiler, self, launcher)
+            compiler.compile_neighbours_ahead(self, launcher)
         return original(self, launcher, *args, **kwargs)
 
     return _coordinate_descent_tuning
-
-
-def _compile_neighbours_ahead(compiler: ConfigCompiler, autotuner: Any, launcher: Any) -> None:
-    """The first ring compiled in parallel, waited for before the tuning's first timing: kiln
-    holds its compile processes still while Inductor times, but not a worker's ``ptxas``, so a
-    compile left running would run beside the timings (the tuning times each neighbour anyway;
-    one that fails is the tuning's to meet, as it would have)."""
-    try:
-        neighbours = compat.coordesc_neighbours(autotuner, launcher.config)
-        if neighbours and compat.ensure_kernel_loaded(autotuner):
-            started = compiler.prefetch(autotuner, neighbours)
-            wait(started)
-            log.debug(
-                "kiln: %s: %d coordinate-descent neighbours compiled ahead",
-                compat.kernel_name(autotuner),
-                len(started),
-            )
-    except Exception as exc:  # compiling ahead is an optimization: it never breaks the tuning
-        log.debug("kiln: %s: neighbours not compiled ahead: %s", compat.kernel_name(autotuner), exc)
 
 
 def _precompile_config(original: Any, compiler: ConfigCompiler) -> Any:

@@ -36,18 +36,26 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from triton_kiln.inductor.progress import InductorProgress
 from triton_kiln.inductor.sidecar import Sidecar
 from triton_kiln.triton_compat import inductor as compat
+
+_job = threading.local()  # ``active`` while this thread runs a compile job (compile_job)
 
 
 class InductorPool:
     """Inductor's process pool, as kiln serves it (see the module docstring)."""
 
     def __init__(
-        self, inductor_pool: Callable[[], Any], threads: int, sidecar: Sidecar | None = None
+        self,
+        inductor_pool: Callable[[], Any],
+        threads: int,
+        sidecar: Sidecar | None = None,
+        progress: InductorProgress | None = None,
     ) -> None:
         self._inductor_pool = inductor_pool
         self.sidecar = sidecar
+        self._progress = progress
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="kiln-inductor")
         self._lock = threading.Lock()
         self.triton_jobs = 0
@@ -69,8 +77,12 @@ class InductorPool:
                 self.triton_jobs += 1
             in_thread = functools.partial(self._executor.submit, compile_job, *args, **kwargs)
             if self.sidecar is not None:
-                return self.sidecar.submit(fn, args, kwargs, fallback=in_thread)
-            return in_thread()
+                job = self.sidecar.submit(fn, args, kwargs, fallback=in_thread)
+            else:
+                job = in_thread()
+            if self._progress is not None:
+                self._progress.watch(job)
+            return job
         with self._lock:
             self.other_jobs += 1
         pool_future: Future[Any] = self._inductor_pool().submit(fn, *args, **kwargs)
@@ -94,7 +106,16 @@ def compile_job(
     """
     del extra_env, extra_config
     start = time.time_ns()
-    kernel = compat.load_job_kernel(load_kernel)
-    compat.precompile_warm(kernel)  # _precompile_worker: kiln (hooks.py)
+    _job.active = True
+    try:
+        kernel = compat.load_job_kernel(load_kernel)
+        compat.precompile_warm(kernel)  # _precompile_worker: kiln (hooks.py)
+    finally:
+        _job.active = False
     elapsed_us = (time.time_ns() - start) // 1000
     return compat.as_sent_by_worker(kernel), elapsed_us
+
+
+def in_compile_job() -> bool:
+    """Whether this thread is running a compile job (its kernel is counted as the job)."""
+    return bool(getattr(_job, "active", False))

@@ -122,6 +122,7 @@ def serve(channel: _Channel, init: dict[str, Any]) -> None:
     with ExitStack() as stack:
         try:
             stack.enter_context(settings.scope(**init["settings"]))
+            stack.enter_context(settings.scope(progress=False))  # the caller draws the line
             for module in init["preload"]:
                 importlib.import_module(module)
             from triton_kiln.inductor import hooks

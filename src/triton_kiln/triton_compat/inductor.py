@@ -33,7 +33,13 @@ What kiln uses, and where it lives in both versions:
   ``benchmark_in_current_process`` (ATen/extern choices, timed in the parent as Inductor's own
   subprocess mode does); a choice's ``bmreq`` (its picklable ``BenchmarkRequest``, whose
   ``benchmark()`` makes its own inputs: what ``autotune_in_subproc`` ships to its subprocess), with
-  the ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` Inductor sends with it.
+  the ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` Inductor sends with it;
+* ``torch._inductor.runtime.triton_lazy_compile`` (2.13; not in 2.11): the C++ wrapper's lazy
+  compile. Its ``start_kernel_compile`` ``eval``s the kernel's ``async_compile.triton(...)`` on
+  the module's own ``AsyncCompile()``, cached in ``_async_compile`` for the process's life; that
+  instance reads ``process_pool`` and ``_ready_future`` from its class, so the patch on
+  ``AsyncCompile.process_pool`` routes it and ``uninstall()`` gives it back, with nothing of
+  kiln's kept on the instance (:func:`lazy_compile_module`, for the tests).
 
 Version differences (each handled here, nowhere else):
 
@@ -47,6 +53,8 @@ Version differences (each handled here, nowhere else):
 * the benchmarker classes: ``TorchProfilerBenchmarker`` and ``Benchmarker``'s
   ``benchmark_gpu_with_cuda_graph`` are 2.13's only (:func:`benchmark_points` finds what each
   version defines);
+* the C++ wrapper's lazy compile (``triton_lazy_compile``) is 2.13's only: 2.11's C++ wrapper
+  compiles and autotunes its Triton kernels at compile time, through ``AsyncCompile.triton``;
 * ``make_benchmark_fn``: the same signature in both; 2.13 also sends CUTLASS choices to its
   subprocess unasked (2.11 only with ``autotune_in_subproc``): kiln's sandbox takes every
   non-extern choice on a GPU in both.
@@ -183,6 +191,29 @@ def is_triton_compile_job(fn: Any) -> bool:
     from torch._inductor.runtime.compile_tasks import _worker_compile_triton
 
     return fn is _worker_compile_triton
+
+
+def lazy_compile_module() -> Any | None:
+    """``torch._inductor.runtime.triton_lazy_compile`` (the C++ wrapper's lazy compile, 2.13),
+    or ``None`` on a torch without it (2.11)."""
+    try:
+        from torch._inductor.runtime import triton_lazy_compile
+    except ImportError:
+        return None
+    return triton_lazy_compile
+
+
+def lazy_compile_async_compile() -> Any:
+    """The ``AsyncCompile`` the lazy compile's ``start_kernel_compile`` evaluates its kernels
+    on (``None`` until its first call)."""
+    return getattr(lazy_compile_module(), "_async_compile", None)
+
+
+def set_lazy_compile_async_compile(value: Any) -> None:
+    """Set that cached ``AsyncCompile`` (tests: a process's first load, and putting it back)."""
+    module = lazy_compile_module()
+    if module is not None:
+        module._async_compile = value
 
 
 # --- a kernel's module, loaded in the parent as the worker would ---
