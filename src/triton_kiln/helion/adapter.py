@@ -284,9 +284,7 @@ def precompile_phase(search: Any, configs: Sequence[Any]) -> list[str]:
     nothing runs on a GPU, so it also warms kiln's cache for a later autotune."""
     provider = search.benchmark_provider
     fns = [search.kernel.compile_config(config, allow_print=False) for config in configs]
-    futures = [
-        compat.create_precompile_future(provider, c, fn) for c, fn in zip(configs, fns, strict=True)
-    ]
+    futures = [compat.create_precompile_future(provider, c, fn) for c, fn in zip(configs, fns, strict=True)]
     oks = PrecompileFuture.wait_for_all(futures)
     return ["ok" if ok else str(f.failure_reason) for f, ok in zip(futures, oks, strict=True)]
 
