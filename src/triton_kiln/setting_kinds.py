@@ -241,3 +241,6 @@ KEY_FILE: Kind[Path] = Kind(_path, "a file path", _key_file_problem, path=True)
 
 REDIS_URL: Kind[str] = Kind(parse_redis_url, EXPECTED, url_problem, shown=redacted_url)
 """A Redis URL (:mod:`triton_kiln.redis_url`), never shown with its password."""
+
+NAME: Kind[str] = Kind(_as_is, "a name (any text)")
+"""A name the user gives (a program's, in the program record): any text, kept as it is."""

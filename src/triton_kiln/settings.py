@@ -51,6 +51,7 @@ from triton_kiln.setting_kinds import (
     FLAG,
     KEY_FILE,
     MIB_CAP,
+    NAME,
     REDIS_URL,
     Kind,
     count,
@@ -371,6 +372,30 @@ class Settings:
         FLAG,
         """under :func:`triton_kiln.install` (or ``KILN_AUTOTUNE=1``), plain ``@triton.jit``
         kernels compile in kiln's pool too; ``0`` leaves them to Triton (docs/JIT_ROUTING.md).""",
+    )
+    program_record: bool = ROUTING.setting(
+        "KILN_PROGRAM_RECORD",
+        True,
+        FLAG,
+        """under :func:`triton_kiln.install`, kiln records which compiles this program asked its
+        pool for (plain ``@triton.jit`` kernels and tuned configs), in order, and the next run's
+        ``install()`` starts the ones no cache holds before the program asks for them
+        (docs/TIMING.md, "The program record"); ``0``: nothing is recorded or started.""",
+    )
+    program: str | None = ROUTING.setting(
+        "KILN_PROGRAM",
+        None,
+        NAME,
+        """the name the program record is kept under (default: the entry script's path,
+        ``sys.argv[0]``; ``python -c`` and an interactive session have none, so no record).""",
+        none="unset (the entry script's path)",
+    )
+    program_record_max: int = ROUTING.setting(
+        "KILN_PROGRAM_RECORD_MAX",
+        256,
+        count(4096, "entries"),
+        """compiles a program record keeps (the least recently needed dropped first), and so the
+        most a run starts before they are asked for.""",
     )
 
     # --- torch Inductor ---------------------------------------------------------------------

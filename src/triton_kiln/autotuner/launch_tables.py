@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from triton_kiln import program
 from triton_kiln.artifacts import triton_files as layout
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner import log_lines
@@ -211,6 +212,7 @@ class Variants:
         if hit is None:
             pool = self.services.pool()
             artifact = pool.compile(candidate.request)
+            program.note([candidate.request], "tuning")  # a tuned config's launch: the next run starts it
             kernel = layout.load_kernel(pool.store, candidate.request, artifact)
             spec = LaunchSpec.from_request(candidate.request)
             launcher = KernelLauncher(artifact, spec, triton=kernel, fast_launch=self.settings.fast_launch)

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from triton_kiln import triton_compat
+from triton_kiln import program, triton_compat
 from triton_kiln.autotuner import log_lines, node_share, node_tuning
 from triton_kiln.autotuner.bench import ended, make_bencher, reason, screen_phase
 from triton_kiln.autotuner.compile_requests import Candidate, distinct, submit_compiles
@@ -197,6 +197,7 @@ class TuningSession:
         pool = self.services.pool()
         self.bencher = make_bencher(self.plan, self.services, args, kwargs)
         submit_compiles(pool, candidates, self.plan.settings.prebuild_launchers)
+        program.note([c.request for c in candidates], "tuning")  # the next run starts them at install()
         futures = {c.future for c in candidates if c.future is not None}
         self.split.watch(futures)
         for future in dict.fromkeys(c.future for c in candidates if c.future is not None):

@@ -22,6 +22,10 @@ What it routes, by rebinding names in Triton's modules (:func:`triton_kiln.trito
   :class:`triton_kiln.routing.jit.JitCompileCrashedError` (:mod:`triton_kiln.routing.jit`,
   docs/JIT_ROUTING.md).
 
+It also keeps the program record (unless ``KILN_PROGRAM_RECORD=0``; :mod:`triton_kiln.program`):
+the compiles this program asks the pool for are noted, and the last run's that no cache holds
+start compiling now, each once the program has imported its kernel's module.
+
 What it does not route: kernels decorated before ``install()``, classes defined before it, and
 code that kept its own reference to Triton's ``autotune``/``Autotuner`` (``from triton import
 autotune`` executed earlier). ``uninstall()`` restores Triton's names; kernels already made stay
@@ -54,6 +58,7 @@ def install() -> None:
     if current.route_jit:
         _route_jit()
     _prepare()
+    _replay(current)
 
 
 def install_from_environment() -> None:
@@ -87,6 +92,7 @@ def install_from_environment() -> None:
     if current.route_jit:
         _route_jit()
     _prepare()
+    _replay(current)
 
 
 def _route() -> None:
@@ -121,6 +127,15 @@ def _prepare() -> None:
     prepare()
 
 
+def _replay(current: Any) -> None:
+    # The program record (triton_kiln.program): this run's compiles noted from now on, and the
+    # last run's that no cache holds started in the pool before the program asks for them.
+    # Without a record, one failed open() and no process.
+    from triton_kiln import program
+
+    program.start(current)
+
+
 def uninstall() -> None:
     """Give Triton its names back (kernels and classes made meanwhile stay kiln's)."""
     with _lock:
@@ -132,6 +147,9 @@ def uninstall() -> None:
     from triton_kiln.routing import jit
 
     jit.uninstall()
+    from triton_kiln import program
+
+    program.stop()
     log.info("kiln: uninstalled: triton.autotune is Triton's again")
 
 

@@ -36,7 +36,7 @@ import logging
 import threading
 from typing import Any
 
-from triton_kiln import triton_compat
+from triton_kiln import program, triton_compat
 from triton_kiln.artifacts.triton_seed import TritonSlot, seed_triton_cache, triton_slot
 from triton_kiln.errors import JobFailure, KilnError, RemoteCompileError
 from triton_kiln.procs import in_kiln_child
@@ -161,8 +161,9 @@ def _compile_in_pool(
         slot = triton_slot(inputs.src, inputs.backend, inputs.options)
         if slot.cached():
             return None  # Triton's cache has it: its own _do_compile loads it, nothing to dispatch
+        request = _request(inputs, pool)
         # raises, in this thread, for a kernel the pool cannot ship (KernelSpecError)
-        future = pool.submit(_request(inputs, pool))
+        future = pool.submit(request)
     except Exception as exc:
         log.debug("kiln: %s is compiled by Triton in this process, not in kiln's pool: %s", name, exc)
         return None
@@ -192,6 +193,7 @@ def _compile_in_pool(
     except OSError as exc:  # Triton's cache directory cannot take it: Triton compiles it here
         log.debug("kiln: %s: Triton's cache could not be written (%s); Triton compiles it", name, exc)
         return None
+    program.note([request], "jit")  # the next run of this program starts it before it is asked for
     if launcher is not None:
         # the launch follows at once: the rest of a build in flight is shorter than a second one
         prebuild.PREBUILDER.wait_for(launcher, LAUNCHER_WAIT_S)

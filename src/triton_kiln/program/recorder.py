@@ -1,0 +1,182 @@
+"""This process's program record: what it asks kiln's pool for is noted, in order, and written.
+
+::
+
+    triton_kiln.install() -> start(settings)    (KILN_PROGRAM_RECORD=1, a disk cache, a program name)
+        the record of this program read (record.py): one file, or none
+        -> Recorder (this run = the record's runs + 1) and, when the record lists compiles,
+           replay.Replay: those no cache holds start in the pool (replay.py)
+    a routed plain @triton.jit compile done (routing/jit.py), a tuning's configs queued or a
+    tuned config compiled for its launch (autotuner/) -> note(requests, source)
+        new to this run: an Entry (kernel by module and qualname, identity, key, canonical parts)
+        -> the record rewritten atomically: this run's entries first, in order, then earlier
+           runs' (record.merged), at most KILN_PROGRAM_RECORD_MAX
+    triton_kiln.uninstall() -> stop(): nothing more is noted; a replay in progress stops
+
+A compile Triton's own cache serves never reaches the pool, so it is not noted: nothing would be
+started for it. A kernel defined in ``__main__`` or in a function body cannot be found by name in
+the next process, so it is not recorded. Processes sharing a cache directory and a program (the
+ranks of one job) write one file: the last write wins, and each is a whole record.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from triton_kiln.compile.values import canonical
+from triton_kiln.program import record as record_mod
+from triton_kiln.program.record import Entry, ProgramRecord
+
+if TYPE_CHECKING:
+    from triton_kiln.compile.request import CompileRequest
+    from triton_kiln.program.replay import Replay
+    from triton_kiln.settings import Settings
+
+log = logging.getLogger("kiln.program")
+
+Source = Literal["jit", "tuning"]
+_UNFINDABLE_MODULES = ("__main__", "__mp_main__")
+
+
+def program_name(settings: Settings) -> str | None:
+    """The name the record is kept under: ``KILN_PROGRAM``, else the entry script's real path
+    (``python -m pkg.mod`` gives the module's file); ``None`` for ``python -c`` and an
+    interactive session, which are no one program."""
+    if settings.program:
+        return settings.program
+    script = sys.argv[0] if sys.argv else ""
+    if script in ("", "-c"):
+        return None
+    path = Path(script)
+    return str(path.resolve()) if path.exists() else script
+
+
+def entry_of(request: CompileRequest, source: Source, run: int, runs: int) -> Entry | None:
+    """``request`` as a record entry; ``None`` when the next process could not rebuild it (its
+    kernel is not findable by name, or a value has no canonical form)."""
+    spec = request.spec
+    if spec.module in _UNFINDABLE_MODULES or "<locals>" in spec.qualname or request.target is None:
+        return None
+    try:
+        return Entry(
+            kernel=spec.name,
+            module=spec.module,
+            qualname=spec.qualname,
+            identity=spec.identity,
+            key=request.key,
+            source=source,
+            signature=list(request.signature.items()),
+            constexprs=[(k, canonical(v)) for k, v in request.constexprs.items()],
+            options=[(k, canonical(v)) for k, v in request.options.items()],
+            attrs=[(k, canonical(v)) for k, v in request.attrs.items()],
+            target=(request.target.backend, request.target.arch, request.target.warp_size),
+            last_run=run,
+            runs=runs,
+        )
+    except (TypeError, ValueError) as exc:  # a value with no canonical form, a name too long
+        log.debug("kiln: %s is not recorded in the program record: %s", spec.name, exc)
+        return None
+
+
+class Recorder:
+    """What this run asks the pool for, merged with the earlier runs' record and written."""
+
+    def __init__(self, path: Path, program: str, earlier: ProgramRecord | None, cap: int) -> None:
+        self.path = path
+        self.program = program
+        self.cap = cap
+        self.run = (earlier.runs if earlier is not None else 0) + 1
+        self.earlier: list[Entry] = list(earlier.entries) if earlier is not None else []
+        self.previous_runs = {entry.key: entry.runs for entry in self.earlier}
+        self.this_run: dict[str, Entry] = {}
+        self.lock = threading.Lock()
+        self.write_failed = False
+
+    def note(self, requests: Iterable[CompileRequest], source: Source) -> None:
+        """Record the requests this run has not noted yet (at most ``cap``); write when any was new."""
+        with self.lock:
+            added = False
+            for request in requests:
+                if len(self.this_run) >= self.cap:
+                    break
+                key = request.key
+                if key in self.this_run:
+                    continue
+                entry = entry_of(request, source, self.run, self.previous_runs.get(key, 0) + 1)
+                if entry is not None:
+                    self.this_run[key] = entry
+                    added = True
+            if added:
+                self.write()
+
+    def write(self) -> None:
+        entries = record_mod.merged(self.earlier, self.this_run.values(), self.cap)
+        record = ProgramRecord(
+            format=record_mod.FORMAT, program=self.program[:4096], runs=self.run, entries=entries
+        )
+        try:
+            record_mod.write(self.path, record)
+        except OSError as exc:
+            if not self.write_failed:  # said once: every later compile would fail the same way
+                self.write_failed = True
+                log.info("kiln: the program record %s cannot be written (%s); it is not kept", self.path, exc)
+
+
+_lock = threading.Lock()
+_recorder: Recorder | None = None
+_replay: Replay | None = None
+
+
+def start(settings: Settings) -> Replay | None:
+    """Begin this process's record (idempotent) and replay the last one; the replay, if any.
+
+    Nothing happens with ``KILN_PROGRAM_RECORD=0``, without a disk cache, without a program name,
+    or in kiln's own processes. Reading a missing record is one failed ``open``; a process starts
+    only when the record lists a compile no cache holds.
+    """
+    global _recorder, _replay
+    from triton_kiln.procs import in_kiln_child
+
+    if not settings.program_record or not settings.use_disk_cache or in_kiln_child():
+        return None
+    program = program_name(settings)
+    if program is None:
+        return None
+    with _lock:
+        if _recorder is not None:
+            return _replay
+        path = record_mod.record_path(settings.cache_dir, program)
+        earlier = record_mod.read(path)
+        _recorder = Recorder(path, program, earlier, settings.program_record_max)
+        if earlier is not None and earlier.entries:
+            from triton_kiln.program.replay import Replay
+
+            _replay = Replay(program, earlier.entries[: settings.program_record_max], settings)
+            _replay.begin()
+        return _replay
+
+
+def stop() -> None:
+    """Stop noting (``uninstall()``); a replay in progress submits nothing more."""
+    global _recorder, _replay
+    with _lock:
+        replay, _recorder, _replay = _replay, None, None
+    if replay is not None:
+        replay.stop()
+
+
+def note(requests: Iterable[CompileRequest], source: Source) -> None:
+    """Record ``requests`` in this process's program record (nothing when none is kept)."""
+    recorder = _recorder
+    if recorder is not None:
+        recorder.note(requests, source)
+
+
+def current_replay() -> Replay | None:
+    """This process's replay (``None``: nothing was replayed), for tests and diagnostics."""
+    return _replay

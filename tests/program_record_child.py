@@ -1,0 +1,52 @@
+"""A program for tests/test_program_record.py: ``kiln.install()``, then the import of a kernel
+module (``record_kernels``, which the test writes and may change between runs), then the first
+call of a plain ``@triton.jit`` kernel, driven as tests/test_jit_routing.py drives routed compiles
+(``warmup``: no GPU here; Triton's active driver is the only fake).
+
+Between its imports and its first call it waits for the program record's replay, then for the
+compiles the replay started; what the pool had done by then, and after the call, is printed as one
+``REPORT {json}`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+import torch
+from triton.runtime import driver
+
+import jit_support
+import triton_kiln as kiln
+from triton_kiln import program
+from triton_kiln.pool import get_pool
+
+driver._active = jit_support.FakeDriver()  # type: ignore[attr-defined]
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s %(message)s")
+logging.getLogger("kiln.program").setLevel(logging.INFO)
+
+kiln.install()
+import record_kernels  # noqa: E402 - the program's own import, after install() as a library's would be
+
+report: dict[str, object] = {}
+replay = program.current_replay()
+report["replayed"] = replay is not None
+if replay is not None:
+    assert replay.wait(120), "the replay did not finish"
+    report["started"] = replay.started
+    report["skipped"] = dict(replay.skipped)
+    pool = get_pool()
+    deadline = time.monotonic() + 120
+    while pool.stats.compiled < replay.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+pool = get_pool()
+report["pool_started_before_call"] = pool.started
+report["compiled_before_call"] = pool.stats.compiled
+F32 = torch.float32
+record_kernels.add_kernel.warmup(F32, F32, F32, 1024, BLOCK=128, grid=(1,))  # the first call
+report["compiled_after_call"] = pool.stats.compiled
+report["submitted_after_call"] = pool.stats.submitted
+kiln.uninstall()
+print("REPORT " + json.dumps(report), flush=True)
