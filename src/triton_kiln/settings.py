@@ -387,7 +387,7 @@ class Settings:
         None,
         NAME,
         """the name the program record is kept under (default: the entry script's path,
-        ``sys.argv[0]``; ``python -c`` and an interactive session have none, so no record).""",
+        ``sys.argv[0]``; ``python -c`` and the interactive interpreter have none, so no record).""",
         none="unset (the entry script's path)",
     )
     program_record_max: int = ROUTING.setting(

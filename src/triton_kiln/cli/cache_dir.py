@@ -7,6 +7,8 @@
                                          KILN_CACHE_MAX_MB cap, evicted least recently used first
       artifacts-v1/ ...                  older store formats: never read; `clear` removes them
       bundle-records/<hash>.json         which tuned variant used which artifact (`kiln bundle save`)
+      programs/<hash>.json               each program's record (triton_kiln.program; small, bounded:
+                                         kept by `clear`, its next run compiles what it lists again)
       tuning.sqlite3 (-wal, -shm)        the tuning database (unless KILN_TUNING_DB puts it
                                          elsewhere): tuning results, not counted in the cap and
                                          never removed by kiln (a re-tune costs minutes)
