@@ -68,6 +68,14 @@ def _fresh_triton_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
 
 
+@pytest.fixture(autouse=True)
+def _no_program_record(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every test of a run is one program (pytest) on one cache directory: a record one test's
+    # kiln.install() kept would start compiles in another's. tests/test_program_record.py turns
+    # it on where it tests it.
+    monkeypatch.setenv("KILN_PROGRAM_RECORD", "0")
+
+
 def add_request(block: int = 128, num_warps: int = 4, **kwargs: Any) -> CompileRequest:
     import kernels
 

@@ -122,7 +122,7 @@ def test_a_record_of_another_format_is_a_quiet_miss(tmp_path: Path, caplog: pyte
 @pytest.fixture
 def recording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """This process's program record begun on a fresh cache (no install()); the record's path."""
-    with settings.scope(cache_dir=tmp_path / "cache", program="recording-test"):
+    with settings.scope(cache_dir=tmp_path / "cache", program="recording-test", program_record=True):
         current = settings.current()
         program_mod.start(current)
         try:
