@@ -4,6 +4,10 @@ The graph is read from the source (``ast``), not from ``sys.modules``: every ``i
 ``from ... import`` of every module under ``src/triton_kiln``, at module level and inside functions
 (imports under ``if TYPE_CHECKING:`` are left out: they never run). Modules are collapsed to
 kiln's packages (``kiln.pool``, ``kiln.autotuner``...) and top-level modules (``kiln.errors``...).
+
+Inside a package the graph is one of modules, and there the imports under ``if TYPE_CHECKING:``
+count too: a module that names another's type only for mypy still leans on it, so the modules of a
+package read bottom-up.
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(path: Path) -> set[str]:
-    """Every kiln module ``path`` imports (resolved; ``from triton_kiln import x`` -> ``kiln.x``)."""
+def _imports(path: Path, *, type_checking: bool = False) -> set[str]:
+    """Every kiln module ``path`` imports (resolved; ``from triton_kiln import x`` -> ``kiln.x``);
+    those under ``if TYPE_CHECKING:`` only with ``type_checking``."""
     tree = ast.parse(path.read_text(), str(path))
     skipped: set[int] = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
+        if not type_checking and isinstance(node, ast.If) and _is_type_checking(node.test):
             skipped.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     own = _module_name(path)
     package = own if path.name == "__init__.py" else own.rpartition(".")[0]
@@ -74,6 +79,21 @@ def package_graph() -> dict[str, set[str]]:
             target = _unit(module)
             if target != source:
                 targets.add(target)
+    return graph
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Each module of each kiln package -> the modules of the same package it imports (at module
+    level, inside functions and under ``if TYPE_CHECKING:``); a package's ``__init__`` is a node
+    (``kiln.pool``) like any other."""
+    graph: dict[str, set[str]] = {}
+    for package in sorted(PACKAGES):
+        own = f"triton_kiln.{package}"
+        for path in sorted((KILN / package).glob("*.py")):
+            source = _module_name(path)
+            graph[source] = {
+                m for m in _imports(path, type_checking=True) if m == own or m.startswith(f"{own}.")
+            } - {source}
     return graph
 
 
@@ -151,18 +171,29 @@ def test_no_cycle_between_packages() -> None:
     assert cycles(package_graph()) == []
 
 
-def test_the_autotuner_imports_in_one_direction() -> None:
-    """Inside the autotuner too: plan.py (a run's plan and services) at the bottom, autotuner.py
-    (the contract) and decorator.py at the top; the typing-only imports count as well."""
-    folder = KILN / "autotuner"
-    graph: dict[str, set[str]] = {}
-    for path in folder.glob("*.py"):
-        text = path.read_text().replace("if TYPE_CHECKING:", "if True:")
-        found = re.findall(r"from triton_kiln\.autotuner(?:\.(\w+) import| import (\w+))", text)
-        graph[path.stem] = {a or b for a, b in found} - {path.stem}
-    graph.pop("__init__")
+def test_the_module_graph_sees_every_module_and_every_kind_of_import() -> None:
+    graph = module_graph()
+    assert {_module_name(p) for p in KILN.glob("*/*.py")} == set(graph)
+    # A module-level import, one inside a function (rebuild imports gluon when it rebuilds), one
+    # under `if TYPE_CHECKING:` (bench.py names a Candidate for mypy only)...
+    assert "triton_kiln.pool.jobs" in graph["triton_kiln.pool.manager"]
+    assert "triton_kiln.compile.gluon" in graph["triton_kiln.compile.rebuild"]
+    assert "triton_kiln.autotuner.compile_requests" in graph["triton_kiln.autotuner.bench"]
+    # ...and only the modules of the module's own package.
+    assert "triton_kiln.artifacts.store" not in graph["triton_kiln.bundle.index"]
+
+
+def test_the_modules_of_a_package_import_in_one_direction() -> None:
+    """Inside every package: what a module names (even for mypy only) sits below it, so a package
+    reads bottom-up; the autotuner's plan.py, say, at the bottom, its autotuner.py at the top."""
+    graph = module_graph()
+    assert graph  # an empty graph has no cycle, and proves nothing
     assert cycles(graph) == []
-    assert not graph["plan"] - {"compile_requests"}  # its types name a Candidate, nothing else
+
+
+def test_the_autotuners_plan_sits_at_the_bottom() -> None:
+    """plan.py (a run's plan and services) names a Candidate in its types, nothing else."""
+    assert module_graph()["triton_kiln.autotuner.plan"] <= {"triton_kiln.autotuner.compile_requests"}
 
 
 def test_no_part_of_the_autotuner_reads_the_autotuners_private_attributes() -> None:

@@ -37,7 +37,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from triton_kiln.compile import gluon, spec_batch
+from triton_kiln.compile import gluon, rebuild, spec_batch
 from triton_kiln.compile.parse import parse
 from triton_kiln.compile.values import GlobalValue, canonical
 from triton_kiln.errors import KernelSpecError
@@ -355,9 +355,7 @@ class KernelSpec:
 
     def load(self) -> Any:
         """Return the JIT function this spec describes, rebuilding or importing it."""
-        from triton_kiln.compile.rebuild import load
-
-        return load(self)
+        return rebuild.load(self)
 
 
 def _defaults(python_fn: Any, seen: dict[int, KernelSpec]) -> tuple[tuple[str, GlobalValue], ...]:

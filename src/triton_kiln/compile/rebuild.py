@@ -5,6 +5,9 @@ compiled with the original file name, line numbers and ``__future__`` flags, giv
 original's parameter defaults, wrapped in ``triton.jit``); one that cannot is imported by
 ``module:qualname``. Rebuilt functions are memoized per process by the
 spec's identity.
+
+What a worker reads of a spec is :class:`Rebuildable`, so this module names no spec and
+:mod:`triton_kiln.compile.kernel_spec` builds on it (``KernelSpec.load`` is :func:`load`).
 """
 
 from __future__ import annotations
@@ -14,23 +17,55 @@ import builtins
 import importlib
 import linecache
 import types
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from triton_kiln.compile.values import GlobalValue, decanonical
 from triton_kiln.errors import KernelSpecError
 
-if TYPE_CHECKING:
-    from triton_kiln.compile.kernel_spec import KernelSpec
+
+class Rebuildable(Protocol):
+    """What a worker reads of a :class:`~triton_kiln.compile.kernel_spec.KernelSpec` to get its
+    kernel back (a ``"jit"`` global's payload is one too)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def module(self) -> str: ...
+    @property
+    def qualname(self) -> str: ...
+    @property
+    def importable(self) -> bool: ...
+    @property
+    def src(self) -> str: ...
+    @property
+    def filename(self) -> str: ...
+    @property
+    def first_line(self) -> int: ...
+    @property
+    def jit_options(self) -> tuple[tuple[str, Any], ...]: ...
+    @property
+    def globals(self) -> tuple[tuple[str, GlobalValue], ...]: ...
+    @property
+    def language(self) -> str: ...
+    @property
+    def defaults(self) -> tuple[tuple[str, GlobalValue], ...]: ...
+    @property
+    def lazy_annotations(self) -> bool: ...
+    @property
+    def identity(self) -> str: ...
+    @property
+    def by_source(self) -> bool: ...
+
 
 _REBUILT: dict[str, Any] = {}  # identity -> rebuilt JIT function (per worker process)
 
 
-def load(spec: KernelSpec) -> Any:
+def load(spec: Rebuildable) -> Any:
     """The JIT function ``spec`` describes, rebuilt or imported."""
     return _load(spec, _REBUILT)
 
 
-def _load(spec: KernelSpec, memo: dict[str, Any]) -> Any:
+def _load(spec: Rebuildable, memo: dict[str, Any]) -> Any:
     """Rebuild from source when possible (see :attr:`KernelSpec.by_source`), else import."""
     if spec.by_source:
         return _rebuild(spec, memo)
@@ -42,7 +77,7 @@ def _load(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     return _rebuild(spec, memo)
 
 
-def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
+def _rebuild(spec: Rebuildable, memo: dict[str, Any]) -> Any:
     key = spec.identity
     if key in memo:
         return memo[key]
@@ -81,7 +116,7 @@ def _rebuild(spec: KernelSpec, memo: dict[str, Any]) -> Any:
     return jitted
 
 
-def _set_defaults(raw: Any, spec: KernelSpec, memo: dict[str, Any]) -> None:
+def _set_defaults(raw: Any, spec: Rebuildable, memo: dict[str, Any]) -> None:
     """Give the rebuilt function the caller's default values.
 
     ``exec`` evaluated the default expressions against the globals as they are now; the

@@ -19,7 +19,7 @@ Data flow: :mod:`triton_kiln.helion.adapter`; every Helion name it uses, with th
 were read against: :mod:`triton_kiln.helion.compat`. Which pool and target: :func:`configure`
 (:mod:`.config`). Also :mod:`.process` (a compile future as the process Helion waits on),
 :mod:`.requests` (a captured launch as kiln's compile request; Triton's cache seeded) and
-:mod:`.errors`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1).
+:mod:`.errors`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1; :mod:`.versions`).
 
 Imports: Helion (in :mod:`.compat` only), kiln's public API (its pool), ``triton_compat`` and
 the top-level errors; no part of kiln imports this package.
@@ -32,8 +32,7 @@ from typing import Any
 
 from triton_kiln.helion.config import configure
 from triton_kiln.helion.errors import BaselineCompileError, UnsupportedHelionError
-
-SUPPORTED_HELION = ("1.5.0", "1.5.1")
+from triton_kiln.helion.versions import SUPPORTED_HELION
 
 
 def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) -> Any:

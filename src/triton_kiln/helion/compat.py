@@ -1,9 +1,10 @@
 """Every name kiln takes from Helion, private or public, read against Helion 1.5.0 and 1.5.1.
 
-Importing it checks Helion's version (:data:`triton_kiln.helion.SUPPORTED_HELION`) and that each
-private name below exists, and raises :class:`~triton_kiln.helion.errors.UnsupportedHelionError`
-naming the first one missing; :mod:`triton_kiln.helion.adapter` then uses only what this module
-defines. The names, and what kiln does with each (the same in 1.5.0 and 1.5.1):
+Importing it checks Helion's version (:data:`~triton_kiln.helion.versions.SUPPORTED_HELION`)
+and that each private name below exists, and raises
+:class:`~triton_kiln.helion.errors.UnsupportedHelionError` naming the first one missing;
+:mod:`triton_kiln.helion.adapter` then uses only what this module defines. The names, and what
+kiln does with each (the same in 1.5.0 and 1.5.1):
 
 * ``helion.autotuner.benchmark_provider``: ``LocalBenchmarkProvider`` (kiln's provider derives
   from it) and its private methods ``_create_precompile_future`` (one config's precompile, which
@@ -33,8 +34,8 @@ import importlib.metadata
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from triton_kiln.helion import SUPPORTED_HELION
 from triton_kiln.helion.errors import UnsupportedHelionError
+from triton_kiln.helion.versions import SUPPORTED_HELION
 
 
 def _helion_version() -> str:

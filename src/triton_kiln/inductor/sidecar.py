@@ -48,13 +48,15 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from triton_kiln import child_env
 from triton_kiln.errors import describe_exit
-from triton_kiln.inductor.sidecar_main import FD_VARIABLE, PARENT_VARIABLE
 from triton_kiln.pool.pause import PAUSE
 from triton_kiln.sandbox.channel import Died, TimedOut, WorkerProcess
 
 log = logging.getLogger("kiln.inductor")
 
+# The sidecar process runs this module, which imports the hooks (they import this one): named, not
+# imported, so the parent's side never imports the child's.
 _MODULE = "triton_kiln.inductor.sidecar_main"
 _READ_SLICE_S = 3600.0  # a reader's wait for the next message once the sidecar is ready
 
@@ -200,7 +202,9 @@ class Sidecar:
     def _run(self) -> None:
         self.stats.spawned_at = time.monotonic()
         try:
-            process = WorkerProcess(_MODULE, FD_VARIABLE, PARENT_VARIABLE, self._init())
+            process = WorkerProcess(
+                _MODULE, child_env.INDUCTOR_SIDECAR_FD, child_env.INDUCTOR_SIDECAR_PARENT, self._init()
+            )
         except Exception as exc:
             self._died(f"could not be started ({exc})")
             return

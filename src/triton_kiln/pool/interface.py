@@ -124,10 +124,3 @@ def gather(
             if isinstance(item, BaseException):
                 raise item
     return [r for r in results if r is not None]
-
-
-if TYPE_CHECKING:
-    from triton_kiln.pool.pool import CompilePool
-
-    def _is_a_compile_service(pool: CompilePool) -> CompileService:
-        return pool  # mypy checks that CompilePool satisfies the protocol

@@ -8,6 +8,8 @@
   the counters (:class:`PoolStats`), whether the pool is closing or broken, and the two
   events callers wait on. A job ends here, once: :meth:`JobTable.complete` (stored on disk,
   remembered, future resolved) or :meth:`JobTable.fail`.
+* :class:`NodeSide`: what the table and the workers ask of the node-wide locks
+  (:class:`~triton_kiln.pool.node_jobs.NodeJobs`, which builds on this module's jobs and counters).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore
@@ -29,7 +31,6 @@ from triton_kiln.pool.lookup import LookupCounts
 from triton_kiln.pool.memory_cache import MemoryCache
 
 if TYPE_CHECKING:
-    from triton_kiln.pool.node_jobs import NodeJobs
     from triton_kiln.pool.sealed import SealedRequest
 
 
@@ -92,6 +93,22 @@ def _positive_finite(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < math.inf
 
 
+class NodeSide(Protocol):
+    """A pool's side of the node-wide locks, as the table and the workers use it."""
+
+    def take_slot(self, job: Job) -> bool:
+        """Hold a node slot for ``job`` before it runs (``False``: all are taken now)."""
+        ...
+
+    def give_slot(self, job: Job) -> None:
+        """Give back ``job``'s slot (it goes back to the queue)."""
+        ...
+
+    def ended(self, job: Job, exc: BaseException | None) -> None:
+        """``job`` ended (stored already when it succeeded): its slot and its key's lock let go."""
+        ...
+
+
 class JobQueue:
     """Pending jobs, highest priority first, FIFO among equals; retried jobs jump the queue."""
 
@@ -129,7 +146,7 @@ class JobTable:
         self.broken: KilnError | None = None  # set by the manager: why every job now fails
         self.ready = threading.Event()  # zygote up and every worker started (or the pool ended)
         self.closed = threading.Event()  # the manager thread has torn everything down
-        self.node: NodeJobs | None = None  # node-wide locks (set by the manager; its thread only)
+        self.node: NodeSide | None = None  # node-wide locks (set by the manager; its thread only)
 
     def check_open(self) -> None:
         if self.closing:

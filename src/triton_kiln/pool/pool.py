@@ -42,7 +42,7 @@ import weakref
 from collections.abc import Iterable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_kiln import settings as settings_mod
 from triton_kiln.artifacts import triton_files
@@ -59,6 +59,9 @@ from triton_kiln.pool.pause import PAUSE
 from triton_kiln.pool.sealed import SealedRequest
 from triton_kiln.settings import Settings
 from triton_kiln.triton_compat import GPUTarget
+
+if TYPE_CHECKING:
+    from triton_kiln.pool.interface import CompileService
 
 __all__ = ["CompilePool", "PoolStats", "get_pool"]
 
@@ -366,3 +369,9 @@ def _close_at_exit(pool: CompilePool) -> None:
     thread = pool._manager.thread
     if thread is not None and thread is not threading.current_thread():
         thread.join(timeout=EXIT_WAIT_S)
+
+
+if TYPE_CHECKING:  # mypy checks that CompilePool satisfies the protocol
+
+    def _is_a_compile_service(pool: CompilePool) -> CompileService:
+        return pool
