@@ -8,6 +8,8 @@
   with ``KILN_PREWARM=1``, the pool that install() started, once ready;
 * ``tune``: a kiln-tuned kernel tuned for ``n=4096`` (its configs really compiled, in the pool);
 * ``db``: the same kernel, every key found in ``DB`` (the database ``tune`` wrote);
+* ``KILN_TEST_INSTALL=1`` (``tune``, ``db``): ``kiln.install()`` first, so the program record is
+  kept and replayed (``KILN_PROGRAM_RECORD``);
 * ``idle``: ``tune``, then wait for ``KILN_IDLE_S`` to release the pool, then tune ``n=8192`` in fp16 (new
   compiles).
 
@@ -20,6 +22,7 @@ recorded from the first line, before kiln is imported.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -159,6 +162,8 @@ def main() -> None:
         report["key_kept"] = triton_compat.stored_triton_key(key_dir) is not None
         kiln.uninstall()
     else:
+        if os.environ.get("KILN_TEST_INSTALL") == "1":
+            kiln.install()
         tuner = _kernel(db)
         _call(tuner, 4096)
         report["first_call_s"] = time.perf_counter() - began

@@ -72,6 +72,19 @@ def test_a_database_only_process_starts_no_process(tmp_path: Path) -> None:
     assert served["sandboxes"] == 0
 
 
+def test_with_the_program_record_a_database_only_process_still_starts_no_process(tmp_path: Path) -> None:
+    record = {"KILN_TEST_INSTALL": "1", "KILN_PROGRAM_RECORD": "1"}
+    tuned = child("tune", tmp_path, **record)
+    assert tuned["loaded_from"] is None
+    assert list((tmp_path / "cache" / "programs").glob("*.json")), "install() kept no program record"
+    served = child("db", tmp_path, **record)  # every recorded compile is cached: nothing to start
+    assert served["loaded_from"] == "database"
+    assert served["children"] == [], f"a process served from the database started {served['children']}"
+    assert served["started"] == [], f"a process served from the database ran {served['started']}"
+    assert not served["pool_started"]
+    assert served["sandboxes"] == 0
+
+
 def test_idle_release_then_a_later_tuning_still_works(tmp_path: Path) -> None:
     report = child("idle", tmp_path, KILN_IDLE_S="0.5")
     assert report["children_after_call"], "the tuning ran no process: nothing to release"
