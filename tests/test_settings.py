@@ -12,39 +12,11 @@ import pytest
 
 from triton_kiln import CompilePool, Settings, SettingsError, settings
 
-ALL_VARS = [
-    "KILN_WORKERS",
-    "KILN_JOB_TIMEOUT_S",
-    "KILN_MEMORY_LIMIT_MB",
-    "KILN_MEMORY_POLL_S",
-    "KILN_CACHE_DIR",
-    "KILN_DISK_CACHE",
-    "KILN_MEMORY_CACHE_MB",
-    "KILN_KEEP_IR",
-    "KILN_ZYGOTE_START_TIMEOUT_S",
-    "KILN_ZYGOTE_RESTARTS",
-    "KILN_STDERR_TAIL_LINES",
-    "KILN_WORKER_NICE",
-    "KILN_PROGRESS",
-    "KILN_TUNING_DB",
-    "KILN_USE_TUNING_DB",
-    "KILN_SANDBOX",
-    "KILN_NATIVE_SANDBOX",
-    "KILN_BENCH_TIMEOUT_S",
-    "KILN_AUTOTUNE",
-    "KILN_CACHE_MAX_MB",
-    "KILN_NODE",
-    "KILN_NODE_SLOTS",
-    "KILN_NODE_POLL_S",
-    "KILN_NODE_WAIT_S",
-    "KILN_NODE_SHARE",
-    "KILN_NODE_SHARE_WAIT_S",
-]
-
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in ALL_VARS:
+    # every setting's variable, whatever the test run set (conftest.py sets some for every test)
+    for var in settings.variables().values():
         monkeypatch.delenv(var, raising=False)
 
 
@@ -121,7 +93,11 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_NODE_WAIT_S": "60",
         "KILN_NODE_SHARE": "0",
         "KILN_NODE_SHARE_WAIT_S": "5",
+        "KILN_PROGRAM_RECORD": "0",
+        "KILN_PROGRAM": "train",
+        "KILN_PROGRAM_RECORD_MAX": "16",
     }
+    assert set(env) == set(settings.variables().values()), "a setting this test does not set"
     (tmp_path / "kiln.key").write_bytes(b"k" * 32)
     (tmp_path / "kiln.key").chmod(0o600)
     for var, value in env.items():
@@ -129,6 +105,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     current = settings.current()
     assert current == settings.from_env(env)
     assert current.workers == 3
+    assert (current.program_record, current.program, current.program_record_max) == (False, "train", 16)
     assert current.job_timeout_s == 2.5
     assert current.debug is True
     assert current.memory_limit_mb == 1024
