@@ -174,7 +174,8 @@ def compile_job(job: CompileJob) -> JobResult:
     return JobResult(job.name, time.perf_counter() - started)
 
 
-def _refuse(modules: tuple[str, ...]) -> None:
+def refuse(modules: tuple[str, ...]) -> None:
+    """From now on an import of each of ``modules`` in this process raises ``ImportError``."""
     for name in modules:
         sys.modules[name] = None  # type: ignore[assignment]  # an import of it raises ImportError
 
@@ -201,7 +202,7 @@ class Precompiler:
             self._pool = concurrent.futures.ProcessPoolExecutor(
                 self.workers,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=_refuse,
+                initializer=refuse,
                 initargs=(self.refuse,),
             )
             self.pool_start_s = time.perf_counter() - started
