@@ -13,6 +13,11 @@ Arms, each from a fresh Triton cache, a fresh kiln cache and a fresh tuning data
 
 * ``triton``: ``triton.autotune`` as shipped: the first call compiles each config inside its
   first benchmark, one after the other, in this process;
+* ``triton_parallel``: ``triton.autotune`` as shipped, in a new Python process where
+  ``triton_kiln`` cannot be imported, with each tuning's configs first compiled in a process pool
+  (one worker per usable core) so that Triton's own compiles hit the cache: the approach of
+  Triton's PR #11847 (``bench/parallel_precompile.py``); reported as ``triton_parallel`` and
+  ``triton_parallel_over_kiln`` (its first tuned result over kiln's: above 1, kiln is the faster);
 * ``kiln``: ``kiln.autotune`` with its defaults (compile pool started inside the timed region,
   GPU sandbox, output checks, tuning database);
 * ``kiln-second-process``: a new Python process with the same kiln cache and database times
@@ -59,8 +64,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import choice_harness
 import kernels_bench
 import machine_state
-import triton_kiln as kiln
-from triton_kiln.settings import usable_cores
+import parallel_precompile
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def matmul_configs() -> list[triton.Config]:
@@ -219,6 +225,77 @@ def second_process_paths() -> list[str]:
     return [str(Path(__file__).resolve().parent), *sys.path]
 
 
+# The triton_parallel arm's process: stock Triton, kiln refused at import (this module imports kiln
+# only inside the functions of its kiln arms), the pool started inside the timed first call.
+PARALLEL_PROCESS_IMPORTS = textwrap.dedent(
+    """
+    import json, sys, time
+    sys.modules["triton_kiln"] = None  # stock Triton: an import of kiln fails in this process
+    sys.path[:0] = {paths!r}
+    import torch, triton
+    import autotune as bench
+    import parallel_precompile
+    """
+)
+PARALLEL_PROCESS = PARALLEL_PROCESS_IMPORTS + textwrap.dedent(
+    """
+    kernel, configs, case = bench.SETS[{set_name!r}]
+    call, check, key = case()
+    tuned = triton.autotune(configs(), key=key)(kernel)
+    with parallel_precompile.installed() as plan:
+        torch.cuda.synchronize()
+        ready = time.perf_counter()
+        call(tuned)
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+    choice = tuned.best_config
+    result = {{
+        "first_result_s": done - ready,
+        "choice": str(choice),
+        "own_timing_ms": float(tuned.configs_timings[choice][0]),
+        "max_abs_err": check(),
+        "precompile": plan.stats(),
+        "kiln_imported": sys.modules.get("triton_kiln") is not None,
+    }}
+    print("RESULT", json.dumps(result), flush=True)
+    """
+)
+
+
+def parallel_process_env(root: Path) -> dict[str, str]:
+    """The triton_parallel arm's environment: a fresh Triton cache, none of kiln's settings."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("KILN_")}
+    env["TRITON_CACHE_DIR"] = str(root / "triton-parallel")
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != SRC]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def parallel_process_paths() -> list[str]:
+    """``sys.path`` of the triton_parallel process: this directory first, kiln's ``src/`` left out."""
+    return [str(Path(__file__).resolve().parent), *(p for p in sys.path if p and Path(p).resolve() != SRC)]
+
+
+def parallel_process(set_name: str) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="kiln-bench-triton_parallel-"))
+    script = PARALLEL_PROCESS.format(paths=parallel_process_paths(), set_name=set_name)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", script],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=parallel_process_env(root),
+            timeout=900,
+        )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+    if line is None:
+        return {"error": out.stderr[-2000:]}
+    return dict(json.loads(line.removeprefix("RESULT ")))
+
+
 def second_process(set_name: str, root: Path) -> dict[str, Any]:
     env = second_process_env(root)
     script = SECOND_PROCESS.format(paths=second_process_paths(), set_name=set_name)
@@ -242,6 +319,9 @@ def second_process(set_name: str, root: Path) -> dict[str, Any]:
 
 
 def run_set(set_name: str) -> dict[str, Any]:
+    import triton_kiln as kiln
+    from triton_kiln.settings import usable_cores
+
     kernel, configs_fn, case = SETS[set_name]
     call, check, key = case()
     result: dict[str, Any] = {"n_configs": len(configs_fn())}
@@ -253,6 +333,11 @@ def run_set(set_name: str) -> dict[str, Any]:
         err_t = check()
         triton_choice = tuned_t.best_config
         triton_own = float(tuned_t.configs_timings[triton_choice][0])
+
+    print(
+        f"[autotune] {set_name}: triton.autotune, configs compiled in parallel", file=sys.stderr, flush=True
+    )
+    parallel = parallel_process(set_name)
 
     print(f"[autotune] {set_name}: kiln.autotune", file=sys.stderr, flush=True)
     with fresh_environment("kiln") as root:
@@ -309,6 +394,10 @@ def run_set(set_name: str) -> dict[str, Any]:
                 "run": to_json(run),
             },
             "kiln_second_process": second,
+            "triton_parallel": parallel,
+            "triton_parallel_over_kiln": (
+                parallel["first_result_s"] / wall_k if "first_result_s" in parallel and wall_k else None
+            ),
             "harness_ms": {
                 "triton_choice": t_ms,
                 "kiln_choice": k_ms,
@@ -332,16 +421,25 @@ def _second_call(second: dict[str, Any]) -> str:
     return f"failed: {lines[-1][:60]}" if lines else "failed"
 
 
+def _first(arm: dict[str, Any]) -> str:
+    """An arm's first tuned result in seconds, or ``-`` where it has none (failed, or not run)."""
+    value = arm.get("first_result_s")
+    return f"{value:.1f}" if isinstance(value, float) else "-"
+
+
 def summary(result: dict[str, Any]) -> str:
     lines = [
-        "set       triton s   kiln s  speed-up  kiln/triton runtime  2nd proc first call s  compiles"
-        "  limit s  kiln/limit"
+        "set       triton s  parallel s   kiln s  speed-up  parallel/kiln  kiln/triton runtime"
+        "  2nd proc first call s  compiles  limit s  kiln/limit"
     ]
     for name, r in result["sets"].items():
         second = r["kiln_second_process"]
+        over = r.get("triton_parallel_over_kiln")
         lines.append(
-            f"{name:8} {r['triton']['first_result_s']:9.1f} {r['kiln']['first_result_s']:8.1f} "
-            f"{r['speedup_first_result']:8.2f}x {r['harness_ms']['kiln_over_triton']:19.3f} "
+            f"{name:8} {r['triton']['first_result_s']:9.1f} {_first(r.get('triton_parallel') or {}):>11} "
+            f"{r['kiln']['first_result_s']:8.1f} "
+            f"{r['speedup_first_result']:8.2f}x {f'{over:.2f}' if over else '-':>14} "
+            f"{r['harness_ms']['kiln_over_triton']:20.3f} "
             f"{_second_call(second):>22} "
             f"{second.get('compile_jobs_dispatched', '-'):>9} "
             f"{r.get('limit_s') or float('nan'):8.2f} {r.get('kiln_first_over_limit') or float('nan'):10.2f}"
@@ -365,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
             "command": shlex.join([sys.executable.rsplit("/", 1)[-1], *sys.argv]),
             "triton_version": triton.__version__,
             "torch_version": torch.__version__,
-            "cores": usable_cores(),  # the cores this run may use (taskset)
+            "cores": parallel_precompile.usable_cores(),  # the cores this run may use (taskset)
             "host": machine_state.host(),  # the CPU model and the load as the run starts
         },
         "sets": {},

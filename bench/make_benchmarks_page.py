@@ -53,6 +53,8 @@ class Row:
 
 
 Extractor = Callable[[dict[str, Any]], Iterator[Row]]
+# The triton_parallel arm: stock triton.autotune with each tuning's configs compiled in a pool first
+PARALLEL = "triton.autotune, configs compiled in parallel"
 
 
 def _num(value: Any) -> float | None:
@@ -69,6 +71,9 @@ def _autotune(data: dict[str, Any]) -> Iterator[Row]:
             "triton.autotune",
             _num(triton.get("first_result_s")),
         )
+        parallel = _num((kernel_set.get("triton_parallel") or {}).get("first_result_s"))
+        if parallel is not None:  # runs before the arm existed have no such row
+            yield Row(name, "first tuned result (s)", _num(kiln.get("first_result_s")), PARALLEL, parallel)
         harness = kernel_set.get("harness_ms", {})
         yield Row(
             name,
@@ -249,6 +254,11 @@ def _realworld(data: dict[str, Any]) -> Iterator[Row]:
             _num(op.get("triton_first_s")),
             run,
         )
+        parallel = _num(op.get("triton_parallel_first_s"))
+        if parallel is not None:  # runs before the arm existed have no such row
+            yield Row(
+                name, "first call, tuning included (s)", _num(op.get("kiln_first_s")), PARALLEL, parallel, run
+            )
         yield Row(
             name,
             "op runtime (ms)",

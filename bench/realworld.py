@@ -12,6 +12,10 @@ For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
 (``bench/realworld_child.py``) with fresh cache directories:
 
 * ``triton``: stock ``triton.autotune`` (its own ``TRITON_CACHE_DIR``);
+* ``triton_parallel``: stock ``triton.autotune`` with each tuning's configs compiled in a process
+  pool (one worker per usable core) before Triton benchmarks them, so Triton's own compiles hit
+  the cache: the approach of Triton's PR #11847 (``bench/parallel_precompile.py``); its own
+  ``TRITON_CACHE_DIR``, kiln's ``src/`` off its path and ``triton_kiln`` refused at import;
 * ``kiln``: ``triton.autotune`` routed to kiln before the library is imported (``kiln.install()``
   when kiln has it, else by assignment; the JSON says which), fresh ``TRITON_CACHE_DIR`` and
   ``KILN_CACHE_DIR`` (tuning database inside);
@@ -29,8 +33,11 @@ For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
   (``bench/choice_harness.py``): whether kiln chose as well as Triton, in one harness.
 
 Per op, the JSON has ``op``, ``configs`` (sum over the autotuned kernels the op launched),
-``triton_first_s``, ``kiln_first_s``, ``kiln_second_first_s`` (wall seconds of the first call,
-synchronized, tuning included; process start and imports excluded), ``triton_op_ms``,
+``triton_first_s``, ``triton_parallel_first_s``, ``kiln_first_s``, ``kiln_second_first_s`` (wall
+seconds of the first call, synchronized, tuning included; process start and imports excluded),
+``triton_parallel_over_kiln`` (``triton_parallel_first_s / kiln_first_s``: above 1, kiln's first
+call is the faster; with the arm, ``triton_parallel_op_ms``, ``triton_parallel_outputs_match`` and
+``triton_parallel_precompile``: the pool's workers, jobs, failures and wall time), ``triton_op_ms``,
 ``kiln_op_ms``, ``kiln_op_ms_triton_configs`` (``triton.testing.do_bench`` medians after tuning,
 same inputs, median over ``--repeats``), ``kiln_choice_ms_triton_harness`` and
 ``triton_choice_ms_triton_harness`` (the ``harness`` arm, in one process: per autotuned kernel
@@ -83,8 +90,9 @@ import realworld_ops
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "realworld_child.py"
-ARMS = ("triton", "kiln_baseline", "kiln", "kiln_second", "kiln_forced", "harness")
+ARMS = ("triton", "triton_parallel", "kiln_baseline", "kiln", "kiln_second", "kiln_forced", "harness")
 BASELINE = "kiln_baseline"  # the kiln arm on another checkout's src/ (--baseline-src)
+PARALLEL = "triton_parallel"  # stock triton.autotune, each tuning's configs compiled in a pool first
 PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
 
@@ -99,10 +107,18 @@ def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False, src: Path
     # FlagGems keeps its own tuning database (best config per key, and every config's timings)
     # under FLAGGEMS_CACHE_DIR (default ~/.flaggems): fresh per arm, like TRITON_CACHE_DIR.
     env["FLAGGEMS_CACHE_DIR"] = str(root / f"flaggems-cache-{arm}")
-    env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("KILN_PROGRESS", "0")
     env["TRITON_CACHE_DIR"] = str(root / f"triton-cache-{arm}")
+    if arm == PARALLEL:
+        # stock Triton only: kiln's src/ is left off the path and its settings are dropped (the
+        # child also refuses an import of kiln, which an editable install would still find)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != src]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        for name in [name for name in env if name.startswith("KILN_")]:
+            del env[name]
+        return env
+    env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("KILN_PROGRESS", "0")
     caches = {"triton": "kiln-cache-triton-arm", BASELINE: "kiln-cache-baseline"}
     kiln_dir = root / caches.get(arm, "kiln-cache")
     env["KILN_CACHE_DIR"] = str(kiln_dir)
@@ -235,6 +251,21 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "triton_first_s": field("triton", "first_s"),
         "kiln_first_s": field("kiln", "first_s"),
         "kiln_second_first_s": field("kiln_second", "first_s"),
+        "triton_parallel_first_s": field(PARALLEL, "first_s"),
+        "triton_parallel_over_kiln": (
+            field(PARALLEL, "first_s") / kiln_first
+            if isinstance(kiln_first, float) and isinstance(field(PARALLEL, "first_s"), float) and kiln_first
+            else None
+        ),
+        **(
+            {
+                "triton_parallel_op_ms": field(PARALLEL, "op_ms"),
+                "triton_parallel_outputs_match": outputs.get(PARALLEL, {}).get("match"),
+                "triton_parallel_precompile": field(PARALLEL, "parallel_precompile"),
+            }
+            if PARALLEL in arms
+            else {}
+        ),
         **(
             {
                 "kiln_baseline_first_s": field(BASELINE, "first_s"),
@@ -290,9 +321,11 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         "op",
         "configs",
         "first s triton",
+        "triton parallel",
         "kiln",
         "kiln 2nd",
         "kiln base",
+        "parallel/kiln",
         "op ms triton",
         "kiln",
         "kiln@triton cfgs",
@@ -315,9 +348,11 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
                 f"{r['op']} ({r['shape']})" if r.get("shape") else r["op"],
                 _num(r.get("configs"), "d"),
                 _num(r.get("triton_first_s"), ".1f"),
+                _num(r.get("triton_parallel_first_s"), ".1f"),
                 _num(r.get("kiln_first_s"), ".1f"),
                 _num(r.get("kiln_second_first_s"), ".2f"),
                 _num(r.get("kiln_baseline_first_s"), ".1f"),
+                _num(r.get("triton_parallel_over_kiln"), ".2f"),
                 _num(t_ms, ".3f"),
                 _num(r.get("kiln_op_ms"), ".3f"),
                 _num(f_ms, ".3f"),

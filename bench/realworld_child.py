@@ -10,18 +10,19 @@
       reads DIR/result.json, DIR/outputs.pt   <--    write outputs, choices, kiln's reports
 
 Arms: ``triton`` (stock ``triton.autotune``; it and ``kiln`` write ``choices.json``, each
-autotuned kernel's chosen config per tuning key), ``kiln`` and ``kiln_second`` (``triton.autotune``
-routed to kiln before the library is imported: ``kiln.install()`` when kiln has it, else by
-assigning ``kiln.autotune`` to ``triton.autotune``, ``triton.runtime.autotune`` and
-``triton.runtime.autotuner.autotune``), and ``kiln_forced`` (as ``kiln``, with every autotuned
-kernel's configs cut down to Triton's choices from ``--choices``, so only the launch path
-differs from Triton's), and ``harness`` (stock ``triton.autotune``, no tuning: the ``kiln`` and
-``triton`` arms' choices, ``--kiln-choices`` and ``--choices``, timed alternately in this one
-process: per kernel launch under the tuner's own ``_bench``, and per op with
-``triton.testing.do_bench``; see ``bench/choice_harness.py``). In the assignment
-mode a kernel that ``kiln.autotune`` refuses at
-import (``@triton.autotune`` over ``@triton.heuristics`` today) is left on Triton's autotuner
-and listed with the reason, unless ``--strict``.
+autotuned kernel's chosen config per tuning key), ``triton_parallel`` (stock ``triton.autotune``
+with each tuning's configs compiled in a process pool before Triton benchmarks them,
+``bench/parallel_precompile.py``; ``triton_kiln`` cannot be imported in it), ``kiln`` and
+``kiln_second`` (``triton.autotune`` routed to kiln before the library is imported:
+``kiln.install()`` when kiln has it, else by assigning ``kiln.autotune`` to ``triton.autotune``,
+``triton.runtime.autotune`` and ``triton.runtime.autotuner.autotune``), and ``kiln_forced`` (as
+``kiln``, with every autotuned kernel's configs cut down to Triton's choices from ``--choices``,
+so only the launch path differs from Triton's), and ``harness`` (stock ``triton.autotune``, no
+tuning: the ``kiln`` and ``triton`` arms' choices, ``--kiln-choices`` and ``--choices``, timed
+alternately in this one process: per kernel launch under the tuner's own ``_bench``, and per op
+with ``triton.testing.do_bench``; see ``bench/choice_harness.py``). In the assignment mode a
+kernel that ``kiln.autotune`` refuses at import (``@triton.autotune`` over ``@triton.heuristics``
+today) is left on Triton's autotuner and listed with the reason, unless ``--strict``.
 
 ``result.json`` is written whatever happens: a failure is data (``error``, ``stage``).
 ``--dry-run`` needs no GPU: routing, imports and the kernel inventory only.
@@ -46,6 +47,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import choice_harness
+import parallel_precompile
 import realworld_ops
 
 LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
@@ -54,6 +56,7 @@ LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
 LIBRARY_DIRS = tuple(f"/{name}/" for name in LIBRARY_PREFIXES)
 KILN_ARMS = ("kiln", "kiln_second", "kiln_forced")
 HARNESS = "harness"  # both arms' choices timed in one process, stock triton.autotune
+PARALLEL = "triton_parallel"  # stock triton.autotune, each tuning's configs compiled in a pool first
 
 
 def config_json(config: Any) -> dict[str, Any]:
@@ -144,10 +147,10 @@ def _name(tuner: Any) -> str:
 
 
 def _kiln_class(tuner: Any) -> bool:
-    """An instance of kiln's autotuner class (a library's subclass routed through kiln counts)."""
-    import triton_kiln as kiln
-
-    return isinstance(tuner, kiln.Autotuner)
+    """An instance of kiln's autotuner class (a library's subclass routed through kiln counts).
+    Where kiln was never imported no tuner can be kiln's, and the stock arms stay free of it."""
+    kiln = sys.modules.get("triton_kiln")
+    return kiln is not None and isinstance(tuner, kiln.Autotuner)
 
 
 def _bypass(tuner: Any) -> str | None:
@@ -177,10 +180,12 @@ def _bypass(tuner: Any) -> str | None:
 
 def _search(tuner: Any) -> str | None:
     """``library`` when the library's own ``run`` drives the search (kiln serves its ``_bench``)."""
+    if not _kiln_class(tuner):
+        return None
     import triton_kiln as kiln
     from triton_kiln.autotuner.library_search import role
 
-    return role(type(tuner), kiln.Autotuner).driver if _kiln_class(tuner) else None
+    return role(type(tuner), kiln.Autotuner).driver
 
 
 def _is_kiln(tuner: Any) -> bool:
@@ -319,6 +324,19 @@ def run_harness(args: argparse.Namespace, tuners: list[Any], op: Any, result: di
 
 
 def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
+    if args.arm != PARALLEL:
+        _run_arm(args, result)
+        return
+    parallel_precompile.refuse(parallel_precompile.REFUSED)  # stock Triton: an import of kiln fails
+    with parallel_precompile.installed() as plan:
+        try:
+            _run_arm(args, result)
+        finally:
+            result["parallel_precompile"] = plan.stats()
+            result["kiln_imported"] = sys.modules.get("triton_kiln") is not None
+
+
+def _run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     op = realworld_ops.OPS[args.op]
     fallbacks: list[dict[str, str]] = []
     result["stage"] = "route"
@@ -372,7 +390,11 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     result["kernels"] = [_kernel_record(t) for t in invoked]
     result["configs"] = sum(len(t.configs) for t in invoked)
     result["left_on_triton"] = [
-        {"kernel": _name(t), "class": _kernel_record(t)["class"], "reason": _bypass(t) or "not kiln's class"}
+        {
+            "kernel": _name(t),
+            "class": _kernel_record(t)["class"],
+            "reason": (_bypass(t) if _kiln_class(t) else None) or "not kiln's class",
+        }
         for t in invoked
         if not _is_kiln(t)
     ]
@@ -391,7 +413,7 @@ def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--arm", required=True, choices=["triton", *KILN_ARMS, HARNESS])
+    parser.add_argument("--arm", required=True, choices=["triton", PARALLEL, *KILN_ARMS, HARNESS])
     parser.add_argument("--op", required=True, choices=sorted(realworld_ops.OPS))
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--choices", default=None)

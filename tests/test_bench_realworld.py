@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -54,3 +56,58 @@ def test_a_row_compares_the_kiln_arm_with_the_baseline(tmp_path: Path) -> None:
     row = realworld.summarize("liger_swiglu_fwd", arms, tmp_path)
     assert row["kiln_baseline_first_s"] == 4.0
     assert row["kiln_first_over_baseline"] == 0.75
+
+
+def test_the_triton_parallel_arm_is_an_arm_of_the_default_run() -> None:
+    assert "triton_parallel" in realworld.parse_args([]).arms
+    assert realworld.parse_args(["--arms", "kiln,triton_parallel"]).arms == ["triton_parallel", "kiln"]
+
+
+def test_the_triton_parallel_arm_runs_on_a_cache_of_its_own_with_no_kiln_on_its_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(realworld.SRC), "/elsewhere"]))
+    monkeypatch.setenv("KILN_AUTOTUNE", "1")  # kiln's startup hook would route triton.autotune
+    root = tmp_path / "op"
+    parallel = realworld.arm_env("triton_parallel", root)
+    caches = {realworld.arm_env(arm, root)["TRITON_CACHE_DIR"] for arm in ("triton", "kiln")}
+    assert parallel["TRITON_CACHE_DIR"] not in caches
+    assert parallel["PYTHONPATH"] == "/elsewhere"
+    assert [name for name in parallel if name.startswith("KILN_")] == []
+
+
+def test_a_row_gives_the_triton_parallel_arms_first_call_against_kilns(tmp_path: Path) -> None:
+    arms = {"triton_parallel": {"first_s": 6.0, "op_ms": 1.0}, "kiln": {"first_s": 3.0, "op_ms": 1.0}}
+    row = realworld.summarize("liger_swiglu_fwd", arms, tmp_path)
+    assert row["triton_parallel_first_s"] == 6.0
+    assert row["triton_parallel_over_kiln"] == 2.0
+    for markdown in (False, True):
+        head, line = realworld.table([row], markdown=markdown).splitlines()[:: 2 if markdown else 1][:2]
+        assert "triton parallel" in head
+        assert "parallel/kiln" in head
+        assert "6.0" in line
+        assert "2.00" in line
+    # a row from a run without the arm renders a '-' there
+    assert (
+        realworld.summarize("liger_swiglu_fwd", {"kiln": {"first_s": 3.0}}, tmp_path)[
+            "triton_parallel_over_kiln"
+        ]
+        is None
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_dry_run_of_the_triton_parallel_arm_imports_the_op_with_kiln_refused(tmp_path: Path) -> None:
+    out = tmp_path / "dry.json"
+    cmd = [sys.executable, str(BENCH / "realworld.py"), "--dry-run", "--inventory"]
+    cmd += ["--arms", "triton_parallel", "--ops", "liger_swiglu_fwd", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=550, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["ops"]
+    arm = row["arms"]["triton_parallel"]
+    assert row["errors"] == {}, row["errors"]
+    assert arm["kernels_found"] >= 1
+    assert arm["kiln_imported"] is False
+    assert not any(k["kiln_class"] for k in arm["kernels_inventory"])
+    assert arm["parallel_precompile"]["tunings"] == 0  # nothing is called in a dry run

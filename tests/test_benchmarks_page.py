@@ -60,3 +60,14 @@ def test_a_changed_result_changes_the_page(tmp_path: Path) -> None:
     page = generator.render()
     assert "| 123 |" in page
     assert page != (ROOT / "docs" / "BENCHMARKS.md").read_text()
+
+
+def test_the_triton_parallel_arm_is_a_row_only_where_a_run_measured_it() -> None:
+    page = _generator()
+    with_arm = {"op": "x", "kiln_first_s": 2.0, "triton_first_s": 9.0, "triton_parallel_first_s": 4.0}
+    rows = list(page._realworld({"ops": [with_arm, {"op": "y", "kiln_first_s": 2.0}]}))
+    parallel = [row for row in rows if row.baseline_name == page.PARALLEL]
+    assert [(row.case, row.kiln, row.baseline) for row in parallel] == [("x", 2.0, 4.0)]
+    sets = {"matmul": {"kiln": {"first_result_s": 2.0}, "triton_parallel": {"first_result_s": 4.0}}}
+    (row,) = [row for row in page._autotune({"sets": sets}) if row.baseline_name == page.PARALLEL]
+    assert page._ratio(row) == "0.50"
