@@ -66,7 +66,10 @@ class InductorProgress:
         future.add_done_callback(self._kernel_done)
 
     def _kernel_done(self, future: Future[Any]) -> None:
-        ok = not future.cancelled() and future.exception() is None
+        self._ended(ok=not future.cancelled() and future.exception() is None)
+
+    def _ended(self, ok: bool) -> None:
+        """One kernel's compile ended, well or not."""
         with self._lock:
             if ok:
                 self.compiled += 1
@@ -89,12 +92,7 @@ class InductorProgress:
             yield
             ok = True
         finally:
-            with self._lock:
-                if ok:
-                    self.compiled += 1
-                else:
-                    self.failed += 1
-            self._redraw()
+            self._ended(ok)
 
     @contextlib.contextmanager
     def timing(self) -> Iterator[None]:
