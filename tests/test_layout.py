@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,6 +84,26 @@ def test_the_private_read_check_flags_a_read_and_spares_a_modules_own() -> None:
         "    return tuner._margin, self._x, cls._y, super()._z(), os._exit, pool._get()\n"
     )
     assert private_reads(sample) == ["4: tuner._margin"]
+
+
+# Basenames more than one package has, each for the same role in parallel packages.
+SAME_ROLE = {
+    "__init__.py": "a package",
+    "errors.py": "a package's own error classes",
+    "pool.py": "a pool's caller API (pool/, farm/)",
+    "jobs.py": "a pool's jobs in flight and counters (pool/, farm/)",
+    "schema.py": "the schema of the format a package stores (tuning/, bundle/)",
+    "versions.py": "the host versions a compat module was read against (triton_compat/, helion/)",
+}
+
+
+def test_two_modules_share_a_name_only_for_the_same_role() -> None:
+    names = Counter(path.name for path in kiln_modules(".py"))
+    shared = {name for name, n in names.items() if n > 1}
+    assert "__init__.py" in shared, "the scan found no package"
+    assert not shared - set(SAME_ROLE), (
+        f"modules of one name and different roles: {sorted(shared - set(SAME_ROLE))}"
+    )
 
 
 def long_modules() -> dict[str, int]:

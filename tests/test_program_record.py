@@ -25,7 +25,8 @@ import kernels
 from conftest import add_request
 from triton_kiln import CompilePool, settings
 from triton_kiln import program as program_mod
-from triton_kiln.program import record, replay
+from triton_kiln.program import record_file as record
+from triton_kiln.program import replay
 from triton_kiln.program.recorder import Recorder, entry_of
 
 TESTS = Path(__file__).resolve().parent

@@ -24,7 +24,7 @@ STAND_IN = textwrap.dedent(
     """
     import logging, sys, time
     sys.path.insert(0, {src!r})
-    from triton_kiln.autotuner.progress_bar import TuningProgress
+    from triton_kiln.autotuner.tuning_progress import TuningProgress
     from triton_kiln.tuning import ConfigResult
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")

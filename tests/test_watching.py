@@ -19,7 +19,7 @@ import pytest
 
 import triton_kiln as kiln
 from test_autotune_cpu import FakeBench, by_block, configs, make_tuner, tune
-from triton_kiln.autotuner.progress_bar import TuningProgress
+from triton_kiln.autotuner.tuning_progress import TuningProgress
 from triton_kiln.sandbox import BenchOutcome
 from triton_kiln.tuning import ConfigResult, TuningDatabase
 

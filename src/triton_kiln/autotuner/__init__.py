@@ -11,7 +11,7 @@ From the top down (each module imports only those below it):
 * :mod:`.bench`: benchmarking a config (sandbox or in-process) and classifying failures;
 * :mod:`.launch_tables`: what the autotuner has launched (launch tables, bundle records);
 * :mod:`.gpu`, :mod:`.compile_requests`, :mod:`.call_conventions`, :mod:`.outputs`,
-  :mod:`.compare_kernels`, :mod:`.prewarm`, :mod:`.timesplit`, :mod:`.progress_bar`,
+  :mod:`.compare_kernels`, :mod:`.prewarm`, :mod:`.timesplit`, :mod:`.tuning_progress`,
   :mod:`.log_lines`: the GPU, a call's compile requests, calling conventions, the output rule and
   its kernel, what starts at a first miss, where the time went, what the reader sees;
 * :mod:`.plan`: what a run is given (:class:`~.plan.TuningPlan`, :class:`~.plan.Services`).

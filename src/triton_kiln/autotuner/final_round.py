@@ -22,8 +22,8 @@ from typing import Any
 
 from triton_kiln.autotuner.compile_requests import Candidate
 from triton_kiln.autotuner.plan import Phase, Timing
-from triton_kiln.autotuner.progress_bar import TuningProgress
 from triton_kiln.autotuner.screening import FAILED, Evaluator, Scores
+from triton_kiln.autotuner.tuning_progress import TuningProgress
 from triton_kiln.sandbox.timing import quantiles
 from triton_kiln.tuning.results import ConfigResult
 

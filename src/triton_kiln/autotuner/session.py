@@ -21,7 +21,7 @@
       record: finish the run in the database -> last_run, tuned; log any faster flagged config
       all along: where the wall time went (timesplit.py) -> TuningRun.split; at the end, however
           it ends, the sandbox frees the run's inputs (the most it held -> gpu_peak_bytes);
-          what the reader sees (progress_bar.py; with TRITON_PRINT_AUTOTUNING, Triton's
+          what the reader sees (tuning_progress.py; with TRITON_PRINT_AUTOTUNING, Triton's
           per-config lines: log_lines.py)
 
 A config that fails anywhere is skipped with the status :func:`~triton_kiln.autotuner.bench.classify`
@@ -47,10 +47,10 @@ from triton_kiln.autotuner.gpu import tuning_device
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
 from triton_kiln.autotuner.plan import Bencher, LocalDevice, Phase, Services, TunedKernel, TuningPlan
 from triton_kiln.autotuner.prewarm import prewarm
-from triton_kiln.autotuner.progress_bar import TuningProgress
 from triton_kiln.autotuner.run_record import finished_run, run_identity
 from triton_kiln.autotuner.screening import FAILED, Evaluator, OneGpu, Scores, Strategy
 from triton_kiln.autotuner.timesplit import TimeSplit
+from triton_kiln.autotuner.tuning_progress import TuningProgress
 from triton_kiln.errors import KilnError
 from triton_kiln.tuning.configs import config_json, config_label
 from triton_kiln.tuning.results import ConfigResult, TuningRun

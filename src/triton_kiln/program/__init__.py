@@ -1,6 +1,6 @@
 """The program record: compiles a program needed, started again before its next run asks for them.
 
-``record.py`` (the file: one per program in the cache directory, validated, bounded),
+``record_file.py`` (the file: one per program in the cache directory, validated, bounded),
 ``recorder.py`` (this process's record: what it asks the pool for, noted in order and written;
 ``start`` / ``stop`` from :func:`triton_kiln.install` / ``uninstall``), ``replay.py`` (the last
 run's compiles that no cache holds, submitted as the program imports their kernels' modules).

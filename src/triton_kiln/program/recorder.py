@@ -3,7 +3,7 @@
 ::
 
     triton_kiln.install() -> start(settings)    (KILN_PROGRAM_RECORD=1, a disk cache, a program name)
-        the record of this program read (record.py): one file, or none
+        the record of this program read (record_file.py): one file, or none
         -> Recorder (this run = the record's runs + 1) and, when the record lists compiles,
            replay.Replay: those no cache holds start in the pool (replay.py)
     a routed plain @triton.jit compile done (routing/jit.py), a tuning's configs queued or a
@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from triton_kiln.compile.values import canonical
-from triton_kiln.program import record as record_mod
-from triton_kiln.program.record import Entry, ProgramRecord
+from triton_kiln.program import record_file as record_mod
+from triton_kiln.program.record_file import Entry, ProgramRecord
 
 if TYPE_CHECKING:
     from triton_kiln.compile.request import CompileRequest

@@ -36,7 +36,7 @@ import types
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from triton_kiln.program.record import Entry
+from triton_kiln.program.record_file import Entry
 
 if TYPE_CHECKING:
     from triton_kiln.compile.request import CompileRequest
