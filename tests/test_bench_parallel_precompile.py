@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import parallel_precompile_kernels as kernels  # noqa: E402
 import parallel_precompile  # noqa: E402
+import parallel_precompile_kernels as kernels  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 
