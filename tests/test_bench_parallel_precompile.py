@@ -24,24 +24,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import parallel_precompile  # noqa: E402
 import parallel_precompile_kernels as kernels  # noqa: E402
+from jit_support import FakeDriver  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
-
-
-class FakeDriver:
-    """What ``JITFunction.run(..., warmup=True)`` asks of Triton's active driver."""
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_current_target(self) -> Any:
-        return SM90
-
-    def get_active_torch_device(self) -> Any:
-        return torch.device("cpu")
 
 
 @pytest.fixture
