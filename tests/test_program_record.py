@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ def test_a_noted_request_is_written_and_read_back(tmp_path: Path) -> None:
     recorder = Recorder(path, "train.py", None, cap=8)
     request = add_request(block=64, attrs={"x_ptr": [["tt.divisibility", 16]]})
     recorder.note([request, request], "jit")  # noted once
+    recorder.flush()
     back = record.read(path)
     assert back is not None
     assert back.runs == 1
@@ -77,9 +79,11 @@ def test_the_record_keeps_at_most_its_cap_the_least_recently_needed_going(tmp_pa
     path = record.record_path(tmp_path, "p")
     first = Recorder(path, "p", None, cap=3)
     first.note([add_request(block=b) for b in (16, 32, 64)], "jit")
+    first.close()
     second = Recorder(path, "p", record.read(path), cap=3)
     assert second.run == 2
     second.note([add_request(block=b) for b in (128, 32)], "jit")
+    second.close()
     back = record.read(path)
     assert back is not None
     blocks = [dict(e.constexprs)["BLOCK"] for e in back.entries]
@@ -89,9 +93,60 @@ def test_the_record_keeps_at_most_its_cap_the_least_recently_needed_going(tmp_pa
     assert [e.runs for e in back.entries] == [1, 2, 1]
     third = Recorder(path, "p", back, cap=2)
     third.note([add_request(block=b) for b in (256, 512, 1024)], "jit")  # a run's own cap
+    third.close()
     again = record.read(path)
     assert again is not None
     assert len(again.entries) == 2
+
+
+def test_noting_writes_nothing_on_the_callers_thread_and_a_burst_is_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    writes: list[str] = []
+    real_write = record.write
+    monkeypatch.setattr(record, "write", lambda path, rec: (writes.append(path.name), real_write(path, rec)))
+    path = record.record_path(tmp_path, "p")
+    recorder = Recorder(path, "p", None, cap=64, delay_s=0.3)
+    for block in (16, 32, 64, 128):  # a burst, as a model's first step routes its kernels
+        recorder.note([add_request(block=block)], "jit")
+    assert writes == []
+    assert not path.exists()
+    assert recorder.writer is not None
+    deadline = time.monotonic() + 30
+    while not writes and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.5)
+    assert len(writes) == 1
+    back = record.read(path)
+    assert back is not None
+    assert len(back.entries) == 4
+    recorder.close()
+    assert not recorder.writer.is_alive()
+    assert len(writes) == 1  # nothing new: close() has nothing to write
+    recorder.note([add_request(block=256)], "jit")  # after close: not noted
+    assert len(record.read(path).entries) == 4  # type: ignore[union-attr]
+
+
+def test_a_process_that_exits_without_uninstall_writes_its_record(tmp_path: Path) -> None:
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from conftest import add_request\n"
+        "from triton_kiln import program, settings\n"
+        "program.start(settings.current())\n"
+        "program.note([add_request(block=64)], 'jit')\n"
+    )  # and exits at once: the writer's delay has not passed, the exit flush writes
+    env = {
+        **os.environ,
+        "KILN_CACHE_DIR": str(tmp_path / "cache"),
+        "KILN_PROGRAM": "exits-early",
+        "KILN_PROGRAM_RECORD": "1",
+    }
+    subprocess.run(
+        [sys.executable, "-c", script, str(Path(__file__).parent)], env=env, check=True, timeout=120
+    )
+    back = record.read(record.record_path(tmp_path / "cache", "exits-early"))
+    assert back is not None
+    assert [dict(e.constexprs)["BLOCK"] for e in back.entries] == [["int", 64]]
 
 
 @pytest.mark.parametrize(
@@ -139,6 +194,7 @@ def test_a_tunings_configs_are_recorded(
 
     tuner, bench = make_tuner(make_pool, tmp_path, configs(64, 128), by_block({64: 2.0, 128: 1.0}))
     tune(tuner, bench)
+    program_mod.flush()
     back = record.read(recording)
     assert back is not None
     assert [(e.kernel, e.source) for e in back.entries] == [("scale_kernel", "tuning")] * 2

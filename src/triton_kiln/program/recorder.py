@@ -9,9 +9,15 @@
     a routed plain @triton.jit compile done (routing/jit.py), a tuning's configs queued or a
     tuned config compiled for its launch (autotuner/) -> note(requests, source)
         new to this run: an Entry (kernel by module and qualname, identity, key, canonical parts)
-        -> the record rewritten atomically: this run's entries first, in order, then earlier
-           runs' (record.merged), at most KILN_PROGRAM_RECORD_MAX
-    triton_kiln.uninstall() -> stop(): nothing more is noted; a replay in progress stops
+        -> the writer thread wakes, waits WRITE_DELAY_S for more, and rewrites the record
+           atomically: this run's entries first, in order, then earlier runs' (record.merged),
+           at most KILN_PROGRAM_RECORD_MAX
+    triton_kiln.uninstall() -> stop(), and interpreter exit -> flush(): what is noted and not yet
+        written is written; after stop() nothing more is noted and a replay in progress stops
+
+The caller's thread only adds to a dict: a routed kernel's first launch must not wait on a file
+write and its fsync, and a run that compiles many kernels in a burst writes the record a few
+times, not once per kernel.
 
 A compile Triton's own cache serves never reaches the pool, so it is not noted: nothing would be
 started for it. A kernel defined in ``__main__`` or in a function body cannot be found by name in
@@ -21,6 +27,7 @@ ranks of one job) write one file: the last write wins, and each is a whole recor
 
 from __future__ import annotations
 
+import atexit
 import logging
 import sys
 import threading
@@ -41,6 +48,9 @@ log = logging.getLogger("kiln.program")
 
 Source = Literal["jit", "tuning"]
 _UNFINDABLE_MODULES = ("__main__", "__mp_main__")
+WRITE_DELAY_S = 0.5
+"""How long the writer waits after a new entry for more before it writes: a burst of compiles
+(a tuning's configs, a model's first step) becomes one write."""
 
 
 def program_name(settings: Settings) -> str | None:
@@ -84,22 +94,40 @@ def entry_of(request: CompileRequest, source: Source, run: int, runs: int) -> En
 
 
 class Recorder:
-    """What this run asks the pool for, merged with the earlier runs' record and written."""
+    """What this run asks the pool for, merged with the earlier runs' record and written by a
+    background thread (:data:`WRITE_DELAY_S` after the first entry not yet written)."""
 
-    def __init__(self, path: Path, program: str, earlier: ProgramRecord | None, cap: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        program: str,
+        earlier: ProgramRecord | None,
+        cap: int,
+        delay_s: float = WRITE_DELAY_S,
+    ) -> None:
         self.path = path
         self.program = program
         self.cap = cap
+        self.delay_s = delay_s
         self.run = (earlier.runs if earlier is not None else 0) + 1
         self.earlier: list[Entry] = list(earlier.entries) if earlier is not None else []
         self.previous_runs = {entry.key: entry.runs for entry in self.earlier}
         self.this_run: dict[str, Entry] = {}
         self.lock = threading.Lock()
+        self.write_lock = threading.Lock()  # one write at a time: the writer's and a flush()
+        self.dirty = False  # entries noted since the last write
+        self.wake = threading.Event()  # the writer's: an entry was noted, or close()
+        self.stopped = threading.Event()
+        self.closed = False
+        self.writer: threading.Thread | None = None
         self.write_failed = False
 
     def note(self, requests: Iterable[CompileRequest], source: Source) -> None:
-        """Record the requests this run has not noted yet (at most ``cap``); write when any was new."""
+        """Record the requests this run has not noted yet (at most ``cap``); the writer writes
+        them soon after. Returns at once: no file is touched on the caller's thread."""
         with self.lock:
+            if self.closed:
+                return
             added = False
             for request in requests:
                 if len(self.this_run) >= self.cap:
@@ -111,18 +139,55 @@ class Recorder:
                 if entry is not None:
                     self.this_run[key] = entry
                     added = True
-            if added:
-                self.write()
+            if not added:
+                return
+            self.dirty = True
+            self.wake.set()
+            if self.writer is None:
+                self.writer = threading.Thread(
+                    target=self._write_when_noted, name="kiln-program-record-writer", daemon=True
+                )
+                self.writer.start()
 
-    def write(self) -> None:
-        entries = record_mod.merged(self.earlier, self.this_run.values(), self.cap)
+    def flush(self) -> None:
+        """Write what is noted and not yet written, now, on this thread (exit, ``uninstall()``,
+        tests)."""
+        with self.write_lock:
+            with self.lock:
+                if not self.dirty:
+                    return
+                self.dirty = False
+            self._write()
+
+    def close(self) -> None:
+        """Note nothing more, write what is noted and let the writer thread end."""
+        with self.lock:
+            self.closed = True
+        self.stopped.set()
+        self.wake.set()  # a writer waiting for an entry ends
+        self.flush()
+        writer = self.writer
+        if writer is not None and writer is not threading.current_thread():
+            writer.join(timeout=5.0)
+
+    def _write_when_noted(self) -> None:
+        while True:
+            self.wake.wait()
+            self.wake.clear()
+            if self.stopped.wait(self.delay_s):  # more entries of the same burst join this write
+                return
+            self.flush()
+
+    def _write(self) -> None:
+        with self.lock:
+            entries = record_mod.merged(self.earlier, list(self.this_run.values()), self.cap)
         record = ProgramRecord(
             format=record_mod.FORMAT, program=self.program[:4096], runs=self.run, entries=entries
         )
         try:
             record_mod.write(self.path, record)
         except OSError as exc:
-            if not self.write_failed:  # said once: every later compile would fail the same way
+            if not self.write_failed:  # said once: every later write would fail the same way
                 self.write_failed = True
                 log.info("kiln: the program record %s cannot be written (%s); it is not kept", self.path, exc)
 
@@ -153,6 +218,7 @@ def start(settings: Settings) -> Replay | None:
         path = record_mod.record_path(settings.cache_dir, program)
         earlier = record_mod.read(path)
         _recorder = Recorder(path, program, earlier, settings.program_record_max)
+        atexit.register(_recorder.flush)
         if earlier is not None and earlier.entries:
             from triton_kiln.program.replay import Replay
 
@@ -165,7 +231,10 @@ def stop() -> None:
     """Stop noting (``uninstall()``); a replay in progress submits nothing more."""
     global _recorder, _replay
     with _lock:
-        replay, _recorder, _replay = _replay, None, None
+        recorder, replay, _recorder, _replay = _recorder, _replay, None, None
+    if recorder is not None:
+        atexit.unregister(recorder.flush)
+        recorder.close()
     if replay is not None:
         replay.stop()
 
@@ -175,6 +244,13 @@ def note(requests: Iterable[CompileRequest], source: Source) -> None:
     recorder = _recorder
     if recorder is not None:
         recorder.note(requests, source)
+
+
+def flush() -> None:
+    """Write what this process noted and has not written yet (nothing when no record is kept)."""
+    recorder = _recorder
+    if recorder is not None:
+        recorder.flush()
 
 
 def current_replay() -> Replay | None:
