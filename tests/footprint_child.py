@@ -124,7 +124,8 @@ def main() -> None:
         kiln.install()
         report["install_s"] = time.perf_counter() - began
         modules = []
-        for name in ("liger_kernel.ops", "fla.ops", "fla.modules"):
+        libraries = ("liger_kernel.ops", "fla.ops", "fla.modules")
+        for name in libraries if os.environ.get("FOOTPRINT_LIBRARIES") != "0" else ():
             try:
                 importlib.import_module(name)
                 modules.append(name)
@@ -144,11 +145,11 @@ def main() -> None:
         report["kernels"] = len(tuners)
         report["decorate_s"] = time.perf_counter() - began
         report["key_ahead"] = [None if t is None else t.name for t in key_threads]
-        report["prewarm_started"] = prewarm._started
         for thread in threading.enumerate():
-            if thread.name == "kiln-prewarm":
+            if thread.name == "kiln-prewarm":  # KILN_PREWARM=auto looks in the database in it
                 thread.join(60)
-        if prewarm._started:  # KILN_PREWARM=1
+        report["prewarm_started"] = prewarm._started
+        if prewarm._started:  # KILN_PREWARM=1, or auto on a cache where nothing is tuned
             from triton_kiln.pool.pool import get_pool
 
             report["pool_ready"] = get_pool().wait_ready(60)

@@ -1,7 +1,8 @@
 """Nothing but compiling and timing on the first call's path.
 
-* ``kiln.install()`` (and defining a tuned kernel) on a GPU machine starts no zygote (a tuning's
-  first miss does: tests/test_footprint.py): the GPU is faked only where kiln detects it
+* ``kiln.install()`` (and defining a tuned kernel) on a GPU machine starts no zygote where the
+  cache has tuned before (a tuning's first miss does: tests/test_footprint.py), and starts the
+  pool where nothing is tuned yet (``KILN_PREWARM=auto``): the GPU is faked only where kiln detects it
   (``kiln.sandbox.registry.gpu_present``); the pool, its zygote and Triton's key are real.
 * Triton's key is computed once and kept: a second process reads the stored key and never opens
   ``libtriton.so`` (every ``open`` of it is counted); a new ``libtriton.so`` (another inode, size
@@ -43,8 +44,14 @@ def _join_prewarm() -> None:
 @pytest.fixture
 def gpu_machine(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     """A process that prewarmed nothing yet, on a machine that says it has a GPU (the only
-    fake); no sandbox (it needs a real GPU), a fresh cache, a fresh process-wide pool."""
+    fake); no sandbox (it needs a real GPU), a cache that has tuned before (its database holds a
+    run: ``KILN_PREWARM=auto`` starts nothing), a fresh process-wide pool."""
+    from test_footprint import record_a_run
+
+    record_a_run(tmp_path / "cache" / "tuning.sqlite3")
     monkeypatch.setattr(prewarm_mod, "_started", False)
+    monkeypatch.setattr(prewarm_mod, "_untuned_checked", set())
+    monkeypatch.setattr(prewarm_mod, "_compare_queued", False)
     monkeypatch.setattr(triton_compat.core, "_TRITON_KEY", None)
     monkeypatch.setattr(registry, "gpu_present", lambda: True)
     monkeypatch.setattr(pool_mod, "_DEFAULT_POOL", None)
@@ -61,6 +68,17 @@ def test_install_starts_no_zygote(gpu_machine: None) -> None:
     try:
         _join_prewarm()
         assert pool_mod._DEFAULT_POOL is None, "kiln.install() made a pool before anything tuned"
+    finally:
+        kiln.uninstall()
+
+
+def test_install_on_a_cache_where_nothing_is_tuned_starts_the_pool(gpu_machine: None, tmp_path: Path) -> None:
+    (tmp_path / "cache" / "tuning.sqlite3").unlink()  # a fresh cache: the first call will tune
+    kiln.install()
+    try:
+        _join_prewarm()
+        assert pool_mod._DEFAULT_POOL is not None, "KILN_PREWARM=auto started no pool on a fresh cache"
+        assert pool_mod._DEFAULT_POOL.wait_ready(120)
     finally:
         kiln.uninstall()
 

@@ -44,6 +44,7 @@ def child(mode: str, tmp_path: Path, db: Path | None = None, **env: str) -> dict
         **env,
     )
     db = db or tmp_path / "tuning.sqlite3"
+    environ.setdefault("KILN_TUNING_DB", str(db))  # install()'s database is the kernel's
     out = subprocess.run(
         [sys.executable, str(TESTS / "footprint_child.py"), mode, str(db)],
         capture_output=True,
@@ -97,8 +98,11 @@ def test_idle_release_then_a_later_tuning_still_works(tmp_path: Path) -> None:
 
 
 def test_install_and_decorating_liger_and_fla_start_nothing(tmp_path: Path) -> None:
+    """On a cache that has tuned (the state of every process after a machine's first), whatever
+    the database holds for these kernels."""
     if importlib.util.find_spec("liger_kernel") is None and importlib.util.find_spec("fla") is None:
         pytest.skip("neither liger-kernel nor fla-core is installed")
+    record_a_run(tmp_path / "tuning.sqlite3")
     report = child("decorate", tmp_path)
     assert report["modules"], "no library module imported"
     assert report["kernels"] > 50, report
@@ -112,29 +116,84 @@ def test_install_computes_a_missing_triton_key_in_a_thread_and_only_once(tmp_pat
     """A fresh cache has no Triton key: install() has it computed while the caller imports (a
     thread, no process), so a tuning's first miss does not wait for it; a later process finds
     it kept and starts nothing."""
-    first = child("decorate", tmp_path)
+    first = child("decorate", tmp_path, KILN_PREWARM="0")
     assert first["key_ahead"][0] == "kiln-key", first["key_ahead"]
     assert all(t is None for t in first["key_ahead"][1:]), "the key was looked up more than once"
     assert first["key_kept"]
     assert first["started"] == []
     assert first["children"] == []
-    later = child("decorate", tmp_path)
+    later = child("decorate", tmp_path, KILN_PREWARM="0")
     assert later["key_ahead"]
     assert all(t is None for t in later["key_ahead"]), later["key_ahead"]
     assert later["started"] == []
 
 
-def test_prewarm_starts_the_pool_at_install_and_no_sandbox(tmp_path: Path) -> None:
-    """KILN_PREWARM=1, for processes that will tune: install() starts the compile pool (no GPU
-    memory), so a tuning's first miss finds it ready; the sandbox still waits for a miss."""
-    report = child("decorate", tmp_path, KILN_PREWARM="1")
-    assert report["prewarm_started"]
-    assert report["pool_ready"]
-    assert report["children_prewarmed"], "KILN_PREWARM=1 started no process"
+def record_a_run(path: Path) -> None:
+    """A tuning database at ``path`` holding one finished run: a cache that has tuned."""
+    from triton_kiln.tuning import TuningDatabase
+
+    with TuningDatabase(path) as database:
+        run = database.begin_run("k", "0" * 64, "[]", "NVIDIA H100", "9.0", "3.6.0", None)
+        database.finish_run(run, None, 1.0, 0.5)
+
+
+@pytest.mark.parametrize(
+    ("prewarm", "cache", "started"),
+    [
+        ("1", "tuned", True),  # asked for: a process that will tune
+        (None, "fresh", True),  # auto: nothing kiln could read holds a result, the first call tunes
+        (None, "empty database", True),
+        (None, "tuned", False),  # auto: results may serve every call, so nothing starts
+        (None, "fresh, remote cache", False),  # results may come from the remote store
+        ("0", "fresh", False),
+    ],
+)
+def test_the_pool_starts_at_install_where_kiln_prewarm_says(
+    tmp_path: Path, prewarm: str | None, cache: str, started: bool
+) -> None:
+    """The pool holds no GPU memory; the sandbox (which does) always waits for a miss."""
+    env = {"FOOTPRINT_LIBRARIES": "0"}  # install() decides; the libraries' import is another test's
+    if prewarm is not None:
+        env["KILN_PREWARM"] = prewarm
+    if cache == "tuned":
+        record_a_run(tmp_path / "tuning.sqlite3")
+    elif cache == "empty database":
+        from triton_kiln.tuning import TuningDatabase
+
+        TuningDatabase(tmp_path / "tuning.sqlite3").close()
+    elif cache == "fresh, remote cache":
+        env["KILN_REMOTE_CACHE"] = "redis://127.0.0.1:9/0"  # never reached: install() connects nowhere
+    report = child("decorate", tmp_path, **env)
+    assert report["prewarm_started"] is started
     assert report["sandboxes"] == 0
-    default = child("decorate", tmp_path)
-    assert not default["prewarm_started"]
-    assert default["children"] == []
+    if started:
+        assert report["pool_ready"]
+        assert report["children_prewarmed"], "the prewarmed pool started no process"
+    else:
+        assert report["children"] == [], f"install() started {report['children']}"
+        assert report["started"] == []
+
+
+def test_nothing_tuned_reads_the_kernels_database_without_changing_it(tmp_path: Path) -> None:
+    from triton_kiln.autotuner.prewarm import nothing_tuned
+    from triton_kiln.tuning import TuningDatabase
+
+    path = tmp_path / "tuning.sqlite3"
+    with settings.scope(cache_dir=tmp_path, tuning_db=path, remote_cache=None):
+        current = settings.current()
+        assert nothing_tuned(current)
+        assert not path.exists()  # looked, created nothing
+        assert nothing_tuned(current, database=False)  # no database: every process tunes
+        TuningDatabase(path).close()
+        assert nothing_tuned(current)
+        record_a_run(path)
+        assert not nothing_tuned(current)
+        other = tmp_path / "other.sqlite3"
+        assert nothing_tuned(current, database=TuningDatabase(other))  # the kernel's own
+        assert not nothing_tuned(current, database=object())  # a database of no file: cannot tell
+    with settings.scope(cache_dir=tmp_path, tuning_db=tmp_path / "garbage.sqlite3"):
+        (tmp_path / "garbage.sqlite3").write_bytes(b"not a database" * 100)
+        assert not nothing_tuned(settings.current())  # cannot look inside: counts as tuned
 
 
 def test_the_pool_gives_back_its_processes_when_idle(tmp_path: Path) -> None:

@@ -23,9 +23,15 @@ from triton_kiln.sandbox import registry
 
 @pytest.fixture
 def fresh(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
-    """A process that prewarmed nothing yet, with a recorded pool start."""
+    """A process that prewarmed nothing yet, with a recorded pool start, on a cache that has
+    tuned before (``KILN_PREWARM=auto`` starts nothing there: tests/test_footprint.py)."""
+    from test_footprint import record_a_run
+
+    record_a_run(tmp_path / "tuning.sqlite3")
     events: list[str] = []
     monkeypatch.setattr(prewarm_mod, "_started", False)
+    monkeypatch.setattr(prewarm_mod, "_untuned_checked", set())
+    monkeypatch.setattr(prewarm_mod, "_compare_queued", False)
     monkeypatch.setattr(triton_compat.core, "_TRITON_KEY", None)
     import triton_kiln as kiln
     import triton_kiln.pool

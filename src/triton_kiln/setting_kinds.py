@@ -196,6 +196,14 @@ FLAG: Kind[bool] = Kind(parse_bool, "0 or 1")
 """A boolean: ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``on``/``off``."""
 
 
+def _auto_flag(value: str) -> bool | None:
+    return None if value.strip().lower() == "auto" else parse_bool(value)
+
+
+AUTO_FLAG: Kind[bool | None] = Kind(_auto_flag, "0, 1 or auto", nullable=True)
+"""A switch kiln decides unless told: ``1``/``0`` as :data:`FLAG`, or ``auto`` (``None``)."""
+
+
 def seconds(at_least: float, at_most: float | None = None) -> Kind[float]:
     """A finite number of seconds from ``at_least`` (0: zero allowed) to ``at_most`` (``None``: no bound)."""
     check = _seconds_range(at_least, at_most)

@@ -45,6 +45,7 @@ from typing import Any, Generic, TypeVar
 from triton_kiln import unknown_names
 from triton_kiln.errors import SettingsError
 from triton_kiln.setting_kinds import (
+    AUTO_FLAG,
     DATABASE_FILE,
     DAYS,
     DIRECTORY,
@@ -260,15 +261,18 @@ class Settings:
         stay once idle before they exit, freeing their GPU memory (the next tuning starts them
         again); ``0``: they exit as soon as their work is done.""",
     )
-    prewarm: bool = POOL.setting(
+    prewarm: bool | None = POOL.setting(
         "KILN_PREWARM",
-        False,
-        FLAG,
-        """``1`` starts the compile pool (its zygote and workers: processes, no GPU memory) at
-        :func:`triton_kiln.install` or a tuned kernel's definition on a GPU machine, so a tuning's
-        first miss finds it ready instead of waiting for it (~0.7-2 s); for processes that will
-        tune. The pool still exits after ``KILN_IDLE_S`` without work. ``0`` (the default) starts
-        nothing until a tuning misses, so a process that never tunes holds nothing.""",
+        None,
+        AUTO_FLAG,
+        """whether :func:`triton_kiln.install` or a tuned kernel's definition on a GPU machine starts
+        the compile pool (its zygote and workers: processes, no GPU memory) so a tuning's first miss
+        finds it ready instead of waiting for it (~0.5-1 s). ``auto`` (the default): only where
+        nothing kiln could read holds a tuning result (no tuning database yet, or an empty one,
+        and no remote cache): a fresh cache, whose first call tunes. ``1``: always, for processes
+        that will tune; ``0``: never, a tuning's first miss starts it. The pool exits after
+        ``KILN_IDLE_S`` without work.""",
+        none="auto",
     )
 
     # --- caches -----------------------------------------------------------------------------

@@ -191,8 +191,8 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._search: LibrarySearch | None = None
         self._search_depth = 0
         self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
-        if self._plan.own_device:  # starts nothing (prewarm.py): a tuning's first miss starts the rest
-            prepare()
+        if self._plan.own_device:  # (prewarm.py) a tuning's first miss starts the rest
+            prepare(database)
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
     @property

@@ -11,8 +11,10 @@ tuning is asked for::
         process, while the caller goes on importing: every tuning and the caller's first
         launch need it, and computing it (~1-2 s of CPU) at the first miss would put it
         before the first compile
-        no process, no compiler, no CUDA
-        (with KILN_PREWARM=1, for a process that will tune: the compile pool too, as below)
+        no process, no compiler, no CUDA, except the compile pool (as below) where
+        KILN_PREWARM says so: 1, or auto (the default) where nothing kiln could read holds a
+        tuning result (thread "kiln-prewarm" looks: no tuning database yet or an empty one,
+        no remote cache), so this process's first call tunes
 
     a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
         ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
@@ -54,13 +56,17 @@ _lock = threading.Lock()
 _started = False
 _compare_queued = False
 _key_looked_up = False
+_untuned_checked: set[object] = set()  # databases KILN_PREWARM=auto looked into (None: the default)
 compare_futures: list[Future[Any]] = []  # the output check's kernels prewarm queued (tests wait on them)
 
 
-def prepare() -> bool:
+def prepare(database: object = None, *, missed: bool = False) -> bool:
     """What a defined kernel gets at once: the caller's Triton asks kiln for its key from now on,
     and a key not yet kept on disk is computed in the background (:func:`key_ahead`). Starts no
-    process. ``False`` without a GPU."""
+    process, except the compile pool where ``KILN_PREWARM`` says so (``auto``: where
+    :func:`nothing_tuned` of ``database``, the kernel's tuning database: ``None`` for the
+    default one; ``missed``: a tuning's first miss, which starts the pool itself). ``False``
+    without a GPU."""
     from triton_kiln.sandbox.registry import gpu_present
 
     if not gpu_present():
@@ -68,9 +74,30 @@ def prepare() -> bool:
     settings = settings_mod.current()
     triton_compat.seed_caller_triton_key(settings.triton_key_dir)
     key_ahead(settings.triton_key_dir)
-    if settings.prewarm:  # asked for: the pool (no GPU memory) now, the sandbox at the first miss
+    if settings.prewarm:  # the pool (no GPU memory) now, the sandbox at the first miss
         _start_pool(sandbox=False)
+    elif settings.prewarm is None and not missed:
+        _start_pool_if_untuned(database)
     return True
+
+
+def nothing_tuned(settings: settings_mod.Settings, database: object = None) -> bool:
+    """Whether no tuning result kiln could read exists for a kernel whose tuning database is
+    ``database`` (``None``: the default one; ``False``: none), so its first call tunes: no remote
+    cache, and no database file yet or one without a finished run. A database kiln cannot look
+    into (not a file, unreadable) counts as tuned: where kiln cannot tell, it starts nothing."""
+    from triton_kiln.tuning.db import default_database_path, holds_runs
+
+    if settings.remote_cache is not None:
+        return False
+    if database is False or (database is None and not settings.use_tuning_db):
+        return True  # results live in memory only: every process tunes
+    path = default_database_path(settings) if database is None else getattr(database, "path", None)
+    if not isinstance(path, Path):
+        return False
+    if not path.exists():
+        return True
+    return holds_runs(path) is False
 
 
 def key_ahead(key_dir: Path | None) -> threading.Thread | None:
@@ -103,7 +130,7 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
     process). ``False`` without a GPU."""
     from triton_kiln.sandbox.registry import prestart
 
-    if not prepare() or not (sandbox or pool):
+    if not prepare(missed=True) or not (sandbox or pool):
         return False
     if sandbox:
         prestart()
@@ -126,6 +153,35 @@ def _start_pool(sandbox: bool) -> None:
         _started, _compare_queued = True, _compare_queued or sandbox
     if start:
         threading.Thread(target=_warm_pool, args=(compare,), name="kiln-prewarm", daemon=True).start()
+
+
+def _start_pool_if_untuned(database: object) -> None:
+    """``KILN_PREWARM=auto``: thread "kiln-prewarm" looks whether anything was tuned for
+    ``database`` (once per database) and, where nothing was, starts the pool as
+    :func:`_start_pool` does; a later first miss starts it otherwise."""
+    key = database if database is None or database is False else id(database)
+    with _lock:
+        if _started or key in _untuned_checked:
+            return
+        _untuned_checked.add(key)
+    threading.Thread(target=_warm_pool_if_untuned, args=(database,), name="kiln-prewarm", daemon=True).start()
+
+
+def _warm_pool_if_untuned(database: object) -> None:
+    global _started
+    try:
+        untuned = nothing_tuned(settings_mod.current(), database)
+    except Exception as exc:  # where kiln cannot tell, it starts nothing: the first miss will
+        log.debug("kiln: whether anything was tuned could not be told: %s", exc)
+        return
+    if not untuned:
+        return
+    with _lock:
+        if _started:  # a first miss got there first
+            return
+        _started = True
+    log.debug("kiln: nothing is tuned on this cache yet: the compile pool starts now (KILN_PREWARM=auto)")
+    _warm_pool()
 
 
 def _warm_pool(sandbox: bool = False) -> None:

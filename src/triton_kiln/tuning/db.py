@@ -101,6 +101,23 @@ def default_database_path(settings: Settings | None = None) -> Path:
     return chosen.tuning_db or chosen.cache_dir / DATABASE_FILENAME
 
 
+def holds_runs(path: Path) -> bool | None:
+    """Whether the database at ``path`` holds a finished tuning run; ``None`` where it cannot
+    be read (missing, locked past a short wait, not a kiln database). Opens it read-only and
+    creates nothing: a caller deciding whether to start work looks without side effects."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=0.2)
+    except (sqlite3.Error, OSError, ValueError):
+        return None
+    try:
+        row = conn.execute("SELECT EXISTS (SELECT 1 FROM runs WHERE finished_at IS NOT NULL)").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return bool(row[0])
+
+
 class TuningDatabase:
     """Autotuning results in one SQLite file, safe for many threads and processes at once.
 
