@@ -169,6 +169,7 @@ def test_the_pool_starts_at_install_where_kiln_prewarm_says(
     if started:
         assert report["pool_ready"]
         assert report["children_prewarmed"], "the prewarmed pool started no process"
+        assert report["launcher_loaded"], "the first call would load (or build) kiln's launcher itself"
     else:
         assert report["children"] == [], f"install() started {report['children']}"
         assert report["started"] == []

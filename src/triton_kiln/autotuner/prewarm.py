@@ -30,6 +30,8 @@ tuning is asked for::
                  that pool for each GPU capability ``nvidia-smi`` lists (a subprocess: no CUDA
                  here); the run finds them in the pool's caches instead of waiting for their
                  compile before its first benchmark
+              -> kiln's C launcher loaded (built, where none is prebuilt or cached), before a
+                 kernel's first call asks for it
 
 What prewarm starts gives itself back once idle for ``KILN_IDLE_S`` (the pool's zygote and
 workers: triton_kiln.pool.manager; the sandbox: triton_kiln.sandbox.registry.release_later).
@@ -196,6 +198,20 @@ def _warm_pool(sandbox: bool = False) -> None:
         return
     if sandbox:
         _queue_compare_kernels(pool)
+    _load_launcher()
+
+
+def _load_launcher() -> None:
+    """kiln's C launcher loaded now, in this thread: the first call of every kiln kernel needs
+    it, and where no prebuilt one ships (a source checkout) and the cache holds no build yet, it
+    is built with the C compiler (~0.5-1 s), which would otherwise sit on that call's path."""
+    from triton_kiln.launch.native import native
+    from triton_kiln.launch.native_build import NativeBuildError
+
+    try:
+        native()
+    except NativeBuildError as exc:  # the first call reports it, and launches through Triton
+        log.debug("kiln: loading kiln's launcher ahead failed: %s", exc)
 
 
 def _queue_compare_kernels(pool: Any) -> None:
