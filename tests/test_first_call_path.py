@@ -83,6 +83,34 @@ def test_install_on_a_cache_where_nothing_is_tuned_starts_the_pool(gpu_machine: 
         kiln.uninstall()
 
 
+def test_on_a_fresh_cache_install_readies_all_but_the_sandbox(
+    gpu_machine: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a first tuning would otherwise wait for on its path: the pool, the output check's
+    kernels compiled in it, Triton's driver utilities; the sandbox (GPU memory) is not started."""
+    from triton_kiln.launch import prebuild
+
+    (tmp_path / "cache" / "tuning.sqlite3").unlink()
+    sm90 = triton_compat.GPUTarget("cuda", 90, 32)
+    monkeypatch.setattr(prewarm_mod, "gpu_targets", lambda: [sm90])
+    monkeypatch.setattr(prewarm_mod, "compare_futures", [])
+    monkeypatch.setattr(prebuild, "_driver_utils_started", False)
+    started: list[str] = []
+    monkeypatch.setattr(registry, "prestart", lambda: started.append("sandbox"))
+    with settings.scope(sandbox=True, prebuild_launchers=True):
+        kiln.install()
+        try:
+            _join_prewarm()
+            assert pool_mod._DEFAULT_POOL is not None
+            assert prewarm_mod.compare_futures, "the output check's kernels were not queued"
+            for future in prewarm_mod.compare_futures:
+                future.result(timeout=300)
+            assert prebuild._driver_utils_started, "Triton's driver utilities were not prebuilt"
+            assert started == []
+        finally:
+            kiln.uninstall()
+
+
 def test_defining_a_tuned_kernel_starts_no_zygote(gpu_machine: None) -> None:
     configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
     kiln.autotune(configs=configs, key=["n"])(add_kernel)

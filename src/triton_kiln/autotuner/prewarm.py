@@ -11,10 +11,10 @@ tuning is asked for::
         process, while the caller goes on importing: every tuning and the caller's first
         launch need it, and computing it (~1-2 s of CPU) at the first miss would put it
         before the first compile
-        no process, no compiler, no CUDA, except the compile pool (as below) where
-        KILN_PREWARM says so: 1, or auto (the default) where nothing kiln could read holds a
-        tuning result (thread "kiln-prewarm" looks: no tuning database yet or an empty one,
-        no remote cache), so this process's first call tunes
+        no process, no compiler, no CUDA, except where KILN_PREWARM says so: 1, or auto (the
+        default) where nothing kiln could read holds a tuning result (thread "kiln-prewarm"
+        looks: no tuning database yet or an empty one, no remote cache), so this process's
+        first call tunes; there everything below but the sandbox (GPU memory) starts now
 
     a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
         ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
@@ -76,8 +76,9 @@ def prepare(database: object = None, *, missed: bool = False) -> bool:
     settings = settings_mod.current()
     triton_compat.seed_caller_triton_key(settings.triton_key_dir)
     key_ahead(settings.triton_key_dir)
-    if settings.prewarm:  # the pool (no GPU memory) now, the sandbox at the first miss
-        _start_pool(sandbox=False)
+    if settings.prewarm:  # all but the sandbox (GPU memory) now; the sandbox at the first miss
+        _start_driver_utils(settings)
+        _start_pool(sandbox=settings.sandbox)
     elif settings.prewarm is None and not missed:
         _start_pool_if_untuned(database)
     return True
@@ -136,13 +137,17 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
         return False
     if sandbox:
         prestart()
-    if settings_mod.current().prebuild_launchers:  # Triton's cuda_utils: gcc, off the first launch
-        from triton_kiln.launch import prebuild
-
-        prebuild.start_driver_utils()
+    _start_driver_utils(settings_mod.current())
     if pool:
         _start_pool(sandbox)
     return True
+
+
+def _start_driver_utils(settings: settings_mod.Settings) -> None:
+    if settings.prebuild_launchers:  # Triton's cuda_utils: gcc, off the first launch
+        from triton_kiln.launch import prebuild
+
+        prebuild.start_driver_utils()
 
 
 def _start_pool(sandbox: bool) -> None:
@@ -170,9 +175,10 @@ def _start_pool_if_untuned(database: object) -> None:
 
 
 def _warm_pool_if_untuned(database: object) -> None:
-    global _started
+    global _started, _compare_queued
+    settings = settings_mod.current()
     try:
-        untuned = nothing_tuned(settings_mod.current(), database)
+        untuned = nothing_tuned(settings, database)
     except Exception as exc:  # where kiln cannot tell, it starts nothing: the first miss will
         log.debug("kiln: whether anything was tuned could not be told: %s", exc)
         return
@@ -181,9 +187,10 @@ def _warm_pool_if_untuned(database: object) -> None:
     with _lock:
         if _started:  # a first miss got there first
             return
-        _started = True
+        _started, _compare_queued = True, _compare_queued or settings.sandbox
     log.debug("kiln: nothing is tuned on this cache yet: the compile pool starts now (KILN_PREWARM=auto)")
-    _warm_pool()
+    _start_driver_utils(settings)
+    _warm_pool(settings.sandbox)
 
 
 def _warm_pool(sandbox: bool = False) -> None:
@@ -217,11 +224,13 @@ def _load_launcher() -> None:
 def _queue_compare_kernels(pool: Any) -> None:
     """The output check's kernel, every variant, for each local capability (not waited for)."""
     from triton_kiln.autotuner import compare_kernels
+    from triton_kiln.launch import prebuild
     from triton_kiln.sandbox.compare_kernel import VARIANTS
 
     for target in gpu_targets():
         try:
             compare_futures.extend(compare_kernels.submit(pool, target, VARIANTS).values())
+            prebuild.start_requests(compare_kernels.requests(target, VARIANTS).values())
         except Exception as exc:  # the first tuning run queues them itself
             log.debug("kiln: prewarming the output check's kernel for %s failed: %s", target, exc)
 
