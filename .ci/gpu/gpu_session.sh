@@ -4,7 +4,8 @@
 #   bash .ci/gpu/gpu_session.sh PHASE [PHASE...]
 # Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
 # and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
-# (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), helion
+# (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), before-after (the
+# default ops' first calls against kiln at another commit), helion
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
@@ -112,35 +113,51 @@ for phase in "$@"; do
         --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
     demo)
       run demo 120 python3 -m triton_kiln demo --workers 16 ;;
-    suite)  # every GPU-marked test, Helion's, the native sandbox's and the wheel's included (on one H200 it
-      # outgrew the 560 s limit on 2026-11-28, stopping at 192 tests: run suite-inductor and suite-rest instead)
+    suite)  # every GPU-marked test (Helion's, the native sandbox's and the wheel's included) over 8
+      # processes, file by file; one line per test as it ends (-v), so a run stopped at its limit
+      # still names its failures; then the failures again, one process, where the GPU is not shared
+      # (a test that times configs or counts GPU processes can fail beside others). Serially the
+      # suite outgrows one command's 10 minutes; over 8 processes ~90% of it ran in 320 s on an H100.
       python3 -c "import setuptools, wheel; print('setuptools', setuptools.__version__)" 2>&1 | tee -a "$out/device.txt"
-      TAIL=25 run gpu-suite 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ ;;
+      TAIL=8 run gpu-suite "${SUITE_S:-500}" python3 -m pytest -v -m gpu -n 8 --dist loadfile -p no:randomly \
+        -p no:cacheprovider -rfEs tests/
+      failed=$(grep -E "^(FAILED|ERROR) tests/|\[gw[0-9]+\] .* (FAILED|ERROR) tests/" "$out/gpu-suite.log" \
+        | grep -oE "tests/[^ ]+::[^ ]+" | sort -u)
+      echo "failed in parallel: $(echo "$failed" | grep -c tests/)"
+      if [ -n "$failed" ]; then
+        # shellcheck disable=SC2086
+        TAIL=25 run gpu-suite-rerun "${RERUN_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfEs $failed
+      fi ;;
     suite-inductor)  # the suite in two halves, one per GPU: .ci/gpu/gpu_pair.sh suite-inductor suite-rest
       TAIL=6 run gpu-suite-inductor 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         tests/test_inductor_gpu.py tests/test_inductor.py ;;
     suite-rest)  # every other GPU-marked test (the half beside suite-inductor)
       TAIL=25 run gpu-suite-rest 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ \
         --ignore=tests/test_inductor_gpu.py --ignore=tests/test_inductor.py ;;
+    before-after)  # first calls of the default ops against kiln at another commit: BASE_SRC (its src/,
+      # carried: git archive COMMIT src | tar -x -C .kiln-base/NAME), BASE_COMMIT; ~300 s on an H100
+      TAIL=10 run before-after "${BA_S:-420}" python3 bench/realworld.py --arms kiln_baseline,kiln \
+        --baseline-src "$BASE_SRC" --baseline-commit "$BASE_COMMIT" --arm-timeout 120 \
+        --out "$out/before-after.json" --md "$out/before-after.md" ;;
     record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
       TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
-    devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests (#21)
+    devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests
       TAIL=12 run devcheck 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_device_check_gpu.py \
         tests/test_native_sandbox_gpu.py tests/test_output_rule_gpu.py tests/test_autotune_gpu.py ;;
     checkcost)
       TAIL=12 run checkcost 90 python3 bench/output_check_cost.py --mb 128 --json "$out/output_check_cost-128mb.json" ;;
     autotune-all)
       TAIL=12 run autotune-all 300 python3 bench/autotune.py --set all --json "$out/autotune-all.json" ;;
-    rw-a)  # #21's sizes: DyT 16384x4096 and SwiGLU
+    rw-a)  # the larger sizes: DyT 16384x4096 and SwiGLU
       TAIL=14 run rw-a 400 python3 bench/realworld.py --ops liger_dyt_fwdbwd_16384x4096,liger_swiglu_fwd --out "$out/rw-a.json" \
         --md "$out/rw-a.md" ;;
     rw-b)
       TAIL=14 run rw-b 400 python3 bench/realworld.py --ops liger_moe_fwd --out "$out/rw-b.json" --md "$out/rw-b.md" ;;
     rw-c)
       TAIL=14 run rw-c 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --out "$out/rw-c.json" --md "$out/rw-c.md" ;;
-    inductor-tests)  # kiln.inductor on torch 2.11 (#20): the GPU tests (~6 min)
+    inductor-tests)  # kiln.inductor on torch 2.11: the GPU tests (~6 min)
       TAIL=14 run inductor-tests 560 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_inductor_gpu.py ;;
-    inductor-cpu-tests)  # kiln.inductor's CPU tests on torch 2.11 (#20), the sidecar's among them (~4 min)
+    inductor-cpu-tests)  # kiln.inductor's CPU tests on torch 2.11, the sidecar's among them (~4 min)
       TAIL=14 run inductor-cpu-tests 480 python3 -m pytest -q -p no:cacheprovider -rfEs tests/test_inductor.py \
         tests/test_inductor_faults.py tests/test_inductor_sidecar.py ;;
     inductor-smoke)
@@ -148,10 +165,10 @@ for phase in "$@"; do
     inductor-block)
       TAIL=20 run inductor-block 560 python3 bench/inductor.py --model block --mode all --runs 1 \
         --out "$out/inductor-block.json" ;;
-    ranks)  # #22: 8 processes on one GPU tuning the 72-config matmul, kiln and triton.autotune
+    ranks)  # 8 processes on one GPU tuning the 72-config matmul, kiln and triton.autotune
       TAIL=20 run ranks 450 python3 bench/ranks.py --processes 8 --out "$out/ranks.json"
       TAIL=8 run node-gpu 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_tuning.py ;;
-    ranks-gpus)  # #22 item 3: the node-share GPU tests (1 GPU: no split; >= 2: split), then two
+    ranks-gpus)  # the node-share GPU tests (1 GPU: no split; >= 2: split), then two
       # ranks on two GPUs tuning Liger's MoE vs one alone (a skip row with fewer than two GPUs)
       TAIL=8 run node-share-gpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
         tests/test_node_share.py tests/test_node_tuning.py
@@ -164,27 +181,27 @@ for phase in "$@"; do
         && sha256sum -c ray.sha256) && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --target /tmp/raysite /tmp/raywhl/*.whl && PYTHONPATH=/tmp/raysite:$PYTHONPATH python3 -c "import ray; print('ray', ray.__version__)" \
         && ls /tmp/raysite/bin | head -5 ;;
-    farm)  # #23: the 72-config set on a local Ray cluster against the local pool, 16 cores
+    farm)  # the 72-config set on a local Ray cluster against the local pool, 16 cores
       TAIL=30 run farm 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 bench/farm.py --cores 16 --runs 3 --arms local,ray,ray_settled,ray_standing --json "$out/farm.json" ;;
-    inductor-warm)  # #20: warm processes, stock / kiln / kiln's pool at install (kiln_eager) / stock beside kiln's pool
+    inductor-warm)  # warm processes, stock / kiln / kiln's pool at install (kiln_eager) / stock beside kiln's pool
       TAIL=16 run inductor-warm 580 python3 bench/inductor_warm.py --model resnet50 --mode default \
         --rounds "${IW_ROUNDS:-2}" --warm-repeats "${IW_REPEATS:-3}" --first-round "${IW_FIRST:-0}" \
         --out "$out/inductor-warm-${IW_FIRST:-0}.json" ;;
-    inductor-warm-block)  # #20: the block's warm processes in max-autotune, stock against kiln (~5 min at 4 sweeps)
+    inductor-warm-block)  # the block's warm processes in max-autotune, stock against kiln (~5 min at 4 sweeps)
       TAIL=16 run inductor-warm-block 540 python3 bench/inductor_warm.py --model block --mode max-autotune-no-cudagraphs \
         --arms stock,kiln --rounds 1 --warm-repeats "${IW_REPEATS:-4}" --first-round "${IW_FIRST:-0}" \
         --out "$out/inductor-warm-block-${IW_FIRST:-0}.json" ;;
-    inductor-default)  # #20: default mode, ID_RUNS runs (2: ~7 min) from run ID_FIRST (0) of ID_MODEL (resnet50),
+    inductor-default)  # default mode, ID_RUNS runs (2: ~7 min) from run ID_FIRST (0) of ID_MODEL (resnet50),
       # each with the paired runtime (both arms' blocks on one core, in turn)
       TAIL=8 run inductor-default 570 python3 bench/inductor.py --model "${ID_MODEL:-resnet50}" --mode default \
         --runs "${ID_RUNS:-2}" --first-run "${ID_FIRST:-0}" \
         --out "$out/inductor-default-${ID_MODEL:-resnet50}-${ID_FIRST:-0}.json" ;;
-    inductor-ma-cold)  # #20: ResNet-50 max-autotune, one run, cold processes only (~7 min: stock ~290 s); IM_RUN=K
+    inductor-ma-cold)  # ResNet-50 max-autotune, one run, cold processes only (~7 min: stock ~290 s); IM_RUN=K
       TAIL=6 run inductor-ma-cold 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" \
         --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
         --out "$out/inductor-ma-${IM_RUN:-0}.json" ;;
-    inductor-ma-aa-1)  # #20: the A/A control of inductor-ma-cold, part 1: stock's cold process, kept in /tmp/aa (~5 min)
+    inductor-ma-aa-1)  # the A/A control of inductor-ma-cold, part 1: stock's cold process, kept in /tmp/aa (~5 min)
       TAIL=6 run inductor-ma-aa-1 590 python3 bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs \
         --arms stock --runs 1 --first-run "${IM_RUN:-0}" --no-warm --iters 20 --blocks 5 --work-dir /tmp/aa \
         --out "$out/inductor-ma-aa-1-${IM_RUN:-0}.json" ;;
@@ -193,26 +210,26 @@ for phase in "$@"; do
         --aa --arms kiln --pair-with-kept --work-dir /tmp/aa --runs 1 --first-run "${IM_RUN:-0}" --no-warm \
         --iters 20 --blocks 5 --paired-rounds "${IM_PAIRED:-200}" --paired-block-iters "${IM_BLOCK_ITERS:-10}" \
         --out "$out/inductor-ma-aa-${IM_RUN:-0}.json" ;;
-    inductor-block-1)  # #20: the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
+    inductor-block-1)  # the block in max-autotune, one run, cold and warm (~4 min); IB_RUN=K
       TAIL=6 run inductor-block-1 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib --out "$out/inductor-block-${IB_RUN:-0}.json" ;;
-    inductor-block-aa)  # #20: the A/A control of inductor-block-1 (the "kiln" arm runs stock Inductor), ~4 min; IB_RUN=K
+    inductor-block-aa)  # the A/A control of inductor-block-1 (the "kiln" arm runs stock Inductor), ~4 min; IB_RUN=K
       TAIL=6 run inductor-block-aa 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs --aa \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib-aa --out "$out/inductor-block-aa-${IB_RUN:-0}.json" ;;
-    choice-probe)  # #20: max-autotune's picks and timings per template autotune, and the compiled part-model,
+    choice-probe)  # max-autotune's picks and timings per template autotune, and the compiled part-model,
       # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
       TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
         --arms "${PA:-stock,kiln,stock,kiln,kiln+noquiet}" --out "$out/choice-probe-${PL:-1}.json" ;;
-    gla)  # #21: FLA chunk_gla with the per-kernel choice harness (~200 s)
+    gla)  # FLA chunk_gla with the per-kernel choice harness (~200 s)
       TAIL=8 run gla 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --arms triton,kiln,harness \
         --out "$out/realworld-gla.json" --md "$out/realworld-gla.md" ;;
-    node-share)  # #22: tuning shared across GPUs (with one GPU: no split, the same choice)
+    node-share)  # tuning shared across GPUs (with one GPU: no split, the same choice)
       TAIL=8 run node-share 300 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_node_share.py \
         tests/test_node_tuning.py ;;
-    cli-tune)  # #23 item 3: kiln tune on this GPU (report, --bundle run with Triton's compiler blocked)
+    cli-tune)  # kiln tune on this GPU (report, --bundle run with Triton's compiler blocked)
       TAIL=8 run cli-tune 300 python3 -m pytest -q -p no:cacheprovider -rfEsxX tests/test_cli_tune_gpu.py \
         tests/test_cli_tune.py ;;
-    farm-tests)  # #23: the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
+    farm-tests)  # the farm's tests on a real local Ray cluster (2 CPUs of its own), on this machine's Python
       TAIL=12 run farm-tests 420 env PATH="/tmp/raysite/bin:$PATH" PYTHONPATH="/tmp/raysite:$PYTHONPATH" python3 -m pytest -q \
         -p no:cacheprovider -rfEs tests/test_farm.py tests/test_farm_ray.py ;;
     *) echo "unknown phase $phase" ;;
