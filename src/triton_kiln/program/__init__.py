@@ -7,6 +7,6 @@ run's compiles that no cache holds, submitted as the program imports their kerne
 docs/TIMING.md, "The program record".
 """
 
-from triton_kiln.program.recorder import current_replay, flush, note, start, stop
+from triton_kiln.program.recorder import current_replay, flush, note, start, stop, wait_for_replay
 
-__all__ = ["current_replay", "flush", "note", "start", "stop"]
+__all__ = ["current_replay", "flush", "note", "start", "stop", "wait_for_replay"]

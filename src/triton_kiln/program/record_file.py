@@ -95,6 +95,12 @@ def read(path: Path) -> ProgramRecord | None:
     except OSError as exc:
         notices.warn(log, f"kiln: the program record {path} cannot be read ({exc}); nothing is replayed.")
         return None
+    return parse(data, str(path))
+
+
+def parse(data: bytes, where: str) -> ProgramRecord | None:
+    """The record ``data`` holds (read from ``where``: a file, a remote cache's entry), validated
+    as :func:`read` says; ``None`` for another format (quietly) or an invalid record (a warning)."""
     problem = _problem(data)
     if problem is None:
         try:
@@ -102,14 +108,19 @@ def read(path: Path) -> ProgramRecord | None:
         except ValidationError as exc:
             problem = _first_error(exc)
     if problem == "":
-        log.debug("kiln: the program record %s has another format; it is replaced at the next write", path)
+        log.debug("kiln: the program record %s has another format; it is replaced at the next write", where)
         return None
     notices.warn(
         log,
-        f"kiln: the program record {path} is not valid ({problem}); nothing is replayed from it "
+        f"kiln: the program record {where} is not valid ({problem}); nothing is replayed from it "
         f"and this run's record replaces it.",
     )
     return None
+
+
+def encoded(record: ProgramRecord) -> bytes:
+    """``record`` as the bytes of its file (and of its remote cache entry)."""
+    return record.model_dump_json().encode()
 
 
 def _problem(data: bytes) -> str | None:
@@ -131,7 +142,7 @@ def _first_error(exc: ValidationError) -> str:
 
 def write(path: Path, record: ProgramRecord) -> None:
     """Write ``record`` to ``path`` atomically (a reader sees the old file or the new one)."""
-    atomic_write(path, record.model_dump_json().encode())
+    atomic_write(path, encoded(record))
 
 
 def merged(earlier: Iterable[Entry], this_run: Iterable[Entry], cap: int) -> list[Entry]:

@@ -42,6 +42,7 @@ from triton_kiln.program.record_file import Entry, ProgramRecord
 if TYPE_CHECKING:
     from triton_kiln.compile.request import CompileRequest
     from triton_kiln.program.replay import Replay
+    from triton_kiln.remote.programs import RemotePrograms
     from triton_kiln.settings import Settings
 
 log = logging.getLogger("kiln.program")
@@ -121,6 +122,15 @@ class Recorder:
         self.closed = False
         self.writer: threading.Thread | None = None
         self.write_failed = False
+        self.remote: RemotePrograms | None = None  # where each write is published too (KILN_REMOTE_CACHE)
+
+    def adopt(self, earlier: ProgramRecord) -> None:
+        """Take ``earlier`` (another machine's record, fetched once this run began) as the runs
+        before this one."""
+        with self.lock:
+            self.run = earlier.runs + 1
+            self.earlier = list(earlier.entries)
+            self.previous_runs = {entry.key: entry.runs for entry in self.earlier}
 
     def note(self, requests: Iterable[CompileRequest], source: Source) -> None:
         """Record the requests this run has not noted yet (at most ``cap``); the writer writes
@@ -190,11 +200,14 @@ class Recorder:
             if not self.write_failed:  # said once: every later write would fail the same way
                 self.write_failed = True
                 log.info("kiln: the program record %s cannot be written (%s); it is not kept", self.path, exc)
+        if self.remote is not None:  # a fault is the breaker's (one warning): never this thread's end
+            self.remote.publish(self.program, record_mod.encoded(record))
 
 
 _lock = threading.Lock()
 _recorder: Recorder | None = None
 _replay: Replay | None = None
+_fetching: threading.Thread | None = None
 
 
 def start(settings: Settings) -> Replay | None:
@@ -202,9 +215,12 @@ def start(settings: Settings) -> Replay | None:
 
     Nothing happens with ``KILN_PROGRAM_RECORD=0``, without a disk cache, without a program name,
     or in kiln's own processes. Reading a missing record is one failed ``open``; a process starts
-    only when the record lists a compile no cache holds.
+    only when the record lists a compile no cache holds. With ``KILN_REMOTE_CACHE``, each write
+    is published there too, and where this machine holds no record of the program, thread
+    "kiln-program-fetch" reads the remote's and replays it (the replay is then ``None`` here:
+    :func:`wait_for_replay`).
     """
-    global _recorder, _replay
+    global _recorder, _replay, _fetching
     from triton_kiln.procs import in_kiln_child
 
     if not settings.program_record or not settings.use_disk_cache or in_kiln_child():
@@ -219,19 +235,61 @@ def start(settings: Settings) -> Replay | None:
         earlier = record_mod.read(path)
         _recorder = Recorder(path, program, earlier, settings.program_record_max)
         atexit.register(_recorder.flush)
+        _recorder.remote = _remote_programs(settings)
         if earlier is not None and earlier.entries:
             from triton_kiln.program.replay import Replay
 
             _replay = Replay(program, earlier.entries[: settings.program_record_max], settings)
             _replay.begin()
+        elif _recorder.remote is not None:
+            _fetching = threading.Thread(
+                target=_fetch_and_replay,
+                args=(_recorder, _recorder.remote, settings),
+                name="kiln-program-fetch",
+                daemon=True,
+            )
+            _fetching.start()
         return _replay
+
+
+def _remote_programs(settings: Settings) -> RemotePrograms | None:
+    if settings.remote_cache is None:
+        return None
+    try:
+        from triton_kiln.remote import remote_programs
+
+        return remote_programs(settings, record_mod.FORMAT)
+    except Exception as exc:  # a key file that cannot be read: the remote's own users say so
+        log.info("kiln: the program record is not shared through the remote cache: %s", exc)
+        return None
+
+
+def _fetch_and_replay(recorder: Recorder, remote: RemotePrograms, settings: Settings) -> None:
+    """Another machine's record of this program, replayed here as this machine's would be."""
+    global _replay
+    program = recorder.program
+    data = remote.fetch(program)
+    if data is None:
+        return
+    record = record_mod.parse(data, f"{program} in the remote cache {remote.where}")
+    if record is None or not record.entries:
+        return
+    from triton_kiln.program.replay import Replay
+
+    with _lock:
+        if _recorder is not recorder:  # uninstall() came first
+            return
+        recorder.adopt(record)
+        replay = _replay = Replay(program, record.entries[: settings.program_record_max], settings)
+    log.debug("kiln: the program record of %s comes from the remote cache %s", program, remote.where)
+    replay.begin()
 
 
 def stop() -> None:
     """Stop noting (``uninstall()``); a replay in progress submits nothing more."""
-    global _recorder, _replay
+    global _recorder, _replay, _fetching
     with _lock:
-        recorder, replay, _recorder, _replay = _recorder, _replay, None, None
+        recorder, replay, _recorder, _replay, _fetching = _recorder, _replay, None, None, None
     if recorder is not None:
         atexit.unregister(recorder.flush)
         recorder.close()
@@ -255,4 +313,13 @@ def flush() -> None:
 
 def current_replay() -> Replay | None:
     """This process's replay (``None``: nothing was replayed), for tests and diagnostics."""
+    return _replay
+
+
+def wait_for_replay(timeout_s: float) -> Replay | None:
+    """This process's replay, once the remote cache's record is fetched where one is being
+    fetched (at most ``timeout_s``); ``None``: nothing is replayed."""
+    fetching = _fetching
+    if fetching is not None:
+        fetching.join(timeout_s)
     return _replay

@@ -14,6 +14,8 @@ store, and by the autotuner, where it opens the tuning database). kiln speaks RE
                              staged, verified as a local
                              entry, then installed
     Autotuner -> RemoteTuningDatabase (tuning.py) -> local SQLite -> on a miss, Redis
+    program record (triton_kiln.program) -> RemotePrograms (programs.py): published by its
+        writer thread; fetched by a thread at install() where this machine has none
 
     RedisClient (client.py): one per URL and process; kiln's own RESP2 connections
     (connection.py, resp.py): one deadline per request, values refused from their declared
@@ -24,8 +26,8 @@ store, and by the autotuner, where it opens the tuning database). kiln speaks RE
 Names in Redis: :mod:`triton_kiln.remote.names`. Set-up, what is verified, failure behaviour and
 sizes: docs/REMOTE_CACHE.md.
 
-Imports: artifacts, tuning records and the top-level settings; only the pool and the autotuner
-import this package.
+Imports: artifacts, tuning records and the top-level settings; only the pool, the autotuner and
+the program record import this package.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import threading
 from triton_kiln.remote.artifacts import RemoteArtifacts
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.health import RemoteCacheWarning
+from triton_kiln.remote.programs import RemotePrograms
 from triton_kiln.remote.signing import Signer
 from triton_kiln.remote.tuning import RemoteTuningDatabase
 from triton_kiln.settings import Settings
@@ -44,9 +47,11 @@ from triton_kiln.tuning.db import TuningDatabase
 __all__ = [
     "RemoteArtifacts",
     "RemoteCacheWarning",
+    "RemotePrograms",
     "RemoteTuningDatabase",
     "client_for",
     "remote_artifacts",
+    "remote_programs",
     "remote_tuning",
 ]
 
@@ -103,6 +108,17 @@ def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningData
     return RemoteTuningDatabase(
         local,
         client_for(settings),
+        ttl_s=_ttl_s(settings),
+        signer=_signer(settings),
+        max_entry_bytes=settings.remote_max_entry_mb << 20,
+    )
+
+
+def remote_programs(settings: Settings, record_format: int) -> RemotePrograms:
+    """The program records of ``settings.remote_cache`` (``record_format``: the record file's)."""
+    return RemotePrograms(
+        client_for(settings),
+        record_format,
         ttl_s=_ttl_s(settings),
         signer=_signer(settings),
         max_entry_bytes=settings.remote_max_entry_mb << 20,

@@ -4,6 +4,7 @@
 
     kiln:r1:artifact:a2:<compile key>        hash {file name: bytes}: one artifact-store entry
     kiln:r1:tuning:s<schema>:<sha256>        string (JSON): one finished tuning run
+    kiln:r1:program:p<format>:<sha256>       string (JSON): one program's record (its name hashed)
 
 ``r1`` is this layout's version (:data:`REMOTE_FORMAT`); ``a2`` the artifact entry's format
 (:data:`~triton_kiln.artifacts.artifact.ARTIFACT_FORMAT`); ``s<schema>`` the tuning database's schema
@@ -37,3 +38,9 @@ def tuning_name(identity: Mapping[str, str]) -> str:
     """The name of the finished run for ``identity`` (the arguments of ``TuningDatabase.lookup``)."""
     digest = hashlib.sha256(json.dumps(dict(identity), sort_keys=True).encode()).hexdigest()
     return f"{NAMESPACE}:r{REMOTE_FORMAT}:tuning:s{SCHEMA_VERSION}:{digest}"
+
+
+def program_name(program: str, record_format: int) -> str:
+    """The name of ``program``'s record (:mod:`triton_kiln.program.record_file`, ``record_format``)."""
+    digest = hashlib.sha256(program.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{NAMESPACE}:r{REMOTE_FORMAT}:program:p{record_format}:{digest}"

@@ -1,0 +1,79 @@
+"""Program records in Redis, so a fresh machine starts a program's compiles before it asks for them.
+
+::
+
+    a record written (program/recorder.py, its writer thread) -> publish(program, bytes)
+        -> SET kiln:r1:program:p<format>:<sha256(program)> (signed with KILN_REMOTE_KEY_FILE)
+    install() on a machine with no record of the program (thread "kiln-program-fetch")
+        -> fetch(program) -> GET, refused unread if over KILN_REMOTE_MAX_ENTRY_MB, signature
+           checked -> bytes, which the program package validates as it validates its file
+
+A record is data (kernels by module and qualname, compile requests in canonical JSON), never
+code: what it starts is what the program would compile, from its own imported kernels, and an
+entry whose kernel's source differs is skipped (:mod:`triton_kiln.program.replay`). A fault or a
+missing entry is a miss: the program runs as without a record.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from triton_kiln.artifacts.store import CacheWarning
+from triton_kiln.remote import records
+from triton_kiln.remote.client import EntryRefused, RedisClient
+from triton_kiln.remote.names import program_name
+from triton_kiln.remote.records import BadEntry
+from triton_kiln.remote.signing import PREFIX, Signer
+
+
+class RemotePrograms:
+    """Program records (``record_format``: the record file's format) on ``client``'s server."""
+
+    def __init__(
+        self,
+        client: RedisClient,
+        record_format: int,
+        *,
+        ttl_s: int | None,
+        signer: Signer | None = None,
+        max_entry_bytes: int = 16 << 20,
+    ) -> None:
+        self.client = client
+        self.where = client.where
+        self.record_format = record_format
+        self.ttl_s = ttl_s
+        self.signer = signer
+        self.max_entry_bytes = max_entry_bytes
+        self.published = 0
+        """Records the server took."""
+
+    def fetch(self, program: str) -> bytes | None:
+        """``program``'s record as the server holds it (``None``: none, unreachable, or refused
+        with one :class:`CacheWarning`: too large, a bad signature)."""
+        name = program_name(program, self.record_format)
+        try:
+            raw = self.client.read_value(name, self.ttl_s, self.max_entry_bytes)
+            if raw is None:
+                return None
+            signature, payload = records.signed_payload(raw)
+            if self.signer is not None and not self.signer.verify(name, payload, signature):
+                raise BadEntry("not signed with KILN_REMOTE_KEY_FILE's key")
+        except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
+            warnings.warn(
+                f"kiln: the remote cache {self.where} holds an invalid program record at {name} ({exc}); "
+                f"it is ignored, and this run's record replaces it",
+                CacheWarning,
+                stacklevel=2,
+            )
+            return None
+        return payload
+
+    def publish(self, program: str, data: bytes) -> bool:
+        """Write ``program``'s record ``data``; whether the server took it."""
+        name = program_name(program, self.record_format)
+        if self.signer is not None:
+            data = PREFIX + self.signer.sign(name, data).encode() + b"\n" + data
+        taken = self.client.write_value(name, data, self.ttl_s)
+        if taken:
+            self.published += 1
+        return taken
