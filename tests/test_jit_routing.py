@@ -18,10 +18,9 @@ import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 
-import jit_fault_kernels
-import kernels
 import triton_kiln as kiln
-from jit_support import (
+from support import jit_fault_kernels, kernels
+from support.jit_support import (
     caller_cannot_compile,  # noqa: F401 - fixture
     cubin_sha,
     fake_driver,  # noqa: F401 - autouse fixture
@@ -90,7 +89,7 @@ def test_a_gluon_kernel_compiles_in_the_pool_to_tritons_own_binary(
     """A ``@gluon.jit`` kernel (``GluonJITFunction``, a subclass) compiles from Gluon's own AST
     source in the pool: the same binary as Gluon's own compile here."""
     pytest.importorskip("triton.experimental.gluon")
-    import gluon_kernels
+    from support import gluon_kernels
 
     def warm() -> object:
         return gluon_kernels.gluon_add.warmup(F32, F32, F32, 1024, BLOCK=256, grid=(1,))
@@ -170,7 +169,7 @@ def test_a_compiler_crash_raises_kilns_error_and_the_caller_survives(
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
 ) -> None:
-    pool = make_pool(workers=2, preload=["inductor_faults_preload"])
+    pool = make_pool(workers=2, preload=["support.inductor_faults_preload"])
     route_on(pool)
     kernel = getattr(jit_fault_kernels, f"copy_kilnfault_{mode}")
     with pytest.raises(JitCompileCrashedError) as caught:
@@ -187,7 +186,7 @@ def test_a_compiler_hang_raises_kilns_timeout_error(
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
 ) -> None:
-    route_on(make_pool(workers=2, preload=["inductor_faults_preload"], job_timeout_s=6.0))
+    route_on(make_pool(workers=2, preload=["support.inductor_faults_preload"], job_timeout_s=6.0))
     with pytest.raises(JitCompileCrashedError) as caught:
         jit_fault_kernels.copy_kilnfault_hang.warmup(F32, F32, 1024, BLOCK=128, num_warps=8, grid=(1,))
     assert "copy_kilnfault_hang" in str(caught.value)
@@ -283,7 +282,7 @@ CALLER_KEY_SCRIPT = """
 import sys, torch, triton.runtime.cache as cache
 from triton.runtime import driver
 sys.path.insert(0, {tests!r})
-import jit_support, kernels
+from support import jit_support, kernels
 from triton_kiln import CompilePool
 from triton_kiln.routing import jit as jit_routing
 driver._active = jit_support.FakeDriver()

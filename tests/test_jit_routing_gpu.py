@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-import kernels
+from support import kernels
 from triton_kiln import CompilePool
 from triton_kiln.routing import jit as jit_routing
 

@@ -18,9 +18,9 @@ import pytest
 import triton
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-import faults
 import triton_kiln as kiln
-from conftest import SM90
+from support import faults
+from support.basics import SM90
 from triton_kiln.sandbox import BenchOutcome
 
 torch = pytest.importorskip("torch")
@@ -104,7 +104,7 @@ def faulty_configs() -> list[Any]:
 def make(
     make_pool: Any, configs: list[Any], ms_of: Any, cls: type = OwnSearch, **kwargs: Any
 ) -> tuple[Any, Timings, Any]:
-    pool = make_pool(workers=2, preload=["faults"])  # the zygote installs the faults' compile hook
+    pool = make_pool(workers=2, preload=["support.faults"])  # the zygote installs the faults' compile hook
     tuner = cls(faults.faulty_scale, faults.faulty_scale.arg_names, configs, ["n"], None, None, **kwargs)
     tuner._pool, tuner._target = pool, SM90
     timings = Timings(ms_of, pool)

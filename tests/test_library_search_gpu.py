@@ -5,7 +5,7 @@ kiln compiles every config in its pool and times each in the GPU sandbox, where 
 memory access ends that config only; a compiler abort ends its compile only. FlagGems'
 ``flag_gems.mm`` on an N = 50257 bf16 LM head (``triton.set_allocator`` + device-side
 descriptors) runs its own ``LibTuner`` search with kiln installed (a process of its own:
-tests/flaggems_libtuner_drive.py --gpu).
+tests/support/flaggems_libtuner_drive.py --gpu).
 """
 
 from __future__ import annotations
@@ -31,11 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_library_pattern_is_timed_in_the_sandbox(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     import triton
 
-    import faults
+    from support import faults
     from test_library_search import OwnSearch
 
     monkeypatch.setenv("KILN_BENCH_TIMEOUT_S", "15")
-    pool = make_pool(workers=4, preload=["faults"])
+    pool = make_pool(workers=4, preload=["support.faults"])
     configs = [triton.Config({"BLOCK": b, "FAULT": 0}, num_warps=4) for b in (128, 256, 1024)]
     configs += [triton.Config({"BLOCK": 256, "FAULT": f}, num_warps=4) for f in (1, 4)]  # IMA, abort
     tuner = OwnSearch(faults.faulty_scale, faults.faulty_scale.arg_names, configs, ["n"], None, None)
@@ -71,7 +71,7 @@ def test_flaggems_mm_lm_head_is_searched_through_kiln() -> None:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "src"), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "flaggems_libtuner_drive.py"), "--gpu"],
+        [sys.executable, str(ROOT / "tests" / "support" / "flaggems_libtuner_drive.py"), "--gpu"],
         capture_output=True,
         text=True,
         env=env,

@@ -18,8 +18,8 @@ import pytest
 import triton
 
 import triton_kiln as kiln
-from conftest import SM90
-from kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
+from support.basics import SM90
+from support.kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
 from test_autotune_cpu import FakeBench, make_tuner, tune
 from test_native_check import make_state
 from test_native_check import run as native_run

@@ -94,7 +94,7 @@ def test_issue_19_the_fastest_zero_writer_and_an_off_by_one_are_rejected(
     other config has) loads nothing and is the fastest; one adds 1. kiln used to flag both, keep
     them ``ok`` and choose the zero-writer: the caller got zeros."""
     import triton_kiln as kiln
-    from kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
+    from support.kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
 
     configs = [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in ISSUE_19_SHAPES]
     tuned = kiln.autotune(configs, key=["n"], pool=make_pool(workers=4), sandbox=sandbox)(add_modes_kernel)
