@@ -51,6 +51,15 @@ def _no_program_record(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_PROGRAM_RECORD", "0")
 
 
+@pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Where a contract that a CPU stand-in and a real GPU both show is checked: ``cpu`` (real
+    compiles for sm_90; a stand-in for the GPU's driver, timings or outputs) and ``gpu`` (marked
+    ``gpu``: skipped without one, :func:`pytest_collection_modifyitems`). A test that takes it
+    writes the contract once and runs it on each."""
+    return str(request.param)
+
+
 SUITE_PROCESSES_MAX = 8
 """The most test processes the whole suite spreads over (each imports torch: ~1 GB)."""
 
