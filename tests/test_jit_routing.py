@@ -1,7 +1,8 @@
 """Plain ``@triton.jit`` kernels (not autotuned) compile in kiln's pool under ``kiln.install()``
 (kiln.jit_routing): real compiles for sm_90, the GPU driver's target the only fake; the caller's
 own compile made to raise; real compiler faults (abort, segfault) in the pool's workers; the
-pool's processes counted after each test (make_pool)."""
+pool's processes counted after each test (make_pool). That nothing compiles in the caller is
+checked on both backends (``backend``): on a GPU, with Triton's own driver and real launches."""
 
 from __future__ import annotations
 
@@ -105,15 +106,36 @@ def test_a_gluon_kernel_compiles_in_the_pool_to_tritons_own_binary(
     assert cubin_sha(kernel) == own
 
 
+def launch_add(block: int, num_warps: int) -> None:
+    """``add_kernel`` launched on the GPU by Triton, its result checked."""
+    n = 5000
+    x = torch.rand(n, device="cuda")
+    y = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    kernels.add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block, num_warps=num_warps)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * x + y)  # add_kernel: double(x) + y
+
+
+@pytest.mark.timeout(600)
 def test_nothing_compiles_in_the_caller(
+    backend: str,
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
     caller_cannot_compile: list[str],  # noqa: F811
 ) -> None:
-    route_on(make_pool())
+    """A plain ``@triton.jit`` kernel's first calls after install compile in kiln's pool, never in
+    the caller: on CPU the compile a first call makes (``warmup``), on a GPU real launches by
+    Triton whose results are right."""
+    pool = make_pool()
+    route_on(pool)
     for block, warps in ((64, 2), (256, 8)):
-        warm_add(block, warps)
+        if backend == "cpu":
+            warm_add(block, warps)
+        else:
+            launch_add(block, warps)
     assert caller_cannot_compile == []
+    assert pool.stats.submitted >= 2
 
 
 @pytest.mark.parametrize("variable", procs.CHILD_FD_VARIABLES)
