@@ -38,7 +38,7 @@ directory, and must produce a cubin (``\\x7fELF``) for every config:
 
 Both kiln pools are used as a user would: no ``preload``. kiln sends these kernels to its
 workers as source (every global they read is rebuildable), so no worker imports the kernel
-module or torch; the ``crash`` pool preloads ``tests/faults.py`` only to install its
+module or torch; the ``crash`` pool preloads ``tests/support/faults.py`` only to install its
 fault hook.
 
 The limit. With ``cores`` workers no schedule can beat ``max(sum / cores, longest)``, where
@@ -51,7 +51,7 @@ spawned workers, cores shared with other compiles), so ``ratio_own`` says how we
 packs the work it actually did, not how fast it is. Medians over ``--repeats`` are reported.
 
 ``crash`` (a separate measurement, after all arms): a warm pool compiles a few good configs
-plus one kernel whose compile calls ``abort()`` (``fault_abort`` from ``tests/faults.py``); it reports
+plus one kernel whose compile calls ``abort()`` (``fault_abort`` from ``tests/support/faults.py``); it reports
 ``PoolStats.replacement_s`` (seconds from the worker's death being reported to its
 replacement being ready) and checks that no other job failed.
 
@@ -477,14 +477,14 @@ def targets(records: list[dict[str, Any]]) -> dict[str, float | None]:
 def crash_once(configs: list[Config], target: GPUTarget, cores: int, tag: str) -> dict[str, Any]:
     """A warm pool, a few good jobs plus one that aborts: replacement time and collateral."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    import faults  # the test suite's real fault injection (a stage hook that calls abort())
+    from support import faults  # the test suite's real fault injection (a stage hook that calls abort())
 
     good = configs[:CRASH_GOOD_JOBS]
     with fresh_caches(tag) as (_, kiln_dir):
         pool = CompilePool(
             workers=cores,
             cache_dir=kiln_dir,
-            preload=["faults"],
+            preload=["support.faults"],
             warmup_target=target,
         )
         try:

@@ -71,7 +71,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "tests")]
 import triton  # noqa: E402 - after the path above
 
 import ranks_set  # noqa: E402
-from ray_cluster import LocalRayCluster  # noqa: E402
+from support.ray_cluster import LocalRayCluster  # noqa: E402
 from triton_kiln import CompilePool, CompileRequest, GPUTarget  # noqa: E402
 from triton_kiln.cli.compile import failure_cause  # noqa: E402
 from triton_kiln.farm import RayCompilePool  # noqa: E402

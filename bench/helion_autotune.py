@@ -21,7 +21,7 @@ outside the timed region), so the arms run side by side in one invocation:
   median autotune wall is compared (every run is kept): Helion's search is seeded, but after
   the seeded population it follows measured timings, so the arms compile different configs.
 * ``fault``: ``crashy_add`` with a seed config that aborts in Triton's compiler (the hook of
-  ``tests/helion_faults.py``: ``num_warps == 2``), through kiln, with fork and with
+  ``tests/support/helion_faults.py``: ``num_warps == 2``), through kiln, with fork and with
   Helion's precompile off (``autotune_precompile=None``: compiles in the autotuning process); then
   ``crashall_add``, whose reference config (Helion's accuracy baseline) aborts.
 * ``ctrl-c``: SIGINT to a process in the middle of a matmul autotune's precompile phase
@@ -68,7 +68,7 @@ def _child(opts: argparse.Namespace) -> None:
     import torch
 
     if opts.faults:
-        import helion_faults
+        from support import helion_faults
 
         helion_faults.install()  # the abort hook, inherited by fork children
     from triton.testing import do_bench
@@ -93,7 +93,7 @@ def _child(opts: argparse.Namespace) -> None:
     pool = None
     if opts.arm == "kiln":
         settings["autotuner_fn"] = kiln.helion.autotuner_fn
-        pool = kiln.CompilePool(preload=["helion_faults_preload"] if opts.faults else [])
+        pool = kiln.CompilePool(preload=["support.helion_faults_preload"] if opts.faults else [])
         kiln.helion.configure(pool=pool)
     if opts.seed_abort:
         probe = hk.make(opts.kernel, **settings).bind(args)

@@ -13,7 +13,7 @@ The main thread runs a fixed pure-Python loop (units of ~0.1 ms: dicts, strings,
 code generation does). Each repeat, alternately: the loop alone for ``--window-s``; then the loop
 while ``--kernels`` compile jobs are submitted exactly as Inductor submits them
 (``AsyncCompile.process_pool().submit(_worker_compile_triton, ...)``), until all are done. The
-jobs are the fixture kernels of ``tests/inductor_fixtures`` (real Inductor-generated sources),
+jobs are the fixture kernels of ``tests/support/inductor_fixtures`` (real Inductor-generated sources),
 renamed, compiled once for sm_90 into a kiln cache before the first repeat; each repeat points
 ``TRITON_CACHE_DIR`` at a fresh directory and adds a comment to every module (a new module for
 Inductor's module cache, the same kernel source for kiln's key), so every compile is a hit in
@@ -53,7 +53,7 @@ sys.path[:0] = [str(HERE), str(ROOT / "src"), str(ROOT / "tests")]
 import inductor_models  # noqa: E402
 
 KINDS = ("pointwise", "reduction", "persistent_reduction", "template_mm")
-"""The fixture kernels of ``tests/inductor_fixtures`` the jobs cycle through."""
+"""The fixture kernels of ``tests/support/inductor_fixtures`` the jobs cycle through."""
 
 
 def unit() -> int:
@@ -73,7 +73,7 @@ def loop_for(seconds: float) -> int:
 
 def kernel_sources(count: int) -> list[tuple[str, str]]:
     """``count`` (name, source) pairs: the fixture kernels in turn, each renamed apart."""
-    from inductor_support import KERNELS, source
+    from support.inductor_support import KERNELS, source
 
     kinds = [KINDS[i % len(KINDS)] for i in range(count)]
     return [source(kind, rename=f"{KERNELS[kind]}_gil{i}") for i, kind in enumerate(kinds)]
@@ -81,7 +81,7 @@ def kernel_sources(count: int) -> list[tuple[str, str]]:
 
 def submit_all(sources: list[tuple[str, str]]) -> list[Any]:
     """Each kernel's job, submitted as ``AsyncCompile.triton`` submits it."""
-    from inductor_support import submit
+    from support.inductor_support import submit
 
     return [submit(name, text) for name, text in sources]
 
@@ -158,9 +158,9 @@ def run_arm(arm: str, sources: list[tuple[str, str]], args: argparse.Namespace, 
     from triton_kiln.inductor import hooks
     from triton_kiln.inductor.sidecar import Sidecar
 
-    # the sidecar gets the same one fake as this process (tests/inductor_sidecar_fake_gpu.py)
+    # the sidecar gets the same one fake as this process (tests/support/inductor_sidecar_fake_gpu.py)
     hooks._sidecar = lambda threads, timeout: Sidecar(
-        threads, timeout, preload=("inductor_sidecar_fake_gpu",)
+        threads, timeout, preload=("support.inductor_sidecar_fake_gpu",)
     )
     triton_kiln.inductor.install(sidecar=arm == "sidecar")
     try:

@@ -4,7 +4,7 @@ No GPU needed: the runs are the H100 runs committed under bench/results/ (``kiln
 JSON, written by bench/autotune.py and bench/realworld.py), replayed into a fresh tuning
 database through its API (``begin_run``, ``record``, ``finish_run``: the runs' start times become
 the replay's; everything else is as measured). Then ``kiln report --html`` writes the page and
-a headless Chromium (tests/browser.py) loads it, checks that it logged nothing, and captures the
+a headless Chromium (tests/support/browser.py) loads it, checks that it logged nothing, and captures the
 top of the page::
 
     python bench/report_example.py                       # docs/report-screenshot.png
@@ -70,7 +70,7 @@ def main() -> int:
     parser.add_argument("--width", type=int, default=1200)
     parser.add_argument("--height", type=int, default=1800, help="pixels of the page's top to capture")
     args = parser.parse_args()
-    import browser
+    from support import browser
 
     with tempfile.TemporaryDirectory(prefix="kiln-report-") as scratch:
         database = Path(scratch) / "tuning.sqlite3"

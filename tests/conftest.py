@@ -7,40 +7,15 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
-from triton_kiln import CompilePool, CompileRequest, GPUTarget
-from triton_kiln.pool.handles import ENV_POOL_ID
+from support.basics import gpu_available, wait_no_processes
+from triton_kiln import CompilePool
 from triton_kiln.settings import usable_cores
-
-SM90 = GPUTarget("cuda", 90, 32)
-
-
-def pool_processes(pool_id: str) -> list[psutil.Process]:
-    """Every live process (zygote, workers, their children) that belongs to ``pool_id``."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(ENV_POOL_ID) == pool_id and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
-
-
-def wait_no_processes(pool_id: str, timeout: float = 10.0) -> list[psutil.Process]:
-    deadline = time.monotonic() + timeout
-    while True:
-        left = pool_processes(pool_id)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -76,25 +51,13 @@ def _no_program_record(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_PROGRAM_RECORD", "0")
 
 
-def add_request(block: int = 128, num_warps: int = 4, **kwargs: Any) -> CompileRequest:
-    import kernels
-
-    return CompileRequest(
-        kernels.add_kernel,
-        {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
-        {"BLOCK": block},
-        options={"num_warps": num_warps},
-        target=kwargs.pop("target", SM90),
-        **kwargs,
-    )
-
-
-def is_cubin(data: bytes) -> bool:
-    return data[:4] == b"\x7fELF" and len(data) > 1000
-
-
-def gpu_available() -> bool:
-    return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
+@pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])
+def backend(request: pytest.FixtureRequest) -> str:
+    """Where a contract that a CPU stand-in and a real GPU both show is checked: ``cpu`` (real
+    compiles for sm_90; a stand-in for the GPU's driver, timings or outputs) and ``gpu`` (marked
+    ``gpu``: skipped without one, :func:`pytest_collection_modifyitems`). A test that takes it
+    writes the contract once and runs it on each."""
+    return str(request.param)
 
 
 SUITE_PROCESSES_MAX = 8

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 import triton_kiln as kiln
-from bundle_maker import compile_parts
+from support.bundle_maker import compile_parts
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.bundle import BundleError, BundleReader, write_bundle
 from triton_kiln.bundle.errors import (

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request
+from support.basics import add_request
 from triton_kiln import CompilePool
 from triton_kiln.artifacts import triton_files
 from triton_kiln.artifacts.artifact import CompiledArtifact

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bundle_maker import compile_parts
+from support.bundle_maker import compile_parts
 from triton_kiln.bundle import write_bundle
 from triton_kiln.launch.native import PREBUILT_MODULE, helper_path
 

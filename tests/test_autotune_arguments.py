@@ -18,8 +18,8 @@ import pytest
 import triton
 
 import triton_kiln as kiln
-from conftest import SM90
-from kernels import scale_kernel
+from support.basics import SM90
+from support.kernels import scale_kernel
 from test_autotune_cpu import by_block, configs, make_tuner, tune
 from triton_kiln import triton_compat
 from triton_kiln.autotuner.arguments import AutotuneArgumentWarning

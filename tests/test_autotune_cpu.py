@@ -16,8 +16,8 @@ import pytest
 import triton
 
 import triton_kiln as kiln
-from conftest import SM90
-from kernels import scale_kernel
+from support.basics import SM90
+from support.kernels import scale_kernel
 from triton_kiln.sandbox import BenchOutcome
 from triton_kiln.sandbox.native_client import NativeBenchOutcome
 from triton_kiln.tuning import TuningDatabase, format_table

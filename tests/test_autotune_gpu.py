@@ -27,8 +27,8 @@ def _caller_context_works() -> None:
 def test_tunes_and_runs_correctly(make_pool: Any, sandbox: bool) -> None:
     import triton
 
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
 
     pool = make_pool(workers=4)
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (128, 512, 1024) for w in (2, 4)]
@@ -57,11 +57,11 @@ def test_fault_suite_picks_the_best_healthy_config(make_pool: Any, monkeypatch: 
     """IMA, a kernel that never ends, wrong values and a compiler abort, in one tuning run."""
     import triton
 
-    import faults
     import triton_kiln as kiln
+    from support import faults
 
     monkeypatch.setenv("KILN_BENCH_TIMEOUT_S", "15")
-    pool = make_pool(workers=4, preload=["faults"])
+    pool = make_pool(workers=4, preload=["support.faults"])
     configs = [kiln.Config({"BLOCK": 256, "FAULT": f}, num_warps=4) for f in (1, 2, 3, 4)]
     configs += [kiln.Config({"BLOCK": b, "FAULT": 0}, num_warps=4) for b in (128, 1024)]
     tuned = kiln.autotune(
@@ -95,7 +95,7 @@ def test_constexpr_variants_in_alternation_never_cross(make_pool: Any) -> None:
     """One kernel, a dynamic bound N, block sizes derived from the shape: no IMA, no mix-ups."""
     import triton
 
-    import kernels
+    from support import kernels
     from triton_kiln import CompileRequest
 
     pool = make_pool(workers=4)
@@ -125,8 +125,8 @@ def test_constexpr_variants_in_alternation_never_cross(make_pool: Any) -> None:
 def test_tuned_keys_alternate_correctly(make_pool: Any) -> None:
     import triton
 
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
 
     pool = make_pool(workers=4)
     configs = [kiln.Config({"BLOCK": b}, num_warps=4) for b in (64, 256, 1024)]
@@ -151,8 +151,8 @@ def test_the_sandbox_gives_back_its_gpu_memory_once_idle_and_restarts(make_pool:
 
     import triton
 
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
     from triton_kiln import settings
     from triton_kiln.sandbox import registry
 

@@ -18,7 +18,7 @@ import pytest
 import triton
 import triton.language as tl
 
-from conftest import SM90, is_cubin
+from support.basics import SM90, is_cubin
 from triton_kiln import CompileRequest, WorkerCrashedError
 
 TESTS = Path(__file__).resolve().parent

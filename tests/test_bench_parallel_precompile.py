@@ -23,8 +23,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import parallel_precompile  # noqa: E402
-import parallel_precompile_kernels as kernels  # noqa: E402
-from jit_support import FakeDriver  # noqa: E402
+from support import parallel_precompile_kernels as kernels  # noqa: E402
+from support.jit_support import FakeDriver  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import kernels
 import triton_kiln as kiln
-from conftest import SM90
+from support import kernels
+from support.basics import SM90
 from triton_kiln.artifacts.store import ArtifactStore
 from triton_kiln.autotuner.compile_requests import request_for
 from triton_kiln.bundle import BundleError, BundleMissError, BundleReader, write_bundle

@@ -26,8 +26,8 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _tuned(pool: Any) -> Any:
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
 
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
     return kiln.autotune(configs, key=["n"], pool=pool)(kernels.add_kernel)

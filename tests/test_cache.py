@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from conftest import add_request
+from support.basics import add_request
 from triton_kiln import ArtifactStore, CompiledArtifact, CompilePool
 from triton_kiln.artifacts import store_entry as entry_module
 from triton_kiln.artifacts import usage

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import call_sandbox_fns as fns
+from support import call_sandbox_fns as fns
 from triton_kiln.sandbox.call_client import CallSandbox, spawned_alive
 from triton_kiln.sandbox.call_messages import CallRaisedError, CallTimeoutError, SandboxStartError
 

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 import triton_kiln as kiln
-from conftest import SM90
+from support.basics import SM90
 from triton_kiln.autotuner import autotuner as autotuner_mod
 from triton_kiln.autotuner import compile_requests
 from triton_kiln.launch.launcher import KernelLauncher

@@ -17,7 +17,7 @@ import choice_harness  # noqa: E402
 import realworld  # noqa: E402
 import realworld_child  # noqa: E402
 import realworld_ops  # noqa: E402
-from kernels import add_kernel  # noqa: E402
+from support.kernels import add_kernel  # noqa: E402
 
 
 def _tuner() -> Any:

@@ -29,7 +29,7 @@ def test_an_autotuned_kernels_own_configs_for_two_targets(tmp_path: Path) -> Non
     cache = tmp_path / "cache"
     result = CliRunner().invoke(
         main,
-        ["compile", "farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--target", "cuda:90",
+        ["compile", "support.farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--target", "cuda:90",
          "--target", "cuda:100", "--workers", "2", "--cache-dir", str(cache),
          "--json", str(tmp_path / "s.json")],
     )  # fmt: skip
@@ -47,8 +47,9 @@ def test_failures_are_summarized_by_cause_and_fail_the_exit_only_with_strict(tmp
     cache = tmp_path / "cache"
     # faults.faulty_scale with FAULT=4 makes Triton's compiler abort() (the crash matrix's hook).
     args = [
-        "compile", "faults:faulty_scale", "--signature", SCALE_SIGNATURE, "--config", "BLOCK=64,FAULT=0",
-        "--config", "BLOCK=64,FAULT=4,num_warps=2", "--config", "BLOCK=128,FAULT=0", "--preload", "faults",
+        "compile", "support.faults:faulty_scale", "--signature", SCALE_SIGNATURE,
+        "--config", "BLOCK=64,FAULT=0", "--config", "BLOCK=64,FAULT=4,num_warps=2",
+        "--config", "BLOCK=128,FAULT=0", "--preload", "support.faults",
         "--workers", "2", "--cache-dir", str(cache),
     ]  # fmt: skip
     result = CliRunner().invoke(main, args)
@@ -65,11 +66,12 @@ def test_failures_are_summarized_by_cause_and_fail_the_exit_only_with_strict(tmp
 
 def test_bad_arguments_are_one_error_line(tmp_path: Path) -> None:
     runner = CliRunner()
-    no_signature = runner.invoke(main, ["compile", "farm_kernels:tuned_scale"])
+    no_signature = runner.invoke(main, ["compile", "support.farm_kernels:tuned_scale"])
     assert no_signature.exit_code != 0
     assert "--signature is required" in no_signature.output
     bad_target = runner.invoke(
-        main, ["compile", "farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--target", "sm90"]
+        main,
+        ["compile", "support.farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--target", "sm90"],
     )
     assert bad_target.exit_code != 0
     assert "cuda:90" in bad_target.output
@@ -80,7 +82,7 @@ def test_bad_arguments_are_one_error_line(tmp_path: Path) -> None:
         main,
         [
             "compile",
-            "farm_kernels:tuned_scale",
+            "support.farm_kernels:tuned_scale",
             "--signature",
             SCALE_SIGNATURE,
             "--bundle",
@@ -113,13 +115,13 @@ def test_the_autotuner_finds_every_binary_kiln_compile_made(
     or aligned tensors, an integer equal to 1, one that is a multiple of 16, ones that are
     neither ("defaults": the plain types, torch's aligned pointers, unspecialized integers)."""
     import triton_kiln as kiln
-    from conftest import SM90
-    from farm_kernels import tuned_rows
+    from support.basics import SM90
+    from support.farm_kernels import tuned_rows
 
     cache = tmp_path / "cache"
     result = CliRunner().invoke(
         main,
-        ["compile", "farm_kernels:tuned_rows", *spec, "--target", "cuda:90", "--workers", "2",
+        ["compile", "support.farm_kernels:tuned_rows", *spec, "--target", "cuda:90", "--workers", "2",
          "--cache-dir", str(cache)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -140,7 +142,7 @@ def test_the_autotuner_finds_every_binary_kiln_compile_made(
 
 @pytest.mark.timeout(300)
 def test_calls_that_specialize_alike_compile_once(tmp_path: Path) -> None:
-    args = ["compile", "farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--workers", "2",
+    args = ["compile", "support.farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--workers", "2",
             "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     alike = CliRunner().invoke(main, [*args, "--value", "n=4096", "--value", "n=64"])
     assert alike.exit_code == 0, alike.output
@@ -170,7 +172,7 @@ def test_calls_that_specialize_alike_compile_once(tmp_path: Path) -> None:
     ids=["pointer-hint", "int-hint", "value-against-hint", "int-type-by-value", "missing", "pointer-value"],
 )  # fmt: skip
 def test_a_bad_signature_or_value_is_one_error_line(signature: str, values: list[str], expected: str) -> None:
-    args = ["compile", "farm_kernels:tuned_scale", "--signature", signature]
+    args = ["compile", "support.farm_kernels:tuned_scale", "--signature", signature]
     for value in values:
         args += ["--value", value]
     result = CliRunner().invoke(main, args)
@@ -182,7 +184,7 @@ def test_a_bad_signature_or_value_is_one_error_line(signature: str, values: list
 
 # --- the audit of `kiln compile` (its messages and exit status): each case below failed before ---
 
-ADD_SIGNATURE = "x_ptr=*fp32,y_ptr=*fp32,out_ptr=*fp32,n=i32"  # tests/kernels.py's add_kernel
+ADD_SIGNATURE = "x_ptr=*fp32,y_ptr=*fp32,out_ptr=*fp32,n=i32"  # tests/support/kernels.py's add_kernel
 
 
 @pytest.fixture
@@ -270,7 +272,9 @@ def test_a_compile_errors_reason_and_location_are_on_its_failure_line(
     ids=["no-value", "one-config-without"],
 )  # fmt: skip
 def test_a_constexpr_without_a_value_is_named(extra: list[str], expected: str) -> None:
-    result = CliRunner().invoke(main, ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, *extra])
+    result = CliRunner().invoke(
+        main, ["compile", "support.kernels:add_kernel", "--signature", ADD_SIGNATURE, *extra]
+    )
     assert result.exit_code == 2, result.output
     assert expected in _error_line(result)
     assert "dynamic_func" not in result.output
@@ -278,7 +282,7 @@ def test_a_constexpr_without_a_value_is_named(extra: list[str], expected: str) -
 
 @pytest.mark.timeout(300)
 def test_the_exit_status_is_1_when_nothing_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--workers", "1",
+    args = ["compile", "support.kernels:add_kernel", "--signature", ADD_SIGNATURE, "--workers", "1",
             "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     every_one_failed = CliRunner().invoke(main, [*args, "--config", "BLOCK=100", "--config", "BLOCK=48"])
     assert every_one_failed.exit_code == 1, every_one_failed.output
@@ -292,7 +296,7 @@ def test_the_exit_status_is_1_when_nothing_compiled(tmp_path: Path, monkeypatch:
 
 
 def test_an_unknown_or_failing_preload_is_refused_up_front(user_module: Callable[[str, str], Path]) -> None:
-    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64"]
+    args = ["compile", "support.kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64"]
     unknown = CliRunner().invoke(main, [*args, "--preload", "no_such_preload_module_here"])
     assert unknown.exit_code == 2, unknown.output
     line = _error_line(unknown)
@@ -329,7 +333,7 @@ def test_an_unknown_or_failing_preload_is_refused_up_front(user_module: Callable
 )  # fmt: skip
 def test_a_bad_config_value_is_one_error_line(option: list[str], expected: str) -> None:
     result = CliRunner().invoke(
-        main, ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, *option]
+        main, ["compile", "support.kernels:add_kernel", "--signature", ADD_SIGNATURE, *option]
     )
     assert result.exit_code == 2, result.output
     assert expected in _error_line(result)
@@ -337,7 +341,7 @@ def test_a_bad_config_value_is_one_error_line(option: list[str], expected: str) 
 
 @pytest.mark.timeout(300)
 def test_the_json_path_is_checked_before_compiling_and_its_folder_made(tmp_path: Path) -> None:
-    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64",
+    args = ["compile", "support.kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64",
             "--workers", "1", "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     (tmp_path / "a-file").write_text("")
     under_a_file = CliRunner().invoke(main, [*args, "--json", str(tmp_path / "a-file" / "s.json")])
@@ -361,8 +365,8 @@ def test_keyboard_interrupt_at_import_still_propagates(user_module: Callable[[st
     ("spec", "expected"),
     [
         (
-            "kernels:ZERO_WRITER",
-            "kernels:ZERO_WRITER is an int, not a @triton.jit kernel nor an autotuned one",
+            "support.kernels:ZERO_WRITER",
+            "support.kernels:ZERO_WRITER is an int, not a @triton.jit kernel nor an autotuned one",
         ),
         (
             "cli_compile_plain:helper",

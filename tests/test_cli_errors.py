@@ -214,7 +214,15 @@ def test_a_py_path_in_another_folder_compiles(tmp_path: Path) -> None:
     ids=["workers-0", "workers-too-many", "timeout-0", "timeout-nan"],
 )
 def test_compile_flags_errors_name_the_flag(flag: list[str], expected: str, variable: str) -> None:
-    args = ["compile", "kernels:add_kernel", "--signature", ADD_SIGNATURE, "--constexpr", "BLOCK=64", *flag]
+    args = [
+        "compile",
+        "support.kernels:add_kernel",
+        "--signature",
+        ADD_SIGNATURE,
+        "--constexpr",
+        "BLOCK=64",
+        *flag,
+    ]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert expected in result.output, result.output

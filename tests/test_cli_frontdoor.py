@@ -145,7 +145,7 @@ def compiled_twice(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str,
     """``kiln compile`` of farm_kernels.tuned_scale's three configs into a fresh cache, twice."""
     base = tmp_path_factory.mktemp("compiled")
     cache = base / "cache"
-    args = ["compile", "farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--workers", "2",
+    args = ["compile", "support.farm_kernels:tuned_scale", "--signature", SCALE_SIGNATURE, "--workers", "2",
             "--cache-dir", str(cache)]  # fmt: skip
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("TRITON_CACHE_DIR", str(base / "triton"))

@@ -218,7 +218,7 @@ def test_report_output_under_a_file(tmp_path: Path, args: list[str], shown: str)
 @pytest.fixture(scope="module")
 def recorded_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A kiln cache holding one recorded, tuned variant (a real sm_90 compile of add_kernel)."""
-    from bundle_maker import compile_parts
+    from support.bundle_maker import compile_parts
     from triton_kiln.artifacts.store import ArtifactStore
     from triton_kiln.bundle.index import write_record
 

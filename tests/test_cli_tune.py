@@ -53,7 +53,7 @@ def test_compile_bundle_points_to_kiln_tune(tmp_path: Path) -> None:
         main,
         [
             "compile",
-            "farm_kernels:tuned_scale",
+            "support.farm_kernels:tuned_scale",
             "--signature",
             "x_ptr=*fp32",
             "--bundle",
@@ -74,7 +74,7 @@ def test_without_a_gpu_one_clear_error_line_and_nothing_runs(tmp_path: Path) -> 
         "TUNE_MARKER": str(marker),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "triton_kiln", "tune", "tune_workloads:touch"],
+        [sys.executable, "-m", "triton_kiln", "tune", "support.tune_workloads:touch"],
         capture_output=True, text=True, env=env, timeout=120, check=False,
     )  # fmt: skip
     assert result.returncode == 1
@@ -99,9 +99,12 @@ def test_a_spec_that_is_not_module_function_is_refused_before_the_gpu_check() ->
     ("spec", "expected"),
     [
         ("no_such_module_here:warm_up", "cannot import 'no_such_module_here'"),
-        ("tune_workloads:no_such_function", "'tune_workloads' has no 'no_such_function'"),
-        ("tune_workloads:NOT_CALLABLE", "tune_workloads:NOT_CALLABLE is an int, not a function"),
-        ("tune_workloads:needs_arguments", "takes arguments (n); FUNCTION is called with none"),
+        ("support.tune_workloads:no_such_function", "'support.tune_workloads' has no 'no_such_function'"),
+        (
+            "support.tune_workloads:NOT_CALLABLE",
+            "support.tune_workloads:NOT_CALLABLE is an int, not a function",
+        ),
+        ("support.tune_workloads:needs_arguments", "takes arguments (n); FUNCTION is called with none"),
     ],
 )
 def test_a_workload_that_cannot_be_called_is_one_error(spec: str, expected: str, tmp_path: Path) -> None:
@@ -115,7 +118,7 @@ def test_a_workload_that_cannot_be_called_is_one_error(spec: str, expected: str,
 def test_the_report_lists_each_run_and_strict_fails_on_one_without_a_config(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     args = [
-        "tune_workloads:write_runs",
+        "support.tune_workloads:write_runs",
         "--no-install",
         "--cache-dir",
         str(cache),
@@ -146,12 +149,12 @@ def test_the_report_lists_each_run_and_strict_fails_on_one_without_a_config(tmp_
 @pytest.mark.usefixtures("fake_gpu")
 def test_a_workload_that_raises_is_an_error_and_what_it_tuned_is_still_reported(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    result = _tune("tune_workloads:write_then_fail", "--no-install", "--cache-dir", str(cache),
+    result = _tune("support.tune_workloads:write_then_fail", "--no-install", "--cache-dir", str(cache),
                    "--bundle", str(tmp_path / "b.tgz"))  # fmt: skip
     assert result.exit_code == 1, result.output
     assert (
-        "Error: tune_workloads:write_then_fail raised RuntimeError: the workload's third shape ran out of "
-        "memory (at tune_workloads.py:" in result.output
+        "Error: support.tune_workloads:write_then_fail raised RuntimeError: the workload's third shape ran "
+        "out of memory (at tune_workloads.py:" in result.output
     )
     assert 'scale_kernel  key {"n": 64}: BLOCK=64' in result.output
     # no variant of it was launched through kiln here (the run was written by hand): no bundle, said so
@@ -166,13 +169,13 @@ def test_nothing_tuned_says_why_and_a_bundle_needs_a_kernel(
 ) -> None:
     marker = tmp_path / "called"
     monkeypatch.setenv("TUNE_MARKER", str(marker))
-    result = _tune("tune_workloads:touch", "--no-install", "--cache-dir", str(tmp_path / "c"),
+    result = _tune("support.tune_workloads:touch", "--no-install", "--cache-dir", str(tmp_path / "c"),
                    "--bundle", str(tmp_path / "b"))  # fmt: skip
     assert marker.read_text() == "called"
     assert result.exit_code == 1, result.output
     assert "nothing was tuned in" in result.output
     assert "nothing was tuned in this run; pass --kernel NAME" in result.output
-    lone = _tune("tune_workloads:touch", "--kernel", "scale_kernel")
+    lone = _tune("support.tune_workloads:touch", "--kernel", "scale_kernel")
     assert lone.exit_code == 2
     assert "give --bundle PATH too" in lone.output
 
@@ -209,7 +212,7 @@ def test_kiln_compiles_binaries_are_the_ones_the_autotuner_looks_up(tmp_path: Pa
     carry Triton's specialization of the real call (``tt.divisibility`` 16 on aligned pointers and
     on integers that are multiples of 16), and so do ``kiln compile``'s, built through the
     autotuner's own ``request_for`` from stand-in arguments (``--value n=4096``: the call's size)."""
-    from farm_kernels import tuned_scale
+    from support.farm_kernels import tuned_scale
     from triton_kiln.artifacts.store import ArtifactStore
     from triton_kiln.autotuner.compile_requests import request_for
     from triton_kiln.triton_compat import GPUTarget
@@ -217,7 +220,7 @@ def test_kiln_compiles_binaries_are_the_ones_the_autotuner_looks_up(tmp_path: Pa
     cache = tmp_path / "cache"
     result = CliRunner().invoke(
         main,
-        ["compile", "farm_kernels:tuned_scale", "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32",
+        ["compile", "support.farm_kernels:tuned_scale", "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32",
          "--value", "n=4096", "--target", "cuda:90", "--workers", "2", "--cache-dir", str(cache)],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -237,7 +240,9 @@ def test_with_a_remote_cache_the_output_says_runs_go_there_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KILN_REMOTE_CACHE", "redis://kiln:s3cret@127.0.0.1:1/0")
-    result = _tune("tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache"))
+    result = _tune(
+        "support.tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache")
+    )
     assert result.exit_code == 0, result.output
     assert "tuning results also in the remote cache redis://kiln:***@127.0.0.1:1/0" in result.output
     assert "s3cret" not in result.output
@@ -251,7 +256,9 @@ def test_a_remote_cache_needs_no_redis_package(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setitem(sys.modules, "redis", None)  # import redis: ModuleNotFoundError
     monkeypatch.setattr(remote, "_clients", {})
     monkeypatch.setenv("KILN_REMOTE_CACHE", "redis://kiln:s3cret@127.0.0.1:1/0")
-    result = _tune("tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache"))
+    result = _tune(
+        "support.tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache")
+    )
     assert result.exit_code == 0, result.output
     assert "tuning results also in the remote cache redis://kiln:***@127.0.0.1:1/0" in result.output
     assert "s3cret" not in result.output
@@ -281,7 +288,9 @@ def test_an_unwritable_bundle_or_json_path_is_refused_before_the_workload_runs(
 ) -> None:
     marker = tmp_path / "called"
     monkeypatch.setenv("TUNE_MARKER", str(marker))
-    result = _tune("tune_workloads:touch", "--no-install", "--cache-dir", str(tmp_path / "c"), option, path)
+    result = _tune(
+        "support.tune_workloads:touch", "--no-install", "--cache-dir", str(tmp_path / "c"), option, path
+    )
     assert result.exit_code != 0, result.output
     assert not marker.exists(), "the workload ran before the path was checked"
     error = next(line for line in result.output.splitlines() if line.startswith("Error: "))
@@ -302,7 +311,7 @@ def test_a_read_only_directory_is_refused_before_the_workload_runs(option: str, 
     path = read_only / ("b.tgz" if option == "--bundle" else "s.json")
     args = [
         "tune",
-        "tune_workloads:touch",
+        "support.tune_workloads:touch",
         "--no-install",
         "--cache-dir",
         str(tmp_path / "c"),
@@ -333,8 +342,8 @@ def test_a_bundle_that_fails_after_tuning_still_writes_the_json_and_says_where_t
     blocked = tmp_path / "out"  # free when checked; the workload puts a regular file there
     monkeypatch.setenv("TUNE_BLOCK", str(blocked))
     cache = tmp_path / "cache"
-    result = _tune("tune_workloads:tune_then_block_the_bundle", "--no-install", "--cache-dir", str(cache),
-                   "--kernel", "add_kernel", "--bundle", str(blocked / "b.tgz"),
+    result = _tune("support.tune_workloads:tune_then_block_the_bundle", "--no-install",
+                   "--cache-dir", str(cache), "--kernel", "add_kernel", "--bundle", str(blocked / "b.tgz"),
                    "--json", str(tmp_path / "s.json"))  # fmt: skip
     assert result.exit_code == 1, result.output
     assert 'add_kernel  key {"n": 4096}: BLOCK=1024' in result.output

@@ -39,7 +39,7 @@ def _kiln(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_tune_reports_and_bundles_and_the_bundle_runs_without_compiling(tmp_path: Path) -> None:
     bundle = tmp_path / "add.tgz"
-    tuned = _kiln(tmp_path, "tune", "tune_gpu_workload:warm_up", "--bundle", str(bundle),
+    tuned = _kiln(tmp_path, "tune", "support.tune_gpu_workload:warm_up", "--bundle", str(bundle),
                   "--json", str(tmp_path / "s.json"), "--strict")  # fmt: skip
     assert tuned.returncode == 0, tuned.stdout + tuned.stderr
     assert "tuned 2 key(s) of 1 kernel(s)" in tuned.stdout, tuned.stdout
@@ -63,7 +63,7 @@ def test_tune_reports_and_bundles_and_the_bundle_runs_without_compiling(tmp_path
 
     # Again on the same cache: the database's runs are reused, nothing tuned or compiled; --kernel
     # bundles what is recorded.
-    again = _kiln(tmp_path, "tune", "tune_gpu_workload:warm_up", "--bundle", str(tmp_path / "again"),
+    again = _kiln(tmp_path, "tune", "support.tune_gpu_workload:warm_up", "--bundle", str(tmp_path / "again"),
                   "--kernel", "add_kernel", "--json", str(tmp_path / "again.json"))  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
     assert "nothing was tuned" in again.stdout
@@ -73,10 +73,11 @@ def test_tune_reports_and_bundles_and_the_bundle_runs_without_compiling(tmp_path
 
 def test_a_failing_workload_keeps_what_it_tuned(tmp_path: Path) -> None:
     bundle = tmp_path / "add"
-    result = _kiln(tmp_path, "tune", "tune_gpu_workload:warm_up_then_fail", "--bundle", str(bundle))
+    result = _kiln(tmp_path, "tune", "support.tune_gpu_workload:warm_up_then_fail", "--bundle", str(bundle))
     assert result.returncode == 1, result.stdout + result.stderr
     assert (
-        "Error: tune_gpu_workload:warm_up_then_fail raised RuntimeError: the workload failed" in result.stderr
+        "Error: support.tune_gpu_workload:warm_up_then_fail raised RuntimeError: the workload failed"
+        in result.stderr
     )
     assert "tuned 2 key(s) of 1 kernel(s)" in result.stdout
     assert f"written: {bundle}" in result.stdout

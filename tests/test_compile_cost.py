@@ -114,7 +114,7 @@ def test_longest_unrolled_compiles_start_first() -> None:
 
 
 def test_kernels_without_unrolling_keep_the_tile_order() -> None:
-    import kernels  # tests/kernels.py
+    from support import kernels  # tests/support/kernels.py
 
     def mm(bm: int, bn: int, stages: int) -> CompileRequest:
         signature = dict.fromkeys(("a_ptr", "b_ptr", "c_ptr"), "*fp16")

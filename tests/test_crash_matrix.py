@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-import faults
-from conftest import SM90, add_request, is_cubin, wait_no_processes
+from support import faults
+from support.basics import SM90, add_request, is_cubin, wait_no_processes
 from triton_kiln import (
     CompileRequest,
     CompileTimeoutError,
@@ -87,7 +87,7 @@ def check_failure(exc: BaseException | None, phase: str, mode: str) -> None:
 @pytest.mark.parametrize("phase", ["request", "compile", "result"])
 def test_fault_fails_only_its_job(make_pool: Any, phase: str, mode: str) -> None:
     pool = make_pool(
-        workers=2, job_timeout_s=HANG_TIMEOUT_S, memory_limit_mb=MEMORY_LIMIT_MB, preload=["faults"]
+        workers=2, job_timeout_s=HANG_TIMEOUT_S, memory_limit_mb=MEMORY_LIMIT_MB, preload=["support.faults"]
     )
     good = [add_request(block) for block in (64, 128, 256, 512)]
     bad = fault_request(phase, mode)
@@ -116,7 +116,7 @@ def test_fault_fails_only_its_job(make_pool: Any, phase: str, mode: str) -> None
 
 @pytest.mark.timeout(60)
 def test_unpicklable_exception_comes_back_as_its_type(make_pool: Any) -> None:
-    pool = make_pool(workers=1, preload=["faults"])
+    pool = make_pool(workers=1, preload=["support.faults"])
     exc = pool.submit(
         CompileRequest(faults.unpicklable_error, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)
     ).exception()
@@ -127,7 +127,7 @@ def test_unpicklable_exception_comes_back_as_its_type(make_pool: Any) -> None:
 
 @pytest.mark.timeout(60)
 def test_exception_of_unimportable_class_degrades_to_text(make_pool: Any) -> None:
-    pool = make_pool(workers=1, preload=["faults"])
+    pool = make_pool(workers=1, preload=["support.faults"])
     exc = pool.submit(
         CompileRequest(faults.local_class_error, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90)
     ).exception()
@@ -140,7 +140,7 @@ def test_exception_of_unimportable_class_degrades_to_text(make_pool: Any) -> Non
 @pytest.mark.timeout(120)
 def test_zygote_killed_mid_batch(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_TEST_SLOW_S", "1.5")
-    pool = make_pool(workers=2, preload=["faults"])
+    pool = make_pool(workers=2, preload=["support.faults"])
     assert pool.wait_ready(60)
     slow = [
         CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": b}, target=SM90)
@@ -165,10 +165,10 @@ PARENT_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path[:0] = {paths!r}
-    import faults
-    from conftest import SM90
+    from support import faults
+    from support.basics import SM90
     from triton_kiln import CompilePool, CompileRequest
-    pool = CompilePool(workers=2, cache_dir={cache!r}, preload=["faults"])
+    pool = CompilePool(workers=2, cache_dir={cache!r}, preload=["support.faults"])
     pool.wait_ready(60)
     for b in (32, 64, 128):
         pool.submit(CompileRequest(faults.fault_hang, {{"x_ptr": "*fp32"}}, {{"BLOCK": b}}, target=SM90))
@@ -188,7 +188,7 @@ def test_parent_sigkill_leaves_no_process(tmp_path: Any) -> None:
     assert proc.stdout is not None
     pool_id = proc.stdout.readline().strip()
     assert len(pool_id) == 32, "the parent script did not start its pool"
-    from conftest import pool_processes
+    from support.basics import pool_processes
 
     assert len(pool_processes(pool_id)) >= 3  # zygote + 2 busy workers
     proc.kill()

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from conftest import SM90
+from support.basics import SM90
 from triton_kiln import CompileRequest
 from triton_kiln.sandbox import compare_np
 from triton_kiln.sandbox.device_summary import SLOTS, Summary, measured, produced_nonfinite

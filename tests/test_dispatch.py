@@ -168,8 +168,8 @@ def test_a_dispatcher_in_a_cycle_with_its_owner_is_collected() -> None:
 
 def test_without_the_c_helper_kernel_grid_is_the_full_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """No C compiler: no dispatcher, and ``kernel[grid](...)`` goes to ``Autotuner.run``."""
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
     from triton_kiln.launch import dispatch as dispatch_mod
     from triton_kiln.launch.native import NativeBuildError
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request
+from support.basics import add_request
 from triton_kiln.errors import ArtifactError, CompileTimeoutError, JobInfo
 from triton_kiln.farm import wire
 
@@ -126,8 +126,8 @@ def test_an_error_reply_is_kilns_typed_error_about_the_callers_job() -> None:
 def test_a_sealed_request_is_opened_only_in_a_kiln_worker(tmp_path: Path) -> None:
     # What the node actor does with a request: its constexpr segfaults whoever unpickles it, so
     # were it unpickled in this process, this test's process would die.
-    import faults
-    from conftest import SM90
+    from support import faults
+    from support.basics import SM90
     from triton_kiln import CompilePool, CompileRequest, WorkerCrashedError
     from triton_kiln.pool.sealed import SealedRequest
 

@@ -84,7 +84,8 @@ def run_kiln(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), wall_s
 
 
-KERNEL = ["compile", "kernels:add_kernel", "--signature", "x_ptr=*fp32,y_ptr=*fp32,out_ptr=*fp32,n=i32",
+KERNEL = ["compile", "support.kernels:add_kernel",
+          "--signature", "x_ptr=*fp32,y_ptr=*fp32,out_ptr=*fp32,n=i32",
           "--constexpr", "BLOCK=64", "--target", "cuda:90"]  # fmt: skip
 
 

@@ -23,9 +23,9 @@ import pytest
 
 pytest.importorskip("ray", reason="the farm's tests need Ray (pip install 'triton-kiln[ray]')")
 
-import faults
-from conftest import SM90, add_request, is_cubin
-from ray_cluster import LocalRayCluster
+from support import faults
+from support.basics import SM90, add_request, is_cubin
+from support.ray_cluster import LocalRayCluster
 from test_crash_matrix import check_failure
 from triton_kiln import CompileRequest, CompileTimeoutError, WorkerCrashedError
 from triton_kiln.artifacts.store import ArtifactStore
@@ -48,7 +48,7 @@ def cluster() -> Iterator[LocalRayCluster]:
 @pytest.fixture
 def farm(cluster: LocalRayCluster, tmp_path: Path) -> Iterator[RayCompilePool]:
     pool = RayCompilePool(
-        cluster.address, cache_dir=tmp_path / "cache", job_timeout_s=900, preload=["faults"]
+        cluster.address, cache_dir=tmp_path / "cache", job_timeout_s=900, preload=["support.faults"]
     )
     yield pool
     pool.shutdown(wait=True, cancel_futures=True)
@@ -335,7 +335,7 @@ def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch
         cluster.add_node(num_cpus=1)
         second = _raylets(cluster) - head_raylets
         assert len(second) == 1
-        pool = RayCompilePool(cluster.address, cache_dir=tmp_path / "cache", preload=["faults"])
+        pool = RayCompilePool(cluster.address, cache_dir=tmp_path / "cache", preload=["support.faults"])
         try:
             # both nodes' actors warm first: a node lost while its actor still starts (5.8 s on a
             # loaded 2-core machine) had run no job, and its jobs go elsewhere as never started
@@ -387,7 +387,7 @@ def test_kiln_compile_on_ray_fills_the_cache_and_exits(cluster: LocalRayCluster,
     # leaves Ray before exiting (a Ray object ref freed after ray.shutdown() ends the process).
     cache = tmp_path / "cache"
     command = [
-        sys.executable, "-m", "triton_kiln", "compile", "farm_kernels:tuned_scale",
+        sys.executable, "-m", "triton_kiln", "compile", "support.farm_kernels:tuned_scale",
         "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32", "--target", "cuda:90", "--target", "cuda:100",
         "--ray", cluster.address, "--cache-dir", str(cache), "--strict",
     ]  # fmt: skip

@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("ray", reason="the farm's tests need Ray (pip install 'triton-kiln[ray]')")
 
-import faults
-from conftest import SM90, add_request, is_cubin
-from ray_cluster import LocalRayCluster
+from support import faults
+from support.basics import SM90, add_request, is_cubin
+from support.ray_cluster import LocalRayCluster
 from test_crash_matrix import check_failure
 from test_farm_ray import cluster, kiln_pools  # noqa: F401 - the module's Ray cluster
 from triton_kiln import CompileRequest, settings
@@ -161,7 +161,7 @@ def test_kiln_farm_up_then_a_driver_then_farm_down_leaves_no_kiln_process(
         pool.shutdown()
     assert alive(pid)
     compile_ = [
-        sys.executable, "-m", "triton_kiln", "compile", "farm_kernels:tuned_scale",
+        sys.executable, "-m", "triton_kiln", "compile", "support.farm_kernels:tuned_scale",
         "--signature", "x_ptr=*fp32,out_ptr=*fp32,n=i32", "--ray", clean.address, "--standing",
         "--cache-dir", str(tmp_path / "cli-cache"), "--strict",
     ]  # fmt: skip
@@ -208,8 +208,8 @@ def test_a_standing_actor_killed_between_drivers_is_replaced_by_the_next(
 def test_a_crash_in_a_standing_actor_fails_only_its_job_and_it_serves_the_next_driver(
     clean: LocalRayCluster, tmp_path: Path
 ) -> None:
-    (row,) = farm.up(clean.address, preload=["faults"])
-    first = driver(clean, tmp_path / "a", preload=["faults"])
+    (row,) = farm.up(clean.address, preload=["support.faults"])
+    first = driver(clean, tmp_path / "a", preload=["support.faults"])
     try:
         results = first.compile_many([fault("abort"), add_request(1024)], progress=False)
         check_failure(results[0], "compile", "abort")
@@ -217,7 +217,7 @@ def test_a_crash_in_a_standing_actor_fails_only_its_job_and_it_serves_the_next_d
         assert first.stats.node_retries == 0
     finally:
         first.shutdown()
-    second = driver(clean, tmp_path / "b", preload=["faults"])
+    second = driver(clean, tmp_path / "b", preload=["support.faults"])
     try:
         assert is_cubin(second.compile(add_request(2048)).binary)
         (node,) = second.wait_ready(60)
@@ -232,11 +232,11 @@ def test_a_driver_asking_for_preloads_the_standing_actor_lacks_is_refused(
     clean: LocalRayCluster, tmp_path: Path
 ) -> None:
     (row,) = farm.up(clean.address)  # no preloads
-    pool = driver(clean, tmp_path / "cache", preload=["faults"])
+    pool = driver(clean, tmp_path / "cache", preload=["support.faults"])
     try:
         exc = pool.submit(add_request(4096)).exception(timeout=120)
         assert isinstance(exc, NoNodeError), repr(exc)
-        assert "does not preload ['faults']" in str(exc)
+        assert "does not preload ['support.faults']" in str(exc)
         assert "kiln farm down" in str(exc)
     finally:
         pool.shutdown()

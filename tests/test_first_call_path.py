@@ -26,8 +26,8 @@ import triton
 
 import triton_kiln as kiln
 import triton_kiln.pool.pool as pool_mod
-from conftest import wait_no_processes
-from kernels import add_kernel
+from support.basics import wait_no_processes
+from support.kernels import add_kernel
 from triton_kiln import settings, triton_compat
 from triton_kiln.autotuner import prewarm as prewarm_mod
 from triton_kiln.sandbox import registry
@@ -240,7 +240,7 @@ _CALLER_CHILD = textwrap.dedent(
         prewarm_mod._warm_pool = lambda *a: (release.wait(120), warm_pool(*a))
     kiln.install()
     seeded_at_install = cache_mod.triton_key is not tritons_own
-    from kernels import add_kernel  # a plain @triton.jit kernel, compiled here, in the caller
+    from support.kernels import add_kernel  # a plain @triton.jit kernel, compiled here, in the caller
 
     src = triton_compat.ASTSource(
         add_kernel,

@@ -1,6 +1,6 @@
 """Nothing of kiln's is held where nothing tunes, and what a tuning started goes once idle.
 
-Each case runs in a fresh process (tests/footprint_child.py) on a machine kiln is told has a GPU
+Each case runs in a fresh process (tests/support/footprint_child.py) on a machine kiln is told has a GPU
 (the only fake, with the benchmark's timings); compiles are real (``sm_90``), the pool and its
 zygote are real, and every process the child starts is recorded through Python's audit hooks
 (``subprocess.Popen``, ``os.fork``, ``os.posix_spawn``) and counted with psutil.
@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 import triton_kiln as kiln
-from conftest import SM90, add_request, pool_processes, wait_no_processes
-from kernels import scale_kernel
+from support.basics import SM90, add_request, pool_processes, wait_no_processes
+from support.kernels import scale_kernel
 from triton_kiln import settings
 from triton_kiln.pool import CompilePool
 from triton_kiln.sandbox import registry
@@ -46,7 +46,7 @@ def child(mode: str, tmp_path: Path, db: Path | None = None, **env: str) -> dict
     db = db or tmp_path / "tuning.sqlite3"
     environ.setdefault("KILN_TUNING_DB", str(db))  # install()'s database is the kernel's
     out = subprocess.run(
-        [sys.executable, str(TESTS / "footprint_child.py"), mode, str(db)],
+        [sys.executable, str(TESTS / "support" / "footprint_child.py"), mode, str(db)],
         capture_output=True,
         text=True,
         env=environ,

@@ -3,7 +3,7 @@ defaults, module and imported constants, aliases, ``tl.constexpr`` globals, ``@j
 other modules, aliases of ``triton.language``) resolves in a worker to what Triton resolves in
 the caller, and a global that cannot travel is a clear error before any compile.
 
-The kernels are those of ``tests/globals_pkg`` (a package, as libraries are), one defined in a
+The kernels are those of ``tests/support/globals_pkg`` (a package, as libraries are), one defined in a
 function body (sent by source) and one in a ``__main__`` script. Each compiles through the pool
 to the binary Triton compiles from the original kernel in this process, for the constexprs
 ``kiln.autotune`` binds from the call exactly as Triton's JIT does (defaults included).
@@ -27,10 +27,10 @@ import triton.language as tl
 from triton import language as lang
 
 import triton_kiln as kiln
-from conftest import SM90, is_cubin
-from globals_pkg import config, kernels, lazy_kernels
-from globals_pkg.config import QUANT_GROUP
-from globals_pkg.helpers import group_scale
+from support.basics import SM90, is_cubin
+from support.globals_pkg import config, kernels, lazy_kernels
+from support.globals_pkg.config import QUANT_GROUP
+from support.globals_pkg.helpers import group_scale
 from triton_kiln import CompileRequest, KernelSpecError, triton_compat
 from triton_kiln.autotuner.compile_requests import request_for
 
@@ -167,9 +167,9 @@ MAIN_SCRIPT = textwrap.dedent(
     import triton.language as tl
     from triton import language as lang
 
-    from globals_pkg import config
-    from globals_pkg.config import QUANT_GROUP as QG
-    from globals_pkg.helpers import group_scale as scale_by_group
+    from support.globals_pkg import config
+    from support.globals_pkg.config import QUANT_GROUP as QG
+    from support.globals_pkg.helpers import group_scale as scale_by_group
     from triton_kiln import CompilePool, CompileRequest, GPUTarget, triton_compat
 
     SM90 = GPUTarget("cuda", 90, 32)

@@ -16,9 +16,8 @@ import triton
 from triton.experimental import gluon as triton_gluon
 from triton.experimental.gluon._runtime import GluonASTSource
 
-import faults
-import gluon_kernels
-from conftest import SM90, is_cubin, pool_processes
+from support import faults, gluon_kernels
+from support.basics import SM90, is_cubin, pool_processes
 from triton_kiln import CompileRequest, KernelSpecError, WorkerCrashedError
 from triton_kiln.compile import gluon
 from triton_kiln.compile.kernel_spec import KernelSpec
@@ -123,7 +122,7 @@ def test_a_constexpr_function_is_not_a_kernel() -> None:
 @pytest.mark.parametrize("mode", ["abort", "segv"])
 def test_gluon_compiler_fault_fails_only_its_job(make_pool: Any, mode: str) -> None:
     workers = 2
-    pool = make_pool(workers=workers, preload=["faults"])
+    pool = make_pool(workers=workers, preload=["support.faults"])
     bad_kernel = getattr(gluon_kernels, f"fault_{mode}")
     bad = CompileRequest(bad_kernel, {"x_ptr": "*fp32"}, {"BLOCK": 128}, {"num_warps": 4}, SM90)
     good = [add_request(128), add_request(256), scale_request(1), scale_request(2)]
@@ -152,7 +151,7 @@ def test_gluon_compiler_fault_fails_only_its_job(make_pool: Any, mode: str) -> N
 @pytest.mark.timeout(120)
 def test_triton_kernel_rebuilt_by_source_is_tritons_own_binary_too(make_pool: Any, tmp_path: Path) -> None:
     """The rebuild keeps file name and line numbers (Triton writes both into the line info)."""
-    import kernels
+    from support import kernels
 
     request = CompileRequest(kernels.add_kernel, ADD_SIG, {"BLOCK": 128}, {"num_warps": 4}, SM90)
     assert request.spec.by_source

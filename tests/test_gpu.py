@@ -19,7 +19,7 @@ def test_pool_binary_launches_without_compiling_in_parent(
 ) -> None:
     import triton
 
-    import kernels
+    from support import kernels
     from triton_kiln import CompileRequest
     from triton_kiln.triton_compat import local_target
 
@@ -58,7 +58,7 @@ def test_matmul_configs_match_torch(
 ) -> None:
     import triton
 
-    import kernels
+    from support import kernels
     from triton_kiln import CompileRequest
 
     pool = make_pool(workers=2)

@@ -19,11 +19,11 @@ pytest.importorskip("helion", reason="Helion is an optional integration: pip ins
 
 import helion.runtime
 
-import helion_faults
 import test_helion_kernels as hk
 import triton_kiln as kiln
 import triton_kiln.helion
-from conftest import SM90
+from support import helion_faults
+from support.basics import SM90
 from triton_kiln import CompilePool
 from triton_kiln.helion import adapter
 from triton_kiln.helion.errors import BaselineCompileError
@@ -130,7 +130,7 @@ def test_artifact_lands_in_helions_triton_cache(helion_pool: CompilePool, tmp_pa
 
 
 def test_aborting_config_is_skipped_by_helion(helion_pool: CompilePool) -> None:
-    from helion_faults import ABORT_NUM_WARPS
+    from support.helion_faults import ABORT_NUM_WARPS
 
     before = _descendants()
     bound, args = _bound("crashy_add")
@@ -149,7 +149,7 @@ def test_aborting_config_is_skipped_by_helion(helion_pool: CompilePool) -> None:
 
 
 def test_crash_reaches_helions_result_record(helion_pool: CompilePool) -> None:
-    from helion_faults import ABORT_NUM_WARPS
+    from support.helion_faults import ABORT_NUM_WARPS
 
     bound, args = _bound("crashy_add")
     search = adapter.prepare_search(bound, args)
@@ -178,8 +178,8 @@ def test_compile_timeout_is_helions_timeout(
     launch = adapter.extract_launch(fn, args)
     # A kernel named slow_* sleeps in kiln's fault hook; give this one that name through the
     # request's kernel: compile the slow kernel of faults.py with the config's timeout instead.
-    import faults
-    from conftest import add_request  # noqa: F401
+    from support import faults
+    from support.basics import add_request  # noqa: F401
 
     request = type(launch.request)(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": 128}, target=SM90)
     future = helion_pool.submit(request, timeout_s=float(bound.settings.autotune_compile_timeout))
@@ -272,7 +272,7 @@ _CTRL_C_SCRIPT = """
 import sys
 import helion.runtime
 helion.runtime.get_num_sm = lambda device, reserved_sms=0: 132
-import helion_faults
+from support import helion_faults
 import test_helion_kernels as hk
 import triton_kiln.helion
 import triton_kiln as kiln

@@ -19,9 +19,8 @@ import pytest
 import triton
 import triton.language as tl
 
-import faults
-import helion_faults
-from conftest import SM90, is_cubin
+from support import faults, helion_faults
+from support.basics import SM90, is_cubin
 from triton_kiln import CompileRequest, WorkerCrashedError
 
 TESTS = Path(__file__).resolve().parent
@@ -102,7 +101,7 @@ _IMPORT_PROBE = textwrap.dedent(
         return (getattr(runtime, "add_stages_inspection_hook", None),
                 [b.compiler.add_stages for b in backends.values()])
 
-    import faults  # installs its hooks at import by design (workers import it with its kernels)
+    from support import faults  # installs its hooks at import by design (workers import it with its kernels)
     before = state()
     changed, skipped = [], []
     for name in sys.argv[1:]:

@@ -10,10 +10,10 @@ import pytest
 
 pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
 
-import helion_faults
 import test_helion_kernels as hk
 import triton_kiln as kiln
 import triton_kiln.helion
+from support import helion_faults
 from triton_kiln import CompilePool
 from triton_kiln.helion.errors import BaselineCompileError
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import triton
 
-import kernels
 import triton_kiln as kiln
+from support import kernels
 from triton_kiln import CompilePool, CompileRequest, GPUTarget, triton_compat
 from triton_kiln.artifacts.artifact import CompiledArtifact
 
@@ -84,7 +84,7 @@ def test_kiln_compile_for_hip_gfx942(tritons_own: bytes, tmp_path: Path, torch_i
         paths.insert(0, str(hidden_torch(tmp_path)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths), "KILN_CACHE_DIR": str(tmp_path / "cache")}
     env["KILN_WORKERS"] = "1"
-    command = [sys.executable, "-m", "triton_kiln", "compile", "kernels:scale_kernel"]
+    command = [sys.executable, "-m", "triton_kiln", "compile", "support.kernels:scale_kernel"]
     options = [
         "--signature",
         "x_ptr=*fp32,out_ptr=*fp32,n=i32",

@@ -1,6 +1,6 @@
-"""``kiln report --html``: the page written from a real tuning database (tests/report_db.py: runs
+"""``kiln report --html``: the page written from a real tuning database (tests/support/report_db.py: runs
 of the real autotuner with a stand-in GPU, a run of hostile strings, an unfinished run), read
-back with ``html.parser`` and loaded in a real headless Chromium (tests/browser.py)."""
+back with ``html.parser`` and loaded in a real headless Chromium (tests/support/browser.py)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-import browser
-import report_db
-from conftest import wait_no_processes
+from support import browser, report_db
+from support.basics import wait_no_processes
 from triton_kiln import CompilePool
 from triton_kiln.cli import main
 from triton_kiln.tuning import TuningRun

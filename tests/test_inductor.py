@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     KERNELS,
     cubin_hashes,
     fake_gpu,  # noqa: F401 - autouse fixture

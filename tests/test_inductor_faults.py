@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     fake_gpu,  # noqa: F401 - autouse fixture
     four_compile_threads,  # noqa: F401 - fixture
     install_on,  # noqa: F401 - fixture
@@ -27,7 +27,9 @@ from torch._inductor.codecache import PyCodeCache
 from triton_kiln import CompilePool, CompileTimeoutError, WorkerCrashedError
 from triton_kiln.inductor import InductorConfigCrashedError, InductorKernelError
 
-PRELOAD = "inductor_faults_preload"  # the workers' compiler faults on kilnfault_<mode> kernels, num_warps=8
+PRELOAD = (
+    "support.inductor_faults_preload"  # the workers' compiler faults on kilnfault_<mode> kernels, num_warps=8
+)
 # Long enough for the good compiles beside the hang on a busy 2-core machine: they passed at 10 s
 # with one CPU hog beside the test, and one ran past 10 s with two (2026-11-25).
 HANG_TIMEOUT_S = 15.0

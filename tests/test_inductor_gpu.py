@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     install_on,  # noqa: F401 - fixture
     parent_cannot_compile,  # noqa: F401 - fixture
     refuse_compiles,
@@ -40,7 +40,7 @@ from triton_kiln.triton_compat import inductor as compat
 
 pytestmark = pytest.mark.gpu
 
-PRELOAD = "inductor_faults_preload"
+PRELOAD = "support.inductor_faults_preload"
 
 
 @triton.autotune(

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     fake_gpu,  # noqa: F401 - autouse fixture
     four_compile_threads,  # noqa: F401 - fixture
     install_on,  # noqa: F401 - fixture
@@ -48,7 +48,9 @@ if lazy_compile is None:
         allow_module_level=True,
     )
 
-PRELOAD = "inductor_faults_preload"  # kilnfault_abort kernels abort the workers' compiler at num_warps=8
+PRELOAD = (
+    "support.inductor_faults_preload"  # kilnfault_abort kernels abort the workers' compiler at num_warps=8
+)
 
 
 def embedded(name: str, text: str) -> str:

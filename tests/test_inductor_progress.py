@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     fake_gpu,  # noqa: F401 - autouse fixture
     four_compile_threads,  # noqa: F401 - fixture
     install_on,  # noqa: F401 - fixture

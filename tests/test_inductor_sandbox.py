@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from inductor_bench_requests import FaultyRequest
-from inductor_support import fake_gpu, install_on  # noqa: F401 - fixtures
+from support.inductor_bench_requests import FaultyRequest
+from support.inductor_support import fake_gpu, install_on  # noqa: F401 - fixtures
 
 pytest.importorskip("torch._inductor.select_algorithm")
 
@@ -205,7 +205,7 @@ def test_a_real_inductor_benchmark_request_runs_in_the_sandbox(sandboxed: list[i
     from torch._inductor.autotune_process import TensorMeta, TritonGPUBenchmarkRequest
     from torch._inductor.codecache import PyCodeCache
 
-    from inductor_support import source
+    from support.inductor_support import source
 
     name, text = source("template_mm")
     key, path = PyCodeCache.write(text)
@@ -230,7 +230,7 @@ def test_the_sandbox_reports_the_compiles_it_made_itself_and_which_key_part_diff
     the sandbox compiled every mm choice again, and nothing said so)."""
     from triton.backends.compiler import GPUTarget
 
-    from call_sandbox_fns import add_kernel_source, compile_add_kernel
+    from support.call_sandbox_fns import add_kernel_source, compile_add_kernel
     from triton_kiln import triton_compat
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
     from triton_kiln.triton_compat import inductor as compat
@@ -282,7 +282,7 @@ def test_the_sandbox_compile_report_never_fails_the_compile(
     """The report is a diagnostic: a failure while making it (here the parent's key parts raise,
     as a stripped ``JITFunction`` made them raise on the H100) is one WARNING, never an error in
     Inductor's autotuning."""
-    from call_sandbox_fns import compile_add_kernel
+    from support.call_sandbox_fns import compile_add_kernel
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
 
     def parent_parts(kernel: str, label: str | None) -> dict[str, str] | None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     KERNELS,
     cubin_hashes,
     fake_gpu,  # noqa: F401 - autouse fixture
@@ -36,7 +36,7 @@ from triton_kiln.inductor.sidecar import Sidecar
 
 TESTS = Path(__file__).resolve().parent
 HOOK_DIR = TESTS.parent / "bench" / "inductor_fault_hook"
-FAKE_GPU = "inductor_sidecar_fake_gpu"
+FAKE_GPU = "support.inductor_sidecar_fake_gpu"
 
 
 def sidecar_processes(sidecar: Sidecar) -> list[psutil.Process]:
@@ -218,7 +218,7 @@ def test_a_sidecar_killed_with_a_job_in_flight_loses_no_job(
     """SIGKILL to the sidecar while it holds a job: that job, and every later one, runs in this
     process's threads (compiles still in kiln's pool) with the right binary; the death is logged
     once with its signal; the sidecar's own processes (its kiln zygote) die with it."""
-    sidecar = sidecar_on("inductor_sidecar_slow")
+    sidecar = sidecar_on("support.inductor_sidecar_slow")
     wait_ready(sidecar)
     name, text = source("pointwise", rename="triton_poi_fused_slowjob_0")
     with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
@@ -247,7 +247,7 @@ def test_a_sidecar_that_cannot_start_loses_no_job(
     parent_jobs: list[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    sidecar = sidecar_on("inductor_sidecar_broken")
+    sidecar = sidecar_on("support.inductor_sidecar_broken")
     with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
         sidecar.start()
         deadline = time.monotonic() + 240

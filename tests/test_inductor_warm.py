@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inductor_support import (
+from support.inductor_support import (
     cubin_hashes,
     fake_gpu,  # noqa: F401 - autouse fixture
     install_on,  # noqa: F401 - fixture

@@ -1,7 +1,8 @@
 """Plain ``@triton.jit`` kernels (not autotuned) compile in kiln's pool under ``kiln.install()``
 (kiln.jit_routing): real compiles for sm_90, the GPU driver's target the only fake; the caller's
 own compile made to raise; real compiler faults (abort, segfault) in the pool's workers; the
-pool's processes counted after each test (make_pool)."""
+pool's processes counted after each test (make_pool). That nothing compiles in the caller is
+checked on both backends (``backend``): on a GPU, with Triton's own driver and real launches."""
 
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ import triton
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 
-import jit_fault_kernels
-import kernels
 import triton_kiln as kiln
-from jit_support import (
+from support import jit_fault_kernels, kernels
+from support.jit_support import (
     caller_cannot_compile,  # noqa: F401 - fixture
     cubin_sha,
     fake_driver,  # noqa: F401 - autouse fixture
@@ -90,7 +90,7 @@ def test_a_gluon_kernel_compiles_in_the_pool_to_tritons_own_binary(
     """A ``@gluon.jit`` kernel (``GluonJITFunction``, a subclass) compiles from Gluon's own AST
     source in the pool: the same binary as Gluon's own compile here."""
     pytest.importorskip("triton.experimental.gluon")
-    import gluon_kernels
+    from support import gluon_kernels
 
     def warm() -> object:
         return gluon_kernels.gluon_add.warmup(F32, F32, F32, 1024, BLOCK=256, grid=(1,))
@@ -106,15 +106,36 @@ def test_a_gluon_kernel_compiles_in_the_pool_to_tritons_own_binary(
     assert cubin_sha(kernel) == own
 
 
+def launch_add(block: int, num_warps: int) -> None:
+    """``add_kernel`` launched on the GPU by Triton, its result checked."""
+    n = 5000
+    x = torch.rand(n, device="cuda")
+    y = torch.rand(n, device="cuda")
+    out = torch.empty_like(x)
+    kernels.add_kernel[(triton.cdiv(n, block),)](x, y, out, n, BLOCK=block, num_warps=num_warps)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * x + y)  # add_kernel: double(x) + y
+
+
+@pytest.mark.timeout(600)
 def test_nothing_compiles_in_the_caller(
+    backend: str,
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
     caller_cannot_compile: list[str],  # noqa: F811
 ) -> None:
-    route_on(make_pool())
+    """A plain ``@triton.jit`` kernel's first calls after install compile in kiln's pool, never in
+    the caller: on CPU the compile a first call makes (``warmup``), on a GPU real launches by
+    Triton whose results are right."""
+    pool = make_pool()
+    route_on(pool)
     for block, warps in ((64, 2), (256, 8)):
-        warm_add(block, warps)
+        if backend == "cpu":
+            warm_add(block, warps)
+        else:
+            launch_add(block, warps)
     assert caller_cannot_compile == []
+    assert pool.stats.submitted >= 2
 
 
 @pytest.mark.parametrize("variable", procs.CHILD_FD_VARIABLES)
@@ -170,7 +191,7 @@ def test_a_compiler_crash_raises_kilns_error_and_the_caller_survives(
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
 ) -> None:
-    pool = make_pool(workers=2, preload=["inductor_faults_preload"])
+    pool = make_pool(workers=2, preload=["support.inductor_faults_preload"])
     route_on(pool)
     kernel = getattr(jit_fault_kernels, f"copy_kilnfault_{mode}")
     with pytest.raises(JitCompileCrashedError) as caught:
@@ -187,7 +208,7 @@ def test_a_compiler_hang_raises_kilns_timeout_error(
     make_pool: Callable[..., CompilePool],
     route_on: Callable[[CompilePool], None],  # noqa: F811
 ) -> None:
-    route_on(make_pool(workers=2, preload=["inductor_faults_preload"], job_timeout_s=6.0))
+    route_on(make_pool(workers=2, preload=["support.inductor_faults_preload"], job_timeout_s=6.0))
     with pytest.raises(JitCompileCrashedError) as caught:
         jit_fault_kernels.copy_kilnfault_hang.warmup(F32, F32, 1024, BLOCK=128, num_warps=8, grid=(1,))
     assert "copy_kilnfault_hang" in str(caught.value)
@@ -283,7 +304,7 @@ CALLER_KEY_SCRIPT = """
 import sys, torch, triton.runtime.cache as cache
 from triton.runtime import driver
 sys.path.insert(0, {tests!r})
-import jit_support, kernels
+from support import jit_support, kernels
 from triton_kiln import CompilePool
 from triton_kiln.routing import jit as jit_routing
 driver._active = jit_support.FakeDriver()

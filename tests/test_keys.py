@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import triton.language as tl
 
-import kernels
-from conftest import SM90, add_request, gpu_available
+from support import kernels
+from support.basics import SM90, add_request, gpu_available
 from triton_kiln import CompileRequest, GPUTarget, RequestError, TargetError
 
 ADD_SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
@@ -110,8 +110,8 @@ def test_key_is_stable_across_processes(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys
-        from conftest import add_request
-        import kernels
+        from support.basics import add_request
+        from support import kernels
         from triton_kiln import CompileRequest
         from test_keys import mm_req
         print(add_request(256, num_warps=8).key)

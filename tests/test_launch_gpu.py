@@ -50,7 +50,7 @@ def test_fast_path_matches_triton(
     ``LaunchEntry.launch``: both must give Triton's output, bit for bit."""
     import triton
 
-    import kernels
+    from support import kernels
 
     pool = make_pool(workers=2)
     tuned = _single(kernels.axpby_kernel, pool, BLOCK=256)
@@ -79,7 +79,7 @@ def test_fast_path_matches_triton(
 def test_2d_grid_and_strides(make_pool: Any) -> None:
     import triton
 
-    import kernels
+    from support import kernels
 
     pool = make_pool(workers=2)
     tuned = _single(kernels.tile2d_kernel, pool, BM=32, BN=64)
@@ -95,7 +95,7 @@ def test_2d_grid_and_strides(make_pool: Any) -> None:
 
 
 def test_cuda_graph_capture_and_replay(make_pool: Any) -> None:
-    import kernels
+    from support import kernels
 
     pool = make_pool(workers=2)
     tuned = _single(kernels.add_kernel, pool, BLOCK=1024)
@@ -124,7 +124,7 @@ def test_cuda_graph_capture_and_replay(make_pool: Any) -> None:
 
 
 def test_non_default_stream_is_used(make_pool: Any) -> None:
-    import kernels
+    from support import kernels
 
     pool = make_pool(workers=2)
     tuned = _single(kernels.add_kernel, pool, BLOCK=1024)
@@ -149,7 +149,7 @@ def test_non_default_stream_is_used(make_pool: Any) -> None:
 
 
 def test_fallback_to_triton_launcher_when_disabled(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    import kernels
+    from support import kernels
 
     monkeypatch.setenv("KILN_FAST_LAUNCH", "0")
     pool = make_pool(workers=2)
@@ -167,7 +167,7 @@ def test_fallback_to_triton_launcher_when_disabled(make_pool: Any, monkeypatch: 
 
 
 def test_cpu_tensor_is_refused_clearly(make_pool: Any) -> None:
-    import kernels
+    from support import kernels
 
     pool = make_pool(workers=2)
     tuned = _single(kernels.add_kernel, pool, BLOCK=1024)

@@ -20,9 +20,9 @@ import triton
 import triton.language as tl
 from triton.compiler import ASTSource
 
-import kernels
 import triton_kiln as kiln
-from jit_support import (
+from support import kernels
+from support.jit_support import (
     SM90,
     fake_driver,  # noqa: F401 - autouse fixture
     route_on,  # noqa: F401 - fixture
@@ -466,7 +466,7 @@ from triton.runtime.cache import get_cache_manager
 from triton_kiln import GPUTarget
 from triton_kiln.launch import prebuild
 sys.path.insert(0, sys.argv[1])
-import kernels
+from support import kernels
 
 original = driver.compile_module_from_src
 builds = []  # (thread, whether Triton's cache held the module before the call)

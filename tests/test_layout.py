@@ -126,3 +126,20 @@ def test_a_module_over_the_usual_length_says_why_in_the_architecture_page() -> N
     assert not missing, f"over {LONG_MODULE_LINES} lines with no reason in {ARCHITECTURE.name}: {missing}"
     stale = sorted(set(given) - set(long))
     assert not stale, f"{ARCHITECTURE.name} gives reasons for modules that are no longer long: {stale}"
+
+
+TESTS = ROOT / "tests"
+
+
+def test_the_tests_folder_holds_tests_and_the_helpers_are_in_support() -> None:
+    # Everything the tests share lives in tests/support/ and is imported as support.NAME: a kernel's
+    # module name is part of what kiln records, so a helper imported under two names is two kernels.
+    helpers = sorted(p.name for p in (TESTS / "support").glob("*.py") if p.name != "__init__.py")
+    assert len(helpers) > 10, f"tests/support/ holds only {helpers}: the check would read nothing"
+    assert (TESTS / "support" / "__init__.py").is_file()
+    tests = sorted(TESTS.glob("test_*.py"))
+    assert len(tests) > 50, f"only {len(tests)} test files in {TESTS}"
+    loose = sorted(p.name for p in TESTS.glob("*.py") if not p.name.startswith(("test_", "conftest.")))
+    assert not loose, f"helpers loose in tests/ (they belong in tests/support/): {loose}"
+    folders = sorted(p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "__")))
+    assert folders == ["support"], f"folders in tests/ besides support/: {folders}"

@@ -5,7 +5,9 @@ The library's autotuner derives from Triton's ``Autotuner`` after ``kiln.install
 with ``self.fn.run``. kiln's ``_bench`` serves that search: every config is compiled in kiln's
 pool at once (real compiles for sm_90), each ``_bench`` call times its config on the GPU
 stand-in (:class:`Timings`; only the GPU is faked) and a config that cannot run gets inf. The
-final launch (Triton's JIT, which needs a driver) is recorded by :class:`LaunchRecorder`.
+final launch (Triton's JIT, which needs a driver) is recorded by :class:`LaunchRecorder`. The
+search with a crashing benchmark and an aborting compile runs on both backends (``backend``):
+with the stand-in here, and on a GPU in kiln's sandbox, launched by the library for real.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import pytest
 import triton
 from triton.runtime.autotuner import Autotuner as TritonAutotuner
 
-import faults
 import triton_kiln as kiln
-from conftest import SM90
+from support import faults
+from support.basics import SM90
 from triton_kiln.sandbox import BenchOutcome
 
 torch = pytest.importorskip("torch")
@@ -104,7 +106,7 @@ def faulty_configs() -> list[Any]:
 def make(
     make_pool: Any, configs: list[Any], ms_of: Any, cls: type = OwnSearch, **kwargs: Any
 ) -> tuple[Any, Timings, Any]:
-    pool = make_pool(workers=2, preload=["faults"])  # the zygote installs the faults' compile hook
+    pool = make_pool(workers=2, preload=["support.faults"])  # the zygote installs the faults' compile hook
     tuner = cls(faults.faulty_scale, faults.faulty_scale.arg_names, configs, ["n"], None, None, **kwargs)
     tuner._pool, tuner._target = pool, SM90
     timings = Timings(ms_of, pool)
@@ -124,32 +126,72 @@ def by_block(times: dict[int, float | None]) -> Any:
     return lambda config: times[config.kwargs["BLOCK"]]
 
 
-def test_a_library_search_compiles_every_config_in_the_pool_at_once(make_pool: Any) -> None:
-    tuner, timings, recorder = make(
-        make_pool, faulty_configs(), by_block({64: 3.0, 128: 1.0, 256: 0.1, 512: 2.0})
-    )
-    call(tuner)
-    pool = tuner._get_pool()
-    # the first _bench submitted all four configs before timing any: one batch
-    assert [t[2] for t in timings.timed] == [4, 4, 4]
-    assert pool.stats.submitted == 4
-    # the compiler abort crashed one worker: that config got inf and the search went on
-    assert [t[0].split(",")[0] for t in timings.timed] == ["BLOCK=64", "BLOCK=128", "BLOCK=512"]
-    crashed = faulty_configs()[2]
-    assert tuner.configs_timings[crashed] == INF3
-    assert tuner.configs_timings[faulty_configs()[1]] == [1.0, 0.9, 1.1]
-    assert tuner.best_config.kwargs == {"BLOCK": 128, "FAULT": 0}
-    (statuses,) = tuner.searched.values()
-    assert {label.split(",")[0]: r.status for label, r in statuses.items()} == {
-        "BLOCK=64": "ok",
-        "BLOCK=128": "ok",
-        "BLOCK=256": "crashed",
-        "BLOCK=512": "ok",
-    }
-    assert "SIGABRT" in (statuses[next(k for k in statuses if k.startswith("BLOCK=256"))].reason or "")
-    # the library launched its winner; kiln's search state ended with its run
-    assert recorder.launches[-1]["BLOCK"] == 128
-    assert tuner._search is None
+def library_configs() -> list[Any]:
+    """Three healthy configs, one whose benchmark crashes (``FAULT=1``: an illegal memory access
+    on a GPU; the stand-in's crash here) and one whose compile aborts (``FAULT=4``: SIGABRT)."""
+    healthy = [triton.Config({"BLOCK": b, "FAULT": 0}, num_warps=4) for b in (128, 256, 1024)]
+    return healthy + [triton.Config({"BLOCK": 256, "FAULT": f}, num_warps=4) for f in (1, 4)]
+
+
+@pytest.mark.timeout(600)
+def test_a_library_search_compiles_every_config_at_once_and_a_crash_ends_only_its_config(
+    backend: str, make_pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library's search times every config through ``_bench``: kiln compiles them all in its
+    pool at once; a config whose benchmark crashes (in the sandbox, on a GPU) or whose compile
+    aborts gets inf and a status that says why, and the search goes on to a healthy winner."""
+    configs = library_configs()
+    if backend == "cpu":
+        ms = {128: 3.0, 256: 1.0, 1024: 2.0}
+        tuner, timings, recorder = make(
+            make_pool, configs, lambda c: None if c.kwargs["FAULT"] == 1 else ms[c.kwargs["BLOCK"]]
+        )
+        pool = tuner._get_pool()
+        call(tuner)
+    else:
+        from support import faults
+
+        monkeypatch.setenv("KILN_BENCH_TIMEOUT_S", "15")
+        pool = make_pool(workers=4, preload=["support.faults"])
+        tuner = OwnSearch(faults.faulty_scale, faults.faulty_scale.arg_names, configs, ["n"], None, None)
+        tuner._pool = pool
+        n = 1 << 22
+        x = torch.randn(n, device="cuda")
+        out = torch.full_like(x, float("nan"))
+        tuner[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
+        torch.cuda.synchronize()
+
+    assert tuner.best_config.kwargs["FAULT"] == 0
+    assert pool.stats.submitted == 5
+    (results,) = tuner.searched.values()
+    status = {(r.config["kwargs"]["BLOCK"], r.config["kwargs"]["FAULT"]): r for r in results.values()}
+    ima, abort = status[(256, 1)], status[(256, 4)]
+    assert ima.status == "bench_crashed", ima
+    assert "illegal" in (ima.reason or "").lower()
+    assert abort.status == "crashed", abort
+    assert "SIGABRT" in (abort.reason or "")
+    assert tuner.configs_timings[configs[3]] == INF3
+    assert tuner.configs_timings[configs[4]] == INF3
+    for config in configs[:3]:
+        p50, p20, p80 = tuner.configs_timings[config]
+        assert 0 < p20 <= p50 <= p80 < 50.0  # ms, for 16 MiB in and out on a GPU
+
+    if backend == "cpu":
+        # the first _bench submitted all five configs before timing any: one batch; the aborted
+        # compile is never timed
+        assert [t[2] for t in timings.timed] == [5, 5, 5, 5]
+        timed = [tuple(t[0].split(", ")[:2]) for t in timings.timed]
+        assert timed == [("BLOCK=128", "FAULT=0"), ("BLOCK=256", "FAULT=0"), ("BLOCK=1024", "FAULT=0"),
+                         ("BLOCK=256", "FAULT=1")]  # fmt: skip
+        assert tuner.best_config.kwargs == {"BLOCK": 256, "FAULT": 0}
+        # the library launched its winner; kiln's search state ended with its run
+        assert recorder.launches[-1]["BLOCK"] == 256
+        assert tuner._search is None
+    else:
+        torch.testing.assert_close(out, x * 3.0)  # the library launched a healthy winner
+        # the caller's CUDA context survived the illegal access (it happened in the sandbox)
+        y = torch.ones(4, device="cuda") * 2
+        assert float(y.sum()) == 8.0
 
 
 def test_kernel_grid_reaches_the_librarys_run(make_pool: Any) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request
+from support.basics import add_request
 from triton_kiln import CompilePool, Settings, SettingsError, settings
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.pool.memory_cache import MemoryCache

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from host_memory import HostMemoryDriver
+from support.host_memory import HostMemoryDriver
 from triton_kiln.sandbox.compare import Representatives
 from triton_kiln.sandbox.device_check import DeviceCheck
 from triton_kiln.sandbox.device_inputs import DeviceInputs, ScratchMemory

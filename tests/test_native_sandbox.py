@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
-from host_memory import HostMemoryDriver
+from support.host_memory import HostMemoryDriver
 from triton_kiln import settings
 from triton_kiln.framing import FrameReader, encode
 from triton_kiln.launch.native import native

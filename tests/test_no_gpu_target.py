@@ -13,7 +13,7 @@ import pytest
 import triton
 
 import triton_kiln as kiln
-from kernels import scale_kernel
+from support.kernels import scale_kernel
 from triton_kiln import triton_compat
 from triton_kiln.tuning import TuningDatabase
 

@@ -22,13 +22,13 @@ import psutil
 import pytest
 
 import triton_kiln
-from conftest import add_request, pool_processes, wait_no_processes
+from support.basics import add_request, pool_processes, wait_no_processes
 from triton_kiln import settings as settings_mod
 from triton_kiln.artifacts.store import ArtifactStore
 
 HERE = Path(__file__).resolve().parent
 SRC = str(Path(triton_kiln.__file__).resolve().parents[1])  # children import the kiln this test does
-HARNESS = HERE / "node_harness.py"
+HARNESS = HERE / "support" / "node_harness.py"
 
 
 def _child_env(**extra: str) -> dict[str, str]:
@@ -186,7 +186,7 @@ def test_eight_processes_compile_the_matmul_set_once_in_all(tmp_path: Path) -> N
 @pytest.mark.timeout(120)
 def test_a_process_killed_mid_compile_its_waiter_finishes_the_job(make_pool: Any, tmp_path: Path) -> None:
     sys.path.insert(0, str(HERE))
-    import node_harness
+    from support import node_harness
 
     cache = tmp_path / "cache"
     holder = subprocess.Popen(
@@ -203,7 +203,7 @@ def test_a_process_killed_mid_compile_its_waiter_finishes_the_job(make_pool: Any
         assert holder.stdout.readline().strip() == "DISPATCHED"
         os.environ["KILN_TEST_SLOW_S"] = "0.1"  # our compile of the same key is quick
         try:
-            waiter = make_pool(cache_dir=cache, workers=1, preload=["faults"])
+            waiter = make_pool(cache_dir=cache, workers=1, preload=["support.faults"])
             future = waiter.submit(node_harness.slow_request())
             deadline = time.monotonic() + 60
             while waiter.stats.node_waited < 1 and time.monotonic() < deadline:

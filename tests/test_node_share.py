@@ -2,7 +2,7 @@
 run's benchmarks; the tuning process finishes the run and every process adopts it.
 
 Real processes, real compiles for GPUTarget("cuda", 90, 32). Only the GPU is faked
-(tests/node_harness.py): its timings (SeededBench, drawn from a seed per process, so processes
+(tests/support/node_harness.py): its timings (SeededBench, drawn from a seed per process, so processes
 tuning alone would disagree) and its identity (``Autotuner._device``: a kind and a uuid per fake
 GPU). Each process reports the configs it screened.
 """
@@ -22,12 +22,13 @@ from typing import Any
 import pytest
 
 import triton_kiln
-from conftest import wait_no_processes
+from support import kernels
+from support.basics import wait_no_processes
 from triton_kiln.tuning import TuningDatabase
 
 HERE = Path(__file__).resolve().parent
 SRC = str(Path(triton_kiln.__file__).resolve().parents[1])
-HARNESS = HERE / "node_harness.py"
+HARNESS = HERE / "support" / "node_harness.py"
 CONFIGS = 8  # node_harness.tune's configs
 
 pytestmark = pytest.mark.timeout(300)
@@ -293,7 +294,7 @@ def test_a_wrong_config_a_helper_benchmarked_alone_is_checked_here_and_never_win
             assert time.monotonic() < deadline, "the leader never opened its share"
             time.sleep(0.02)
         labels = [f"BLOCK={b}, MODE={m}, num_warps={w}, num_stages=3, num_ctas=1"
-                  for b, m, w in __import__("kernels").ISSUE_19_SHAPES]  # fmt: skip
+                  for b, m, w in kernels.ISSUE_19_SHAPES]  # fmt: skip
         for label in labels:
             if label != ZERO:  # held, as by helpers that lag: only the zero-writer is left to claim
                 lock = FileLock(shares[0] / "claims" / f"{_name(label)}.lock")

@@ -2,7 +2,7 @@
 its run in the tuning database, adopt it and say so in ``kiln report``.
 
 Real processes, real compiles for GPUTarget("cuda", 90, 32); the GPU's timings are a stand-in
-(tests/node_harness.py SeededBench) drawn from a seed per process, so that processes tuning
+(tests/support/node_harness.py SeededBench) drawn from a seed per process, so that processes tuning
 alone would disagree on the best config.
 """
 
@@ -22,13 +22,13 @@ import pytest
 from click.testing import CliRunner
 
 import triton_kiln
-from conftest import wait_no_processes
+from support.basics import wait_no_processes
 from triton_kiln.cli import main as cli_main
 from triton_kiln.tuning import TuningDatabase, format_table
 
 HERE = Path(__file__).resolve().parent
 SRC = str(Path(triton_kiln.__file__).resolve().parents[1])  # children import the kiln this test does
-HARNESS = HERE / "node_harness.py"
+HARNESS = HERE / "support" / "node_harness.py"
 
 pytestmark = pytest.mark.timeout(240)
 

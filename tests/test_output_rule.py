@@ -2,7 +2,8 @@
 
 Each test tunes ``scale_kernel`` with configs whose (fake) outputs follow a pattern, and checks
 which configs the rule rejects, flags or trusts; the last tests drive the native sandbox's
-numpy side (:class:`~kiln.sandbox.compare.Representatives` with ``compare_np``) directly.
+numpy side (:class:`~kiln.sandbox.compare.Representatives` with ``compare_np``) directly. The
+zero-writer case runs on both backends (``backend``): the stand-in here, the real kernel on a GPU.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pytest
 import triton
 
 import triton_kiln as kiln
-from conftest import SM90
-from kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
+from support.basics import SM90
+from support.kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
 from test_autotune_cpu import FakeBench, make_tuner, tune
 from test_native_check import make_state
 from test_native_check import run as native_run
@@ -223,18 +224,15 @@ class HostSandboxBench(FakeBench):
         return dataclasses.replace(outcome, check=verdict)
 
 
-@pytest.mark.parametrize("check", ["native sandbox", "in process"])
-def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chosen(
-    make_pool: Any, tmp_path: Path, check: str
-) -> None:
-    """The case as found on the GPU: six configs compute x + y, one writes zeros (the fastest, its
-    MODE held by no other config), one adds 1. Both wrong ones were flagged, kept ``ok``, and
-    the zero-writer was chosen. Both are ``wrong_output`` now; the fastest correct config wins."""
+def issue_19_on_cpu(make_pool: Any, tmp_path: Path, check: str) -> tuple[Any, Any, Any, Any]:
+    """Real compiles for sm_90; the stand-in GPU's timings (:func:`issue_runtime`) and outputs
+    (:func:`issue_output`), checked by the native sandbox's own code on host memory (``sandbox``)
+    or by the autotuner in this process. Returns the tuner, ``x``, ``y`` and ``out``."""
     x, y = torch.randn(N), torch.randn(N)
 
     def bench(tuner: Any, args: Any, kw: Any) -> Any:
         output_of = lambda config: issue_output(config, x, y)  # noqa: E731
-        if check == "native sandbox":
+        if check == "sandbox":
             return HostSandboxBench(tuner, args, kw, issue_runtime, output_of)
         return FakeBench(tuner, args, kw, issue_runtime, lambda config: {"out_ptr": output_of(config)})
 
@@ -248,20 +246,64 @@ def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chos
     tuner._bencher_factory = bench
     out = torch.full((N,), -7.0)
     tuner.run(x, y, out, N, grid=lambda meta: (triton.cdiv(N, meta["BLOCK"]),), warmup=True)
+    return tuner, x, y, out
+
+
+def issue_19_on_gpu(
+    make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str
+) -> tuple[Any, Any, Any, Any]:
+    """The kernel tuned and launched on the GPU, timed and checked in the sandbox or in process."""
+    monkeypatch.setenv("KILN_TUNING_DB", str(tmp_path / "tuning.sqlite3"))
+    monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kiln-cache"))
+    configs = issue_configs()
+    tuned = kiln.autotune(configs, key=["n"], pool=make_pool(workers=4), sandbox=check == "sandbox")(
+        add_modes_kernel
+    )
+    n = 1 << 24
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    out = torch.full_like(x, -7.0)
+    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+    torch.cuda.synchronize()
+    return tuned, x, y, out
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("check", ["sandbox", "in process"])
+def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chosen(
+    backend: str, make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str
+) -> None:
+    """The case as found on the GPU: eight configs, six compute x + y, one writes zeros (the
+    fastest, its MODE held by no other config), one adds 1. Both wrong ones were flagged, kept
+    ``ok``, and the zero-writer was chosen: the caller got zeros. Both are ``wrong_output`` now;
+    a correct config wins."""
+    if backend == "cpu":
+        tuner, x, y, out = issue_19_on_cpu(make_pool, tmp_path, check)
+    else:
+        tuner, x, y, out = issue_19_on_gpu(make_pool, tmp_path, monkeypatch, check)
 
     by_label = tuner.last_run.results_by_label
     for label in WRONG:
         assert by_label[label].status == "wrong_output", by_label[label]
         assert "out_ptr: differs from the 6 of 8 configs that agree" in (by_label[label].reason or "")
     correct = [r for label, r in by_label.items() if label not in WRONG]
-    assert [(r.status, r.flagged) for r in correct] == [("ok", False)] * 6
-    assert tuner.best_config.kwargs == {"BLOCK": 256, "MODE": 0}
-    assert tuner.best_config.num_warps == 2
-    zero = next(c for c in tuner.configs if c.kwargs["MODE"] == ZERO_WRITER)
-    assert tuner.configs_timings[zero][0] == float("inf")
-    table = format_table(tuner.last_run)
-    assert "8 configs: 6 ok, 2 failed (wrong_output 2)" in table
-    assert "passed over" not in table
+    assert [(r.status, r.flagged) for r in correct] == [("ok", False)] * 6, correct
+    assert tuner.best_config.kwargs["MODE"] == 0
+    assert tuner.last_run.passed_over == ()
+
+    if backend == "cpu":  # the stand-in's timings: which correct config is fastest is known
+        assert tuner.best_config.kwargs == {"BLOCK": 256, "MODE": 0}
+        assert tuner.best_config.num_warps == 2
+        zero = next(c for c in tuner.configs if c.kwargs["MODE"] == ZERO_WRITER)
+        assert tuner.configs_timings[zero][0] == float("inf")
+        table = format_table(tuner.last_run)
+        assert "8 configs: 6 ok, 2 failed (wrong_output 2)" in table
+        assert "passed over" not in table
+    else:  # the GPU's own timings: the zero-writer really is the fastest; the caller's output exact
+        zero, plus_one = by_label[ZERO], by_label[PLUS_ONE]
+        assert zero.runtime_ms is not None
+        assert zero.runtime_ms < min(r.runtime_ms or 0.0 for r in [*correct, plus_one]), by_label
+        assert torch.equal(out, x + y)
 
 
 @pytest.mark.parametrize("first", range(len(ISSUE_19_SHAPES)))

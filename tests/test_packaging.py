@@ -20,7 +20,7 @@ from types import ModuleType
 
 import pytest
 
-from wheel_build import ROOT, copy_project
+from support.wheel_build import ROOT, copy_project
 
 METADATA_PROBE = """
 import json, sys, warnings

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-import kernels
-from conftest import SM90, add_request
+from support import kernels
+from support.basics import SM90, add_request
 from triton_kiln import CompilePool, CompileRequest, GPUTarget, SettingsError
 from triton_kiln.errors import CacheDirError, TargetError
 

@@ -19,8 +19,8 @@ import triton.compiler.compiler
 import triton.language as tl
 from triton.compiler.errors import CompilationError
 
-import kernels
-from conftest import SM90, add_request, is_cubin, pool_processes, wait_no_processes
+from support import kernels
+from support.basics import SM90, add_request, is_cubin, pool_processes, wait_no_processes
 from triton_kiln import (
     CompiledArtifact,
     CompilePool,

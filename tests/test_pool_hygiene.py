@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-import faults
-from conftest import SM90, add_request, is_cubin, pool_processes, wait_no_processes
+from support import faults
+from support.basics import SM90, add_request, is_cubin, pool_processes, wait_no_processes
 from triton_kiln import (
     CompileRequest,
     CompileTimeoutError,
@@ -33,7 +33,7 @@ FOREIGN_TEXT = "kiln-test: text printed by an earlier, successful job"
 
 @pytest.mark.timeout(90)
 def test_crash_quotes_only_its_own_stderr(make_pool: Any) -> None:
-    pool = make_pool(workers=1, preload=["faults"])
+    pool = make_pool(workers=1, preload=["support.faults"])
     noisy = CompileRequest(
         faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": faults.Noisy(FOREIGN_TEXT, 64)}, target=SM90
     )
@@ -52,7 +52,7 @@ def test_crash_quotes_only_its_own_stderr(make_pool: Any) -> None:
 @pytest.mark.timeout(150)
 def test_zygote_died_error_says_how(make_pool: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_TEST_SLOW_S", "30")
-    pool = make_pool(workers=1, preload=["faults"])
+    pool = make_pool(workers=1, preload=["support.faults"])
     assert pool.wait_ready(60)
     future = pool.submit(CompileRequest(faults.slow_kernel, {"x_ptr": "*fp32"}, {"BLOCK": 32}, target=SM90))
     for round_ in (1, 2):
@@ -91,7 +91,7 @@ def _marker_request(report: Path, mode: str) -> CompileRequest:
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["none", "abort", "hang"])
 def test_worker_temp_dir_is_private_and_removed(make_pool: Any, tmp_path: Path, mode: str) -> None:
-    pool = make_pool(workers=1, job_timeout_s=3.0, preload=["faults"])
+    pool = make_pool(workers=1, job_timeout_s=3.0, preload=["support.faults"])
     report = tmp_path / "marker.txt"
     future = pool.submit(_marker_request(report, mode))
     exc = future.exception(timeout=60)
@@ -119,7 +119,7 @@ SUBREAPER_SCRIPT = textwrap.dedent(
     import psutil
     libc = ctypes.CDLL(None, use_errno=True)
     assert libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    from conftest import add_request
+    from support.basics import add_request
     from triton_kiln import CompilePool
     pool = CompilePool(workers=2, cache_dir={cache!r})
     pool.compile(add_request(64))
@@ -144,10 +144,10 @@ CTRL_C_SCRIPT = textwrap.dedent(
     """
     import sys, time
     sys.path[:0] = {paths!r}
-    import faults
-    from conftest import SM90
+    from support import faults
+    from support.basics import SM90
     from triton_kiln import CompilePool, CompileRequest
-    with CompilePool(workers=1, job_timeout_s=300, cache_dir={cache!r}, preload=["faults"]) as pool:
+    with CompilePool(workers=1, job_timeout_s=300, cache_dir={cache!r}, preload=["support.faults"]) as pool:
         hang = CompileRequest(faults.fault_hang, {{"x_ptr": "*fp32"}}, {{"BLOCK": 64}}, target=SM90)
         future = pool.submit(hang)
         while pool.stats.dispatched < 1:
@@ -181,7 +181,7 @@ def test_ctrl_c_kills_running_jobs_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(120)
 def test_shutdown_cancel_futures_does_not_wait_for_running_jobs(make_pool: Any) -> None:
-    pool = make_pool(workers=1, job_timeout_s=300, preload=["faults"])
+    pool = make_pool(workers=1, job_timeout_s=300, preload=["support.faults"])
     future = pool.submit(CompileRequest(faults.fault_hang, {"x_ptr": "*fp32"}, {"BLOCK": 64}, target=SM90))
     deadline = time.monotonic() + 60
     while pool.stats.dispatched < 1 and time.monotonic() < deadline:

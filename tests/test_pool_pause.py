@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import psutil
 
-from conftest import add_request, pool_processes
+from support.basics import add_request, pool_processes
 from triton_kiln import CompilePool
 from triton_kiln.pool.pause import PAUSE, compile_process_pids
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request, is_cubin
+from support.basics import add_request, is_cubin
 from triton_kiln.artifacts.store import CacheWarning
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,9 +61,9 @@ def test_kiln_compile_into_a_read_only_cache_says_so_on_stderr_once(tmp_path: Pa
     cache.chmod(0o555)
     command = [
         "setpriv", "--bounding-set=-dac_override,-dac_read_search",
-        sys.executable, "-m", "triton_kiln", "compile", "kernels:add_kernel", "--signature", SIGNATURE,
-        "--config", "BLOCK=64", "--config", "BLOCK=128", "--target", "cuda:90", "--workers", "1",
-        "--cache-dir", str(cache), "--json", str(tmp_path / "s.json"),
+        sys.executable, "-m", "triton_kiln", "compile", "support.kernels:add_kernel",
+        "--signature", SIGNATURE, "--config", "BLOCK=64", "--config", "BLOCK=128", "--target", "cuda:90",
+        "--workers", "1", "--cache-dir", str(cache), "--json", str(tmp_path / "s.json"),
     ]  # fmt: skip
     env = {
         **os.environ,

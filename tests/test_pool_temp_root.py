@@ -23,7 +23,7 @@ import sys
 import triton_kiln
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.triton_compat import GPUTarget
-import kernels
+from support import kernels
 
 request = CompileRequest(
     kernels.add_kernel,

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from wheel_build import (
+from support.wheel_build import (
     LAUNCHER,
     build_wheel,
     clean_env,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request, is_cubin
+from support.basics import add_request, is_cubin
 
 
 def threads_after_import(module: str, env: dict[str, str] | None = None) -> int:

@@ -15,7 +15,7 @@ import pytest
 import triton
 
 import triton_kiln as kiln
-from kernels import add_kernel
+from support.kernels import add_kernel
 from triton_kiln import settings, triton_compat
 from triton_kiln.autotuner import prewarm as prewarm_mod
 from triton_kiln.sandbox import registry

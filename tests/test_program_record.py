@@ -4,7 +4,7 @@ skipping what is cached and what changed; ``KILN_PROGRAM_RECORD=0`` turns it off
 is a miss with one warning.
 
 Compiles are real (sm_90, no GPU); the second process is a real subprocess
-(tests/program_record_child.py), driven as tests/test_jit_routing.py drives routed compiles.
+(tests/support/program_record_child.py), driven as tests/test_jit_routing.py drives routed compiles.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-import kernels
-from conftest import add_request
+from support import kernels
+from support.basics import add_request
 from triton_kiln import CompilePool, settings
 from triton_kiln import program as program_mod
 from triton_kiln.program import record_file as record
@@ -69,7 +69,7 @@ def test_a_noted_request_is_written_and_read_back(tmp_path: Path) -> None:
     assert back is not None
     assert back.runs == 1
     (entry,) = back.entries
-    assert (entry.module, entry.qualname, entry.kernel) == ("kernels", "add_kernel", "add_kernel")
+    assert (entry.module, entry.qualname, entry.kernel) == ("support.kernels", "add_kernel", "add_kernel")
     assert (entry.key, entry.identity) == (request.key, request.spec.identity)
     rebuilt = replay.rebuild(entry, kernels.add_kernel, request.triton_key_dir)
     assert rebuilt.key == request.key  # the same request, from data
@@ -130,7 +130,7 @@ def test_noting_writes_nothing_on_the_callers_thread_and_a_burst_is_one_write(
 def test_a_process_that_exits_without_uninstall_writes_its_record(tmp_path: Path) -> None:
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "from conftest import add_request\n"
+        "from support.basics import add_request\n"
         "from triton_kiln import program, settings\n"
         "program.start(settings.current())\n"
         "program.note([add_request(block=64)], 'jit')\n"
@@ -257,7 +257,7 @@ def run_program(tmp_path: Path, **env: str) -> tuple[dict[str, Any], str]:
         **env,
     )
     out = subprocess.run(
-        [sys.executable, str(TESTS / "program_record_child.py")],
+        [sys.executable, str(TESTS / "support" / "program_record_child.py")],
         capture_output=True,
         text=True,
         env=environ,

@@ -7,7 +7,7 @@ each op whose library is installed: every autotuned kernel it launches is, under
 ``kiln.install()``, kiln's class and compiles through kiln's pool to Triton's own sm_90 binary
 (``bench/realworld_compile_check.py``), and ``--dry-run`` imports it with kiln routed. FlagGems'
 ``LibTuner`` derives from kiln's class and drives its own search from its own ``run``: kiln serves
-the ``_bench`` calls of that search (``tests/flaggems_libtuner_drive.py`` runs FlagGems' real
+the ``_bench`` calls of that search (``tests/support/flaggems_libtuner_drive.py`` runs FlagGems' real
 ``LibTuner.run`` for ``mm_kernel_general``, the GPU stood in for).
 """
 
@@ -129,7 +129,7 @@ def test_flaggems_libtuner_is_tuned_by_kiln() -> None:
     assert kernel["tuned_by_kiln"]
     assert kernel["search"] == "library"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "flaggems_libtuner_drive.py"), "--configs", "22"],
+        [sys.executable, str(ROOT / "tests" / "support" / "flaggems_libtuner_drive.py"), "--configs", "22"],
         capture_output=True,
         text=True,
         env=_env(),

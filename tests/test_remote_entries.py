@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request, wait_no_processes
-from redis_server import REDIS_SERVER, RedisServer, running_server
+from support.basics import add_request, wait_no_processes
+from support.redis_server import REDIS_SERVER, RedisServer, running_server
 from triton_kiln import CompilePool, settings
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
@@ -145,7 +145,7 @@ def test_password_database_number_and_unix_socket_urls_reach_the_server(
 
     import redis
 
-    from redis_server import free_port
+    from support.redis_server import free_port
 
     port, sock = free_port(), tmp_path / "redis.sock"
     proc = subprocess.Popen(
@@ -195,7 +195,7 @@ def test_a_rediss_url_verifies_the_servers_certificate(
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )  # fmt: skip
-    from redis_server import free_port
+    from support.redis_server import free_port
 
     port = free_port()
     proc = subprocess.Popen(

@@ -1,7 +1,7 @@
 """The remote cache against servers and entries that lie: a bad reply costs a cache miss, never a
 compile, a kernel call or the pool's manager thread.
 
-Servers of the tests' own on 127.0.0.1 (tests/lying_servers.py: ``+OK`` to everything,
+Servers of the tests' own on 127.0.0.1 (tests/support/lying_servers.py: ``+OK`` to everything,
 wrong-typed replies on the read and the write path, a byte every 0.25 s, no answer at all) and a
 real ``redis-server`` holding poisoned entries (tuning runs with fields of the wrong type or
 nested 200,000 deep, an ``artifact.json`` that is not an object, a non-ASCII signature, a key of
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from conftest import SM90, add_request
-from lying_servers import KINDS, WRONG_TYPES, LyingServer
-from redis_server import REDIS_SERVER, RedisServer, running_server
+from support.basics import SM90, add_request
+from support.lying_servers import KINDS, WRONG_TYPES, LyingServer
+from support.redis_server import REDIS_SERVER, RedisServer, running_server
 from triton_kiln import settings
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote.health import forget_warnings

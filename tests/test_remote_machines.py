@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from conftest import SM90, add_request
-from redis_server import REDIS_SERVER, RedisServer, running_server
+from support.basics import SM90, add_request
+from support.redis_server import REDIS_SERVER, RedisServer, running_server
 from triton_kiln import CompileRequest, settings
 
 pytest.importorskip("redis", reason="redis-py (the tests' own view of the server) is not installed")
@@ -40,7 +40,7 @@ MM_CONFIGS = [(32, 32), (64, 32)]
 
 
 def config_set() -> list[CompileRequest]:
-    import kernels
+    from support import kernels
 
     sig = {n: "i32" for n in kernels.matmul_kernel.arg_names if not n.startswith("BLOCK")}
     sig.update(a_ptr="*fp16", b_ptr="*fp16", c_ptr="*fp16")

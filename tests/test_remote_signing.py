@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from conftest import add_request, wait_no_processes
-from redis_server import REDIS_SERVER, RedisServer, running_server
+from support.basics import add_request, wait_no_processes
+from support.redis_server import REDIS_SERVER, RedisServer, running_server
 from triton_kiln import CompilePool, SettingsError, settings
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore, CacheWarning

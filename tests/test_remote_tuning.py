@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from redis_server import REDIS_SERVER, RedisServer, free_port, running_server
+from support.redis_server import REDIS_SERVER, RedisServer, free_port, running_server
 from triton_kiln import settings
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.tuning import ConfigResult, TuningDatabase

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-import kernels
-from conftest import SM90
+from support import kernels
+from support.basics import SM90
 from triton_kiln import CompileRequest, GPUTarget
 from triton_kiln.errors import RequestError
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from conftest import SM90
+from support.basics import SM90
 from triton_kiln import CompileRequest
 
 
 def test_signature_follows_argument_order_not_alphabet() -> None:
-    import kernels
+    from support import kernels
 
     # Given in scrambled order; the kernel's order is x_ptr, y_ptr, out_ptr, n, BLOCK.
     request = CompileRequest(
@@ -22,7 +22,7 @@ def test_signature_follows_argument_order_not_alphabet() -> None:
 
 
 def test_key_ignores_the_order_options_and_constexprs_are_given_in() -> None:
-    import kernels
+    from support import kernels
 
     sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16"}
     sig |= dict.fromkeys(

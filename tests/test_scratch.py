@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from conftest import SM90
-from host_memory import HostMemoryDriver
+from support.basics import SM90
+from support.host_memory import HostMemoryDriver
 from triton_kiln import CompileRequest
 from triton_kiln.launch.launcher import fast_path_blocker
 from triton_kiln.launch.scratch import ScratchNeed, ScratchNeeds
@@ -26,7 +26,7 @@ SIGNATURE = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "M": "i32",
 
 
 def desc_request(block_m: int = 32, block_n: int = 64) -> CompileRequest:
-    import kernels
+    from support import kernels
 
     return CompileRequest(
         kernels.desc_add_kernel,

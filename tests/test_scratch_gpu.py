@@ -72,8 +72,8 @@ def fresh_sandboxes(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[int, Any]]
 
 
 def _tuned(pool: Any, sandbox: bool) -> Any:
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
 
     configs = [kiln.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=4) for bm in (16, 32) for bn in (32, 64)]
     return kiln.autotune(configs, key=["M", "N"], pool=pool, sandbox=sandbox)(kernels.desc_add_kernel)

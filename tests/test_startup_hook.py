@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from wheel_build import ROOT, build_wheel, clean_env, copy_project, install_in_venv
+from support.wheel_build import ROOT, build_wheel, clean_env, copy_project, install_in_venv
 
 MYKERN = """
 import triton

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import triton_kiln as kiln
-from conftest import add_request, is_cubin
+from support.basics import add_request, is_cubin
 from triton_kiln import ArtifactStore, CompiledArtifact, CompilePool, MissingMetadataError
 from triton_kiln.artifacts import triton_files
 from triton_kiln.artifacts.artifact import LAUNCH_FIELDS

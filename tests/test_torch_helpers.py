@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("torch._inductor.runtime.triton_helpers")
 
-from conftest import SM90
-from inductor_helpers_kernel import rowmax_kernel
+from support.basics import SM90
+from support.inductor_helpers_kernel import rowmax_kernel
 from triton_kiln import CompilePool, CompileRequest, triton_compat
 
 SIGNATURE = {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}

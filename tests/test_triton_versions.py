@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import triton
 
-import kernels
-from conftest import SM90
+from support import kernels
+from support.basics import SM90
 from triton_kiln import triton_compat
 
 ROOT = Path(__file__).resolve().parent.parent

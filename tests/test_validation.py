@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-import kernels
-from conftest import SM90
+from support import kernels
+from support.basics import SM90
 from triton_kiln import CompilePool, CompileRequest, GPUTarget, SettingsError, settings
 from triton_kiln.errors import JobInfo, RequestError, TargetError, WorkerCrashedError
 

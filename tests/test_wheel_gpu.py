@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 
-from wheel_build import (
+from support.wheel_build import (
     LAUNCHER,
     ROOT,
     build_wheel,
@@ -94,7 +94,7 @@ logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(levelname)s %(mes
 import torch
 import triton
 import triton_kiln as kiln
-import kernels
+import kernels  # the copy of support/kernels.py in the child's folder
 configs = [kiln.Config({{"BLOCK": b}}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
 pool = kiln.CompilePool(workers=2)
 try:
@@ -204,8 +204,8 @@ def test_a_loaded_kernel_runs_through_the_prebuilt_launcher_with_no_compiler(
 ) -> None:
     import triton
 
-    import kernels
     import triton_kiln as kiln
+    from support import kernels
 
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (256, 1024) for w in (2, 4)]
     tuned = kiln.autotune(configs, key=["n"], pool=make_pool(workers=4))(kernels.add_kernel)
@@ -225,7 +225,7 @@ def test_a_tuned_kernel_runs_through_the_prebuilt_launcher_with_no_compiler(
     python, site = venv
     workdir = tmp_path / "child"
     workdir.mkdir()
-    shutil.copy2(ROOT / "tests" / "kernels.py", workdir / "kernels.py")
+    shutil.copy2(ROOT / "tests" / "support" / "kernels.py", workdir / "kernels.py")
     _, output = _run_without_compiler(python, site, TUNED.format(n=100_003), workdir, triton_cache)
     assert "TUNED" in output
     assert "native sandbox could not start" not in output, output

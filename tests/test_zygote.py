@@ -19,7 +19,7 @@ from typing import Any
 import psutil
 import pytest
 
-from conftest import SM90, add_request, is_cubin
+from support.basics import SM90, add_request, is_cubin
 from triton_kiln import CompileRequest, GPUTarget, ZygoteError, procs, settings
 
 THREAD_AT_IMPORT = textwrap.dedent(

@@ -90,7 +90,7 @@ for phase in "$@"; do
         --ops liger_dyt_fwdbwd,liger_swiglu_fwd,fla_parallel_simple_gla_fwd --out "$out/realworld-fix.json" ;;
     checkgpu)
       TAIL=6 run checkgpu 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_output_rule_gpu.py \
-        tests/test_autotune_gpu.py tests/test_native_sandbox_gpu.py tests/test_bundle_gpu.py ;;
+        tests/test_output_rule.py tests/test_autotune_gpu.py tests/test_native_sandbox_gpu.py tests/test_bundle_gpu.py ;;
     dyt)
       TAIL=8 run realworld-dyt 200 python3 bench/realworld.py --ops liger_dyt_fwdbwd --out "$out/realworld-dyt.json" ;;
     helion-compare)
@@ -143,7 +143,8 @@ for phase in "$@"; do
       TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
     devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests
       TAIL=12 run devcheck 240 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/test_device_check_gpu.py \
-        tests/test_native_sandbox_gpu.py tests/test_output_rule_gpu.py tests/test_autotune_gpu.py ;;
+        tests/test_native_sandbox_gpu.py tests/test_output_rule_gpu.py tests/test_output_rule.py \
+        tests/test_autotune_gpu.py ;;
     checkcost)
       TAIL=12 run checkcost 90 python3 bench/output_check_cost.py --mb 128 --json "$out/output_check_cost-128mb.json" ;;
     autotune-all)

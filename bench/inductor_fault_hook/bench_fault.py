@@ -8,7 +8,7 @@ environment). Each gets a Triton stage hook (``triton_kiln.triton_compat.install
 so every supported Triton's hook protocol) that, for a kernel whose name starts with one of
 ``BENCH_FAULT_NAMES`` and whose ``num_warps`` / ``num_stages`` match ``BENCH_FAULT_WARPS``
 / ``BENCH_FAULT_STAGES`` (comma-separated; empty: any), in the cubin stage (after LLVM
-codegen, before ptxas; as ``tests/faults.py``):
+codegen, before ptxas; as ``tests/support/faults.py``):
 
 * ``abort``: prints a C++-style assertion and calls libc ``abort()`` (SIGABRT): the compile
   dies as an LLVM assertion would;

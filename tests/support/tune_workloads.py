@@ -57,7 +57,7 @@ def tune_then_block_the_bundle() -> None:
     """Tunes ``add_kernel`` for real as far as a bundle needs (one variant compiled into the kiln
     cache and recorded there, its run in the tuning database), then puts a regular file where the
     bundle's directory is to be made (the path in TUNE_BLOCK): writing the bundle then fails."""
-    from bundle_maker import compile_parts
+    from support.bundle_maker import compile_parts
     from triton_kiln import settings
     from triton_kiln.bundle.index import write_record
 

@@ -18,8 +18,8 @@ import time
 import torch
 from triton.runtime import driver
 
-import jit_support
 import triton_kiln as kiln
+from support import jit_support
 from triton_kiln import program
 from triton_kiln.pool import get_pool
 

@@ -10,7 +10,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAUNCHER = "triton_kiln/launch/_kiln_launch"
 
 # cc, gcc-12, x86_64-linux-gnu-gcc-12, clang, clang++-17, c99, tcc, ...

@@ -31,7 +31,7 @@ import triton
 import triton.language as tl
 
 import triton_kiln as kiln
-from conftest import SM90
+from support.basics import SM90
 from triton_kiln.sandbox import BenchOutcome
 from triton_kiln.sandbox.native_client import NativeBenchOutcome
 from triton_kiln.tuning import ConfigResult, TuningDatabase

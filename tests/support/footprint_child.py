@@ -78,7 +78,7 @@ class _Timings:
 
 
 def _kernel(db: str) -> Any:
-    from kernels import scale_kernel
+    from support.kernels import scale_kernel
 
     configs = [kiln.Config({"BLOCK": b}, num_warps=4) for b in (64, 128, 256)]
     tuner = kiln.autotune(configs, key=["n"], database=TuningDatabase(db), sandbox=False)(scale_kernel)

@@ -19,11 +19,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import faults
+from support import faults
 from triton_kiln.triton_compat import install_stages_hook
 
 ABORT_NUM_WARPS = int(os.environ.get("KILN_TEST_HELION_ABORT_WARPS", "2"))
-PRELOAD = "helion_faults_preload"
+PRELOAD = "support.helion_faults_preload"
 """The module to name in ``CompilePool(preload=[...])``: importing it calls :func:`install`."""
 
 _remove: Callable[[], None] | None = None

@@ -2,8 +2,8 @@
 
 ::
 
-    PYTHONPATH=src python tests/flaggems_libtuner_drive.py [--configs 3] [--m 64]
-    PYTHONPATH=src python tests/flaggems_libtuner_drive.py --gpu      (on an H100/H200)
+    PYTHONPATH=src python tests/support/flaggems_libtuner_drive.py [--configs 3] [--m 64]
+    PYTHONPATH=src python tests/support/flaggems_libtuner_drive.py --gpu      (on an H100/H200)
 
 Run as its own process (FlagGems reads its environment at import, and ``kiln.install()`` must
 come first). ``mm_kernel_general`` (FlagGems' Hopper ``mm`` for an N = 50257 LM head: the
@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 

@@ -57,7 +57,7 @@ def add_kernel_source() -> object:
     """``kernels.add_kernel`` at BLOCK=64, as ``triton.compile`` takes it."""
     import triton
 
-    from kernels import add_kernel
+    from support.kernels import add_kernel
 
     return triton.compiler.ASTSource(add_kernel, dict(ADD_SIGNATURE), {"BLOCK": 64})
 

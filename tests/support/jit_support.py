@@ -38,12 +38,16 @@ class FakeDriver:
 
 
 @pytest.fixture(autouse=True)
-def fake_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(driver, "_active", FakeDriver())
+def fake_driver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """:class:`FakeDriver` as Triton's active driver, but for a test on the ``gpu`` backend
+    (conftest's ``backend``), which runs on Triton's own."""
     # Other test modules (faults.py) install a compile stage hook in this process when imported;
     # with one, kiln leaves plain jit compiles to Triton (test_a_caller_stage_hook_...).
     if hasattr(triton.knobs.runtime, "add_stages_inspection_hook"):
         monkeypatch.setattr(triton.knobs.runtime, "add_stages_inspection_hook", None)
+    if "backend" in request.fixturenames and request.getfixturevalue("backend") == "gpu":
+        return
+    monkeypatch.setattr(driver, "_active", FakeDriver())
 
 
 def cubin_sha(kernel: Any) -> str:

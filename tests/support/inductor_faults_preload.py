@@ -1,4 +1,4 @@
-"""Preload this module into a kiln pool (``CompilePool(preload=["inductor_faults_preload"])``) to
+"""Preload this module into a kiln pool (``CompilePool(preload=["support.inductor_faults_preload"])``) to
 give its workers a compiler that faults for real on marked Inductor kernels.
 
 A kernel whose name holds ``kilnfault_<mode>`` (``abort``, ``segv``, ``hang``: see
@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import faults
+from support import faults
 from triton_kiln.triton_compat import install_stages_hook
 
 FAULT_WARPS = 8
@@ -45,7 +45,7 @@ def _hook(backend: Any, stages: dict[str, Any], options: Any, language: Any, cap
 install_stages_hook(_hook, "kiln-tests-inductor-faults")
 
 if os.environ.get("BENCH_FAULT"):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "inductor_fault_hook"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench" / "inductor_fault_hook"))
     import bench_fault
 
     bench_fault.install_from_env()

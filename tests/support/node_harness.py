@@ -1,14 +1,14 @@
 """Child processes for the node tests (tests/test_node.py): real pools on one shared cache.
 
-``python tests/node_harness.py compile-set CACHE GO_FILE [EVERY]``: a pool compiles the 72-config
+``python tests/support/node_harness.py compile-set CACHE GO_FILE [EVERY]``: a pool compiles the 72-config
 matmul of bench/autotune.py (every EVERY-th config) once GO_FILE exists; prints one JSON line of
 its counters.
 
-``python tests/node_harness.py hold CACHE``: a pool submits faults.slow_kernel (its compile
+``python tests/support/node_harness.py hold CACHE``: a pool submits faults.slow_kernel (its compile
 sleeps KILN_TEST_SLOW_S) and prints its pool id and ``dispatched`` once a worker runs it; the
 test kills it there.
 
-``python tests/node_harness.py tune CACHE GO_FILE SEED BENCH_S [GPU_NAME GPU_UUID]``: a
+``python tests/support/node_harness.py tune CACHE GO_FILE SEED BENCH_S [GPU_NAME GPU_UUID]``: a
 kiln.autotune'd kernel (real compiles, a stand-in for the GPU whose timings depend on SEED: each
 process would pick another config alone; each benchmark sleeps BENCH_S; ``raise``: its bencher
 fails) tuned once GO_FILE exists; prints its choice and the configs it benchmarked. GPU_NAME
@@ -16,7 +16,7 @@ and GPU_UUID fake the GPU's identity (the autotuner's ``_device``: its kind, and
 is), so that processes on "different GPUs" of one machine share the tuning
 (tests/test_node_share.py).
 
-``python tests/node_harness.py tune-modes CACHE GO_FILE SEED OWNS_TIMING GATE_FILE GPU_NAME
+``python tests/support/node_harness.py tune-modes CACHE GO_FILE SEED OWNS_TIMING GATE_FILE GPU_NAME
 GPU_UUID``: the output rule's ``add_modes_kernel`` configs (real compiles; one writes zeros and is the
 fastest, one adds 1) on inputs drawn from SEED; the stand-in GPU returns what each config's
 kernel writes into ``out`` (its outputs are checked as on a GPU) and the case's timings; with
@@ -34,8 +34,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-HERE = Path(__file__).resolve().parent
-sys.path[:0] = [str(HERE), str(HERE.parent / "bench")]
+TESTS = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(TESTS), str(TESTS.parent / "bench")]
 
 
 @triton.jit
@@ -77,7 +77,7 @@ class SeededBench:
 
 
 def slow_request() -> object:
-    import faults
+    from support import faults
     from triton_kiln import CompileRequest
     from triton_kiln.triton_compat import GPUTarget
 
@@ -111,7 +111,7 @@ def compile_set(cache: str, go_file: str, every: str = "1") -> None:
 def hold(cache: str) -> None:
     from triton_kiln import CompilePool
 
-    pool = CompilePool(cache_dir=cache, workers=1, preload=["faults"])
+    pool = CompilePool(cache_dir=cache, workers=1, preload=["support.faults"])
     future = pool.submit(slow_request())  # type: ignore[arg-type]
     print("POOL", pool.pool_id, flush=True)
     while pool.stats.dispatched < 1:
@@ -230,7 +230,7 @@ class ModesBench:
         self.labels: list[str] = []  # every config it ran with its outputs checked
 
     def bench(self, candidate: object, artifact: object, grid: object, phase: object = None) -> object:
-        from kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER
+        from support.kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER
         from triton_kiln.sandbox import BenchOutcome
 
         config = candidate.config  # type: ignore[attr-defined]
@@ -257,7 +257,7 @@ def tune_modes(
     import torch
 
     import triton_kiln as kiln
-    from kernels import ISSUE_19_SHAPES, add_modes_kernel
+    from support.kernels import ISSUE_19_SHAPES, add_modes_kernel
     from triton_kiln import CompilePool
     from triton_kiln.autotuner.plan import LocalDevice
     from triton_kiln.triton_compat import GPUTarget

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 
 MARKER = "KILN_TEST_RAY_CLUSTER"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:

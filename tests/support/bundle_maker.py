@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import kernels
 import triton_kiln as kiln
-from conftest import SM90, wait_no_processes
+from support import kernels
+from support.basics import SM90, wait_no_processes
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.autotuner.compile_requests import request_for
 from triton_kiln.bundle.format import KernelRecord, entry_for

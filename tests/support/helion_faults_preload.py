@@ -1,8 +1,8 @@
-"""Preload this module (``CompilePool(preload=["helion_faults_preload"])``) to give a pool's
+"""Preload this module (``CompilePool(preload=["support.helion_faults_preload"])``) to give a pool's
 workers the Helion abort hook of :mod:`helion_faults`; importing it installs the hook."""
 
 from __future__ import annotations
 
-import helion_faults
+from support import helion_faults
 
 helion_faults.install()

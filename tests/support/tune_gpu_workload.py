@@ -12,7 +12,7 @@ import os
 import torch
 import triton
 
-import kernels
+from support import kernels
 
 SIZES = (100_000, 4096)
 
