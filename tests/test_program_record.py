@@ -245,13 +245,14 @@ def test_a_fresh_entry_is_compiled_and_a_cached_one_skipped(
 # --- a second process of the same program ------------------------------------------------------------
 
 
-def run_program(tmp_path: Path, **env: str) -> tuple[dict[str, Any], str]:
-    """Run program_record_child.py on the caches of ``tmp_path``; its report and stderr."""
+def run_program(tmp_path: Path, cache: str = "cache", **env: str) -> tuple[dict[str, Any], str]:
+    """Run program_record_child.py on the caches of ``tmp_path`` (kiln's in ``cache``: another
+    is another machine's); its report and stderr."""
     environ = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
     environ.update(
         PYTHONPATH=os.pathsep.join([str(SRC), str(TESTS), str(tmp_path / "program")]),
-        KILN_CACHE_DIR=str(tmp_path / "cache"),
-        TRITON_CACHE_DIR=str(tmp_path / "triton-cache"),
+        KILN_CACHE_DIR=str(tmp_path / cache),
+        TRITON_CACHE_DIR=str(tmp_path / f"triton-{cache}"),
         KILN_WORKERS="1",
         KILN_PROGRESS="0",
         **env,
@@ -271,7 +272,7 @@ def run_program(tmp_path: Path, **env: str) -> tuple[dict[str, Any], str]:
 
 def forget_compiles(tmp_path: Path) -> None:
     """Both caches emptied, the program record kept: what is left to start is the record's."""
-    for name in ("triton-cache",):
+    for name in ("triton-cache",):  # run_program's default caches
         shutil.rmtree(tmp_path / name, ignore_errors=True)
     for store in (tmp_path / "cache").glob("artifacts-v*"):
         shutil.rmtree(store)
@@ -344,3 +345,82 @@ def test_a_corrupt_record_file_warns_once_and_the_program_runs(tmp_path: Path, p
     assert report["compiled_after_call"] == 0  # cached from the first run
     assert stderr.count("is not valid") == 1, stderr[-3000:]
     assert "Traceback" not in stderr
+
+
+# --- another machine, through the remote cache ---------------------------------------------------
+
+
+@pytest.fixture
+def redis_url(tmp_path: Path) -> Iterator[str]:
+    from support.redis_server import REDIS_SERVER, running_server
+
+    if REDIS_SERVER is None:
+        pytest.skip("no redis-server (apt-get install redis-server)")
+    with running_server(tmp_path / "redis") as server:
+        yield server.url
+
+
+def test_a_fresh_machine_starts_the_compiles_another_machine_recorded(
+    tmp_path: Path, program_dir: Path, redis_url: str
+) -> None:
+    """Machine A's record reaches the remote cache; machine B (a fresh kiln cache and Triton
+    cache, the same remote) fetches it in a thread at install() and has the binary here (A's,
+    fetched from the remote cache) before its program's first call."""
+    remote = {"KILN_REMOTE_CACHE": redis_url, "KILN_REMOTE_TIMEOUT_S": "5", "KILN_PROGRAM": "train"}
+    first, _ = run_program(tmp_path, "machine-a", **remote)
+    assert first["replayed"] is False
+    assert list((tmp_path / "machine-a" / record.DIRECTORY).glob("*.json")), "machine A kept no record"
+    second, stderr = run_program(tmp_path, "machine-b", **remote)
+    assert second["replayed"] is True, stderr[-2000:]
+    # machine A's binary is in the remote cache too: the replay fetched it, before the first call
+    assert second["skipped"] == {replay.FETCHED: 1}
+    assert second["pool_started_before_call"] is True
+    assert second["compiled_after_call"] == 0  # the call found it here: nothing compiled
+    assert "1 fetched from the remote cache" in stderr
+    back = record.read(next((tmp_path / "machine-b" / record.DIRECTORY).glob("*.json")))
+    assert back is not None
+    assert back.runs == 2  # machine A's run, then this one
+
+
+def test_a_fresh_machine_compiles_a_recorded_kernel_the_remote_cache_holds_no_binary_of(
+    tmp_path: Path, program_dir: Path, redis_url: str
+) -> None:
+    import redis
+
+    remote = {"KILN_REMOTE_CACHE": redis_url, "KILN_REMOTE_TIMEOUT_S": "5", "KILN_PROGRAM": "train"}
+    run_program(tmp_path, "machine-a", **remote)
+    server = redis.Redis.from_url(redis_url)
+    binaries = server.keys("kiln:r1:artifact:*")
+    assert binaries, "machine A published no binary"
+    server.delete(*binaries)  # expired, evicted: only the record is left
+    second, stderr = run_program(tmp_path, "machine-b", **remote)
+    assert second["started"] == 1, stderr[-2000:]
+    assert second["compiled_before_call"] == 1
+    assert second["compiled_after_call"] == 1  # the call compiled nothing more
+    assert "started 1 of 1 recorded compiles" in stderr
+
+
+def test_without_the_remote_cache_a_fresh_machine_replays_nothing(tmp_path: Path, program_dir: Path) -> None:
+    run_program(tmp_path, "machine-a", KILN_PROGRAM="train")
+    second, _ = run_program(tmp_path, "machine-b", KILN_PROGRAM="train")
+    assert second["replayed"] is False
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [b"not json", b'{"format": 1, "program": "train", "runs": -1, "entries": []}'],
+    ids=["garbage", "a negative run count"],
+)
+def test_an_invalid_remote_record_replays_nothing_and_the_program_runs(
+    tmp_path: Path, program_dir: Path, redis_url: str, stored: bytes
+) -> None:
+    import redis
+
+    from triton_kiln.remote.names import program_name
+
+    redis.Redis.from_url(redis_url).set(program_name("train", record.FORMAT), stored)
+    remote = {"KILN_REMOTE_CACHE": redis_url, "KILN_REMOTE_TIMEOUT_S": "5", "KILN_PROGRAM": "train"}
+    report, stderr = run_program(tmp_path, "machine-b", **remote)
+    assert report["replayed"] is False
+    assert report["compiled_after_call"] == 1  # the program ran, and compiled its kernel itself
+    assert "is not valid" in stderr

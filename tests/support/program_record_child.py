@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 
 import torch
 from triton.runtime import driver
@@ -31,19 +30,19 @@ kiln.install()
 import record_kernels  # noqa: E402 - the program's own import, after install() as a library's would be
 
 report: dict[str, object] = {}
-replay = program.current_replay()
+replay = program.wait_for_replay(60)  # with a remote cache, its record is fetched in a thread
 report["replayed"] = replay is not None
 if replay is not None:
     assert replay.wait(120), "the replay did not finish"
     report["started"] = replay.started
     report["skipped"] = dict(replay.skipped)
-    pool = get_pool()
-    deadline = time.monotonic() + 120
-    while pool.stats.compiled < replay.started and time.monotonic() < deadline:
-        time.sleep(0.05)
+    for future in replay.futures:  # compiled, or (a remote cache) fetched
+        future.result(timeout=120)
 pool = get_pool()
 report["pool_started_before_call"] = pool.started
 report["compiled_before_call"] = pool.stats.compiled
+report["done_before_call"] = replay is not None and all(f.done() for f in replay.futures)
+report["memory_hits_before_call"] = pool.stats.memory_hits
 F32 = torch.float32
 record_kernels.add_kernel.warmup(F32, F32, F32, 1024, BLOCK=128, grid=(1,))  # the first call
 report["compiled_after_call"] = pool.stats.compiled

@@ -14,7 +14,7 @@
               the request rebuilt from the entry; its key differs (Triton, its environment, the
                   globals' values) or it no longer builds -> skipped: changed
               else pool.submit(request, priority below every asked-for compile, in record order)
-                  a cache hit -> skipped: cached; else started
+                  a cache hit -> skipped: cached (fetched: the remote cache's); else started
             all entries done, WAIT_S passed (a module never imported: skipped, not imported) or
             uninstall() -> the INFO line: how many started, how many skipped and why
 
@@ -50,6 +50,7 @@ WAIT_S = 300.0
 """How long an entry waits for the program to import its module; then it is skipped."""
 
 CACHED = "already cached"
+FETCHED = "fetched from the remote cache"
 GONE = "kernel or module gone"
 SOURCE_CHANGED = "kernel source changed"
 CHANGED = "Triton, its environment or the kernel's globals changed"
@@ -65,6 +66,7 @@ class Replay:
         self.entries = entries
         self.settings = settings
         self.started = 0
+        self.futures: list[Any] = []  # of the compiles it started, in order (tests wait on them)
         self.skipped: Counter[str] = Counter()
         self.done = threading.Event()
         self.stopping = threading.Event()
@@ -143,7 +145,10 @@ class Replay:
         except Exception as exc:
             log.debug("kiln: program record: %s could not be submitted: %s", entry.kernel, exc)
             return FAILED
-        return CACHED if future.done() else None
+        if future.done():  # not in this machine's store (begin() looked): the remote cache had it
+            return FETCHED if self.settings.remote_cache is not None else CACHED
+        self.futures.append(future)
+        return None
 
     def finish(self) -> None:
         if self.done.is_set():
