@@ -1,25 +1,28 @@
-"""Helion's autotuner with its default fork precompile against the same autotune through kiln.
+"""Helion's autotune with fork and spawn precompile against the same through kiln, each wall split by phase.
 
 Run from the repository root on a machine with a GPU (Helion 1.5.0 or 1.5.1 installed)::
 
-    python bench/helion_autotune.py --out /tmp/helion_autotune.json
-    python bench/helion_autotune.py --kernels add,softmax --skip fault,ctrl-c --out a.json  # a part
-    python bench/helion_autotune.py --merge a.json b.json --out all.json      # parts of one session
+    python bench/helion_autotune.py --skip fault,ctrl-c --kernels matmul,layer_norm --out a.json
+    python bench/helion_autotune.py --skip fault,ctrl-c --kernels add,softmax --out b.json
+    python bench/helion_autotune.py --merge a.json b.json --out all.json    # parts of one session
+    python bench/helion_autotune.py --kernels matmul --plan                 # the runs, nothing run
+    python bench/helion_autotune.py --skip fault,ctrl-c --kernels matmul --effort full \
+        --arms kiln,fork --budget-s 560 --run-timeout-s 280 --out full.json
 
 Every run is a fresh subprocess (fresh Triton, Helion and kiln caches; imports and CUDA start
 outside the timed region), so the arms run side by side in one invocation:
 
-* ``compare``: per kernel (``add``, ``softmax``, ``matmul``, ``many_configs`` of
-  ``tests/test_helion_kernels.py``), Helion's default search (``LFBOTreeSearch``) at the same
-  effort, seed and generation cap, once with ``autotune_precompile="fork"`` (Helion's default)
-  and once with ``autotuner_fn=kiln.helion.autotuner_fn``. Reported: autotune wall (the
-  ``autotune`` call; the kiln arm creates its pool just before binding the kernel, as
-  ``kiln.helion.install()`` at import time would, so what is left of its start-up counts),
-  precompile-phase walls, configs compiled / failed, the chosen config, its
-  runtime (``triton.testing.do_bench``, median ms); the geomean of kiln/fork autotune walls.
-  With ``--repeats N`` each arm runs N times per kernel (alternating order) and the run with the
-  median autotune wall is compared (every run is kept): Helion's search is seeded, but after
-  the seeded population it follows measured timings, so the arms compile different configs.
+* ``compare``: per kernel (``add``, ``softmax``, ``matmul``, ``layer_norm``, ``many_configs`` of
+  ``tests/test_helion_kernels.py``, shapes in ``GPU_SHAPES``), Helion's default search
+  (``LFBOTreeSearch``) at the same effort (``--effort quick|full``), seed and generation cap
+  (``--generations``), once per arm (``--arms``, default all three): ``fork`` (Helion's
+  ``autotune_precompile="fork"``, its default), ``spawn`` (``autotune_precompile="spawn"``) and
+  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn``; it creates its pool just before binding
+  the kernel, as ``kiln.helion.install()`` at import time would, so what is left of its start-up
+  counts). With ``--repeats N`` each arm runs N times per kernel, the arm order rotating from
+  one round to the next, and the run with the median autotune wall is compared (every run is
+  kept): Helion's search is seeded, but after the seeded population it follows measured
+  timings, so the arms compile different configs.
 * ``fault``: ``crashy_add`` with a seed config that aborts in Triton's compiler (the hook of
   ``tests/support/helion_faults.py``: ``num_warps == 2``), through kiln, with fork and with
   Helion's precompile off (``autotune_precompile=None``: compiles in the autotuning process); then
@@ -27,40 +30,307 @@ outside the timed region), so the arms run side by side in one invocation:
 * ``ctrl-c``: SIGINT to a process in the middle of a matmul autotune's precompile phase
   (each arm), then a count of the processes it had started that are still alive.
 
-Prints a table and the JSON; ``--out`` also writes the JSON.
+The split. Around the ``autotune`` call the child wraps Helion's own functions (``TARGETS``, read
+against Helion 1.5.0 and 1.5.1; a name missing in the installed Helion is listed in
+``split_not_measured`` and its time falls to ``other_s``) and times them exclusively: a wrapped
+call's seconds count to its phase less those of the wrapped calls inside it (``PhaseClock``), so
+the phases partition the wall and nothing counts twice. Only the autotuning thread is timed.
+
+* ``codegen_s``: ``BoundKernel.compile_config`` (Helion's config -> Triton source -> loaded
+  module; a cache hit for a config generated before);
+* ``baseline_s``: ``LocalBenchmarkProvider._compute_baseline`` and ``setup`` (the reference
+  config's compile and run, or the ``autotune_baseline_fn``; the arguments and baseline saved for
+  Helion's workers), less its codegen;
+* ``precompile_s``: ``LocalBenchmarkProvider._create_precompile_future`` (fork: starts a child;
+  spawn: writes its job; kiln: extracts the launch and submits it to the pool) and
+  ``PrecompileFuture.wait_for_all`` (waiting for them all);
+* ``benchmark_s``: ``LocalBenchmarkProvider._benchmark_function``,
+  ``_run_subprocess_benchmark_job``, ``benchmark_isolated`` and the final rebenchmarks,
+  ``PopulationBasedSearch.rebenchmark``, ``_run_final_selection`` (1.5.1),
+  ``run_final_pick_verification`` (timing configs, in Helion's benchmark worker by default,
+  its start included), less their codegen and accuracy checks;
+* ``accuracy_s``: ``LocalBenchmarkProvider._validate_against_baseline`` and
+  ``_run_subprocess_accuracy_check_job`` (a config's outputs against the baseline);
+* ``other_s``: ``autotune_s`` less the above: the search's own work (config generation, the
+  surrogate model, bookkeeping, logging, the cache).
+
+Fields of a run (``compare[i][arm]``, and each of ``runs``): ``status``, ``autotune_s`` (the wall
+of ``bound.autotune(args, force=True)``), ``split`` (the five phases and ``other_s``, summing to
+``autotune_s``), ``counts`` (``configs_generated``: distinct configs through codegen;
+``configs_compiled`` / ``configs_failed`` / ``precompile_timeouts`` / ``precompile_phases``:
+Helion's precompile verdicts; ``configs_benchmarked`` / ``benchmark_failed``: calls to
+``_benchmark_function`` and those that returned no finite time; ``accuracy_checks`` /
+``accuracy_failed``), ``probes`` (inclusive seconds beside the split, inside its phases:
+``benchmark_worker_start_s`` in ``benchmark_s``; ``surrogate_fit_s``, ``surrogate_select_s`` in
+``other_s``), ``calls`` (per wrapped name), ``split_not_measured``, ``precompile_s`` /
+``precompile_phases`` / ``configs_compiled`` / ``configs_failed`` (the ``wait_for_all`` phases
+alone), ``config``, ``num_warps``, ``max_abs_error`` and ``runtime_ms`` (the chosen config,
+``triton.testing.do_bench`` median), ``helion_version``, ``kiln`` (the pool's stats), and for
+the median run ``median_of`` (ok runs), ``split_median`` / ``counts_median`` (per-field medians
+over the arm's ok runs; they need not sum to a wall). Per kernel: ``kiln_over_fork``,
+``kiln_over_spawn`` (autotune wall ratios of the median runs), ``runtime_kiln_over_fork``,
+``runtime_kiln_over_spawn`` (the chosen configs' runtimes), and ``autotune_ratio`` /
+``runtime_ratio`` (the same as the ``_over_fork`` pair). Per report: ``geomean_kiln_over_fork``,
+``geomean_kiln_over_spawn`` over kernels, ``geomean_autotune_ratio`` (= kiln/fork).
+
+Prints a table (the split per kernel and arm) and the JSON; ``--out`` also writes the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
+import importlib
 import json
 import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
-KERNELS = ("add", "softmax", "matmul", "many_configs")
+KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
+ARMS = ("fork", "spawn", "kiln")
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
     "crashy_add": [(4096, 4096), (4096, 4096)],
     "crashall_add": [(4096, 4096), (4096, 4096)],
     "softmax": [(8192, 4096)],
     "matmul": [(4096, 4096), (4096, 4096)],
+    "layer_norm": [(4096, 8192), (8192,), (8192,)],  # a transformer's tokens x hidden, weight, bias
     "many_configs": [(4096, 4096), (4096,)],
 }
 RESULT = "KILN-BENCH-RESULT "
 PRECOMPILE = "KILN-BENCH-PRECOMPILE "
 
 
+# ----------------------------------------------------------------------------- the split
+
+PHASES = ("codegen", "baseline", "precompile", "benchmark", "accuracy")
+
+
+class Target(NamedTuple):
+    """A Helion function or method whose calls are timed: ``module`` (imported), ``qualname``
+    (``Class.attr`` or a module-level ``attr``), the phase its calls count to (``None``: an
+    inclusive probe beside the split, see :class:`PhaseClock`), and an optional counter that sees
+    each call's result."""
+
+    module: str
+    qualname: str
+    phase: str | None
+    count: Callable[[PhaseClock, tuple[Any, ...], dict[str, Any], Any], None] | None = None
+
+
+def _count_codegen(clock: PhaseClock, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+    config = args[1] if len(args) > 1 else kwargs.get("config")
+    clock.configs_seen.add(repr(config))
+
+
+def _count_benchmark(clock: PhaseClock, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+    clock.bump("configs_benchmarked")
+    if not (isinstance(result, int | float) and math.isfinite(result)):
+        clock.bump("benchmark_failed")
+
+
+def _count_accuracy(clock: PhaseClock, args: tuple[Any, ...], kwargs: dict[str, Any], result: Any) -> None:
+    if result is None:  # the worker could not check this config: Helion checks it in-process
+        return
+    clock.bump("accuracy_checks")
+    if not (result if isinstance(result, bool) else bool(getattr(result, "ok", True))):
+        clock.bump("accuracy_failed")
+
+
+_BP = "helion.autotuner.benchmark_provider"
+_BS = "helion.autotuner.base_search"
+TARGETS: tuple[Target, ...] = (
+    Target("helion.runtime.kernel", "BoundKernel.compile_config", "codegen", _count_codegen),
+    Target(_BP, "LocalBenchmarkProvider._compute_baseline", "baseline"),
+    Target(_BP, "LocalBenchmarkProvider.setup", "baseline"),
+    Target(_BP, "LocalBenchmarkProvider._create_precompile_future", "precompile"),
+    Target("helion.autotuner.precompile_future", "PrecompileFuture.wait_for_all", "precompile"),
+    Target(_BP, "LocalBenchmarkProvider._benchmark_function", "benchmark", _count_benchmark),
+    Target(_BP, "LocalBenchmarkProvider._run_subprocess_benchmark_job", "benchmark"),
+    Target(_BP, "LocalBenchmarkProvider.benchmark_isolated", "benchmark"),
+    Target(_BS, "PopulationBasedSearch.rebenchmark", "benchmark"),
+    Target(_BS, "PopulationBasedSearch._run_final_selection", "benchmark"),  # 1.5.1 only
+    Target(_BS, "PopulationBasedSearch.run_final_pick_verification", "benchmark"),
+    Target(_BP, "LocalBenchmarkProvider._validate_against_baseline", "accuracy", _count_accuracy),
+    Target(_BP, "LocalBenchmarkProvider._run_subprocess_accuracy_check_job", "accuracy", _count_accuracy),
+    Target("helion.autotuner.benchmark_worker", "BenchmarkWorker._start", None),
+    Target("helion.autotuner.surrogate_pattern_search", "LFBOPatternSearch._fit_surrogate", None),
+    Target("helion.autotuner.surrogate_pattern_search", "LFBOPatternSearch._surrogate_select", None),
+)
+"""What the split wraps, read against Helion 1.5.0 and 1.5.1 (each name is in both, but
+``PopulationBasedSearch._run_final_selection``: 1.5.1 only). A method is wrapped on its class and
+on every subclass that defines it anew (kiln's provider, Helion's searches)."""
+
+
+class PhaseClock:
+    """Exclusive time per phase: a call's seconds count to its own phase, less the seconds of the
+    wrapped calls inside it, which count to theirs (the innermost wins). The phases so partition
+    the time spent in any wrapped call, and ``wall - sum(phases)`` is the rest (``other_s``).
+
+    Only calls on ``thread`` (the one that runs the autotune) are timed: calls on other threads
+    run beside it, and counting them would count one second twice. Targets of phase ``None`` are
+    inclusive probes (``probes``): their seconds are reported beside the split, never in it."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, thread: int | None = None) -> None:
+        self.clock = clock
+        self.thread = threading.get_ident() if thread is None else thread
+        self.seconds = dict.fromkeys(PHASES, 0.0)
+        self.probes: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+        self.counts: dict[str, int] = {}
+        self.configs_seen: set[str] = set()
+        self._stack: list[tuple[str, str]] = []  # (phase, target) of the calls under way
+        self._mark = 0.0
+
+    def bump(self, name: str, by: int = 1) -> None:
+        self.counts[name] = self.counts.get(name, 0) + by
+
+    def enter(self, phase: str, target: str) -> None:
+        now = self.clock()
+        if self._stack:
+            self.seconds[self._stack[-1][0]] += now - self._mark
+        if all(name != target for _, name in self._stack):  # a call, not an override's super()
+            self.calls[target] = self.calls.get(target, 0) + 1
+        self._stack.append((phase, target))
+        self._mark = now
+
+    def leave(self) -> None:
+        now = self.clock()
+        phase, _ = self._stack.pop()
+        self.seconds[phase] += now - self._mark
+        self._mark = now
+
+    def split(self, wall: float) -> dict[str, float]:
+        """``{phase}_s`` for every phase and ``other_s``: sums to ``wall``."""
+        out = {f"{phase}_s": self.seconds[phase] for phase in PHASES}
+        out["other_s"] = wall - sum(out.values())
+        return out
+
+    def wrap(self, fn: Callable[..., Any], target: Target) -> Callable[..., Any]:
+        name = target.qualname
+
+        @functools.wraps(fn)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self.thread:
+                return fn(*args, **kwargs)
+            if target.phase is None:
+                started = self.clock()
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    self.probes[name] = self.probes.get(name, 0.0) + self.clock() - started
+                    self.calls[name] = self.calls.get(name, 0) + 1
+            else:
+                self.enter(target.phase, name)
+                try:
+                    result = fn(*args, **kwargs)
+                finally:
+                    self.leave()
+            if target.count is not None:
+                target.count(self, args, kwargs, result)
+            return result
+
+        return timed
+
+
+def _subclasses(cls: type) -> list[type]:
+    found: list[type] = []
+    for sub in cls.__subclasses__():
+        found += [sub, *_subclasses(sub)]
+    return found
+
+
+def _resolve(target: Target) -> Any:
+    owner: Any = importlib.import_module(target.module)
+    for part in target.qualname.split(".")[:-1]:
+        owner = getattr(owner, part)
+    return owner
+
+
+@contextmanager
+def timed_phases(clock: PhaseClock, targets: tuple[Target, ...] = TARGETS) -> Iterator[dict[str, list[str]]]:
+    """Every target wrapped (see :class:`PhaseClock`) in this block, then given back. Yields
+    ``{"wrapped": [...], "not_measured": [...]}``: a target whose module, class or attribute is
+    missing is listed as not measured, and its phase reads low by what it would have timed."""
+    report: dict[str, list[str]] = {"wrapped": [], "not_measured": []}
+    undo: list[tuple[Any, str, Any]] = []
+    for target in targets:
+        attr = target.qualname.rsplit(".", 1)[-1]
+        try:
+            owner = _resolve(target)
+        except (ImportError, AttributeError):
+            report["not_measured"].append(f"{target.module}.{target.qualname}")
+            continue
+        owners = [owner, *_subclasses(owner)] if isinstance(owner, type) else [owner]
+        hit = False
+        for each in owners:
+            raw = vars(each).get(attr)
+            if raw is None:
+                continue  # inherited: wrapped where it is defined
+            if isinstance(raw, staticmethod | classmethod):
+                new: Any = type(raw)(clock.wrap(raw.__func__, target))
+            elif callable(raw):
+                new = clock.wrap(raw, target)
+            else:
+                continue
+            setattr(each, attr, new)
+            undo.append((each, attr, raw))
+            hit = True
+        key = "wrapped" if hit else "not_measured"
+        report[key].append(f"{target.module}.{target.qualname}")
+    try:
+        yield report
+    finally:
+        for each, attr, raw in reversed(undo):
+            setattr(each, attr, raw)
+
+
 # ----------------------------------------------------------------------------- child side
+
+
+PROBES = {
+    "BenchmarkWorker._start": "benchmark_worker_start_s",
+    "LFBOPatternSearch._fit_surrogate": "surrogate_fit_s",
+    "LFBOPatternSearch._surrogate_select": "surrogate_select_s",
+}
+
+
+def _split_fields(
+    clock: PhaseClock, wall: float, phases: list[Any], wrapped: dict[str, list[str]]
+) -> dict[str, Any]:
+    """A run's ``split``, ``counts``, ``probes``, ``calls`` and ``split_not_measured``."""
+    counts = {
+        "configs_generated": len(clock.configs_seen),
+        "configs_compiled": sum(p.ok for p in phases),
+        "configs_failed": sum(p.failed for p in phases),
+        "precompile_timeouts": sum(p.timeouts for p in phases),
+        "precompile_phases": len(phases),
+        "configs_benchmarked": 0,
+        "benchmark_failed": 0,
+        "accuracy_checks": 0,
+        "accuracy_failed": 0,
+    }
+    counts.update(clock.counts)
+    return {
+        "split": clock.split(wall),
+        "counts": counts,
+        "probes": {label: clock.probes.get(name, 0.0) for name, label in PROBES.items()},
+        "calls": clock.calls,
+        "split_not_measured": wrapped["not_measured"],
+    }
 
 
 def _child(opts: argparse.Namespace) -> None:
@@ -76,8 +346,9 @@ def _child(opts: argparse.Namespace) -> None:
     import test_helion_kernels as hk
     import triton_kiln as kiln
     import triton_kiln.helion
-    from triton_kiln.helion import adapter
+    from triton_kiln.helion import adapter, compat
 
+    importlib.import_module("helion.autotuner")  # every search class: the split wraps their overrides
     gen = torch.Generator(device="cuda").manual_seed(0)
     args = tuple(
         torch.randn(*shape, device="cuda", dtype=torch.float16, generator=gen)
@@ -105,19 +376,22 @@ def _child(opts: argparse.Namespace) -> None:
     def started(n: int) -> None:
         print(f"{PRECOMPILE}{n}", flush=True)
 
-    result: dict[str, Any] = {"arm": opts.arm, "kernel": opts.kernel}
-    with adapter.probe_precompile(on_start=started) as phases:
+    result: dict[str, Any] = {"arm": opts.arm, "kernel": opts.kernel, "helion_version": compat.VERSION}
+    clock = PhaseClock()
+    with timed_phases(clock) as wrapped, adapter.probe_precompile(on_start=started) as phases:
         t0 = time.perf_counter()
         try:
             config = bound.autotune(args, force=True)
         except Exception as error:  # reported, not hidden: the fault runs expect some
             result.update(status="error", error_type=type(error).__name__, error=str(error)[:2000])
             config = None
-        result["autotune_s"] = time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+    result["autotune_s"] = wall
     result["precompile_phases"] = [vars(p) for p in phases]
-    result["precompile_s"] = sum(p.seconds for p in phases)
+    result["precompile_s"] = sum(p.seconds for p in phases)  # the waits alone (``wait_for_all``)
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
+    result.update(_split_fields(clock, wall, phases, wrapped))
     if config is not None:
         result["status"] = "ok"
         result["config"] = repr(config)
@@ -233,57 +507,110 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     chosen = dict(ok[(len(ok) - 1) // 2])
     if len(runs) > 1:
         chosen["median_of"] = len(ok)
+    for key in ("split", "counts"):
+        fields = [r[key] for r in ok if isinstance(r.get(key), dict)]
+        if fields:
+            names = [name for name in fields[0] if all(name in f for f in fields)]
+            chosen[f"{key}_median"] = {name: statistics.median(f[name] for f in fields) for name in names}
     return chosen
 
 
+def _arms_of(runs: dict[str, Any]) -> list[str]:
+    return [arm for arm in ARMS if arm in runs] + sorted(arm for arm in runs if arm not in ARMS)
+
+
 def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """One kernel's comparison: each arm's median run, their ratios, and (with more than one run
-    per arm) every run under ``runs``."""
-    pair = {arm: _median_run(runs[arm]) for arm in ("fork", "kiln")}
-    row: dict[str, Any] = {"kernel": kernel, **pair}
+    """One kernel's comparison: each arm's median run, kiln's ratios to the Helion arms, and
+    (with more than one run per arm) every run under ``runs``."""
+    arms = _arms_of(runs)
+    chosen = {arm: _median_run(runs[arm]) for arm in arms if runs[arm]}
+    row: dict[str, Any] = {"kernel": kernel, **chosen}
     if max(len(r) for r in runs.values()) > 1:
         row["runs"] = runs
-    fork, kiln_ = pair["fork"], pair["kiln"]
-    if fork.get("status") == "ok" and kiln_.get("status") == "ok":
-        row["autotune_ratio"] = kiln_["autotune_s"] / fork["autotune_s"]
-        row["runtime_ratio"] = kiln_["runtime_ms"] / fork["runtime_ms"]
+    kiln_ = chosen.get("kiln", {})
+    for helion_arm in ("fork", "spawn"):
+        other = chosen.get(helion_arm, {})
+        if other.get("status") == "ok" and kiln_.get("status") == "ok":
+            row[f"kiln_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
+            row[f"runtime_kiln_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
+    if "kiln_over_fork" in row:  # the names of the fork-only comparison, kept for its readers
+        row["autotune_ratio"] = row["kiln_over_fork"]
+        row["runtime_ratio"] = row["runtime_kiln_over_fork"]
     return row
+
+
+def _geomean(rows: list[dict[str, Any]], key: str) -> float | None:
+    """The geometric mean of the rows' ``key`` (rows without one left out)."""
+    values = [row[key] for row in rows if key in row]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
 def _geomean_ratio(rows: list[dict[str, Any]]) -> float | None:
     """The geometric mean of the rows' kiln/fork autotune ratios (rows without one left out)."""
-    values = [row["autotune_ratio"] for row in rows if "autotune_ratio" in row]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+    return _geomean(rows, "autotune_ratio")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def _geomeans(rows: list[dict[str, Any]]) -> dict[str, float | None]:
+    return {
+        "geomean_autotune_ratio": _geomean_ratio(rows),
+        "geomean_kiln_over_fork": _geomean(rows, "kiln_over_fork"),
+        "geomean_kiln_over_spawn": _geomean(rows, "kiln_over_spawn"),
+    }
+
+
+def _plan(opts: argparse.Namespace) -> list[tuple[str, str]]:
+    """The compare runs in order, ``(kernel, arm)``: per kernel, ``--repeats`` rounds of every arm;
+    each round starts one arm later than the one before (and each kernel one later than the
+    kernel before, ``--repeat-offset`` more), so drift hits every arm alike."""
+    arms = [arm for arm in opts.arms.split(",") if arm]
+    order: list[tuple[str, str]] = []
+    for i, kernel in enumerate(k for k in opts.kernels.split(",") if k):
+        for repeat in range(opts.repeats):
+            shift = (i + repeat + opts.repeat_offset) % len(arms)
+            order += [(kernel, arm) for arm in arms[shift:] + arms[:shift]]
+    return order
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--out", type=Path)
     parser.add_argument("--kernels", default=",".join(KERNELS))
-    parser.add_argument("--effort", default="quick")
-    parser.add_argument("--generations", type=int, default=1)
+    parser.add_argument(
+        "--arms", default=",".join(ARMS), help="comma list of: fork, spawn, kiln (the compare arms)"
+    )
+    parser.add_argument(
+        "--effort", choices=("quick", "full"), default="quick", help="Helion's autotune_effort"
+    )
+    parser.add_argument(
+        "--generations", type=int, default=1, help="Helion's autotune_max_generations (a fixed budget)"
+    )
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--budget-s", type=float, default=450.0, help="wall budget of the whole bench")
     parser.add_argument(
         "--min-start-s",
         type=float,
         default=150.0,
-        help="start no run with less budget left than this (a run's timeout is what is left, <= 240 s)",
+        help="start no run with less budget left than this (a run's timeout is what is left, "
+        "at most --run-timeout-s)",
     )
+    parser.add_argument("--run-timeout-s", type=float, default=240.0, help="the most one run may take")
     parser.add_argument(
         "--repeats",
         type=int,
         default=1,
         help="runs per arm and kernel (the median run is compared): "
-        "the two arms' searches part after the seeded population, so one run per arm is noisy",
+        "the arms' searches part after the seeded population, so one run per arm is noisy",
     )
     parser.add_argument(
         "--repeat-offset",
         type=int,
         default=0,
-        help="shift the alternating arm order (for repeats split over several invocations)",
+        help="shift the rotating arm order (for repeats split over several invocations)",
     )
     parser.add_argument("--skip", default="", help="comma list of: compare, fault, ctrl-c")
+    parser.add_argument(
+        "--plan", action="store_true", help="print the compare runs' commands in order and run nothing"
+    )
     parser.add_argument(
         "--merge",
         nargs="+",
@@ -296,12 +623,34 @@ def main() -> None:
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     parser.add_argument("--faults", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed-abort", action="store_true", help=argparse.SUPPRESS)
-    opts = parser.parse_args()
+    return parser
+
+
+def _options(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = _parser()
+    opts = parser.parse_args(argv)
+    unknown = {a for a in opts.arms.split(",") if a} - set(ARMS)
+    if unknown or not opts.arms.strip(","):
+        parser.error(f"--arms: one or more of {', '.join(ARMS)} (got {opts.arms!r})")
+    unknown = {k for k in opts.kernels.split(",") if k} - set(GPU_SHAPES)
+    if unknown:
+        parser.error(f"--kernels: unknown {sorted(unknown)}; known: {', '.join(KERNELS)}")
+    if opts.repeats < 1 or opts.generations < 1:
+        parser.error("--repeats and --generations are at least 1")
+    return opts
+
+
+def main(argv: list[str] | None = None) -> None:
+    opts = _options(argv)
     if opts.child:
         _child(opts)
         return
     if opts.merge:
         _write(_merge(opts.merge), opts.out)
+        return
+    if opts.plan:
+        for kernel, arm in _plan(opts):
+            print(" ".join(_command(opts, arm, kernel)))
         return
     begin = time.perf_counter()
     skip = set(filter(None, opts.skip.split(",")))
@@ -313,7 +662,8 @@ def main() -> None:
     def run(arm: str, kernel: str, **kw: bool) -> dict[str, Any]:
         if left() < opts.min_start_s:  # a run cut short by the budget would be a lost run
             return {"arm": arm, "kernel": kernel, "status": "skipped (bench budget spent)"}
-        return _run(_command(opts, arm, kernel, **kw), _env(scratch), timeout=max(30.0, min(240.0, left())))
+        timeout = max(30.0, min(opts.run_timeout_s, left()))
+        return _run(_command(opts, arm, kernel, **kw), _env(scratch), timeout=timeout)
 
     report: dict[str, Any] = {
         "bench": "helion",
@@ -343,16 +693,12 @@ def main() -> None:
     if "ctrl-c" not in skip:
         report["ctrl_c"] = [_ctrl_c(opts, arm, _env(scratch)) for arm in ("kiln", "fork")]
     if "compare" not in skip:
-        rows = []
-        for i, kernel in enumerate(opts.kernels.split(",")):
-            runs: dict[str, list[dict[str, Any]]] = {"fork": [], "kiln": []}
-            for repeat in range(opts.repeats):  # alternating order: drift hits both arms alike
-                arms = ("fork", "kiln") if (i + repeat + opts.repeat_offset) % 2 == 0 else ("kiln", "fork")
-                for arm in arms:
-                    runs[arm].append(run(arm, kernel))
-            rows.append(_row(kernel, runs))
-        report["compare"] = rows
-        report["geomean_autotune_ratio"] = _geomean_ratio(rows)
+        runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # kernel -> arm -> runs
+        for kernel, arm in _plan(opts):
+            by_arm = runs.setdefault(kernel, {a: [] for a in opts.arms.split(",") if a})
+            by_arm[arm].append(run(arm, kernel))
+        report["compare"] = [_row(kernel, by_arm) for kernel, by_arm in runs.items()]
+        report.update(_geomeans(report["compare"]))
     report["bench_s"] = time.perf_counter() - begin
     _write(report, opts.out)
 
@@ -368,9 +714,9 @@ def _write(report: dict[str, Any], out: Path | None) -> None:
 
 def _merge(paths: list[Path]) -> dict[str, Any]:
     """One report from several runs: per kernel, every part's runs of each arm pooled and the
-    median run compared (so repeats may be split over several invocations), the fault and Ctrl-C
-    arms (a later run's replace an earlier one's), the geomean over every kernel, and each part's
-    command, date and device (which must all be one device)."""
+    median run compared (so repeats and arms may be split over several invocations), the fault
+    and Ctrl-C arms (a later run's replace an earlier one's), the geomeans over every kernel, and
+    each part's command, date and device (which must all be one device)."""
     parts = [json.loads(path.read_text()) for path in paths]
     devices = {part.get("device") for part in parts}
     if len(devices) != 1:
@@ -390,48 +736,65 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # kernel -> arm -> runs, in run order
     for part in parts:
         for row in part.get("compare", []):
-            into = runs.setdefault(row["kernel"], {"fork": [], "kiln": []})
-            for arm in ("fork", "kiln"):
-                into[arm].extend(row["runs"][arm] if "runs" in row else [row[arm]])
+            into = runs.setdefault(row["kernel"], {})
+            source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}
+            for arm, arm_runs in source.items():
+                into.setdefault(arm, []).extend(arm_runs)
         for key in ("fault", "ctrl_c"):
             if key in part:
                 merged[key] = part[key]
     merged["compare"] = [_row(kernel, arm_runs) for kernel, arm_runs in runs.items()]
-    merged["geomean_autotune_ratio"] = _geomean_ratio(merged["compare"])
+    merged.update(_geomeans(merged["compare"]))
     return merged
 
 
 def _print_table(report: dict[str, Any]) -> None:
-    def f(value: Any, fmt: str = "{:.2f}") -> str:
+    def f(value: Any, fmt: str = "{:.1f}") -> str:
         return fmt.format(value) if isinstance(value, int | float) else "-"
 
-    print(f"device: {report.get('device')}  {report.get('versions')}")
-    print(f"{'kernel':14} {'arm':5} {'status':8} {'tune s':>7} {'prec s':>7} {'ok':>4} {'fail':>4} {'ms':>8}")
+    print(f"device: {report.get('device')}  {report.get('versions')}  {report.get('settings')}")
+    phases = ("codegen", "baseline", "precompile", "benchmark", "accuracy", "other")
+    head = " ".join(f"{p[:7]:>7}" for p in phases)
+    print(
+        f"{'kernel':12} {'arm':5} {'status':8} {'tune s':>7} {head} "
+        f"{'gen':>4} {'comp':>4} {'fail':>4} {'bench':>5} {'ms':>8}"
+    )
     for row in report.get("compare", []):
-        for arm in ("fork", "kiln"):
+        arms = [arm for arm in ARMS if arm in row]
+        for arm in arms:
             r = row[arm]
+            split = r.get("split") or {}
+            counts = r.get("counts") or {}
+            cells = " ".join(f"{f(split.get(f'{p}_s')):>7}" for p in phases)
             print(
-                f"{row['kernel']:14} {arm:5} {str(r.get('status'))[:8]:8} {f(r.get('autotune_s')):>7} "
-                f"{f(r.get('precompile_s')):>7} {f(r.get('configs_compiled'), '{}'):>4} "
-                f"{f(r.get('configs_failed'), '{}'):>4} {f(r.get('runtime_ms'), '{:.4f}'):>8}"
+                f"{row['kernel']:12} {arm:5} {str(r.get('status'))[:8]:8} "
+                f"{f(r.get('autotune_s')):>7} {cells} "
+                f"{f(counts.get('configs_generated'), '{}'):>4} {f(r.get('configs_compiled'), '{}'):>4} "
+                f"{f(r.get('configs_failed'), '{}'):>4} {f(counts.get('configs_benchmarked'), '{}'):>5} "
+                f"{f(r.get('runtime_ms'), '{:.4f}'):>8}"
             )
-        runs = row.get("runs", {})
-        counts = {arm: sum(r.get("status") == "ok" for r in runs[arm]) for arm in runs}
-        lost = sum(len(runs[arm]) - counts[arm] for arm in runs)
-        of = ""
-        if runs:
-            of = f"  (median of ok runs: fork {counts['fork']}, kiln {counts['kiln']}; lost {lost})"
-        print(
-            f"{'':14} kiln/fork autotune {f(row.get('autotune_ratio'), '{:.3f}')}"
-            f"  runtime {f(row.get('runtime_ratio'), '{:.3f}')}{of}"
+            if r.get("split_not_measured"):
+                print(f"{'':12}   not measured: {', '.join(r['split_not_measured'])}")
+        ratios = "  ".join(
+            f"kiln/{other} autotune {f(row.get(f'kiln_over_{other}'), '{:.3f}')} "
+            f"runtime {f(row.get(f'runtime_kiln_over_{other}'), '{:.3f}')}"
+            for other in ("fork", "spawn")
+            if other in row
         )
+        if ratios:
+            print(f"{'':12} {ratios}")
+        runs = row.get("runs", {})
         for arm in runs:
             walls = ", ".join(
-                f"{r['autotune_s']:.1f}/{r['configs_compiled']}" if r.get("status") == "ok" else r["status"]
+                f"{r['autotune_s']:.1f}/{r.get('configs_compiled')}"
+                if r.get("status") == "ok"
+                else str(r["status"])
                 for r in runs[arm]
             )
-            print(f"{'':14}   {arm} runs (autotune s / configs): {walls}")
-    print(f"geomean kiln/fork autotune wall: {f(report.get('geomean_autotune_ratio'), '{:.3f}')}")
+            print(f"{'':12}   {arm} runs (autotune s / configs compiled): {walls}")
+    for key in ("geomean_kiln_over_fork", "geomean_kiln_over_spawn"):
+        if key in report:
+            print(f"{key}: {f(report.get(key), '{:.3f}')}")
     for name, r in report.get("fault", {}).items():
         how = r.get("signal") or r.get("error_type") or ""
         print(

@@ -1,7 +1,7 @@
 """Helion kernels for kiln's Helion tests and ``bench/helion_autotune.py`` (a module: Helion reads it).
 
-``add``, ``softmax``, ``matmul`` and ``many_configs`` (a 2-D kernel with a loop and a reduction,
-so its search space is large) are healthy; ``crashy_add`` aborts in Triton's compiler for
+``add``, ``softmax``, ``matmul``, ``layer_norm`` and ``many_configs`` (a 2-D kernel with a loop
+and a reduction, so its search space is large) are healthy; ``crashy_add`` aborts in Triton's compiler for
 configs with ``num_warps == helion_faults.ABORT_NUM_WARPS`` and ``crashall_add`` for every
 config (only where ``helion_faults.install()`` ran: see that module).
 
@@ -67,6 +67,20 @@ def matmul(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """Each row normalized to mean 0 and variance 1 (in float32), then scaled and shifted."""
+    m, _n = x.size()
+    out = torch.empty_like(x)
+    for tile_m in hl.tile(m):
+        row = x[tile_m, :].to(torch.float32)
+        mean = torch.mean(row, dim=-1, keepdim=True)
+        centered = row - mean
+        var = torch.mean(centered * centered, dim=-1, keepdim=True)
+        normalized = centered * torch.rsqrt(var + 1e-5)
+        out[tile_m, :] = (normalized * weight[:].to(torch.float32) + bias[:].to(torch.float32)).to(x.dtype)
+    return out
+
+
 def many_configs(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """Row-scaled, bias-added, then each row normalized by its sum of squares."""
     n, m = x.size()
@@ -96,6 +110,9 @@ def eager(name: str) -> Callable[..., torch.Tensor]:
         "crashall_add": torch.add,
         "softmax": lambda x: torch.softmax(x.float(), dim=1).to(x.dtype),
         "matmul": torch.matmul,
+        "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(
+            x.float(), (x.size(1),), w.float(), b.float(), 1e-5
+        ).to(x.dtype),
         "many_configs": many,
     }
     return table[name]
@@ -120,6 +137,8 @@ def inputs(name: str, scale: int = 1, device: str = "cpu") -> tuple[torch.Tensor
         return (randn(512 * scale, 1024),)
     if name == "matmul":
         return randn(512 * scale, 512), randn(512, 512 * scale)
+    if name == "layer_norm":
+        return randn(512 * scale, 1024), randn(1024), randn(1024)
     if name == "many_configs":
         return randn(256 * scale, 2048), randn(2048)
     raise KeyError(name)
