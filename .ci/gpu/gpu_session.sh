@@ -5,7 +5,8 @@
 # Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
 # and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
 # (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), before-after (the
-# default ops' first calls against kiln at another commit), helion
+# default ops' first calls against kiln at another commit), footprint, helion-split (Helion's
+# autotune split by phase, three arms), helion
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
@@ -139,6 +140,13 @@ for phase in "$@"; do
       TAIL=10 run before-after "${BA_S:-420}" python3 bench/realworld.py --arms kiln_baseline,kiln \
         --baseline-src "$BASE_SRC" --baseline-commit "$BASE_COMMIT" --arm-timeout 120 \
         --out "$out/before-after.json" --md "$out/before-after.md" ;;
+    footprint)  # what kiln holds where nothing tunes, after an idle time, and right after a tuning (~280 s)
+      TAIL=12 run footprint 400 python3 bench/footprint.py --out "$out/footprint.json" ;;
+    helion-split)  # Helion's autotune wall split by phase, arms fork / spawn / kiln: HK kernels
+      # (matmul,layer_norm), HE effort (quick), HG generations (1); ~85 s per arm and kernel at quick
+      TAIL=30 run helion-split 590 python3 bench/helion_autotune.py --skip fault,ctrl-c \
+        --kernels "${HK:-matmul,layer_norm}" --effort "${HE:-quick}" --generations "${HG:-1}" --repeats 1 \
+        --budget-s 570 --min-start-s 110 --run-timeout-s 200 --out "$out/helion-split-${HT:-a}.json" ;;
     record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
       TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
     devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests
