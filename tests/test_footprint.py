@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -145,11 +146,12 @@ def record_a_run(path: Path) -> None:
         (None, "empty database", True),
         (None, "tuned", False),  # auto: results may serve every call, so nothing starts
         (None, "fresh, remote cache", False),  # results may come from the remote store
+        (None, "compiled before, nothing tuned", False),  # torch.compile's kernels through kiln
         ("0", "fresh", False),
     ],
 )
 def test_the_pool_starts_at_install_where_kiln_prewarm_says(
-    tmp_path: Path, prewarm: str | None, cache: str, started: bool
+    tmp_path: Path, prewarm: str | None, cache: str, started: bool, make_pool: Callable[..., CompilePool]
 ) -> None:
     """The pool holds no GPU memory; the sandbox (which does) always waits for a miss."""
     env = {"FOOTPRINT_LIBRARIES": "0"}  # install() decides; the libraries' import is another test's
@@ -161,6 +163,8 @@ def test_the_pool_starts_at_install_where_kiln_prewarm_says(
         from triton_kiln.tuning import TuningDatabase
 
         TuningDatabase(tmp_path / "tuning.sqlite3").close()
+    elif cache == "compiled before, nothing tuned":
+        make_pool(cache_dir=tmp_path / "cache", workers=1).compile(add_request(block=64))
     elif cache == "fresh, remote cache":
         env["KILN_REMOTE_CACHE"] = "redis://127.0.0.1:9/0"  # never reached: install() connects nowhere
     report = child("decorate", tmp_path, **env)

@@ -267,9 +267,9 @@ class Settings:
         AUTO_FLAG,
         """whether :func:`triton_kiln.install` or a tuned kernel's definition on a GPU machine starts
         the compile pool (its zygote and workers: processes, no GPU memory) so a tuning's first miss
-        finds it ready instead of waiting for it (~0.5-1 s). ``auto`` (the default): only where
-        nothing kiln could read holds a tuning result (no tuning database yet, or an empty one,
-        and no remote cache): a fresh cache, whose first call tunes. ``1``: always, for processes
+        finds it ready instead of waiting for it (~0.5-1 s). ``auto`` (the default): only on a
+        fresh cache, whose first call tunes: no tuning database yet (or one without a run), no
+        compiled kernel in kiln's cache, no remote cache. ``1``: always, for processes
         that will tune; ``0``: never, a tuning's first miss starts it. The pool exits after
         ``KILN_IDLE_S`` without work.""",
         none="auto",

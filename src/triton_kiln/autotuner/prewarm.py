@@ -42,6 +42,7 @@ prewarms nothing: its pool and device are the caller's business.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import subprocess
 import threading
@@ -85,13 +86,15 @@ def prepare(database: object = None, *, missed: bool = False) -> bool:
 
 
 def nothing_tuned(settings: settings_mod.Settings, database: object = None) -> bool:
-    """Whether no tuning result kiln could read exists for a kernel whose tuning database is
-    ``database`` (``None``: the default one; ``False``: none), so its first call tunes: no remote
-    cache, and no database file yet or one without a finished run. A database kiln cannot look
-    into (not a file, unreadable) counts as tuned: where kiln cannot tell, it starts nothing."""
+    """Whether this is a fresh cache, where a kernel whose tuning database is ``database``
+    (``None``: the default one; ``False``: none) tunes at its first call: no remote cache, no
+    compiled kernel in kiln's artifact store (a process whose kernels kiln compiled before, as
+    torch.compile's through kiln, is not on a fresh cache even where nothing was tuned), and no
+    database file yet or one without a finished run. A database kiln cannot look into (not a
+    file, unreadable) counts as tuned: where kiln cannot tell, it starts nothing."""
     from triton_kiln.tuning.db import default_database_path, holds_runs
 
-    if settings.remote_cache is not None:
+    if settings.remote_cache is not None or _holds_artifacts(settings.cache_dir):
         return False
     if database is False or (database is None and not settings.use_tuning_db):
         return True  # results live in memory only: every process tunes
@@ -141,6 +144,23 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
     if pool:
         _start_pool(sandbox)
     return True
+
+
+def _holds_artifacts(cache_dir: Path) -> bool:
+    """Whether kiln's artifact store in ``cache_dir`` holds an entry (a directory listing or two)."""
+    from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT
+
+    try:
+        with os.scandir(Path(cache_dir) / f"artifacts-v{ARTIFACT_FORMAT}") as shards:
+            for shard in shards:
+                if not shard.is_dir(follow_symlinks=False):
+                    continue
+                with os.scandir(shard.path) as entries:
+                    if next(entries, None) is not None:
+                        return True
+    except OSError:  # no store yet
+        return False
+    return False
 
 
 def _start_driver_utils(settings: settings_mod.Settings) -> None:
