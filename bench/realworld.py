@@ -21,6 +21,12 @@ For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
   ``KILN_CACHE_DIR`` (tuning database inside);
 * ``kiln_second``: a second kiln process keeping the ``kiln`` arm's ``KILN_CACHE_DIR`` and
   database (fresh ``TRITON_CACHE_DIR``): what a user's next process pays;
+* ``kiln_record``: a fresh ``KILN_CACHE_DIR`` holding only the ``kiln`` arm's program record
+  (``programs/``) and a fresh ``TRITON_CACHE_DIR``: the next run of the program on a machine
+  whose caches are gone, where ``install()`` starts the recorded compiles before the op asks for
+  them (``kiln_record_first_s``, ``kiln_first_over_record``; ``kiln_record_replay``: what the
+  replay started and skipped, how many of its compiles were done when the first call began, and
+  the seconds from ``install()`` to the replay's last submission and to the first call);
 * ``kiln_forced``: as ``kiln_second``, with every autotuned kernel's configs cut down to the ones
   Triton chose (the ``triton`` arm's ``choices.json``), so ``kiln_op_ms_triton_configs`` compares
   launch paths apart from config choice;
@@ -90,8 +96,18 @@ import realworld_ops
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "realworld_child.py"
-ARMS = ("triton", "triton_parallel", "kiln_baseline", "kiln", "kiln_second", "kiln_forced", "harness")
+ARMS = (
+    "triton",
+    "triton_parallel",
+    "kiln_baseline",
+    "kiln",
+    "kiln_second",
+    "kiln_record",
+    "kiln_forced",
+    "harness",
+)
 BASELINE = "kiln_baseline"  # the kiln arm on another checkout's src/ (--baseline-src)
+RECORD = "kiln_record"  # fresh caches but the kiln arm's program record (a fresh machine's second run)
 PARALLEL = "triton_parallel"  # stock triton.autotune, each tuning's configs compiled in a pool first
 PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
@@ -119,7 +135,7 @@ def arm_env(arm: str, root: Path, op: str = "", dry_run: bool = False, src: Path
         return env
     env["PYTHONPATH"] = os.pathsep.join([str(src), *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("KILN_PROGRESS", "0")
-    caches = {"triton": "kiln-cache-triton-arm", BASELINE: "kiln-cache-baseline"}
+    caches = {"triton": "kiln-cache-triton-arm", BASELINE: "kiln-cache-baseline", RECORD: "kiln-cache-record"}
     kiln_dir = root / caches.get(arm, "kiln-cache")
     env["KILN_CACHE_DIR"] = str(kiln_dir)
     env["KILN_TUNING_DB"] = str(kiln_dir / "tuning.sqlite3")
@@ -135,6 +151,14 @@ def run_arm(op: str, arm: str, root: Path, args: argparse.Namespace) -> dict[str
             return {"arm": arm, "error": "no --baseline-src given"}
         src = args.baseline_src
     child_arm = "kiln" if arm == BASELINE else arm
+    if arm == RECORD and not args.dry_run:
+        recorded = root / "kiln-cache" / "programs"
+        if not any(recorded.glob("*.json")):
+            return {
+                "arm": arm,
+                "error": "no program record from the kiln arm (it failed, did not run, or kept none)",
+            }
+        shutil.copytree(recorded, root / "kiln-cache-record" / "programs")  # the record, nothing else
     cmd = [sys.executable, str(CHILD), "--arm", child_arm, "--op", op, "--dir", str(arm_dir)]
     cmd += ["--repeats", str(args.repeats)]
     if arm in ("kiln_forced", "harness") and not args.dry_run:
@@ -251,6 +275,20 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "triton_first_s": field("triton", "first_s"),
         "kiln_first_s": field("kiln", "first_s"),
         "kiln_second_first_s": field("kiln_second", "first_s"),
+        **(
+            {
+                "kiln_record_first_s": field(RECORD, "first_s"),
+                "kiln_first_over_record": (
+                    kiln_first / field(RECORD, "first_s")
+                    if isinstance(kiln_first, float) and isinstance(field(RECORD, "first_s"), float)
+                    else None
+                ),
+                "kiln_record_replay": field(RECORD, "program_replay"),
+                "kiln_record_outputs_match": outputs.get(RECORD, {}).get("match"),
+            }
+            if RECORD in arms
+            else {}
+        ),
         "triton_parallel_first_s": field(PARALLEL, "first_s"),
         "triton_parallel_over_kiln": (
             field(PARALLEL, "first_s") / kiln_first
@@ -324,6 +362,7 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         "triton parallel",
         "kiln",
         "kiln 2nd",
+        "kiln rec",
         "kiln base",
         "parallel/kiln",
         "op ms triton",
@@ -351,6 +390,7 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
                 _num(r.get("triton_parallel_first_s"), ".1f"),
                 _num(r.get("kiln_first_s"), ".1f"),
                 _num(r.get("kiln_second_first_s"), ".2f"),
+                _num(r.get("kiln_record_first_s"), ".1f"),
                 _num(r.get("kiln_baseline_first_s"), ".1f"),
                 _num(r.get("triton_parallel_over_kiln"), ".2f"),
                 _num(t_ms, ".3f"),

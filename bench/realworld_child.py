@@ -54,7 +54,7 @@ LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
 # FlagGems imports its arch's ops as top-level modules (``hopper.ops.mm``, from a directory it puts
 # on sys.path): a module counts as the libraries' if its file lies in one of their packages.
 LIBRARY_DIRS = tuple(f"/{name}/" for name in LIBRARY_PREFIXES)
-KILN_ARMS = ("kiln", "kiln_second", "kiln_forced")
+KILN_ARMS = ("kiln", "kiln_second", "kiln_record", "kiln_forced")
 HARNESS = "harness"  # both arms' choices timed in one process, stock triton.autotune
 PARALLEL = "triton_parallel"  # stock triton.autotune, each tuning's configs compiled in a pool first
 
@@ -340,7 +340,9 @@ def _run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     op = realworld_ops.OPS[args.op]
     fallbacks: list[dict[str, str]] = []
     result["stage"] = "route"
+    installed_at = time.perf_counter()
     if args.arm in KILN_ARMS:
+        result["program_log"] = _program_log()
         result["kiln_install"] = route_to_kiln(args.strict, fallbacks)
     result["stage"] = "import"
     if args.dry_run and op.dry_run_setup is not None:
@@ -383,6 +385,8 @@ def _run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     torch.cuda.synchronize()
     result["stage"] = "first call"
     started = time.perf_counter()
+    if args.arm in KILN_ARMS:
+        result["program_replay"] = _replay_state(installed_at, started)
     case.run()
     torch.cuda.synchronize()
     result["first_s"] = time.perf_counter() - started
@@ -409,6 +413,41 @@ def _run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     outputs = case.run()
     torch.cuda.synchronize()
     torch.save({k: v.detach().cpu() for k, v in outputs.items()}, args.dir / "outputs.pt")
+
+
+def _program_log() -> list[list[Any]]:
+    """The program record's log lines from now (``install()``) on, each ``[seconds since now,
+    thread, message]``; the list fills as they come. The replay's INFO line says what started
+    before the first call, which begins at ``program_replay.install_to_call_s``."""
+    import logging
+
+    lines: list[list[Any]] = []
+    began = time.time()
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append([round(record.created - began, 3), record.threadName, record.getMessage()])
+
+    logger = logging.getLogger("kiln.program")
+    logger.addHandler(Keep(logging.DEBUG))
+    logger.setLevel(logging.DEBUG)
+    return lines
+
+
+def _replay_state(installed_at: float, call_at: float) -> dict[str, Any] | None:
+    """What the program record's replay had done when the first call began (``None``: none ran)."""
+    from triton_kiln import program
+
+    replay = program.current_replay()
+    if replay is None:
+        return None
+    return {
+        "started": replay.started,
+        "skipped": dict(replay.skipped),
+        "done_before_call": sum(f.done() for f in replay.futures),
+        "finished_submitting": replay.done.is_set(),
+        "install_to_call_s": call_at - installed_at,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

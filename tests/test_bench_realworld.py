@@ -1,4 +1,5 @@
-"""bench/realworld.py's baseline arm: the kiln arm on another checkout's ``src/`` in the same run."""
+"""bench/realworld.py's arms beside the kiln arm: another checkout's ``src/`` (baseline), stock Triton with a
+parallel precompile, and a fresh machine holding only the kiln arm's program record."""
 
 from __future__ import annotations
 
@@ -94,6 +95,53 @@ def test_a_row_gives_the_triton_parallel_arms_first_call_against_kilns(tmp_path:
         ]
         is None
     )
+
+
+def test_the_record_arm_runs_after_the_kiln_arm_on_fresh_caches_holding_only_its_program_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = realworld.parse_args(["--arms", "kiln_record,kiln,triton"])
+    assert args.arms == ["triton", "kiln", "kiln_record"]
+    root = tmp_path / "op"
+    kiln, record = realworld.arm_env("kiln", root), realworld.arm_env("kiln_record", root)
+    for name in ("KILN_CACHE_DIR", "KILN_TUNING_DB", "TRITON_CACHE_DIR"):
+        assert record[name] != kiln[name], name
+    # without the kiln arm's record there is nothing to measure: an error, no process
+    started: list[dict[str, str]] = []
+    monkeypatch.setattr(
+        realworld.subprocess,
+        "run",
+        lambda cmd, **kw: started.append(kw["env"]) or subprocess.CompletedProcess(cmd, 0),
+    )
+    missing = realworld.run_arm("liger_swiglu_fwd", "kiln_record", root, args)
+    assert "program record" in missing["error"]
+    assert started == []
+    programs = Path(kiln["KILN_CACHE_DIR"]) / "programs"
+    programs.mkdir(parents=True)
+    (programs / "abc.json").write_text("{}")
+    (Path(kiln["KILN_CACHE_DIR"]) / "tuning.sqlite3").write_text("the kiln arm's results")
+    realworld.run_arm("liger_swiglu_fwd", "kiln_record", root, args)
+    (env,) = started
+    cache = Path(env["KILN_CACHE_DIR"])
+    assert sorted(p.relative_to(cache).as_posix() for p in cache.rglob("*")) == [
+        "programs",
+        "programs/abc.json",
+    ]
+
+
+def test_a_row_gives_the_first_call_with_the_program_record_against_the_kiln_arms(tmp_path: Path) -> None:
+    replay = {"started": 7, "skipped": {}, "done_before_call": 7}
+    arms = {"kiln": {"first_s": 6.0}, "kiln_record": {"first_s": 4.0, "program_replay": replay}}
+    row = realworld.summarize("liger_moe_fwd", arms, tmp_path)
+    assert row["kiln_record_first_s"] == 4.0
+    assert row["kiln_first_over_record"] == 1.5
+    assert row["kiln_record_replay"] == replay
+    assert "kiln_record_first_s" not in realworld.summarize(
+        "liger_moe_fwd", {"kiln": {"first_s": 6.0}}, tmp_path
+    )
+    head, line = realworld.table([row]).splitlines()
+    assert "kiln rec" in head
+    assert "4.0" in line
 
 
 @pytest.mark.slow

@@ -5,7 +5,8 @@
 # Phases: native (native-sandbox GPU tests + bench/sandbox_start.py), tests (the GPU suite, Helion
 # and native-sandbox files excepted), softmax / matmul (bench/autotune.py --set ...), launch
 # (bench/launch.py), liger / fla (bench/realworld.py on Liger's / FLA's ops), before-after (the
-# default ops' first calls against kiln at another commit), footprint, helion-split (Helion's
+# default ops' first calls against kiln at another commit), record-arm (a first call with only
+# the program record kept), footprint, helion-split (Helion's
 # autotune split by phase, three arms), helion
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
@@ -140,6 +141,10 @@ for phase in "$@"; do
       TAIL=10 run before-after "${BA_S:-420}" python3 bench/realworld.py --arms kiln_baseline,kiln \
         --baseline-src "$BASE_SRC" --baseline-commit "$BASE_COMMIT" --arm-timeout 120 \
         --out "$out/before-after.json" --md "$out/before-after.md" ;;
+    record-arm)  # RO ops' (liger_moe_fwd) first call on fresh caches holding only the kiln arm's program
+      # record, against the kiln arm (~70 s for the MoE)
+      TAIL=8 run record-arm 300 python3 bench/realworld.py --ops "${RO:-liger_moe_fwd}" --arms kiln,kiln_record \
+        --out "$out/record-arm.json" --md "$out/record-arm.md" ;;
     footprint)  # what kiln holds where nothing tunes, after an idle time, and right after a tuning (~280 s)
       TAIL=12 run footprint 400 python3 bench/footprint.py --out "$out/footprint.json" ;;
     helion-split)  # Helion's autotune wall split by phase, arms fork / spawn / kiln: HK kernels
