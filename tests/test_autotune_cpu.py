@@ -630,3 +630,24 @@ def test_a_tuning_gives_the_callers_triton_kilns_key(
     tune(tuner, bench, n=8192)  # another key: the caller's Triton was seeded once
     assert len(seeded) == 1  # Triton asks kiln's triton_key (the stored key, or computed once)
     assert seeded[0]() == triton_compat.triton_key(tuner._settings.triton_key_dir)
+
+
+def test_the_split_breaks_the_checked_run_down_where_the_sandbox_says() -> None:
+    """The native sandbox reports its checked run's parts (the run, the comparison, the host
+    reads and hashes naming new outputs); the split sums them beside ``sandbox_check_s``, and
+    leaves them out where no sandbox reported them."""
+    from triton_kiln.autotuner.timesplit import TimeSplit
+
+    split = TimeSplit()
+    parts = {"check_s": 0.02, "check_run_s": 0.004, "check_compare_s": 0.015, "check_fingerprint_s": 0.012}
+    for _ in range(3):
+        split.saw(NativeBenchOutcome("ok", [1.0, 1.0, 1.0], sandbox={"via": "native", **parts}), 0.05)
+    got = split.as_dict(time.monotonic(), 1.0)
+    assert got["sandbox_check_s"] == pytest.approx(0.06)
+    assert got["sandbox_check_run_s"] == pytest.approx(0.012)
+    assert got["sandbox_check_compare_s"] == pytest.approx(0.045)
+    assert got["sandbox_check_fingerprint_s"] == pytest.approx(0.036)
+    older = TimeSplit()  # a sandbox that reports no parts: no keys for them
+    older.saw(NativeBenchOutcome("ok", [1.0, 1.0, 1.0], sandbox={"via": "native", "check_s": 0.02}), 0.05)
+    breakdown = {"sandbox_check_run_s", "sandbox_check_compare_s", "sandbox_check_fingerprint_s"}
+    assert breakdown.isdisjoint(older.as_dict(time.monotonic(), 1.0))

@@ -33,6 +33,10 @@ The parts, in seconds:
     and what the sandbox itself reported spending on loading binaries, on the checked run with
     its output check, and in the timing loop; the rest of those two
     parts is the round trip (messages, the caller's side). Present when the sandbox reported it.
+``sandbox_check_run_s``, ``sandbox_check_compare_s``, ``sandbox_check_fingerprint_s``
+    (native sandbox only) Of ``sandbox_check_s``: the checked run (inputs restored, one launch,
+    synchronized), the comparison of its outputs, and within the comparison the host reads and
+    hashes that name new representatives (the rest of ``sandbox_check_s`` restores the inputs).
 ``other_s``
     ``wall - sandbox_wait_s - bench_s - final_s``: the tuning thread was in no benchmark call.
     Mostly waiting for compiles while nothing compiled was left to benchmark; also preparing
@@ -58,6 +62,11 @@ _SANDBOX_PARTS = (  # the native sandbox's own timings -> the split's keys
     ("check_s", "sandbox_check_s"),
     ("bench_s", "sandbox_timing_s"),
 )
+_CHECK_PARTS = (  # of sandbox_check_s, where the sandbox reports them
+    ("check_run_s", "sandbox_check_run_s"),
+    ("check_compare_s", "sandbox_check_compare_s"),
+    ("check_fingerprint_s", "sandbox_check_fingerprint_s"),
+)
 
 
 class TimeSplit:
@@ -68,6 +77,7 @@ class TimeSplit:
         self.phases = {"bench_s": 0.0, "final_s": 0.0}
         self.current = "bench_s"  # the part benchmark calls count toward now
         self.inside = dict.fromkeys((ours for _, ours in _SANDBOX_PARTS), 0.0)
+        self.check_parts: dict[str, float] = {}
         self._inside_seen = False
         self._compiled_at: list[float] = []  # appended from the pool's threads (list.append is atomic)
 
@@ -87,6 +97,10 @@ class TimeSplit:
                 if isinstance(value, int | float):
                     self.inside[ours] += float(value)
                     self._inside_seen = True
+            for theirs, ours in _CHECK_PARTS:
+                value = outcome.sandbox.get(theirs)
+                if isinstance(value, int | float):
+                    self.check_parts[ours] = self.check_parts.get(ours, 0.0) + float(value)
         self.sandbox_wait_s += waited
         self.phases[self.current] += max(0.0, seconds - waited)
 
@@ -110,4 +124,5 @@ class TimeSplit:
             "final_s": self.phases["final_s"],
             "other_s": max(0.0, wall_s - busy),
             **(self.inside if self._inside_seen else {}),
+            **self.check_parts,
         }

@@ -24,6 +24,7 @@ reference was given; otherwise the host check runs (:meth:`usable`).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,7 @@ class DeviceCheck:
         self.partials = 0
         self.rows = np.empty(MAX_PROGRAMS * SLOTS, dtype=np.float64)
         self._seen: dict[tuple[int, int], Summary] = {}  # (output, representative) -> summary
+        self.fingerprint_s = 0.0  # spent naming new representatives (a host read and a hash each)
 
     def set_kernels(self, specs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Load the summary kernel's variants (``{dtype: spec}``); what loaded and what failed."""
@@ -170,7 +172,11 @@ class DeviceCheck:
         """A new representative's name: the hash of its bytes (read to the host once)."""
         from triton_kiln.sandbox.compare_np import fingerprint_words
 
-        return fingerprint_words(self.inputs.tensors[name].desc.dtype, self.inputs.read(name))
+        started = time.monotonic()
+        try:
+            return fingerprint_words(self.inputs.tensors[name].desc.dtype, self.inputs.read(name))
+        finally:
+            self.fingerprint_s += time.monotonic() - started
 
     def _copy(self, value: DeviceArray) -> DeviceArray:
         ptr = self.cuda.mem_alloc(max(1, value.nbytes))

@@ -226,7 +226,10 @@ class NativeState:
         self.inputs.restore_all()
         launcher.launch(grid, 0, ordered)
         self.cuda.ctx_synchronize()
+        ran = time.monotonic()
+        fingerprinted = self.device_check.fingerprint_s
         check = self.check_outputs() if spec["want_outputs"] else None
+        compared = time.monotonic()
         self.inputs.restore_all()
         checked = time.monotonic()
 
@@ -248,6 +251,11 @@ class NativeState:
         info = {
             "load_s": loaded - started,
             "check_s": checked - loaded,
+            # of check_s: the checked run (inputs restored, one launch, synchronized), the
+            # comparison, and within it the host reads and hashes of new representatives
+            "check_run_s": ran - loaded,
+            "check_compare_s": compared - ran,
+            "check_fingerprint_s": self.device_check.fingerprint_s - fingerprinted,
             "bench_s": done - checked,
             "seconds": done - started,
             "estimate_ms": estimate,
