@@ -111,6 +111,17 @@ def test_on_a_fresh_cache_install_readies_all_but_the_sandbox(
             kiln.uninstall()
 
 
+def test_a_kernel_with_a_pool_of_its_own_starts_no_process_pool_even_on_a_fresh_cache(
+    gpu_machine: None, tmp_path: Path, make_pool: Any
+) -> None:
+    (tmp_path / "cache" / "tuning.sqlite3").unlink()  # KILN_PREWARM=auto would start the shared pool
+    own = make_pool(workers=1)
+    configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
+    kiln.autotune(configs=configs, key=["n"], pool=own)(add_kernel)
+    _join_prewarm()
+    assert pool_mod._DEFAULT_POOL is None, "a kernel with its own pool started the process's pool"
+
+
 def test_defining_a_tuned_kernel_starts_no_zygote(gpu_machine: None) -> None:
     configs: Any = [triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128})]
     kiln.autotune(configs=configs, key=["n"])(add_kernel)

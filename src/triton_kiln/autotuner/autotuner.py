@@ -192,7 +192,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
         self._search_depth = 0
         self.searched: dict[tuple[Any, ...], dict[str, ConfigResult]] = {}
         if self._plan.own_device:  # (prewarm.py) a tuning's first miss starts the rest
-            prepare(database)
+            prepare(database, shared_pool=pool is None)
 
     # The cache (tuning key -> config) empties the launch tables whenever it changes.
     @property

@@ -63,12 +63,13 @@ _untuned_checked: set[object] = set()  # databases KILN_PREWARM=auto looked into
 compare_futures: list[Future[Any]] = []  # the output check's kernels prewarm queued (tests wait on them)
 
 
-def prepare(database: object = None, *, missed: bool = False) -> bool:
+def prepare(database: object = None, *, missed: bool = False, shared_pool: bool = True) -> bool:
     """What a defined kernel gets at once: the caller's Triton asks kiln for its key from now on,
     and a key not yet kept on disk is computed in the background (:func:`key_ahead`). Starts no
     process, except the compile pool where ``KILN_PREWARM`` says so (``auto``: where
     :func:`nothing_tuned` of ``database``, the kernel's tuning database: ``None`` for the
-    default one; ``missed``: a tuning's first miss, which starts the pool itself). ``False``
+    default one; ``missed``: a tuning's first miss, which starts the pool itself;
+    ``shared_pool``: the kernel compiles in the process's pool, not one of its own). ``False``
     without a GPU."""
     from triton_kiln.sandbox.registry import gpu_present
 
@@ -77,6 +78,8 @@ def prepare(database: object = None, *, missed: bool = False) -> bool:
     settings = settings_mod.current()
     triton_compat.seed_caller_triton_key(settings.triton_key_dir)
     key_ahead(settings.triton_key_dir)
+    if not shared_pool:  # its pool is the caller's business
+        return True
     if settings.prewarm:  # all but the sandbox (GPU memory) now; the sandbox at the first miss
         _start_driver_utils(settings)
         _start_pool(sandbox=settings.sandbox)
