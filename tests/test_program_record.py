@@ -127,6 +127,32 @@ def test_noting_writes_nothing_on_the_callers_thread_and_a_burst_is_one_write(
     assert len(record.read(path).entries) == 4  # type: ignore[union-attr]
 
 
+def test_a_record_adopted_after_a_write_is_written_merged(tmp_path: Path) -> None:
+    """Another machine's record that arrives after this run wrote its own is merged into the
+    file (and so into what the remote cache gets) by the next write, with nothing more noted."""
+    path = record.record_path(tmp_path, "p")
+    recorder = Recorder(path, "p", None, cap=8, delay_s=0.05)
+    recorder.note([add_request(block=16)], "jit")
+    recorder.flush()
+    first = record.read(path)
+    assert first is not None
+    assert len(first.entries) == 1
+    other = Recorder(tmp_path / "other.json", "p", None, cap=8)
+    other.note([add_request(block=32), add_request(block=64)], "jit")
+    other.close()
+    fetched = record.read(tmp_path / "other.json")
+    assert fetched is not None
+    recorder.adopt(fetched)
+    deadline = time.monotonic() + 30
+    merged = first
+    while len(merged.entries) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+        merged = record.read(path) or merged
+    assert [dict(e.constexprs)["BLOCK"] for e in merged.entries] == [["int", 16], ["int", 32], ["int", 64]]
+    assert merged.runs == 2
+    recorder.close()
+
+
 def test_a_process_that_exits_without_uninstall_writes_its_record(tmp_path: Path) -> None:
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"

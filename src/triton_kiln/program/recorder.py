@@ -131,6 +131,9 @@ class Recorder:
             self.run = earlier.runs + 1
             self.earlier = list(earlier.entries)
             self.previous_runs = {entry.key: entry.runs for entry in self.earlier}
+            if self.this_run and not self.closed:  # written without them already: write the merge
+                self.dirty = True
+                self.wake.set()
 
     def note(self, requests: Iterable[CompileRequest], source: Source) -> None:
         """Record the requests this run has not noted yet (at most ``cap``); the writer writes
