@@ -147,6 +147,30 @@ def test_with_a_key_a_rewritten_tuning_run_is_refused(redis_server: RedisServer,
     assert reader.local.runs() == []
 
 
+def test_with_a_key_a_program_record_signed_with_another_key_or_rewritten_is_refused(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    from triton_kiln.remote import remote_programs
+
+    ours = settings.current().replace(
+        remote_cache=redis_server.url,
+        remote_timeout_s=5.0,  # a healthy server on a busy host
+        remote_key_file=key_file(tmp_path / "a.key", os.urandom(32)),
+    )
+    theirs = ours.replace(remote_key_file=key_file(tmp_path / "b.key", os.urandom(32)))
+    record = b'{"format": 1, "program": "train", "runs": 1, "entries": []}'
+    assert remote_programs(ours, 1).publish("train", record)
+    assert remote_programs(ours, 1).fetch("train") == record
+    with pytest.warns(CacheWarning, match="not signed with KILN_REMOTE_KEY_FILE"):
+        assert remote_programs(theirs, 1).fetch("train") is None
+    client: Any = redis_server.client()
+    (name,) = client.keys("kiln:r1:program:*")
+    line, _, _ = client.get(name).partition(b"\n")
+    client.set(name, line + b"\n" + record.replace(b'"runs": 1', b'"runs": 9'))
+    with pytest.warns(CacheWarning, match="not signed with KILN_REMOTE_KEY_FILE"):
+        assert remote_programs(ours, 1).fetch("train") is None
+
+
 def test_the_key_file_must_be_private_and_long_enough(tmp_path: Path) -> None:
     good = key_file(tmp_path / "good.key", os.urandom(32))
     assert settings.from_env({"KILN_REMOTE_KEY_FILE": str(good)}).remote_key_file == good

@@ -22,8 +22,7 @@ from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote import records
 from triton_kiln.remote.client import EntryRefused, RedisClient
 from triton_kiln.remote.names import program_name
-from triton_kiln.remote.records import BadEntry
-from triton_kiln.remote.signing import PREFIX, Signer
+from triton_kiln.remote.signing import Signer, signed_value
 
 
 class RemotePrograms:
@@ -55,9 +54,7 @@ class RemotePrograms:
             raw = self.client.read_value(name, self.ttl_s, self.max_entry_bytes)
             if raw is None:
                 return None
-            signature, payload = records.signed_payload(raw)
-            if self.signer is not None and not self.signer.verify(name, payload, signature):
-                raise BadEntry("not signed with KILN_REMOTE_KEY_FILE's key")
+            payload = records.verified_payload(raw, name, self.signer)
         except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
             warnings.warn(
                 f"kiln: the remote cache {self.where} holds an invalid program record at {name} ({exc}); "
@@ -71,9 +68,7 @@ class RemotePrograms:
     def publish(self, program: str, data: bytes) -> bool:
         """Write ``program``'s record ``data``; whether the server took it."""
         name = program_name(program, self.record_format)
-        if self.signer is not None:
-            data = PREFIX + self.signer.sign(name, data).encode() + b"\n" + data
-        taken = self.client.write_value(name, data, self.ttl_s)
+        taken = self.client.write_value(name, signed_value(self.signer, name, data), self.ttl_s)
         if taken:
             self.published += 1
         return taken

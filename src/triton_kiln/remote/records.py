@@ -24,7 +24,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StringConstraints, ValidationError
 
 from triton_kiln.artifacts.record import why
-from triton_kiln.remote.signing import FIELD, split_signed
+from triton_kiln.remote.signing import FIELD, Signer, split_signed
 from triton_kiln.tuning.results import TuningRun
 
 MAX_FIELDS = 64
@@ -94,9 +94,18 @@ def artifact_hash(raw: dict[bytes, bytes]) -> tuple[dict[str, bytes], str | None
 
 
 def signed_payload(value: bytes) -> tuple[str | None, bytes]:
-    """``(signature or None, payload)`` of a stored tuning run."""
+    """``(signature or None, payload)`` of a stored value (a tuning run, a program record)."""
     signature, payload = split_signed(value)
     return (None if signature is None else _signature(signature)), payload
+
+
+def verified_payload(value: bytes, name: str, signer: Signer | None) -> bytes:
+    """The payload of the value stored under ``name``, its signature checked with ``signer``'s
+    key where there is one (:class:`BadEntry`: a malformed, missing or wrong signature)."""
+    signature, payload = signed_payload(value)
+    if signer is not None and not signer.verify(name, payload, signature):
+        raise BadEntry("not signed with KILN_REMOTE_KEY_FILE's key")
+    return payload
 
 
 def tuning_run(payload: bytes) -> TuningRun:

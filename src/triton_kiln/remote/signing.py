@@ -8,7 +8,7 @@ kiln writes carries an HMAC-SHA256 over the Redis key's name and:
 * for an artifact entry, its record (``artifact.json``): the record lists every file's sha256
   and size, and an entry holding a file the record does not list is refused, so the record's
   signature covers the whole entry;
-* for a tuning run, its JSON.
+* for a tuning run or a program record, its JSON (:func:`signed_value`).
 
 A reader with a key loads only what carries a valid signature under that key; a missing or
 wrong one is a miss with a :class:`~triton_kiln.artifacts.store.CacheWarning`. A reader without a key
@@ -24,7 +24,8 @@ from pathlib import Path
 FIELD = "kiln-signature"
 """The artifact hash's field holding the signature (never a file name kiln writes)."""
 PREFIX = b"kiln-signature "
-"""A signed tuning run's first line: this, the signature in hex, a newline; then the JSON."""
+"""A signed value's (a tuning run's, a program record's) first line: this, the signature in hex,
+a newline; then the JSON."""
 
 
 class Signer:
@@ -50,8 +51,16 @@ class Signer:
         return hmac.compare_digest(self.sign(name, data).encode(), given)
 
 
+def signed_value(signer: Signer | None, name: str, data: bytes) -> bytes:
+    """What is stored under ``name`` for ``data``: ``data`` itself without a key, else its
+    signature's line (:data:`PREFIX`) and then ``data``."""
+    if signer is None:
+        return data
+    return PREFIX + signer.sign(name, data).encode() + b"\n" + data
+
+
 def split_signed(value: bytes) -> tuple[bytes | None, bytes]:
-    """``(signature or None, payload)`` of a stored tuning run."""
+    """``(signature or None, payload)`` of a stored value (the inverse of :func:`signed_value`)."""
     if not value.startswith(PREFIX):
         return None, value
     line, _, payload = value.partition(b"\n")

@@ -30,7 +30,7 @@ from triton_kiln.remote import records
 from triton_kiln.remote.client import EntryRefused, RedisClient
 from triton_kiln.remote.names import tuning_name
 from triton_kiln.remote.records import BadEntry
-from triton_kiln.remote.signing import PREFIX, Signer
+from triton_kiln.remote.signing import Signer, signed_value
 from triton_kiln.tuning.db import TuningDatabase
 from triton_kiln.tuning.results import ConfigResult, TuningRun
 from triton_kiln.tuning.schema import TuningDatabaseError
@@ -77,9 +77,7 @@ class RemoteTuningDatabase:
             raw = self.client.read_value(name, self.ttl_s, self.max_entry_bytes)
             if raw is None:
                 return None
-            signature, payload = records.signed_payload(raw)
-            if self.signer is not None and not self.signer.verify(name, payload, signature):
-                raise BadEntry("not signed with KILN_REMOTE_KEY_FILE's key")
+            payload = records.verified_payload(raw, name, self.signer)
             self.local.import_run(_checked_run(payload, identity))
         except (EntryRefused, ValueError, TypeError, TuningDatabaseError) as exc:  # BadEntry is a ValueError
             warnings.warn(
@@ -134,9 +132,7 @@ class RemoteTuningDatabase:
             return  # begun through another handle, or a newer run finished meanwhile
         name = tuning_name(identity or {})
         data = json.dumps(run.to_json(), allow_nan=False).encode()
-        if self.signer is not None:
-            data = PREFIX + self.signer.sign(name, data).encode() + b"\n" + data
-        if self.client.write_value(name, data, self.ttl_s):
+        if self.client.write_value(name, signed_value(self.signer, name, data), self.ttl_s):
             self.published += 1
 
     # -- the rest is the local database's ---------------------------------------------------
