@@ -267,8 +267,8 @@ def run_case(arm: str, processes: int, every: int = 1, op: str | None = None) ->
 def _stored_kernels(cache: Path) -> dict[str, int]:
     """Entries of the kiln store under ``cache``, counted by kernel name: the matmul set's, and
     kiln's own output-check kernel (compiled once for the node, not one of the set's configs)."""
+    from triton_kiln.artifacts.artifact import STORE_DIR
     from triton_kiln.artifacts.store import ArtifactStore
-    from triton_kiln.cli.cache_dir import STORE_DIR
 
     store = ArtifactStore(cache)
     counts: dict[str, int] = {}

@@ -25,6 +25,8 @@ from triton_kiln.triton_compat.compiling import launch_fields
 
 ARTIFACT_FORMAT = 2
 """Version of the on-disk entry (2: a manifest with the sha256 and size of every served file)."""
+STORE_DIR = f"artifacts-v{ARTIFACT_FORMAT}"
+"""The artifact store's directory in a cache directory (one per entry format)."""
 
 _FILE_BASE_CHARS = 150  # a file name's stem: the kernel's name, cut to stay under NAME_MAX
 _ENTRY_OVERHEAD_BYTES = 1024  # what :attr:`CompiledArtifact.nbytes` adds for the objects themselves

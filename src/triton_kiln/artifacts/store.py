@@ -59,7 +59,7 @@ from pathlib import Path
 from typing import Protocol
 
 from triton_kiln.artifacts import confined, store_entry, usage
-from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, CompiledArtifact
+from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT, STORE_DIR, CompiledArtifact
 from triton_kiln.artifacts.record import RECORD, parse_record
 from triton_kiln.errors import ArtifactError, CacheDirError
 
@@ -98,7 +98,7 @@ class ArtifactStore:
 
     def __init__(self, root: Path, max_bytes: int | None = None, remote: RemoteEntries | None = None) -> None:
         check_cache_dir(Path(root))
-        self.root = Path(root) / f"artifacts-v{ARTIFACT_FORMAT}"
+        self.root = Path(root) / STORE_DIR
         self.max_bytes = max_bytes
         """The size cap (``None``: none); see the module docstring."""
         self._size_lock = threading.Lock()

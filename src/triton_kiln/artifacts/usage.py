@@ -95,6 +95,19 @@ def _entry(child: os.DirEntry[str]) -> Entry | None:
     return Entry(Path(child.path), tree_size(Path(child.path)), st.st_mtime)
 
 
+def holds_entry(store_root: Path) -> bool:
+    """Whether the store at ``store_root`` holds anything in a shard (an entry, or one being
+    written): it stops at the first, a listing or two, where :func:`scan` stats every file. An
+    unreadable store holds nothing this can see."""
+    try:
+        for shard in _children(store_root):
+            if shard.is_dir(follow_symlinks=False) and next(_children(Path(shard.path)), None) is not None:
+                return True
+    except OSError:
+        return False
+    return False
+
+
 def scan(store_root: Path) -> Usage:
     """Every entry under ``store_root`` (``<cache dir>/artifacts-v2``), least recently used first.
 

@@ -42,7 +42,6 @@ prewarms nothing: its pool and device are the caller's business.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import subprocess
 import threading
@@ -151,19 +150,10 @@ def prewarm(sandbox: bool, pool: bool) -> bool:
 
 def _holds_artifacts(cache_dir: Path) -> bool:
     """Whether kiln's artifact store in ``cache_dir`` holds an entry (a directory listing or two)."""
-    from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT
+    from triton_kiln.artifacts import usage
+    from triton_kiln.artifacts.artifact import STORE_DIR
 
-    try:
-        with os.scandir(Path(cache_dir) / f"artifacts-v{ARTIFACT_FORMAT}") as shards:
-            for shard in shards:
-                if not shard.is_dir(follow_symlinks=False):
-                    continue
-                with os.scandir(shard.path) as entries:
-                    if next(entries, None) is not None:
-                        return True
-    except OSError:  # no store yet
-        return False
-    return False
+    return usage.holds_entry(Path(cache_dir) / STORE_DIR)
 
 
 def _start_driver_utils(settings: settings_mod.Settings) -> None:

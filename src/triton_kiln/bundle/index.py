@@ -103,9 +103,9 @@ def _nothing_recorded(cache_dir: Path) -> str:
     """Why there is nothing to bundle, in ``kiln cache info``'s words: the cache may hold compiled
     kernels (``kiln compile``, a demo, Triton's own calls), but a bundle takes tuned variants only."""
     from triton_kiln.artifacts import usage
-    from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT
+    from triton_kiln.artifacts.artifact import STORE_DIR
 
-    compiled = len(usage.scan(cache_dir / f"artifacts-v{ARTIFACT_FORMAT}").entries)  # as cache info counts
+    compiled = len(usage.scan(cache_dir / STORE_DIR).entries)  # as cache info counts
     held = (
         f"the cache holds {compiled} compiled kernel{'s' if compiled != 1 else ''}, but a bundle takes "
         f"tuned variants only (the config tuning chose for each key)"

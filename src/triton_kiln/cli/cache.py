@@ -53,8 +53,8 @@ def _root(cache_dir: str | None) -> Path:
 
 def _check_is_cache(root: Path) -> None:
     """Refuse a directory with entries but none of :data:`MARKERS` (an empty one is an empty cache)."""
+    from triton_kiln.artifacts.artifact import STORE_DIR
     from triton_kiln.bundle.index import RECORDS_DIR
-    from triton_kiln.cli.cache_dir import STORE_DIR
     from triton_kiln.triton_compat.core import KEY_FILE
     from triton_kiln.tuning.db import DATABASE_FILENAME
 
@@ -100,8 +100,9 @@ def cache_group() -> None:
 @_CACHE_DIR_OPTION
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how many compiled kernels it holds, their size and the cap."""
+    from triton_kiln.artifacts.artifact import STORE_DIR
     from triton_kiln.bundle.index import RECORDS_DIR
-    from triton_kiln.cli.cache_dir import STORE_DIR, human, info
+    from triton_kiln.cli.cache_dir import human, info
     from triton_kiln.tuning.db import DATABASE_FILENAME
 
     used = _settings("cache_dir", "tuning_db", "cache_max_mb")

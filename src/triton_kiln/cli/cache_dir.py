@@ -31,11 +31,10 @@ from fractions import Fraction
 from pathlib import Path
 
 from triton_kiln.artifacts import usage
-from triton_kiln.artifacts.artifact import ARTIFACT_FORMAT
+from triton_kiln.artifacts.artifact import STORE_DIR
 from triton_kiln.bundle.index import RECORDS_DIR
 from triton_kiln.errors import KilnError
 
-STORE_DIR = f"artifacts-v{ARTIFACT_FORMAT}"
 _STORE_PATTERN = re.compile(r"artifacts-v\d+")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?", re.IGNORECASE)
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
