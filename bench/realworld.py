@@ -278,11 +278,7 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         **(
             {
                 "kiln_record_first_s": field(RECORD, "first_s"),
-                "kiln_first_over_record": (
-                    kiln_first / field(RECORD, "first_s")
-                    if isinstance(kiln_first, float) and isinstance(field(RECORD, "first_s"), float)
-                    else None
-                ),
+                "kiln_first_over_record": _over(kiln_first, field(RECORD, "first_s")),
                 "kiln_record_replay": field(RECORD, "program_replay"),
                 "kiln_record_outputs_match": outputs.get(RECORD, {}).get("match"),
             }
@@ -290,11 +286,7 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
             else {}
         ),
         "triton_parallel_first_s": field(PARALLEL, "first_s"),
-        "triton_parallel_over_kiln": (
-            field(PARALLEL, "first_s") / kiln_first
-            if isinstance(kiln_first, float) and isinstance(field(PARALLEL, "first_s"), float) and kiln_first
-            else None
-        ),
+        "triton_parallel_over_kiln": _over(field(PARALLEL, "first_s"), kiln_first),
         **(
             {
                 "triton_parallel_op_ms": field(PARALLEL, "op_ms"),
@@ -307,11 +299,7 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         **(
             {
                 "kiln_baseline_first_s": field(BASELINE, "first_s"),
-                "kiln_first_over_baseline": (
-                    kiln_first / field(BASELINE, "first_s")
-                    if isinstance(kiln_first, float) and isinstance(field(BASELINE, "first_s"), float)
-                    else None
-                ),
+                "kiln_first_over_baseline": _over(kiln_first, field(BASELINE, "first_s")),
                 "kiln_baseline_op_ms": field(BASELINE, "op_ms"),
                 "kiln_baseline_outputs_match": outputs.get(BASELINE, {}).get("match"),
             }
@@ -346,6 +334,13 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "outputs": outputs,
         "arms": arms,
     }
+
+
+def _over(numerator: Any, denominator: Any) -> float | None:
+    """``numerator / denominator`` of two arms' seconds (``None`` where either arm gave none)."""
+    if isinstance(numerator, float) and isinstance(denominator, float) and denominator:
+        return numerator / denominator
+    return None
 
 
 def _num(value: Any, fmt: str) -> str:
