@@ -7,7 +7,6 @@ median run per arm compared, runs lost to the bench budget left out, one device 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -16,17 +15,13 @@ from typing import Any
 
 import pytest
 
+from support import bench_modules
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench() -> ModuleType:
-    path = ROOT / "bench" / "helion_autotune.py"
-    spec = importlib.util.spec_from_file_location("helion_autotune_bench", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_modules.load("helion_autotune", "helion_autotune_bench")
 
 
 def _run(arm: str, kernel: str, wall: float | None, runtime: float = 0.1) -> dict[str, Any]:

@@ -7,7 +7,6 @@ once, and a name the tree lacks is reported as not measured.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import sys
@@ -19,17 +18,13 @@ from typing import Any
 
 import pytest
 
+from support import bench_modules
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench() -> ModuleType:
-    path = ROOT / "bench" / "helion_autotune.py"
-    spec = importlib.util.spec_from_file_location("helion_autotune_bench", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_modules.load("helion_autotune", "helion_autotune_bench")
 
 
 class _Clock:

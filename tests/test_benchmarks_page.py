@@ -4,25 +4,18 @@ and command."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
+
+from support import bench_modules
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 
 def _generator() -> ModuleType:
-    path = ROOT / "bench" / "make_benchmarks_page.py"
-    spec = importlib.util.spec_from_file_location("make_benchmarks_page", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return bench_modules.load("make_benchmarks_page")
 
 
 def test_the_committed_page_is_what_the_generator_writes() -> None:
