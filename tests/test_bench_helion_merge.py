@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from support import bench_modules
+from support.module_files import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench() -> ModuleType:
-    return bench_modules.load("helion_autotune", "helion_autotune_bench")
+    return load_bench("helion_autotune", "helion_autotune_bench")
 
 
 def _run(arm: str, kernel: str, wall: float | None, runtime: float = 0.1) -> dict[str, Any]:

@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 from types import ModuleType
 
-from support import bench_modules
+from support.module_files import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 
 
 def _generator() -> ModuleType:
-    return bench_modules.load("make_benchmarks_page")
+    return load_bench("make_benchmarks_page")
 
 
 def test_the_committed_page_is_what_the_generator_writes() -> None:

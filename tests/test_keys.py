@@ -5,7 +5,6 @@ No pool and no compile here: a key is computed in the caller's thread when a req
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import triton.language as tl
 
 from support import kernels
 from support.basics import SM90, add_request, gpu_available
+from support.module_files import load_file
 from triton_kiln import CompileRequest, GPUTarget, RequestError, TargetError
 
 ADD_SIG = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"}
@@ -254,20 +254,10 @@ def kernel(x_ptr, n, BLOCK: tl.constexpr):
 """
 
 
-def load_module(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def helper_module(tmp_path: Path, name: str, expr: str, pad: str = "") -> ModuleType:
     path = tmp_path / f"{name}.py"
     path.write_text(HELPER_MODULE.format(expr=expr, pad=pad))
-    return load_module(path, name)
+    return load_file(path, name)
 
 
 @pytest.fixture
@@ -302,7 +292,7 @@ def test_helper_of_helper_source_changes_key(tmp_path: Path) -> None:
     for name, expr in (("kiln_keytest_n1", "x + 1"), ("kiln_keytest_n2", "x - 1")):
         path = tmp_path / f"{name}.py"
         path.write_text(nested.format(expr=expr))
-        keys.append(kernel_req(load_module(path, name)).key)
+        keys.append(kernel_req(load_file(path, name)).key)
     assert keys[0] != keys[1]
 
 
