@@ -6,8 +6,9 @@ and headless browser some tests start (``redis_server``, ``lying_servers``, ``ra
 ``browser``),
 child programs some tests run as processes (``node_harness``, ``footprint_child``,
 ``program_record_child``, ``flaggems_libtuner_drive``), the workloads ``kiln tune`` runs
-(``tune_workloads``, ``tune_gpu_workload``), a wheel built and installed (``wheel_build``), and
-``basics``: the sm_90 target, a compile request, a cubin check, a pool's processes.
+(``tune_workloads``, ``tune_gpu_workload``), a wheel built and installed (``wheel_build``), a
+file or bench script imported by its path (``module_files``), and ``basics``: the sm_90 target,
+a compile request, a cubin check, a pool's processes.
 
 ``tests/`` is on ``sys.path`` (pyproject's pytest ``pythonpath``; child processes are given it),
 so every module here is imported as ``support.NAME``: the name kiln records a kernel under, in
