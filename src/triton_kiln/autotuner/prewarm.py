@@ -12,9 +12,10 @@ tuning is asked for::
         launch need it, and computing it (~1-2 s of CPU) at the first miss would put it
         before the first compile
         no process, no compiler, no CUDA, except where KILN_PREWARM says so: 1, or auto (the
-        default) where nothing kiln could read holds a tuning result (thread "kiln-prewarm"
-        looks: no tuning database yet or an empty one, no remote cache), so this process's
-        first call tunes; there everything below but the sandbox (GPU memory) starts now
+        default) on a fresh cache (thread "kiln-prewarm" looks, nothing_tuned: no tuning
+        database yet or one without a run, no compiled kernel in kiln's store, no remote
+        cache), whose first call tunes; there everything below but the sandbox (GPU memory)
+        starts now (a kernel with a pool of its own: nothing)
 
     a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
         ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
