@@ -65,13 +65,17 @@ class Replay:
         self.program = program
         self.entries = entries
         self.settings = settings
-        self.started = 0
         self.futures: list[Any] = []  # of the compiles it started, in order (tests wait on them)
         self.skipped: Counter[str] = Counter()
         self.done = threading.Event()
         self.stopping = threading.Event()
         self.thread: threading.Thread | None = None
         self.pool: Any = None
+
+    @property
+    def started(self) -> int:
+        """How many compiles it started (a cache hit is a skip, not a start)."""
+        return len(self.futures)
 
     def begin(self) -> None:
         """Skip what is cached or gone; start the pool and the thread for the rest."""
@@ -118,9 +122,7 @@ class Replay:
         if self.stopping.is_set():
             return True
         reason = self.submit(index, entry, module)
-        if reason is None:
-            self.started += 1
-        else:
+        if reason is not None:
             self.skipped[reason] += 1
         return True
 
