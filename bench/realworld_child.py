@@ -436,7 +436,10 @@ def _program_log() -> list[list[Any]]:
 
 def _replay_state(installed_at: float, call_at: float) -> dict[str, Any] | None:
     """What the program record's replay had done when the first call began (``None``: none ran)."""
-    from triton_kiln import program
+    try:
+        from triton_kiln import program
+    except ImportError:  # a kiln from before the program record (the kiln_baseline arm's)
+        return None
 
     replay = program.current_replay()
     if replay is None:
