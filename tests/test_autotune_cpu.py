@@ -162,6 +162,37 @@ def test_every_config_failing_lists_each_reason(make_pool: Any, tmp_path: Path) 
     assert text.count("compile_error") == 2
 
 
+def test_a_tuned_meta_parameter_passed_at_call_time_raises_triton_s_value_error(
+    make_pool: Any, tmp_path: Path
+) -> None:
+    """As ``triton.autotune``'s ``_bench`` does: the caller's mistake is a ``ValueError`` naming the
+    parameter, not a failed config per config (an ``AutotuneError``), and nothing is benchmarked."""
+    FakeBench.instances.clear()
+    tuner, bench = make_tuner(make_pool, tmp_path, configs(64, 128), by_block({64: 1.0, 128: 2.0}))
+    tuner._bencher_factory = bench
+    x = torch.randn(4096)
+    with pytest.raises(ValueError, match="Conflicting meta-parameters: BLOCK") as info:
+        tuner.run(x, torch.empty_like(x), 4096, BLOCK=64, grid=(1,), warmup=True)
+    assert not isinstance(info.value, kiln.AutotuneError)
+    assert FakeBench.instances == []
+
+
+def test_more_warps_than_a_block_holds_compile_and_reach_the_benchmark(make_pool: Any, tmp_path: Path) -> None:
+    """Triton compiles ``num_warps=64`` and fails only when the binary is loaded (``OutOfResources``:
+    threads), inside the benchmark's launch, where ``post_hook`` sees the exception: kiln's checks
+    of the options refuse no config that Triton compiles."""
+    FakeBench.instances.clear()
+    tuner, bench = make_tuner(
+        make_pool, tmp_path, [*configs(64, warps=64), *configs(128)], by_block({64: 1.0, 128: 2.0})
+    )
+    tune(tuner, bench)
+    benched = sorted(label for label, _, _ in FakeBench.instances[-1].calls)
+    assert benched == [
+        "BLOCK=128, num_warps=4, num_stages=3, num_ctas=1",
+        "BLOCK=64, num_warps=64, num_stages=3, num_ctas=1",
+    ]
+
+
 def test_wrong_outputs_are_rejected_even_when_fastest(make_pool: Any, tmp_path: Path) -> None:
     good = {"out_ptr": torch.ones(4096)}
     bad = {"out_ptr": torch.ones(4096) * 2}

@@ -56,6 +56,11 @@ def bind(fn: Any, args: Sequence[Any], kwargs: Mapping[str, Any], target: GPUTar
     return BoundArgs(dict(bound)), (backend, specialization)
 
 
+class ConflictingMetaParameters(ValueError):
+    """The call passes a meta-parameter the configs tune (``triton.autotune`` raises the same
+    ``ValueError``): the caller's mistake, the same for every config, so never a failed config."""
+
+
 def request_for(
     fn: Any,
     config: Any,
@@ -70,7 +75,7 @@ def request_for(
     meta = call_meta(kwargs)
     conflicts = meta.keys() & config.kwargs.keys()
     if conflicts:
-        raise ValueError(
+        raise ConflictingMetaParameters(
             f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}. Make sure that you don't "
             f"re-define auto-tuned symbols."
         )

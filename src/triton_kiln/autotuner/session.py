@@ -41,7 +41,12 @@ from typing import Any
 from triton_kiln import program, triton_compat
 from triton_kiln.autotuner import log_lines, node_share, node_tuning
 from triton_kiln.autotuner.bench import ended, make_bencher, reason, screen_phase
-from triton_kiln.autotuner.compile_requests import Candidate, distinct, submit_compiles
+from triton_kiln.autotuner.compile_requests import (
+    Candidate,
+    ConflictingMetaParameters,
+    distinct,
+    submit_compiles,
+)
 from triton_kiln.autotuner.final_round import contenders, eligible, final_round
 from triton_kiln.autotuner.gpu import tuning_device
 from triton_kiln.autotuner.outputs import InProcessCheck, OutputChecks, apply_rule
@@ -384,6 +389,8 @@ def build_candidates(
     for config in configs:
         try:
             built.append(services.candidate(config, args, kwargs))
+        except ConflictingMetaParameters:
+            raise
         except (AssertionError, ValueError) as exc:  # the backend refused the config's options
             first = first or exc
             why = reason(exc) if str(exc).strip() else type(exc).__name__

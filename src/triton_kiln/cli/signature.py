@@ -23,7 +23,7 @@ specialization then follows from each value exactly as in a real call. Repeat it
 calls: each adds its requests, and requests that come out the same are compiled once.
 
 ``--config`` and ``--constexpr`` are checked here too, before anything is compiled: each keyword
-is a compile option (``num_warps`` a power of two from 1 to 32, ``num_stages`` at least 0,
+is a compile option (``num_warps`` a power of two of at least 1, ``num_stages`` at least 0,
 ``num_ctas`` at least 1, ``maxnreg`` positive) or a parameter of the kernel, and every
 ``tl.constexpr`` parameter without a default has a value in every config.
 """
