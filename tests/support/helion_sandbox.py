@@ -3,9 +3,9 @@
 :class:`StandInSandbox` has the sandbox's interface (``call``, ``start``, ``close``). Each call's
 callable is pickled and unpickled first, as the sandbox's socket would carry it; the Helion job
 inside (a ``BenchmarkJob``, an ``AccuracyCheckJob``, ...) is recorded, and the answer is what the
-sandbox process would send: ``JobReturned`` with a fixed latency or a passing accuracy result, or,
-for a job ``fail`` picks, the failure the sandbox reports for a crashed, hung or CUDA-broken
-process.
+sandbox process would send: ``JobReturned`` with a fixed latency or a passing accuracy result (a
+plain function runs here), or, for a job ``fail`` picks, the failure the sandbox reports for a
+crashed, hung or CUDA-broken process.
 """
 
 from __future__ import annotations
@@ -67,10 +67,45 @@ class StandInSandbox:
             return CallOutcome(JobReturned(self.latency(job)), None, 0.01)
         if isinstance(job, compat.AccuracyCheckJob):
             return CallOutcome(JobReturned(compat.AccuracyCheckResult(ok=True)), None, 0.01)
-        return CallOutcome(JobReturned(None), None, 0.01)
+        return CallOutcome(carried(), None, 0.01)  # a plain function: run here, as the sandbox would
 
     def start(self) -> None:
         self.starts += 1
 
     def close(self) -> None:
         self.closes += 1
+
+
+# -- callables a real call sandbox runs as Helion jobs (the sandbox process imports this module) --
+
+
+def returns_latency() -> float:
+    return LATENCY_MS
+
+
+def raises_value_error() -> float:
+    raise ValueError("a job's own error")
+
+
+def aborts() -> float:
+    import ctypes
+    import os
+
+    os.write(2, b"python: kiln-injected abort in a benchmark\n")
+    ctypes.CDLL(None).abort()
+    return 0.0
+
+
+def hangs() -> float:
+    import time
+
+    while True:
+        time.sleep(1)
+
+
+def sticky_cuda_error() -> float:
+    raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def warmup_fails() -> None:
+    raise ImportError("no torch in this interpreter (kiln-injected)")
