@@ -21,6 +21,7 @@ import helion.runtime
 import test_helion_kernels as hk
 import triton_kiln as kiln
 import triton_kiln.helion
+from support import helion_faults
 from support import helion_sandbox as sandboxes
 from support.basics import SM90
 from support.helion_sandbox import StandInSandbox, job_source
@@ -40,7 +41,8 @@ def loop(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch)
     """kiln's pool (sm_90) and a stand-in sandbox configured for Helion; a fake SM count."""
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
     sandbox = StandInSandbox()
-    previous = kiln.helion.configure(pool=make_pool(), target=SM90, sandbox=sandbox)
+    pool = make_pool(preload=[helion_faults.PRELOAD])
+    previous = kiln.helion.configure(pool=pool, target=SM90, sandbox=sandbox)
     yield sandbox
     kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
 
@@ -261,3 +263,25 @@ def test_a_job_run_ahead_is_served_once_and_a_repeat_runs_again(loop: StandInSan
     assert worker.speculate(lambda: worker.run(sandboxes.returns_latency, timeout=5)) is None  # taken
     assert worker.run(sandboxes.returns_latency, timeout=5) == sandboxes.LATENCY_MS  # a new measurement
     assert worker.stats.jobs == 2
+
+
+def test_the_gpu_fault_configs_compile_where_their_fault_is_at_launch(loop: StandInSandbox) -> None:
+    """The GPU tests' illegal-memory-access and hang configs pass ptxas (their fault is in the
+    launch); the abort config dies in the compiler. Real sm_90 compiles in kiln's pool."""
+    search = _search("faulty_add")
+    configs = []
+    for (warps, stages), _fault in sorted(helion_faults.FAULTY_CONFIGS.items(), key=lambda kv: kv[1]):
+        config = search.config_spec.default_config()
+        config.config.update(num_warps=warps, num_stages=stages)
+        configs.append(config)
+    assert [
+        helion_faults.FAULTY_CONFIGS[(c.config["num_warps"], c.config["num_stages"])] for c in configs
+    ] == [
+        "abort",
+        "hang",
+        "ima",
+    ]
+    assert adapter.precompile_phase(search, configs) == ["error", "ok", "ok"]
+    search.benchmark_provider.cleanup()
+    ptx = ".visible .entry k(\n\t.param .u64 p\n)\n.maxntid 128\n{\n\tret;\n}"
+    assert "st.volatile.global.u32" in helion_faults.at_entry(ptx, helion_faults.BAD_STORE)
