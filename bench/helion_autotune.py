@@ -15,18 +15,25 @@ outside the timed region), so the arms run side by side in one invocation:
 * ``compare``: per kernel (``add``, ``softmax``, ``matmul``, ``layer_norm``, ``many_configs`` of
   ``tests/test_helion_kernels.py``, shapes in ``GPU_SHAPES``), Helion's default search
   (``LFBOTreeSearch``) at the same effort (``--effort quick|full``), seed and generation cap
-  (``--generations``), once per arm (``--arms``, default all three): ``fork`` (Helion's
-  ``autotune_precompile="fork"``, its default), ``spawn`` (``autotune_precompile="spawn"``) and
-  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn``; it creates its pool just before binding
-  the kernel, as ``kiln.helion.install()`` at import time would, so what is left of its start-up
-  counts). With ``--repeats N`` each arm runs N times per kernel, the arm order rotating from
-  one round to the next, and the run with the median autotune wall is compared (every run is
+  (``--generations``), once per arm (``--arms``, default ``fork,spawn,kiln``): ``fork`` (Helion's
+  ``autotune_precompile="fork"``, its default), ``spawn`` (``autotune_precompile="spawn"``),
+  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn``: kiln's loop, compiles in kiln's pool and
+  Helion's benchmark jobs in kiln's sandbox, streamed as the compiles land; it creates its pool
+  and sandbox just before binding the kernel, as ``kiln.helion.install()`` at import time would,
+  so what is left of their start-up counts) and ``kiln-compile`` (the same with
+  ``KILN_HELION_SANDBOX=0``: kiln's compiles, Helion's own benchmark worker). With
+  ``--repeats N`` each arm runs N times per kernel, the arm order rotating from one round to the
+  next, and the run with the median autotune wall is compared (every run is
   kept): Helion's search is seeded, but after the seeded population it follows measured
   timings, so the arms compile different configs.
 * ``fault``: ``crashy_add`` with a seed config that aborts in Triton's compiler (the hook of
   ``tests/support/helion_faults.py``: ``num_warps == 2``), through kiln, with fork and with
   Helion's precompile off (``autotune_precompile=None``: compiles in the autotuning process); then
-  ``crashall_add``, whose reference config (Helion's accuracy baseline) aborts.
+  ``crashall_add``, whose reference config (Helion's accuracy baseline) aborts; then
+  ``faulty_add`` with three seed configs (``helion_faults.FAULTY_CONFIGS``: one aborts in the
+  compiler, one makes an illegal memory access, one never finishes; a 10 s benchmark timeout) in
+  one autotune per arm (kiln, fork, spawn), each run's ``cuda_alive`` saying whether its CUDA
+  context still runs a kernel afterwards.
 * ``ctrl-c``: SIGINT to a process in the middle of a matmul autotune's precompile phase
   (each arm), then a count of the processes it had started that are still alive.
 
@@ -53,6 +60,12 @@ the phases partition the wall and nothing counts twice. Only the autotuning thre
   ``_run_subprocess_accuracy_check_job`` (a config's outputs against the baseline);
 * ``other_s``: ``autotune_s`` less the above: the search's own work (config generation, the
   surrogate model, bookkeeping, logging, the cache).
+
+In the ``kiln`` arm the benchmark and accuracy jobs a batch streams run in kiln's stream thread
+while the autotuning thread waits in ``wait_for_all``: their time is inside ``precompile_s``, and
+``benchmark_s`` / ``accuracy_s`` keep what the autotuning thread still waited for (a job in
+flight at the barrier, the final selection). ``kiln.sandbox`` gives the sandbox's calls and
+process restarts.
 
 Fields of a run (``compare[i][arm]``, and each of ``runs``): ``status``, ``autotune_s`` (the wall
 of ``bound.autotune(args, force=True)``), ``split`` (the five phases and ``other_s``, summing to
@@ -100,11 +113,14 @@ from typing import Any, NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
-ARMS = ("fork", "spawn", "kiln")
+ARMS = ("fork", "spawn", "kiln", "kiln-compile")
+DEFAULT_ARMS = ("fork", "spawn", "kiln")
+KILN_ARMS = ("kiln", "kiln-compile")
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
     "crashy_add": [(4096, 4096), (4096, 4096)],
     "crashall_add": [(4096, 4096), (4096, 4096)],
+    "faulty_add": [(4096, 4096), (4096, 4096)],
     "softmax": [(8192, 4096)],
     "matmul": [(4096, 4096), (4096, 4096)],
     "layer_norm": [(4096, 8192), (8192,), (8192,)],  # a transformer's tokens x hidden, weight, bias
@@ -335,6 +351,8 @@ def _split_fields(
 
 def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
+    if opts.arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
+        os.environ["KILN_HELION_SANDBOX"] = "0"
     import torch
 
     if opts.faults:
@@ -347,6 +365,7 @@ def _child(opts: argparse.Namespace) -> None:
     import triton_kiln as kiln
     import triton_kiln.helion
     from triton_kiln.helion import adapter, compat
+    from triton_kiln.helion.sandbox_jobs import make_sandbox
 
     importlib.import_module("helion.autotuner")  # every search class: the split wraps their overrides
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -362,15 +381,28 @@ def _child(opts: argparse.Namespace) -> None:
         "autotune_progress_bar": False,
     }
     pool = None
-    if opts.arm == "kiln":
+    sandbox = None
+    if opts.arm in KILN_ARMS:
         settings["autotuner_fn"] = kiln.helion.autotuner_fn
         pool = kiln.CompilePool(preload=["support.helion_faults_preload"] if opts.faults else [])
-        kiln.helion.configure(pool=pool)
+        sandbox = make_sandbox()
+        kiln.helion.configure(pool=pool, sandbox=sandbox)
     if opts.seed_abort:
         probe = hk.make(opts.kernel, **settings).bind(args)
         crash = probe.config_spec.default_config()
         crash.config["num_warps"] = 2
         settings["autotune_seed_configs"] = [crash]
+    if opts.seed_faults:  # one config per fault of helion_faults.FAULTY_CONFIGS
+        from support import helion_faults
+
+        probe = hk.make(opts.kernel, **settings).bind(args)
+        seeds = []
+        for warps, stages in helion_faults.FAULTY_CONFIGS:
+            seed = probe.config_spec.default_config()
+            seed.config.update(num_warps=warps, num_stages=stages)
+            seeds.append(seed)
+        settings["autotune_seed_configs"] = seeds
+        settings["autotune_benchmark_timeout"] = 10
     bound = hk.make(opts.kernel, **settings).bind(args)
 
     def started(n: int) -> None:
@@ -392,6 +424,7 @@ def _child(opts: argparse.Namespace) -> None:
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
     result.update(_split_fields(clock, wall, phases, wrapped))
+    result["cuda_alive"] = _cuda_alive(torch)
     if config is not None:
         result["status"] = "ok"
         result["config"] = repr(config)
@@ -409,7 +442,19 @@ def _child(opts: argparse.Namespace) -> None:
             "zygote_ready_s": stats.zygote_ready_s,
         }
         pool.shutdown(wait=True, cancel_futures=True)
+    if sandbox is not None:
+        result["kiln"]["sandbox"] = {"calls": sandbox.calls, "restarts": sandbox.restarts}
+        sandbox.close()
     print(RESULT + json.dumps(result), flush=True)
+
+
+def _cuda_alive(torch: Any) -> bool | str:
+    """Whether this process's CUDA context still runs a kernel (after a fault, it may not)."""
+    try:
+        torch.cuda.synchronize()
+        return bool(torch.ones(4, device="cuda").add_(1).sum().item() == 8.0)
+    except Exception as error:
+        return f"{type(error).__name__}: {str(error)[:300]}"
 
 
 # ----------------------------------------------------------------------------- parent side
@@ -427,7 +472,13 @@ def _env(scratch: Path) -> dict[str, str]:
 
 
 def _command(
-    opts: argparse.Namespace, arm: str, kernel: str, *, faults: bool = False, seed_abort: bool = False
+    opts: argparse.Namespace,
+    arm: str,
+    kernel: str,
+    *,
+    faults: bool = False,
+    seed_abort: bool = False,
+    seed_faults: bool = False,
 ) -> list[str]:
     cmd = [sys.executable, __file__, "--child", "--arm", arm, "--kernel", kernel]
     cmd += ["--effort", opts.effort, "--generations", str(opts.generations), "--seed", str(opts.seed)]
@@ -435,6 +486,8 @@ def _command(
         cmd.append("--faults")
     if seed_abort:
         cmd.append("--seed-abort")
+    if seed_faults:
+        cmd.append("--seed-faults")
     return cmd
 
 
@@ -527,12 +580,14 @@ def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     row: dict[str, Any] = {"kernel": kernel, **chosen}
     if max(len(r) for r in runs.values()) > 1:
         row["runs"] = runs
-    kiln_ = chosen.get("kiln", {})
-    for helion_arm in ("fork", "spawn"):
-        other = chosen.get(helion_arm, {})
-        if other.get("status") == "ok" and kiln_.get("status") == "ok":
-            row[f"kiln_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
-            row[f"runtime_kiln_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
+    for kiln_arm in KILN_ARMS:
+        kiln_ = chosen.get(kiln_arm, {})
+        name = kiln_arm.replace("-", "_")
+        for helion_arm in ("fork", "spawn"):
+            other = chosen.get(helion_arm, {})
+            if other.get("status") == "ok" and kiln_.get("status") == "ok":
+                row[f"{name}_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
+                row[f"runtime_{name}_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
     if "kiln_over_fork" in row:  # the names of the fork-only comparison, kept for its readers
         row["autotune_ratio"] = row["kiln_over_fork"]
         row["runtime_ratio"] = row["runtime_kiln_over_fork"]
@@ -555,6 +610,7 @@ def _geomeans(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "geomean_autotune_ratio": _geomean_ratio(rows),
         "geomean_kiln_over_fork": _geomean(rows, "kiln_over_fork"),
         "geomean_kiln_over_spawn": _geomean(rows, "kiln_over_spawn"),
+        "geomean_kiln_compile_over_fork": _geomean(rows, "kiln_compile_over_fork"),
     }
 
 
@@ -576,7 +632,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--kernels", default=",".join(KERNELS))
     parser.add_argument(
-        "--arms", default=",".join(ARMS), help="comma list of: fork, spawn, kiln (the compare arms)"
+        "--arms",
+        default=",".join(DEFAULT_ARMS),
+        help="comma list of: fork, spawn, kiln, kiln-compile (the compare arms; kiln-compile: kiln's "
+        "compiles with Helion's own benchmark worker)",
     )
     parser.add_argument(
         "--effort", choices=("quick", "full"), default="quick", help="Helion's autotune_effort"
@@ -619,10 +678,11 @@ def _parser() -> argparse.ArgumentParser:
         "one code version; e.g. two kernels per command where a command may take 10 minutes)",
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--arm", choices=("fork", "kiln", "spawn", "none"), help=argparse.SUPPRESS)
+    parser.add_argument("--arm", choices=(*ARMS, "none"), help=argparse.SUPPRESS)
     parser.add_argument("--kernel", help=argparse.SUPPRESS)
     parser.add_argument("--faults", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--seed-abort", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--seed-faults", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -689,6 +749,11 @@ def main(argv: list[str] | None = None) -> None:
             "config_abort_no_precompile": run("none", "crashy_add", faults=True, seed_abort=True),
             "baseline_abort_kiln": run("kiln", "crashall_add", faults=True),
             "baseline_abort_fork": run("fork", "crashall_add", faults=True),
+            # an abort, an illegal memory access and a hang, seeded into one autotune
+            **{
+                f"three_faults_{arm}": run(arm, "faulty_add", faults=True, seed_faults=True)
+                for arm in ("kiln", "fork", "spawn")
+            },
         }
     if "ctrl-c" not in skip:
         report["ctrl_c"] = [_ctrl_c(opts, arm, _env(scratch)) for arm in ("kiln", "fork")]
@@ -756,7 +821,7 @@ def _print_table(report: dict[str, Any]) -> None:
     phases = ("codegen", "baseline", "precompile", "benchmark", "accuracy", "other")
     head = " ".join(f"{p[:7]:>7}" for p in phases)
     print(
-        f"{'kernel':12} {'arm':5} {'status':8} {'tune s':>7} {head} "
+        f"{'kernel':12} {'arm':12} {'status':8} {'tune s':>7} {head} "
         f"{'gen':>4} {'comp':>4} {'fail':>4} {'bench':>5} {'ms':>8}"
     )
     for row in report.get("compare", []):
@@ -767,7 +832,7 @@ def _print_table(report: dict[str, Any]) -> None:
             counts = r.get("counts") or {}
             cells = " ".join(f"{f(split.get(f'{p}_s')):>7}" for p in phases)
             print(
-                f"{row['kernel']:12} {arm:5} {str(r.get('status'))[:8]:8} "
+                f"{row['kernel']:12} {arm:12} {str(r.get('status'))[:8]:8} "
                 f"{f(r.get('autotune_s')):>7} {cells} "
                 f"{f(counts.get('configs_generated'), '{}'):>4} {f(r.get('configs_compiled'), '{}'):>4} "
                 f"{f(r.get('configs_failed'), '{}'):>4} {f(counts.get('configs_benchmarked'), '{}'):>5} "
@@ -776,10 +841,11 @@ def _print_table(report: dict[str, Any]) -> None:
             if r.get("split_not_measured"):
                 print(f"{'':12}   not measured: {', '.join(r['split_not_measured'])}")
         ratios = "  ".join(
-            f"kiln/{other} autotune {f(row.get(f'kiln_over_{other}'), '{:.3f}')} "
-            f"runtime {f(row.get(f'runtime_kiln_over_{other}'), '{:.3f}')}"
+            f"{arm}/{other} autotune {f(row.get(f'{name}_over_{other}'), '{:.3f}')} "
+            f"runtime {f(row.get(f'runtime_{name}_over_{other}'), '{:.3f}')}"
+            for arm, name in ((a, a.replace("-", "_")) for a in KILN_ARMS)
             for other in ("fork", "spawn")
-            if other in row
+            if other in row and arm in row
         )
         if ratios:
             print(f"{'':12} {ratios}")
@@ -792,13 +858,14 @@ def _print_table(report: dict[str, Any]) -> None:
                 for r in runs[arm]
             )
             print(f"{'':12}   {arm} runs (autotune s / configs compiled): {walls}")
-    for key in ("geomean_kiln_over_fork", "geomean_kiln_over_spawn"):
+    for key in ("geomean_kiln_over_fork", "geomean_kiln_over_spawn", "geomean_kiln_compile_over_fork"):
         if key in report:
             print(f"{key}: {f(report.get(key), '{:.3f}')}")
     for name, r in report.get("fault", {}).items():
         how = r.get("signal") or r.get("error_type") or ""
         print(
-            f"fault {name:22} status={r.get('status')} rc={r.get('returncode')} {how} nw={r.get('num_warps')}"
+            f"fault {name:22} status={r.get('status')} rc={r.get('returncode')} {how} "
+            f"nw={r.get('num_warps')} cuda_alive={r.get('cuda_alive')}"
         )
     for r in report.get("ctrl_c", []):
         print(

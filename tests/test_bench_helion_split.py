@@ -333,3 +333,23 @@ def test_a_runs_split_fields_carry_counts_and_probes() -> None:
     assert fields["counts"]["accuracy_failed"] == 0
     assert fields["probes"]["benchmark_worker_start_s"] == 3.0
     assert fields["split_not_measured"] == ["x.y"]
+
+
+def test_the_kiln_compile_arm_is_compared_to_the_helion_arms_beside_kilns_loop() -> None:
+    bench = _bench()
+    row = bench._row(
+        "mm",
+        {
+            "fork": [_run("fork", 10.0)],
+            "kiln": [_run("kiln", 5.0)],
+            "kiln-compile": [_run("kiln-compile", 8.0)],
+        },
+    )
+    assert row["kiln_over_fork"] == pytest.approx(0.5)
+    assert row["kiln_compile_over_fork"] == pytest.approx(0.8)
+    assert bench._geomeans([row])["geomean_kiln_compile_over_fork"] == pytest.approx(0.8)
+    assert bench._options(["--arms", "kiln,kiln-compile"]).arms == "kiln,kiln-compile"
+    assert bench._command(bench._options([]), "kiln", "faulty_add", faults=True, seed_faults=True)[-2:] == [
+        "--faults",
+        "--seed-faults",
+    ]

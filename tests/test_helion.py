@@ -24,6 +24,7 @@ import triton_kiln as kiln
 import triton_kiln.helion
 from support import helion_faults
 from support.basics import SM90
+from support.helion_sandbox import StandInSandbox
 from triton_kiln import CompilePool
 from triton_kiln.helion import adapter
 from triton_kiln.helion.errors import BaselineCompileError
@@ -33,12 +34,13 @@ from triton_kiln.helion.errors import BaselineCompileError
 def helion_pool(
     make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[CompilePool]:
-    """A kiln pool whose workers carry the Helion fault hook, configured for sm_90; a fake SM count."""
+    """A kiln pool whose workers carry the Helion fault hook, configured for sm_90, and a stand-in
+    benchmark sandbox (nothing here runs on a GPU); a fake SM count."""
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
     pool = make_pool(preload=[helion_faults.PRELOAD])
-    previous = kiln.helion.configure(pool=pool, target=SM90)
+    previous = kiln.helion.configure(pool=pool, target=SM90, sandbox=StandInSandbox())
     yield pool
-    kiln.helion.configure(pool=previous.pool, target=previous.target)
+    kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
 
 
 def _bound(name: str, **settings: Any) -> tuple[Any, tuple[Any, ...]]:

@@ -3,7 +3,9 @@
 ``add``, ``softmax``, ``matmul``, ``layer_norm`` and ``many_configs`` (a 2-D kernel with a loop
 and a reduction, so its search space is large) are healthy; ``crashy_add`` aborts in Triton's compiler for
 configs with ``num_warps == helion_faults.ABORT_NUM_WARPS`` and ``crashall_add`` for every
-config (only where ``helion_faults.install()`` ran: see that module).
+config; ``faulty_add``'s configs of :data:`helion_faults.FAULTY_CONFIGS` abort in the compiler,
+make an illegal memory access or never finish when launched (only where
+``helion_faults.install()`` ran: see that module).
 
 Every kernel is built by :func:`make`, so tests and the benchmark choose the settings
 (``autotuner_fn``, effort, precompile mode) per use.
@@ -38,6 +40,13 @@ def crashy_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def crashall_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for tile in hl.tile(out.size()):
+        out[tile] = x[tile] + y[tile]
+    return out
+
+
+def faulty_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     out = torch.empty_like(x)
     for tile in hl.tile(out.size()):
         out[tile] = x[tile] + y[tile]
@@ -108,6 +117,7 @@ def eager(name: str) -> Callable[..., torch.Tensor]:
         "add": torch.add,
         "crashy_add": torch.add,
         "crashall_add": torch.add,
+        "faulty_add": torch.add,
         "softmax": lambda x: torch.softmax(x.float(), dim=1).to(x.dtype),
         "matmul": torch.matmul,
         "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(
@@ -131,7 +141,7 @@ def inputs(name: str, scale: int = 1, device: str = "cpu") -> tuple[torch.Tensor
     def randn(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen, dtype=torch.float16).to(device)
 
-    if name in ("add", "crashy_add", "crashall_add"):
+    if name in ("add", "crashy_add", "crashall_add", "faulty_add"):
         return randn(1024 * scale, 1024), randn(1024 * scale, 1024)
     if name == "softmax":
         return (randn(512 * scale, 1024),)

@@ -189,6 +189,7 @@ TUNING = Area("Autotuning and benchmarking")
 LAUNCH = Area("Launching kernels")
 ROUTING = Area("Routing Triton's compiles through kiln")
 INDUCTOR = Area("torch Inductor")
+HELION = Area("Helion")
 NODE = Area("One node, many processes")
 REMOTE = Area("The remote cache")
 FARM = Area("Distributed compiles")
@@ -434,6 +435,24 @@ class Settings:
         (``SIGSTOP``, then ``SIGCONT``) while one of Inductor's benchmarks times a GPU kernel, so
         kiln's compiles do not slow the host the timing includes; ``0`` lets them run on
         (docs/INDUCTOR.md).""",
+    )
+
+    # --- Helion -------------------------------------------------------------------------------
+    helion_sandbox: bool = HELION.setting(
+        "KILN_HELION_SANDBOX",
+        True,
+        FLAG,
+        """under :mod:`triton_kiln.helion`, Helion's benchmark jobs (timing, accuracy check, final
+        selection) run in kiln's call sandbox; ``0`` leaves them to Helion's own benchmark worker
+        and kiln serves only the compiles (docs/HELION.md).""",
+    )
+    helion_stream: bool = HELION.setting(
+        "KILN_HELION_STREAM",
+        True,
+        FLAG,
+        """under :mod:`triton_kiln.helion` with ``KILN_HELION_SANDBOX``, each config is benchmarked in
+        the sandbox as soon as its compile lands, while the rest of its batch compiles; ``0``
+        benchmarks after the batch's last compile, in Helion's order (docs/HELION.md).""",
     )
 
     # --- one node, many processes -----------------------------------------------------------

@@ -1,14 +1,19 @@
-"""Real compiler aborts for Helion kernels, chained onto kiln's fault hook (``faults.py``).
+"""Real faults for Helion kernels (compiler aborts, launches that fault or hang), on kiln's hook.
 
 :func:`install` adds, in the calling process, a Triton stage hook (through
 ``triton_kiln.triton_compat.install_stages_hook``, so it speaks every supported Triton's hook
 protocol) on top of the one ``faults`` installs: the compile of a Helion kernel named
 ``crashy_*`` aborts (libc ``abort()`` after printing a C++-style assertion, as
 ``faults.detonate`` does) when its config has ``num_warps == ABORT_NUM_WARPS``; the compile of a
-``crashall_*`` kernel always aborts. Importing this module changes nothing; kiln's zygote gets
-the hook by preloading :mod:`helion_faults_preload` (``CompilePool(preload=[PRELOAD])``), so
-its workers carry it; a process that calls :func:`install` and then forks (Helion's fork
-precompile) passes it to its children.
+``crashall_*`` kernel always aborts; a ``faulty_*`` kernel's config whose ``(num_warps,
+num_stages)`` is in :data:`FAULTY_CONFIGS` gets that fault: ``abort`` in the compiler, ``ima`` (a
+store to address 0 added to its PTX: the binary compiles, its launch is an illegal memory access)
+or ``hang`` (a branch to itself added to its PTX: its launch never finishes). Importing this
+module changes nothing; kiln's zygote gets the hook by preloading :mod:`helion_faults_preload`
+(``CompilePool(preload=[PRELOAD])``), so its workers carry it; a process that calls
+:func:`install` and then forks (Helion's fork precompile) passes it to its children. The ``ima``
+and ``hang`` binaries land in Triton's cache under the config's usual key, so a process without
+the hook that loads them from there (kiln's benchmark sandbox) runs the faulty kernel.
 
 It imports only Triton and ``faults`` (no torch), so preloading it keeps the zygote light.
 """
@@ -16,6 +21,7 @@ It imports only Triton and ``faults`` (no torch), so preloading it keeps the zyg
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +29,28 @@ from support import faults
 from triton_kiln.triton_compat import install_stages_hook
 
 ABORT_NUM_WARPS = int(os.environ.get("KILN_TEST_HELION_ABORT_WARPS", "2"))
+FAULTY_CONFIGS = {(1, 7): "abort", (2, 7): "ima", (4, 7): "hang"}
+"""``(num_warps, num_stages)`` -> fault, for ``faulty_*`` kernels (7 stages: rare in a search)."""
 PRELOAD = "support.helion_faults_preload"
 """The module to name in ``CompilePool(preload=[...])``: importing it calls :func:`install`."""
 
 _remove: Callable[[], None] | None = None
+
+
+_ENTRY_BODY = re.compile(r"(\.entry\s+[\w$]+\s*\([^)]*\)[^{]*\{)", re.S)
+BAD_STORE = """
+	{
+	.reg .b64 	%kiln_null;
+	.reg .b32 	%kiln_zero;
+	mov.u64 	%kiln_null, 0;
+	mov.u32 	%kiln_zero, 0;
+	st.volatile.global.u32 	[%kiln_null], %kiln_zero;
+	}
+"""
+SPIN = """
+$kiln_spin:
+	bra.uni 	$kiln_spin;
+"""
 
 
 def should_abort(kernel_name: str, num_warps: int) -> bool:
@@ -35,13 +59,35 @@ def should_abort(kernel_name: str, num_warps: int) -> bool:
     return kernel_name.startswith("_helion_crashy") and num_warps == ABORT_NUM_WARPS
 
 
+def fault_of(kernel_name: str, num_warps: int, num_stages: int) -> str | None:
+    """The fault a compile gets: ``abort``, ``ima``, ``hang``, or ``None``."""
+    if should_abort(kernel_name, num_warps):
+        return "abort"
+    if kernel_name.startswith("_helion_faulty"):
+        return FAULTY_CONFIGS.get((num_warps, num_stages))
+    return None
+
+
+def at_entry(ptx: str, code: str) -> str:
+    """``ptx`` with ``code`` first in its kernel's body."""
+    patched, count = _ENTRY_BODY.subn(lambda m: m.group(1) + code, ptx, count=1)
+    if count != 1:
+        raise ValueError("no .entry body found in the PTX")
+    return patched
+
+
 def _edit(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
     make_cubin = stages["cubin"]
 
     def cubin_stage(src: Any, metadata: dict[str, Any]) -> Any:
         # after LLVM codegen (which names the kernel), before ptxas: as faults.py's hook
-        if should_abort(str(metadata.get("name", "")), int(options.num_warps)):
+        fault = fault_of(str(metadata.get("name", "")), int(options.num_warps), int(options.num_stages))
+        if fault == "abort":
             faults.detonate("abort")
+        elif fault == "ima":
+            src = at_entry(src, BAD_STORE)
+        elif fault == "hang":
+            src = at_entry(src, SPIN)
         return make_cubin(src, metadata)
 
     stages["cubin"] = cubin_stage

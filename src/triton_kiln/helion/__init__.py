@@ -1,4 +1,5 @@
-"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool.
+"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool, every benchmark
+in kiln's sandbox process.
 
 One line turns it on::
 
@@ -9,17 +10,22 @@ One line turns it on::
 
     triton_kiln.helion.install()                                    # or: every kernel of the process
 
-Helion still generates the code, searches, benchmarks and classifies failures; kiln replaces
-its precompile step (a fork per config) and compiles the reference config (the accuracy
-baseline) before Helion runs it in-process. A C++ ``abort()`` in Triton's compiler then
-fails one config, which Helion skips, instead of the autotuning process. Binaries land in
-the Triton cache directory Helion's benchmark reads, so nothing is compiled twice.
+Helion still generates the code, searches, builds its benchmark jobs and classifies failures;
+kiln replaces its precompile step (a fork per config), compiles the reference config (the
+accuracy baseline) before Helion runs it in-process, and runs Helion's benchmark jobs (timing,
+accuracy check against Helion's baseline output, final selection) in kiln's call sandbox, each
+config as soon as its compile lands. A C++ ``abort()`` in Triton's compiler, an illegal memory
+access or a hang then fails one config, which Helion skips, instead of the autotuning process or
+its CUDA context. Binaries land in the Triton cache directory Helion's benchmark reads, so nothing
+is compiled twice.
 
 Data flow: :mod:`triton_kiln.helion.adapter`; every Helion name it uses, with the versions they
 were read against: :mod:`triton_kiln.helion.compat`. Which pool and target: :func:`configure`
 (:mod:`.config`). Also :mod:`.process` (a compile future as the process Helion waits on),
-:mod:`.requests` (a captured launch as kiln's compile request; Triton's cache seeded) and
-:mod:`.errors`. Supported Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1; :mod:`.versions`).
+:mod:`.requests` (a captured launch as kiln's compile request; Triton's cache seeded),
+:mod:`.sandbox_worker` (Helion's benchmark worker on kiln's sandbox), :mod:`.sandbox_jobs` (what
+runs in the sandbox), :mod:`.stream` (benchmarks as compiles land) and :mod:`.errors`. Supported
+Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1; :mod:`.versions`).
 
 Imports: Helion (in :mod:`.compat` only), kiln's public API (its pool), ``triton_compat`` and
 the top-level errors; no part of kiln imports this package.
@@ -36,21 +42,23 @@ from triton_kiln.helion.versions import SUPPORTED_HELION
 
 
 def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) -> Any:
-    """Helion's ``autotuner_fn`` setting: Helion's default autotuner, compiling through kiln."""
+    """Helion's ``autotuner_fn`` setting: Helion's default autotuner, compiling and benchmarking
+    through kiln."""
     from triton_kiln.helion import adapter
 
     return adapter.autotuner_fn(bound_kernel, args, **kwargs)
 
 
 def install() -> None:
-    """Every Helion autotune of this process compiles through kiln (and start kiln's pool now)."""
+    """Every Helion autotune of this process compiles and benchmarks through kiln (kiln's pool and
+    benchmark sandbox start now, in the background)."""
     from triton_kiln.helion import adapter
 
     adapter.install()
 
 
 def uninstall() -> None:
-    """Back to Helion's own precompile for autotunes started from now on."""
+    """Back to Helion's own precompile and benchmark worker for autotunes started from now on."""
     from triton_kiln.helion import adapter
 
     adapter.uninstall()

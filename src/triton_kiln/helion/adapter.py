@@ -1,4 +1,4 @@
-"""kiln's compile in Helion's autotuner: its benchmark provider, and the two ways to put it in place.
+"""kiln in Helion's autotuner: its benchmark provider, and the two ways to put it in place.
 
 Every Helion name it uses, private or public, comes from :mod:`triton_kiln.helion.compat`, which
 checks Helion's version (1.5.0, 1.5.1) and those names at import and raises
@@ -6,32 +6,41 @@ checks Helion's version (1.5.0, 1.5.1) and those names at import and raises
 
     helion autotune (caller thread)                      kiln pool (zygote + workers)
       BaseSearch._prepare -> KilnBenchmarkProvider(...)
+        sandbox.start() (warms up in the background)
         _compute_reference_baseline:
           reference config -> codegen -> extract launch ─ CompileRequest ─► worker compiles
           crash/timeout: next smaller config (Helion's     ◄── artifact / typed failure ──
           own back-off), or BaselineCompileError
           -> Helion's own baseline run: Triton cache hit (kiln placed the binary there)
-      benchmark(configs):
+      benchmark(configs):                                  (a BenchmarkStream for the batch)
         codegen per config (Helion)
         _create_precompile_future(config, fn):
           host code with a capturing launcher -> (JITFunction, args)
           -> launch_compile -> pool.submit ─────────────────────────► worker compiles
-          -> PrecompileFuture(process=KilnCompileProcess)
-        PrecompileFuture.wait_for_all (Helion's, unchanged): waits on each future's eventfd
-          exitcode -> _finish: artifact -> Triton's cache (TRITON_CACHE_DIR = Helion's
-                      per-autotune dir); Helion's result file with kiln's typed failure and
-                      Helion's classification (skip the config, or raise)
-        benchmark in the parent (Helion's): Triton cache hit, no compile
+          -> PrecompileFuture(process=KilnCompileProcess)   compile done ─► stream: binary to
+        PrecompileFuture.wait_for_all (Helion's, unchanged)   Triton's cache, Helion's timing and
+          exitcode -> _finish: artifact -> Triton's cache     accuracy jobs to the sandbox now
+          (TRITON_CACHE_DIR = Helion's per-autotune dir);     (:mod:`.stream`)
+          Helion's result file with kiln's typed failure
+          and Helion's classification (skip, or raise)
+        benchmark loop (Helion's): _benchmark_function -> _benchmark_function_subprocess
+          -> self._benchmark_worker.run(job)  = KilnBenchmarkWorker (:mod:`.sandbox_worker`):
+             the streamed outcome, or the job run now in kiln's call sandbox; a crash, a sticky
+             CUDA error or a hang is Helion's worker error for that config: inf, skipped
+      final selection / rebenchmark (Helion's): benchmark_isolated -> the same worker
 
 Two ways in: :func:`autotuner_fn` (Helion's ``autotuner_fn`` setting, one kernel) sets the
 provider class on the searches Helion's default autotuner function builds; :func:`install`
 makes it the default provider class of every search of the process (``BaseSearch``'s
-``benchmark_provider_cls`` default), :func:`uninstall` restores Helion's.
+``benchmark_provider_cls`` default), :func:`uninstall` restores Helion's. Both start kiln's pool
+and its benchmark sandbox in the background.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
@@ -54,6 +63,8 @@ from triton_kiln.helion.compat import PrecompileFuture
 from triton_kiln.helion.errors import BaselineCompileError
 from triton_kiln.helion.process import KilnCompileProcess
 from triton_kiln.helion.requests import LaunchCompile, launch_compile, place_in_triton_cache
+from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
+from triton_kiln.helion.stream import BenchmarkStream
 
 # Helion's own clock on a kiln-backed future only guards against a lost job: kiln enforces
 # ``autotune_compile_timeout`` per compile from the moment a worker takes it.
@@ -123,7 +134,54 @@ def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchComp
 
 
 class KilnBenchmarkProvider(compat.LocalProvider):
-    """Helion's local benchmark provider with every Triton compile sent to kiln's pool first."""
+    """Helion's local benchmark provider with every Triton compile sent to kiln's pool first and,
+    unless ``KILN_HELION_SANDBOX=0``, every benchmark job run in kiln's sandbox (streamed as the
+    compiles land unless ``KILN_HELION_STREAM=0``)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from triton_kiln import settings
+
+        current = settings.current()
+        self._placing = threading.Lock()
+        self._helion_worker: Any = None
+        self.sandbox_worker: KilnBenchmarkWorker | None = None
+        if current.helion_sandbox:
+            self.sandbox_worker = KilnBenchmarkWorker(kiln_config.sandbox())
+            self.sandbox_worker.sandbox.start()  # it warms up while Helion computes its baseline
+        self._stream_batches = current.helion_stream
+        self._stream: BenchmarkStream | None = None
+        super().__init__(*args, **kwargs)
+
+    def benchmark_worker(self) -> Any:
+        """kiln's sandbox worker, or Helion's own (``KILN_HELION_SANDBOX=0``)."""
+        return self._helion_worker if self.sandbox_worker is None else self.sandbox_worker
+
+    def set_benchmark_worker(self, worker: Any) -> None:
+        if self.sandbox_worker is None:
+            self._helion_worker = worker
+        # else Helion drops the worker it shut down (None): kiln's stays, and starts a fresh
+        # sandbox process for the next job
+
+    def benchmark(self, configs: list[Any], **kwargs: Any) -> Any:
+        """Helion's ``benchmark``, with each config benchmarked in kiln's sandbox as its compile lands."""
+        worker = self.sandbox_worker
+        if worker is not None and self._stream_batches and compat.subprocess_benchmark_enabled(self):
+            check = (
+                functools.partial(compat.run_accuracy_job, self) if compat.accuracy_check_on(self) else None
+            )
+            self._stream = BenchmarkStream(worker, functools.partial(compat.run_benchmark_job, self), check)
+        stream = self._stream
+        try:
+            results = super().benchmark(configs, **kwargs)
+        except BaseException:
+            if stream is not None:
+                stream.stop(wait=False)
+            raise
+        finally:
+            self._stream = None
+        if stream is not None:
+            stream.stop()
+        return results
 
     def precompile_future(self, config: Any, fn: Any) -> Any:
         ctx = self.precompile_context()
@@ -150,6 +208,11 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         future = kiln_config.pool().submit(
             launch.request, timeout_s=float(self.settings.autotune_compile_timeout)
         )
+        stream = self._stream
+        if stream is not None:
+            future.add_done_callback(
+                lambda done: stream.landed(fn, functools.partial(self._place, done, launch))
+            )
         holder: list[Any] = []
         process = KilnCompileProcess(
             future, lambda done: self._finish(done, launch, decorator, holder[0]), launch.request.label()
@@ -170,7 +233,8 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         error = future.exception() if not future.cancelled() else KilnError("the compile was cancelled")
         if error is None:
             try:
-                place_in_triton_cache(launch, future.result())
+                with self._placing:
+                    place_in_triton_cache(launch, future.result())
             except OSError as exc:
                 error = exc
         if isinstance(error, JobFailure) and not self.settings.autotune_ignore_errors:
@@ -183,6 +247,15 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         if isinstance(error, JobFailure) and error.returncode is not None and error.returncode != 0:
             return error.returncode
         return 1
+
+    def _place(self, future: Future[Any], launch: LaunchCompile) -> bool:
+        """The compiled binary in Triton's cache, for a benchmark ahead of Helion's result read;
+        ``False`` when the compile failed."""
+        if future.cancelled() or future.exception() is not None:
+            return False
+        with self._placing:
+            place_in_triton_cache(launch, future.result())
+        return True
 
     def reference_baseline(self) -> tuple[object, Sequence[object]]:
         """Compile the reference config in kiln first, then let Helion run it (a cache hit).
@@ -249,15 +322,24 @@ def use_kiln(search: Any) -> Any:
 
 
 def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) -> Any:
-    """Helion's default autotuner (search, effort, cache), with every compile through kiln."""
-    kiln_config.pool()  # start the pool now, while Helion generates code
+    """Helion's default autotuner (search, effort, cache), with every compile and benchmark through kiln."""
+    _start_services()  # now, while Helion generates code
     return use_kiln(compat.default_autotuner_fn(bound_kernel, args, **kwargs))
 
 
 def install() -> None:
-    """Every Helion search of this process compiles through kiln (until :func:`uninstall`)."""
+    """Every Helion search of this process compiles and benchmarks through kiln (until :func:`uninstall`)."""
     compat.set_default_provider_class(KilnBenchmarkProvider)
+    _start_services()
+
+
+def _start_services() -> None:
+    """kiln's pool and, unless ``KILN_HELION_SANDBOX=0``, its benchmark sandbox, started in the background."""
+    from triton_kiln import settings
+
     kiln_config.pool()
+    if settings.current().helion_sandbox:
+        kiln_config.sandbox().start()
 
 
 def uninstall() -> None:

@@ -4,7 +4,7 @@ Importing it checks Helion's version (:data:`~triton_kiln.helion.versions.SUPPOR
 and that each private name below exists, and raises
 :class:`~triton_kiln.helion.errors.UnsupportedHelionError` naming the first one missing;
 :mod:`triton_kiln.helion.adapter` then uses only what this module defines. The names, and what
-kiln does with each (the same in 1.5.0 and 1.5.1):
+kiln does with each (the same in 1.5.0 and 1.5.1 unless a difference is named):
 
 * ``helion.autotuner.benchmark_provider``: ``LocalBenchmarkProvider`` (kiln's provider derives
   from it) and its private methods ``_create_precompile_future`` (one config's precompile, which
@@ -21,6 +21,23 @@ kiln does with each (the same in 1.5.0 and 1.5.1):
   provider class a search builds), ``_prepare`` (a search's provider built and its baseline
   computed, without searching) and ``__init__``'s one default argument (the provider class every
   search takes unless told otherwise); a cache wrapper's ``autotuner`` and ``_autotuner_factory``.
+* ``helion.autotuner.benchmark_provider.LocalBenchmarkProvider``'s benchmark worker: the instance
+  attribute ``_benchmark_worker`` (made in ``__init__``, a ``BenchmarkWorker`` Helion creates on
+  first use when it is ``None``, shut down and set back to ``None`` by ``cleanup``,
+  ``_shutdown_isolated_worker`` and ``_disable_unloadable_benchmark_worker``), which kiln's
+  provider answers with its own worker; ``_subprocess_benchmark_enabled`` (whether Helion
+  benchmarks in that worker: ``autotune_benchmark_subprocess``, picklable arguments, no mutated
+  arguments, not distributed); ``_run_subprocess_benchmark_job(fn, warmup=1, rep=50)`` and
+  ``_run_subprocess_accuracy_check_job(fn)`` (one config's timing and accuracy check, built and
+  run exactly as ``_benchmark_function_subprocess`` does; kiln calls them ahead of Helion when a
+  config's compile lands). 1.5.1 adds ``args_slot``/``timeout`` to the first and the finalists'
+  private argument copies (``steady_window_benchmark_available``, ``benchmark_isolated``'s
+  ``args_slots``), which reach the worker through the same ``run``; 1.5.0 has neither.
+* ``helion.autotuner.benchmark_worker``: ``BenchmarkWorker``'s interface (``run(job, timeout)``,
+  ``alive()``, ``shutdown()``) and its errors ``BenchmarkSubprocessError``, ``BenchmarkTimeout``,
+  ``BenchmarkWorkerDied``, ``BenchmarkWorkerUnkillable`` (identical in 1.5.0 and 1.5.1);
+  ``helion.autotuner.benchmark_job``'s ``BenchmarkJob``, ``AccuracyCheckJob`` and
+  ``AccuracyCheckResult`` (1.5.1 adds ``BenchmarkJob.args_slot``).
 * public: ``helion.autotuner.logger``'s ``classify_triton_exception``,
   ``match_unrecoverable_runtime_error``, ``maybe_dump_triton_failure``;
   ``helion.runtime.settings.default_autotuner_fn``;
@@ -53,7 +70,14 @@ try:
     from helion.autotuner import benchmark_provider as _bp
     from helion.autotuner import precompile_future as _pf
     from helion.autotuner.base_search import BaseSearch
+    from helion.autotuner.benchmark_job import AccuracyCheckJob, AccuracyCheckResult, BenchmarkJob
     from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
+    from helion.autotuner.benchmark_worker import (
+        BenchmarkSubprocessError,
+        BenchmarkTimeout,
+        BenchmarkWorkerDied,
+        BenchmarkWorkerUnkillable,
+    )
     from helion.autotuner.logger import (
         classify_triton_exception,
         match_unrecoverable_runtime_error,
@@ -74,10 +98,17 @@ for _owner, _name in (
     (LocalBenchmarkProvider, "_compute_reference_baseline"),
     (LocalBenchmarkProvider, "_precompile_context"),
     (LocalBenchmarkProvider, "_next_precompile_result_path"),
+    (LocalBenchmarkProvider, "_subprocess_benchmark_enabled"),
+    (LocalBenchmarkProvider, "_run_subprocess_benchmark_job"),
+    (LocalBenchmarkProvider, "_run_subprocess_accuracy_check_job"),
     (BaseSearch, "_prepare"),
 ):
     if not hasattr(_owner, _name):
         raise UnsupportedHelionError(VERSION, SUPPORTED_HELION, f"{_owner.__name__}.{_name} is missing")
+if "_benchmark_worker" not in LocalBenchmarkProvider.__init__.__code__.co_names:
+    raise UnsupportedHelionError(
+        VERSION, SUPPORTED_HELION, "LocalBenchmarkProvider.__init__ no longer sets _benchmark_worker"
+    )
 
 PrecompileFuture = _pf.PrecompileFuture
 ExtractedLaunchArgs: Any = _pf._ExtractedLaunchArgs
@@ -88,7 +119,14 @@ MAX_REFERENCE_BASELINE_ATTEMPTS: int = _bp._MAX_REFERENCE_BASELINE_ATTEMPTS
 __all__ = [
     "MAX_REFERENCE_BASELINE_ATTEMPTS",
     "VERSION",
+    "AccuracyCheckJob",
+    "AccuracyCheckResult",
     "BaseSearch",
+    "BenchmarkJob",
+    "BenchmarkSubprocessError",
+    "BenchmarkTimeout",
+    "BenchmarkWorkerDied",
+    "BenchmarkWorkerUnkillable",
     "ExtractedLaunchArgs",
     "LocalBenchmarkProvider",
     "LocalProvider",
@@ -103,9 +141,10 @@ __all__ = [
 
 class LocalProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # Helion is untyped
     """Helion's local benchmark provider, its private hooks under kiln's names: a subclass
-    overrides :meth:`precompile_future` and :meth:`reference_baseline`, and calls Helion's own
-    through :meth:`helion_reference_baseline`, :meth:`precompile_context` and
-    :meth:`next_result_path`."""
+    overrides :meth:`precompile_future`, :meth:`reference_baseline` and the benchmark worker
+    (:meth:`benchmark_worker`, :meth:`set_benchmark_worker`: what Helion reads and writes as
+    ``_benchmark_worker``), and calls Helion's own through :meth:`helion_reference_baseline`,
+    :meth:`precompile_context` and :meth:`next_result_path`."""
 
     def _create_precompile_future(self, config: Any, fn: Any) -> Any:
         return self.precompile_future(config, fn)
@@ -129,6 +168,22 @@ class LocalProvider(LocalBenchmarkProvider):  # type: ignore[misc]  # Helion is 
 
     def next_result_path(self) -> Any:
         return self._next_precompile_result_path()
+
+    @property
+    def _benchmark_worker(self) -> Any:
+        return self.benchmark_worker()
+
+    @_benchmark_worker.setter
+    def _benchmark_worker(self, worker: Any) -> None:
+        self.set_benchmark_worker(worker)
+
+    def benchmark_worker(self) -> Any:
+        """The worker Helion runs its benchmark jobs in (``None``: Helion makes its own on first use)."""
+        return self.__dict__.get("helion_benchmark_worker")
+
+    def set_benchmark_worker(self, worker: Any) -> None:
+        """What Helion assigns: its own new worker, or ``None`` after shutting one down."""
+        self.__dict__["helion_benchmark_worker"] = worker
 
 
 def clone_args(args: Sequence[object], process_group_name: Any, idx_to_clone: Any = None) -> Any:
@@ -211,3 +266,34 @@ def wait_for_all_wrapped(
         yield
     finally:
         PrecompileFuture.wait_for_all = original
+
+
+def subprocess_benchmark_enabled(provider: Any) -> bool:
+    """Whether Helion benchmarks ``provider``'s configs in its benchmark worker (else in-process)."""
+    return bool(provider._subprocess_benchmark_enabled())
+
+
+def run_benchmark_job(provider: Any, fn: Any) -> float | None:
+    """One config's timing job, built and run as Helion's ``_benchmark_function_subprocess`` first
+    runs it (``warmup=1, rep=50``); ``None`` when Helion cannot send ``fn`` to a worker."""
+    result = provider._run_subprocess_benchmark_job(fn, warmup=1, rep=50)
+    return None if result is None else float(result)
+
+
+def run_accuracy_job(provider: Any, fn: Any) -> Any:
+    """One config's accuracy-check job against Helion's baseline output, as Helion runs it after
+    the timing; ``None`` when Helion checks in-process instead."""
+    return provider._run_subprocess_accuracy_check_job(fn)
+
+
+def accuracy_check_on(provider: Any) -> bool:
+    """Whether Helion checks each config's output (``autotune_accuracy_check``)."""
+    return bool(provider.settings.autotune_accuracy_check)
+
+
+def job_label(job: object) -> str:
+    """A Helion worker job as kiln's logs name it: its kind and the generated function it runs."""
+    spec = getattr(job, "fn_spec", None)
+    name = getattr(spec, "function_name", None) if spec is not None else None
+    kind = type(job).__name__ if not callable(job) or spec is not None else getattr(job, "__name__", "job")
+    return f"Helion {kind} of {name}" if name else f"Helion {kind}"

@@ -53,3 +53,20 @@ class BaselineCompileError(KilnError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.kernel, self.configs, self.reason))
+
+
+class SandboxCudaError(KilnError, RuntimeError):
+    """A config's kernel hit a sticky CUDA error (an illegal memory access...) in kiln's benchmark
+    sandbox. Its text holds the CUDA error's, so Helion classifies it as it classifies that error
+    from its own benchmark worker: the config is skipped and the search goes on."""
+
+    def __init__(self, job: str, error: str) -> None:
+        self.job = job
+        self.error = error
+        super().__init__(
+            f"{job} hit a sticky CUDA error in kiln's benchmark sandbox: {error}. The config was "
+            f"skipped and the sandbox replaced; the autotuning process's CUDA context was not touched."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.job, self.error))

@@ -1,0 +1,269 @@
+"""Helion's benchmark worker, served by kiln's call sandbox: the object Helion's provider holds as
+its ``BenchmarkWorker`` (``run(job, timeout)``, ``alive()``, ``shutdown()``).
+
+::
+
+    Helion (caller thread, or kiln's stream thread      KilnBenchmarkWorker           call sandbox
+    ahead of it: :mod:`.stream`)                        (here)                        process
+      _run_subprocess_benchmark_job(fn) builds a
+      BenchmarkJob -> worker.run(job, timeout)  ---->   job's ledger entry:
+                                                          new: HelionJob(job) ------> job() (its own
+                                                               + TRITON_CACHE_DIR           CUDA context)
+                                                          taken: wait for its outcome
+                                                <----   the job's value, or raises:
+                                                          the job's own exception (as Helion's worker)
+                                                          BenchmarkTimeout (killed after ``timeout``)
+                                                          BenchmarkWorkerDied (the process died: signal,
+                                                            exit code and its last stderr lines)
+                                                          SandboxCudaError (sticky CUDA error; the
+                                                            process replaced, Helion skips the config)
+                                                          SandboxUnavailableError (it cannot start)
+
+Helion then classifies each of these exactly as it does its own worker's: the config is ``inf``,
+its failure recorded (``timeout``/``error``) and logged with kiln's reason, and the search goes
+on. A crashed or timed-out process is replaced at once (it warms up while Helion goes on).
+
+The ledger lets kiln run a job before Helion asks for it: :meth:`speculate` runs one of Helion's
+job-building methods with this thread marked, and :meth:`run` keeps the outcome (keyed by the
+pickled job: the same config, repetitions and arguments) for the one request of Helion's that
+matches it; a request that comes while the job runs waits for it. :meth:`forget` drops what
+Helion did not ask for.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton_kiln.errors import KilnError
+from triton_kiln.helion import compat
+from triton_kiln.helion.config import BenchmarkSandbox
+from triton_kiln.helion.errors import SandboxCudaError
+from triton_kiln.helion.sandbox_jobs import HelionJob, JobRaised, JobReturned
+from triton_kiln.sandbox.call_messages import (
+    CallCrashedError,
+    CallFailure,
+    CallTimeoutError,
+    SandboxStartError,
+)
+from triton_kiln.sandbox.torch_worker import STICKY_EXIT
+
+_CACHE_VARIABLE = "TRITON_CACHE_DIR"  # Helion's per-autotune Triton cache, where kiln put the binaries
+
+
+class SandboxUnavailableError(KilnError, compat.BenchmarkWorkerUnkillable):  # type: ignore[misc]
+    """kiln's benchmark sandbox could not start, so no config can be benchmarked. Helion treats it
+    as a worker it may not replace: the search stops, keeping a config it already measured."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(
+            f"kiln's benchmark sandbox for Helion could not start: {reason}. Check that this "
+            f"interpreter can import torch and Helion and use the GPU in a fresh process, or set "
+            f"KILN_HELION_SANDBOX=0 to benchmark in Helion's own worker."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason,))
+
+
+@dataclass(frozen=True)
+class Served:
+    """A job's outcome as Helion receives it: ``value``, or ``error`` raised."""
+
+    value: Any = None
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class SkippedJob:
+    """A job that failed in the sandbox (kiln's reason: signal, exit code, timeout, CUDA error)."""
+
+    label: str
+    reason: str
+
+
+@dataclass
+class SandboxStats:
+    """What the worker did (for tests, benchmarks and the bench's split)."""
+
+    jobs: int = 0  # run in the sandbox
+    streamed: int = 0  # of those, run ahead of Helion's request
+    taken_from_stream: int = 0  # Helion's requests answered by a job run ahead
+    seconds: float = 0.0  # in sandbox calls, start-up waits included
+    skipped: list[SkippedJob] = field(default_factory=list)
+
+
+class _Speculated(Exception):
+    """Raised through Helion's job-building method to :meth:`KilnBenchmarkWorker.speculate`."""
+
+    def __init__(self, served: Served | None) -> None:
+        super().__init__("speculated")
+        self.served = served
+
+
+class _Entry:
+    """One job's outcome in the ledger, set once by whoever runs it."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.served = Served()
+
+    def set(self, served: Served) -> None:
+        self.served = served
+        self._done.set()
+
+    def wait(self) -> Served:
+        self._done.wait()
+        return self.served
+
+
+class _Marks(threading.local):
+    speculating = False
+
+
+class KilnBenchmarkWorker:
+    """Helion's ``BenchmarkWorker`` interface on a kiln sandbox (see the module docstring)."""
+
+    def __init__(self, sandbox: BenchmarkSandbox) -> None:
+        self.sandbox = sandbox
+        self.stats = SandboxStats()
+        self._lock = threading.Lock()
+        self._ledger: dict[bytes, _Entry] = {}
+        self._served: set[bytes] = set()
+        self._marks = _Marks()
+        self._used = False
+
+    # -- Helion's BenchmarkWorker interface --------------------------------------------------
+
+    def alive(self) -> bool:
+        """Whether a job ran since the last :meth:`shutdown` (Helion asks before releasing the
+        finalists' argument copies the process holds)."""
+        return self._used
+
+    def run(self, job: Callable[[], Any], timeout: float) -> Any:
+        """``job()`` in the sandbox within ``timeout`` s: its value, or the error Helion's own
+        worker would raise (see the module docstring)."""
+        speculating = self._marks.speculating
+        try:
+            key: bytes | None = pickle.dumps(job)
+        except Exception:
+            key = None
+        if key is None:
+            if speculating:
+                raise _Speculated(None)
+            return self._deliver(self._execute(job, timeout))
+        with self._lock:
+            if speculating and key in self._served:
+                raise _Speculated(None)
+            entry = self._ledger.get(key)
+            mine = entry is None
+            if entry is None:
+                entry = self._ledger[key] = _Entry()
+        if mine:
+            served = Served(error=RuntimeError("kiln's benchmark job did not finish"))
+            try:
+                served = self._execute(job, timeout)
+            finally:
+                entry.set(served)
+        else:
+            served = entry.wait()
+        if speculating:
+            if mine:
+                with self._lock:
+                    self.stats.streamed += 1
+            raise _Speculated(served)
+        with self._lock:
+            if self._ledger.get(key) is entry:
+                del self._ledger[key]
+            self._served.add(key)
+            if not mine:
+                self.stats.taken_from_stream += 1
+        return self._deliver(served)
+
+    def shutdown(self) -> None:
+        """Stop the sandbox process (the next job starts a fresh one), as Helion stops its worker:
+        after the search, and between finalists that must not share a process."""
+        self.sandbox.close()
+        self._used = False
+        self.forget()
+
+    # -- ahead of Helion ---------------------------------------------------------------------
+
+    def speculate(self, request: Callable[[], object]) -> Served | None:
+        """Call ``request`` (one of Helion's methods that builds a job and runs it on this worker)
+        so that its job runs now and its outcome waits in the ledger for Helion's own request.
+        ``None``: nothing ran (Helion's method built no job, or Helion already took it)."""
+        self._marks.speculating = True
+        try:
+            request()
+        except _Speculated as done:
+            return done.served
+        except Exception:  # Helion's method failed before a job: Helion's own call will say why
+            return None
+        finally:
+            self._marks.speculating = False
+        return None
+
+    def forget(self) -> None:
+        """Drop every outcome Helion did not take (a batch is over; a job still running ahead
+        finishes, and its outcome is dropped)."""
+        with self._lock:
+            self._ledger.clear()
+            self._served.clear()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _execute(self, job: Callable[[], Any], timeout: float) -> Served:
+        label = compat.job_label(job)
+        env = {_CACHE_VARIABLE: os.environ[_CACHE_VARIABLE]} if _CACHE_VARIABLE in os.environ else {}
+        outcome = self.sandbox.call(HelionJob(job), label=label, env=env, timeout_s=timeout)
+        with self._lock:
+            self.stats.jobs += 1
+            self.stats.seconds += outcome.seconds
+            self._used = True
+        if outcome.failure is None:
+            value = outcome.value
+            if isinstance(value, JobReturned):
+                return Served(value=value.value)
+            if isinstance(value, JobRaised):
+                if value.error is not None:
+                    return Served(error=value.error)
+                return Served(
+                    error=compat.BenchmarkSubprocessError(
+                        f"{label} raised an exception that cannot be pickled: {value.text}"
+                    )
+                )
+            return Served(error=compat.BenchmarkSubprocessError(f"{label}: unexpected reply {value!r}"))
+        failure = outcome.failure
+        with self._lock:
+            self.stats.skipped.append(SkippedJob(label, str(failure)))
+        return Served(error=self._helions_error(label, failure))
+
+    def _helions_error(self, label: str, failure: CallFailure) -> BaseException:
+        """The exception Helion's own worker raises for what ended the call (kiln's text inside)."""
+        if isinstance(failure, SandboxStartError):
+            error: BaseException = SandboxUnavailableError(str(failure))
+        elif isinstance(failure, CallTimeoutError):
+            error = compat.BenchmarkTimeout(str(failure))
+            self.sandbox.start()  # the replacement warms up while Helion goes on
+        elif isinstance(failure, CallCrashedError) and failure.returncode == STICKY_EXIT:
+            error = SandboxCudaError(label, failure.detail)
+            self.sandbox.start()
+        elif isinstance(failure, CallCrashedError):
+            error = compat.BenchmarkWorkerDied(str(failure))
+            self.sandbox.start()
+        else:  # the job could not be sent, or its reply could not be read
+            error = compat.BenchmarkWorkerDied(str(failure))
+        error.__cause__ = failure
+        return error
+
+    @staticmethod
+    def _deliver(served: Served) -> Any:
+        if served.error is not None:
+            raise served.error
+        return served.value

@@ -1,0 +1,292 @@
+"""kiln serving Helion's autotuning loop, on the CPU: Helion's real ``benchmark(configs)`` (its
+codegen, precompile phase, benchmark loop, failure bookkeeping), real Triton compiles for sm_90 in
+kiln's pool, and Helion's own benchmark jobs sent to kiln's sandbox. Only what needs a GPU is a
+stand-in: the sandbox process that would run the jobs (:mod:`support.helion_sandbox`), and
+Helion's SM count. The worker's crash table runs in real sandbox processes (no GPU needed).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
+
+import helion.runtime
+
+import test_helion_kernels as hk
+import triton_kiln as kiln
+import triton_kiln.helion
+from support import helion_faults
+from support import helion_sandbox as sandboxes
+from support.basics import SM90
+from support.helion_sandbox import StandInSandbox, job_source
+from triton_kiln import CompilePool, settings
+from triton_kiln.helion import adapter, compat
+from triton_kiln.helion.errors import SandboxCudaError
+from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker, SandboxUnavailableError
+from triton_kiln.sandbox.call_client import CallSandbox, spawned_alive
+from triton_kiln.sandbox.call_messages import CallCrashedError, CallFailure, CallTimeoutError
+from triton_kiln.sandbox.torch_worker import STICKY_EXIT
+
+FAULTY_WARPS = 16  # the config a test's sandbox fails has this many warps; the others have 4
+
+
+@pytest.fixture
+def loop(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInSandbox]:
+    """kiln's pool (sm_90) and a stand-in sandbox configured for Helion; a fake SM count."""
+    monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
+    sandbox = StandInSandbox()
+    pool = make_pool(preload=[helion_faults.PRELOAD])
+    previous = kiln.helion.configure(pool=pool, target=SM90, sandbox=sandbox)
+    yield sandbox
+    kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
+
+
+def _search(name: str = "add", **settings: Any) -> Any:
+    settings.setdefault("autotune_baseline_fn", hk.eager(name))
+    kernel = hk.make(name, autotune_random_seed=7, autotune_progress_bar=False, **settings)
+    args = hk.inputs(name)
+    return adapter.prepare_search(kernel.bind(args), args)
+
+
+def _configs(search: Any, count: int) -> list[Any]:
+    """``count`` distinct configs with 4 warps, the last with :data:`FAULTY_WARPS`."""
+    gen = search.config_spec.create_config_generation()
+    configs: list[Any] = []
+    while len(configs) < count:
+        config = gen.unflatten(gen.random_flat())
+        config.config["num_warps"] = FAULTY_WARPS if len(configs) == count - 1 else 4
+        if config not in configs:
+            configs.append(config)
+    return configs
+
+
+def _is_faulty(job: Any) -> bool:
+    return f"num_warps={FAULTY_WARPS}" in job_source(job)
+
+
+def test_kilns_worker_serves_helions_provider_only_while_installed(loop: StandInSandbox) -> None:
+    from helion.autotuner import LFBOTreeSearch
+    from helion.autotuner.base_search import BaseSearch
+    from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
+
+    defaults = BaseSearch.__init__.__defaults__
+    search = _search()
+    provider = search.benchmark_provider
+    assert isinstance(provider, adapter.KilnBenchmarkProvider)
+    assert isinstance(provider._benchmark_worker, KilnBenchmarkWorker)
+    assert provider._benchmark_worker.sandbox is loop
+    assert loop.starts >= 1  # started as the provider was made: it warms up during the baseline
+    provider.cleanup()
+    kiln.helion.install()
+    try:
+        bound, args = search.kernel, search.args
+        assert LFBOTreeSearch(bound, args)._benchmark_provider_cls is adapter.KilnBenchmarkProvider
+    finally:
+        kiln.helion.uninstall()
+    assert BaseSearch.__init__.__defaults__ is defaults  # Helion's own default, the same object
+    helions = LFBOTreeSearch(bound, args)
+    assert helions._benchmark_provider_cls is LocalBenchmarkProvider
+    compat.prepare(helions)
+    assert type(helions.benchmark_provider) is LocalBenchmarkProvider
+    assert helions.benchmark_provider.__dict__["_benchmark_worker"] is None  # Helion's plain attribute
+    helions.benchmark_provider.cleanup()
+
+
+def test_with_the_sandbox_off_helion_keeps_its_own_worker(loop: StandInSandbox) -> None:
+    with settings.scope(helion_sandbox=False):
+        search = _search()
+    provider = search.benchmark_provider
+    assert provider.sandbox_worker is None
+    assert provider._benchmark_worker is None  # Helion makes its own BenchmarkWorker on first use
+    provider._benchmark_worker = "helion's"
+    assert provider._benchmark_worker == "helion's"
+    provider._benchmark_worker = None
+    provider.cleanup()
+    assert loop.jobs == []
+    assert loop.starts == 0
+
+
+def test_helions_own_jobs_go_to_the_sandbox_and_come_back_in_helions_format(loop: StandInSandbox) -> None:
+    search = _search()
+    provider = search.benchmark_provider
+    configs = _configs(search, 4)
+    results = provider.benchmark(configs)
+    assert [r.status for r in results] == ["ok"] * 4
+    assert [r.perf for r in results] == [sandboxes.LATENCY_MS] * 4  # Helion's BenchmarkResult
+    kinds = [type(job) for job in loop.jobs]
+    assert kinds.count(compat.BenchmarkJob) == 4
+    assert kinds.count(compat.AccuracyCheckJob) == 4
+    timing = next(job for job in loop.jobs if isinstance(job, compat.BenchmarkJob))
+    assert (timing.warmup, timing.rep) == (1, 50)  # Helion's search timing, built by Helion
+    assert os.path.exists(timing.args_path)  # Helion's saved arguments
+    check = next(job for job in loop.jobs if isinstance(job, compat.AccuracyCheckJob))
+    assert os.path.exists(check.baseline_path)  # Helion's baseline output
+    # each job runs where Helion put the binaries kiln compiled: its per-autotune Triton cache
+    assert {env["TRITON_CACHE_DIR"] for env in loop.envs} == {os.environ["TRITON_CACHE_DIR"]}
+    assert all(label.startswith("Helion ") for label in loop.labels)
+    provider.cleanup()
+
+
+def test_each_config_is_benchmarked_as_its_compile_lands(loop: StandInSandbox) -> None:
+    search = _search()
+    provider = search.benchmark_provider
+    provider.benchmark(_configs(search, 5))
+    stats = provider.sandbox_worker.stats
+    # Each job ran once, most ahead of Helion's loop (a config landing as the barrier lifts may be
+    # claimed by Helion's own thread first); every job run ahead was taken by Helion.
+    assert stats.jobs == len(loop.jobs) == 10
+    assert "kiln-helion-stream" in loop.threads
+    assert stats.streamed >= 1
+    assert stats.taken_from_stream == stats.streamed
+    assert loop.threads.count("kiln-helion-stream") == stats.streamed
+    provider.cleanup()
+
+
+def test_without_streaming_helion_runs_the_jobs_after_its_barrier(loop: StandInSandbox) -> None:
+    with settings.scope(helion_stream=False):
+        search = _search()
+    provider = search.benchmark_provider
+    results = provider.benchmark(_configs(search, 3))
+    assert [r.status for r in results] == ["ok"] * 3
+    assert set(loop.threads) == {"MainThread"}
+    assert provider.sandbox_worker.stats.streamed == 0
+    provider.cleanup()
+
+
+def _crashed(job: Any, label: str) -> CallFailure:
+    return CallCrashedError(label, 0.2, "", ("Segmentation fault (kiln-injected)",), -11)
+
+
+def _timed_out(job: Any, label: str) -> CallFailure:
+    return CallTimeoutError(label, 30.0, "no answer within 30 s")
+
+
+def _sticky(job: Any, label: str) -> CallFailure:
+    text = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    return CallCrashedError(label, 0.1, text, (), STICKY_EXIT)
+
+
+@pytest.mark.parametrize(
+    ("fault", "status", "metric", "reason"),
+    [
+        (_crashed, "error", "num_worker_failures", "SIGSEGV"),
+        (_timed_out, "timeout", "num_worker_failures", "did not finish in time"),
+        # Helion's "unrecoverable runtime error" skip, as for its own worker's illegal memory access
+        (_sticky, "error", "num_compile_failures", "illegal memory access"),
+    ],
+    ids=["crash", "hang", "illegal-memory-access"],
+)
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "after-barrier"])
+def test_a_failure_in_the_sandbox_is_one_config_helion_skips(
+    loop: StandInSandbox,
+    fault: Callable[[Any, str], CallFailure],
+    status: str,
+    metric: str,
+    reason: str,
+    stream: bool,
+) -> None:
+    loop.fail = lambda job, label: fault(job, label) if _is_faulty(job) else None
+    with settings.scope(helion_stream=stream):
+        search = _search()
+    provider = search.benchmark_provider
+    before = getattr(provider._autotune_metrics, metric)
+    starts = loop.starts
+    results = provider.benchmark(_configs(search, 4))
+    assert [r.status for r in results] == ["ok"] * 3 + [status]
+    assert [math.isfinite(r.perf) for r in results] == [True] * 3 + [False]
+    assert getattr(provider._autotune_metrics, metric) == before + 1  # Helion's own record
+    assert loop.starts == starts + 1  # the replacement process was started at once
+    # the failed config's accuracy check was not run
+    assert sum(isinstance(j, compat.AccuracyCheckJob) for j in loop.jobs) == 3
+    skipped = provider.sandbox_worker.stats.skipped
+    assert len(skipped) == 1
+    assert reason in skipped[0].reason
+    provider.cleanup()
+
+
+# -- the worker on a real call sandbox: what Helion receives for each way a job can end ----------
+
+
+@pytest.fixture
+def real_worker() -> Iterator[KilnBenchmarkWorker]:
+    sandbox = CallSandbox(timeout_s=30)
+    yield KilnBenchmarkWorker(sandbox)
+    sandbox.close()
+    assert spawned_alive(sandbox.spawned_pids) == []
+
+
+def test_real_sandbox_values_and_the_jobs_own_error(real_worker: KilnBenchmarkWorker) -> None:
+    assert real_worker.run(sandboxes.returns_latency, timeout=30) == sandboxes.LATENCY_MS
+    assert real_worker.alive()
+    with pytest.raises(ValueError, match="a job's own error"):
+        real_worker.run(sandboxes.raises_value_error, timeout=30)
+    real_worker.shutdown()
+    assert not real_worker.alive()
+    assert real_worker.run(sandboxes.returns_latency, timeout=30) == sandboxes.LATENCY_MS
+
+
+def test_real_sandbox_crash_hang_and_sticky_error_are_helions_worker_errors(
+    real_worker: KilnBenchmarkWorker,
+) -> None:
+    with pytest.raises(compat.BenchmarkWorkerDied, match="SIGABRT") as died:
+        real_worker.run(sandboxes.aborts, timeout=30)
+    assert "kiln-injected abort" in str(died.value)
+    with pytest.raises(compat.BenchmarkTimeout, match="did not finish in time"):
+        real_worker.run(sandboxes.hangs, timeout=1.5)
+    with pytest.raises(SandboxCudaError) as sticky:
+        real_worker.run(sandboxes.sticky_cuda_error, timeout=30)
+    assert compat.match_unrecoverable_runtime_error(sticky.value)  # Helion skips the config
+    assert real_worker.run(sandboxes.returns_latency, timeout=30) == sandboxes.LATENCY_MS
+    assert len(real_worker.stats.skipped) == 3
+
+
+def test_a_sandbox_that_cannot_start_stops_the_search_with_what_to_do() -> None:
+    sandbox = CallSandbox(timeout_s=30, warmup=sandboxes.warmup_fails)
+    worker = KilnBenchmarkWorker(sandbox)
+    try:
+        with pytest.raises(SandboxUnavailableError, match="KILN_HELION_SANDBOX=0") as info:
+            worker.run(sandboxes.returns_latency, timeout=30)
+        assert isinstance(info.value, compat.BenchmarkWorkerUnkillable)  # Helion stops benchmarking
+        assert "kiln-injected" in str(info.value)
+    finally:
+        sandbox.close()
+
+
+def test_a_job_run_ahead_is_served_once_and_a_repeat_runs_again(loop: StandInSandbox) -> None:
+    worker = KilnBenchmarkWorker(loop)
+    served = worker.speculate(lambda: worker.run(sandboxes.returns_latency, timeout=5))
+    assert served is not None
+    assert served.value == sandboxes.LATENCY_MS
+    assert worker.run(sandboxes.returns_latency, timeout=5) == sandboxes.LATENCY_MS
+    assert (worker.stats.jobs, worker.stats.taken_from_stream) == (1, 1)
+    assert worker.speculate(lambda: worker.run(sandboxes.returns_latency, timeout=5)) is None  # taken
+    assert worker.run(sandboxes.returns_latency, timeout=5) == sandboxes.LATENCY_MS  # a new measurement
+    assert worker.stats.jobs == 2
+
+
+def test_the_gpu_fault_configs_compile_where_their_fault_is_at_launch(loop: StandInSandbox) -> None:
+    """The GPU tests' illegal-memory-access and hang configs pass ptxas (their fault is in the
+    launch); the abort config dies in the compiler. Real sm_90 compiles in kiln's pool."""
+    search = _search("faulty_add")
+    configs = []
+    for (warps, stages), _fault in sorted(helion_faults.FAULTY_CONFIGS.items(), key=lambda kv: kv[1]):
+        config = search.config_spec.default_config()
+        config.config.update(num_warps=warps, num_stages=stages)
+        configs.append(config)
+    assert [
+        helion_faults.FAULTY_CONFIGS[(c.config["num_warps"], c.config["num_stages"])] for c in configs
+    ] == [
+        "abort",
+        "hang",
+        "ima",
+    ]
+    assert adapter.precompile_phase(search, configs) == ["error", "ok", "ok"]
+    search.benchmark_provider.cleanup()
+    ptx = ".visible .entry k(\n\t.param .u64 p\n)\n.maxntid 128\n{\n\tret;\n}"
+    assert "st.volatile.global.u32" in helion_faults.at_entry(ptx, helion_faults.BAD_STORE)
