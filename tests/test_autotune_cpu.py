@@ -177,7 +177,7 @@ def test_a_tuned_meta_parameter_passed_at_call_time_raises_triton_s_value_error(
     assert FakeBench.instances == []
 
 
-def test_more_warps_than_a_block_holds_compile_and_reach_the_benchmark(make_pool: Any, tmp_path: Path) -> None:
+def test_more_warps_than_a_block_holds_compile_and_are_benchmarked(make_pool: Any, tmp_path: Path) -> None:
     """Triton compiles ``num_warps=64`` and fails only when the binary is loaded (``OutOfResources``:
     threads), inside the benchmark's launch, where ``post_hook`` sees the exception: kiln's checks
     of the options refuse no config that Triton compiles."""
