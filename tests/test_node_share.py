@@ -294,7 +294,7 @@ def test_a_wrong_config_a_helper_benchmarked_alone_is_checked_here_and_never_win
             assert time.monotonic() < deadline, "the leader never opened its share"
             time.sleep(0.02)
         labels = [f"BLOCK={b}, MODE={m}, num_warps={w}, num_stages=3, num_ctas=1"
-                  for b, m, w in kernels.ISSUE_19_SHAPES]  # fmt: skip
+                  for b, m, w in kernels.WRONG_WRITER_CONFIGS]  # fmt: skip
         for label in labels:
             if label != ZERO:  # held, as by helpers that lag: only the zero-writer is left to claim
                 lock = FileLock(shares[0] / "claims" / f"{_name(label)}.lock")

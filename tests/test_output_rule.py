@@ -20,7 +20,7 @@ import triton
 
 import triton_kiln as kiln
 from support.basics import SM90
-from support.kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER, add_modes_kernel
+from support.kernels import OFF_BY_ONE, WRONG_WRITER_CONFIGS, ZERO_WRITER, add_modes_kernel
 from test_autotune_cpu import FakeBench, make_tuner, tune
 from test_native_check import make_state
 from test_native_check import run as native_run
@@ -188,14 +188,14 @@ WRONG = (ZERO, PLUS_ONE)
 
 
 def issue_configs() -> list[Any]:
-    return [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in ISSUE_19_SHAPES]
+    return [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in WRONG_WRITER_CONFIGS]
 
 
 def issue_runtime(config: Any) -> float:
     """The zero-writer is the fastest config, the off-by-one the next; then the six correct ones."""
     mode = config.kwargs["MODE"]
     shape = (config.kwargs["BLOCK"], mode, config.num_warps)
-    return {ZERO_WRITER: 0.5, OFF_BY_ONE: 0.8}.get(mode, 1.0 + ISSUE_19_SHAPES.index(shape) / 100)
+    return {ZERO_WRITER: 0.5, OFF_BY_ONE: 0.8}.get(mode, 1.0 + WRONG_WRITER_CONFIGS.index(shape) / 100)
 
 
 def issue_output(config: Any, x: Any, y: Any) -> Any:
@@ -224,7 +224,7 @@ class HostSandboxBench(FakeBench):
         return dataclasses.replace(outcome, check=verdict)
 
 
-def issue_19_on_cpu(make_pool: Any, tmp_path: Path, check: str) -> tuple[Any, Any, Any, Any]:
+def wrong_writers_on_cpu(make_pool: Any, tmp_path: Path, check: str) -> tuple[Any, Any, Any, Any]:
     """Real compiles for sm_90; the stand-in GPU's timings (:func:`issue_runtime`) and outputs
     (:func:`issue_output`), checked by the native sandbox's own code on host memory (``sandbox``)
     or by the autotuner in this process. Returns the tuner, ``x``, ``y`` and ``out``."""
@@ -249,7 +249,7 @@ def issue_19_on_cpu(make_pool: Any, tmp_path: Path, check: str) -> tuple[Any, An
     return tuner, x, y, out
 
 
-def issue_19_on_gpu(
+def wrong_writers_on_gpu(
     make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str
 ) -> tuple[Any, Any, Any, Any]:
     """The kernel tuned and launched on the GPU, timed and checked in the sandbox or in process."""
@@ -270,7 +270,7 @@ def issue_19_on_gpu(
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("check", ["sandbox", "in process"])
-def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chosen(
+def test_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chosen(
     backend: str, make_pool: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, check: str
 ) -> None:
     """The case as found on the GPU: eight configs, six compute x + y, one writes zeros (the
@@ -278,9 +278,9 @@ def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chos
     ``ok``, and the zero-writer was chosen: the caller got zeros. Both are ``wrong_output`` now;
     a correct config wins."""
     if backend == "cpu":
-        tuner, x, y, out = issue_19_on_cpu(make_pool, tmp_path, check)
+        tuner, x, y, out = wrong_writers_on_cpu(make_pool, tmp_path, check)
     else:
-        tuner, x, y, out = issue_19_on_gpu(make_pool, tmp_path, monkeypatch, check)
+        tuner, x, y, out = wrong_writers_on_gpu(make_pool, tmp_path, monkeypatch, check)
 
     by_label = tuner.last_run.results_by_label
     for label in WRONG:
@@ -306,8 +306,8 @@ def test_issue_19_the_zero_writer_and_the_off_by_one_are_rejected_and_never_chos
         assert torch.equal(out, x + y)
 
 
-@pytest.mark.parametrize("first", range(len(ISSUE_19_SHAPES)))
-def test_issue_19_decision_does_not_depend_on_which_config_was_checked_first(first: int) -> None:
+@pytest.mark.parametrize("first", range(len(WRONG_WRITER_CONFIGS)))
+def test_the_decision_does_not_depend_on_which_config_was_checked_first(first: int) -> None:
     """The first config checked becomes the first representative: a wrong one first is outvoted
     all the same (the native sandbox's check on host memory, then :func:`decide`)."""
     from triton_kiln.tuning.configs import config_json, config_label

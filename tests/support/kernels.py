@@ -113,7 +113,7 @@ ZERO_WRITER = 5
 OFF_BY_ONE = 1
 """``add_modes_kernel``'s MODE that adds 1 to the sum (wrong)."""
 
-ISSUE_19_SHAPES = (
+WRONG_WRITER_CONFIGS = (
     (256, 0, 2),
     (256, 0, 4),
     (512, 0, 2),
@@ -123,6 +123,8 @@ ISSUE_19_SHAPES = (
     (1024, ZERO_WRITER, 4),
     (512, OFF_BY_ONE, 4),
 )
+"""``add_modes_kernel``'s configs as ``(BLOCK, MODE, num_warps)``: six right ones and two wrong
+ones (the zero writer, the cheapest, and the off-by-one) that the output rule must never choose."""
 """The output rule's eight case configs of ``add_modes_kernel`` as ``(BLOCK, MODE, num_warps)``: six compute
 ``x + y`` and agree; one writes zeros (its MODE, held by no other config, and the fastest); one
 adds 1."""

@@ -230,13 +230,13 @@ class ModesBench:
         self.labels: list[str] = []  # every config it ran with its outputs checked
 
     def bench(self, candidate: object, artifact: object, grid: object, phase: object = None) -> object:
-        from support.kernels import ISSUE_19_SHAPES, OFF_BY_ONE, ZERO_WRITER
+        from support.kernels import OFF_BY_ONE, WRONG_WRITER_CONFIGS, ZERO_WRITER
         from triton_kiln.sandbox import BenchOutcome
 
         config = candidate.config  # type: ignore[attr-defined]
         mode = config.kwargs["MODE"]
         shape = (config.kwargs["BLOCK"], mode, config.num_warps)
-        ms = {ZERO_WRITER: 0.5, OFF_BY_ONE: 0.8}.get(mode, 1.0 + ISSUE_19_SHAPES.index(shape) / 100)
+        ms = {ZERO_WRITER: 0.5, OFF_BY_ONE: 0.8}.get(mode, 1.0 + WRONG_WRITER_CONFIGS.index(shape) / 100)
         if not getattr(phase, "check", True):  # the final round: timings only
             return BenchOutcome("ok", timings=[ms, ms, ms])
         self.calls += 1
@@ -257,7 +257,7 @@ def tune_modes(
     import torch
 
     import triton_kiln as kiln
-    from support.kernels import ISSUE_19_SHAPES, add_modes_kernel
+    from support.kernels import WRONG_WRITER_CONFIGS, add_modes_kernel
     from triton_kiln import CompilePool
     from triton_kiln.autotuner.plan import LocalDevice
     from triton_kiln.triton_compat import GPUTarget
@@ -265,7 +265,7 @@ def tune_modes(
 
     pool = CompilePool(cache_dir=cache, workers=1)
     database = TuningDatabase(Path(cache) / "tuning.sqlite3")
-    configs = [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in ISSUE_19_SHAPES]
+    configs = [kiln.Config({"BLOCK": b, "MODE": m}, num_warps=w) for b, m, w in WRONG_WRITER_CONFIGS]
     target = GPUTarget("cuda", 90, 32)
     tuner = kiln.autotune(configs, key=["n"], pool=pool, database=database, target=target)(add_modes_kernel)
     n = 4096
