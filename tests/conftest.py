@@ -147,3 +147,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+FAILURE_LOG = "KILN_TEST_FAILURE_LOG"
+"""A file each failing test's report is appended to as it fails (the GPU machine's suite runs
+under a time limit: a run stopped at it still says why each test failed)."""
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    path = os.environ.get(FAILURE_LOG)
+    # under xdist the controller writes each report (a crashed worker's too); its workers do not
+    if not path or not report.failed or os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    with open(path, "a", encoding="utf-8") as log:
+        log.write(f"==== {report.nodeid} ({report.when})\n{report.longreprtext}\n")

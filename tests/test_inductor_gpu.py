@@ -259,6 +259,22 @@ def test_cpp_wrapper_lazy_compile_drops_an_aborting_config(
     assert pool.stats.compiled > 0
 
 
+def test_aoti_compile_and_package_without_kiln_loads_and_runs(fresh: None, tmp_path: Path) -> None:
+    """The control of the AOTInductor tests below: the same model packaged and loaded by stock
+    AOTInductor (kiln not installed), in a process of its own. When this fails as they do, the
+    fault is AOTInductor's or the machine's, not kiln's."""
+    if os.environ.get(FRESH_PROCESS) != "1":
+        _in_fresh_process("test_aoti_compile_and_package_without_kiln_loads_and_runs")
+        return
+    model = Block().cuda().eval()
+    x = torch.randn(4, 64, 256, device="cuda")
+    with torch.no_grad():
+        program = torch.export.export(model, (x,))
+        path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "block.pt2"))
+        got = torch._inductor.aoti_load_package(path)(x)
+        torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
+
+
 def test_aoti_compile_and_package_drops_an_aborting_config(
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
@@ -269,7 +285,11 @@ def test_aoti_compile_and_package_drops_an_aborting_config(
     """AOTInductor compiles its Triton kernels through ``AsyncCompile.triton`` in the autotune
     block it runs at compile time: with kiln installed they compile in kiln's pool, the 8-warp
     config's abort is one skipped config, and the packaged model loads and gives the right
-    output."""
+    output. In a process of its own: a package that fails to load can end its process (it did,
+    with SIGSEGV in ``aoti_load_package``, on an H100 with torch 2.11)."""
+    if os.environ.get(FRESH_PROCESS) != "1":
+        _in_fresh_process("test_aoti_compile_and_package_drops_an_aborting_config")
+        return
 
     class Scaled(torch.nn.Module):
         def forward(self, x: Any) -> Any:
@@ -294,7 +314,11 @@ def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
     tmp_path: Path,
 ) -> None:
     """Every Triton kernel of a packaged model (codegen kernels, here) is compiled by kiln's
-    workers; this process only loads the binaries it runs and packages."""
+    workers; this process only loads the binaries it runs and packages. In a process of its own,
+    as the test above."""
+    if os.environ.get(FRESH_PROCESS) != "1":
+        _in_fresh_process("test_aoti_compile_and_package_compiles_nothing_in_the_parent")
+        return
     install_on(make_pool(workers=8))
     model = Block().cuda().eval()
     x = torch.randn(4, 64, 256, device="cuda")

@@ -119,16 +119,19 @@ for phase in "$@"; do
       # processes, file by file; one line per test as it ends (-v), so a run stopped at its limit
       # still names its failures; then the failures again, one process, where the GPU is not shared
       # (a test that times configs or counts GPU processes can fail beside others). Serially the
-      # suite outgrows one command's 10 minutes; over 8 processes ~90% of it ran in 320 s on an H100.
+      # suite outgrows one command's 10 minutes; over 8 processes it takes ~470 s on an H100.
       python3 -c "import setuptools, wheel; print('setuptools', setuptools.__version__)" 2>&1 | tee -a "$out/device.txt"
-      TAIL=8 run gpu-suite "${SUITE_S:-500}" python3 -m pytest -v -m gpu -n 8 --dist loadfile -p no:randomly \
+      # (each failure's report is in gpu-failures.log as it happens, so a stopped run says why)
+      KILN_TEST_FAILURE_LOG="$out/gpu-failures.log" TAIL=8 run gpu-suite "${SUITE_S:-500}" \
+        python3 -m pytest -v -m gpu -n 8 --dist loadfile -p no:randomly \
         -p no:cacheprovider -rfEs tests/
       failed=$(grep -E "^(FAILED|ERROR) tests/|\[gw[0-9]+\] .* (FAILED|ERROR) tests/" "$out/gpu-suite.log" \
         | grep -oE "tests/[^ ]+::[^ ]+" | sort -u)
       echo "failed in parallel: $(echo "$failed" | grep -c tests/)"
       if [ -n "$failed" ]; then
         # shellcheck disable=SC2086
-        TAIL=25 run gpu-suite-rerun "${RERUN_S:-240}" python3 -m pytest -q -p no:cacheprovider -rfEs $failed
+        KILN_TEST_FAILURE_LOG="$out/gpu-failures-rerun.log" TAIL=25 run gpu-suite-rerun "${RERUN_S:-240}" \
+          python3 -m pytest -q -p no:cacheprovider -rfEs $failed
       fi ;;
     suite-inductor)  # the suite in two halves, one per GPU: .ci/gpu/gpu_pair.sh suite-inductor suite-rest
       TAIL=6 run gpu-suite-inductor 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
