@@ -7,6 +7,8 @@ unpacked on ``PYTHONPATH``; kiln is taken from this checkout's ``src/``)::
     python bench/realworld.py --ops liger_moe_fwd,fla_chunk_gla_fwd --out a.json   # a subset
     python bench/realworld.py --merge a.json b.json --out all.json --md all.md      # join runs
     python bench/realworld.py --dry-run          # no GPU: routing, imports, orchestration only
+    python bench/realworld.py --rounds 3 --arms kiln_baseline,kiln --baseline-src B --out c.json
+                                                 # medians of 3 rounds (a change against its base)
 
 For each op (``bench/realworld_ops.py``), each arm runs in a fresh process
 (``bench/realworld_child.py``) with fresh cache directories:
@@ -80,6 +82,7 @@ import math
 import os
 import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -236,8 +239,15 @@ def compare_outputs(ref_file: Path, got_file: Path) -> dict[str, Any]:
 
 
 def run_op(op: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The op's row: one round of its arms, or with ``--rounds N`` the medians of N (see
+    :func:`combine_rounds`)."""
+    rows = [run_round(op, args, index) for index in range(args.rounds)]
+    return rows[0] if len(rows) == 1 else combine_rounds(rows)
+
+
+def run_round(op: str, args: argparse.Namespace, index: int) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix=f"kiln-realworld-{op}-"))
-    arms = {arm: run_arm(op, arm, root, args) for arm in args.arms}
+    arms = {arm: run_arm(op, arm, root, args) for arm in round_arms(args.arms, index)}
     try:
         return summarize(op, arms, root)
     finally:
@@ -245,6 +255,33 @@ def run_op(op: str, args: argparse.Namespace) -> dict[str, Any]:
             print(f"[realworld] {op}: kept {root}", file=sys.stderr)
         else:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def round_arms(arms: list[str], index: int) -> list[str]:
+    """The arms in round ``index``'s order: the baseline arm runs just before the kiln arm in even
+    rounds and just after it in odd ones, so neither always meets the machine in the same state."""
+    order = list(arms)
+    if index % 2 == 1 and BASELINE in order and "kiln" in order:
+        i, j = order.index(BASELINE), order.index("kiln")
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def combine_rounds(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from several rounds of an op: every first call (``*_first_s``) and every ratio of
+    two (``*_over_*``) is the median over the rounds, each ratio taken within its round (paired),
+    with the rounds' values beside it as ``<field>_rounds``; the other fields are the first
+    round's, and ``rounds`` holds every round's row."""
+    row = dict(rows[0])
+    for name, value in rows[0].items():
+        if not (name.endswith("_first_s") or "_over_" in name) or isinstance(value, dict):
+            continue
+        values = [r.get(name) for r in rows]
+        measured = [v for v in values if isinstance(v, float)]
+        row[name] = statistics.median(measured) if measured else None
+        row[f"{name}_rounds"] = values
+    row["rounds"] = [{k: v for k, v in r.items() if k != "arms"} for r in rows]
+    return row
 
 
 def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str, Any]:
@@ -499,6 +536,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma-separated subset of {','.join(ARMS)}",
     )
     parser.add_argument("--repeats", type=int, default=3, help="do_bench medians per op time (median taken)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each op's arms this many times, each on fresh caches: first calls and ratios are medians",
+    )
     parser.add_argument("--arm-timeout", type=float, default=300.0, help="seconds before an arm is killed")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here")
     parser.add_argument("--md", type=Path, default=None, help="write a markdown table here")
@@ -515,6 +558,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--baseline-commit", default=None, help="the commit --baseline-src holds (recorded)")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: give 1 or more")
     ops = list(realworld_ops.OPS) if args.ops == "all" else [o for o in args.ops.split(",") if o]
     unknown = [o for o in ops if o not in realworld_ops.OPS]
     if unknown:

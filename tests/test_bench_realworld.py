@@ -159,3 +159,35 @@ def test_a_dry_run_of_the_triton_parallel_arm_imports_the_op_with_kiln_refused(t
     assert arm["kiln_imported"] is False
     assert not any(k["kiln_class"] for k in arm["kernels_inventory"])
     assert arm["parallel_precompile"]["tunings"] == 0  # nothing is called in a dry run
+
+
+def test_rounds_take_turns_at_running_the_baseline_arm_first() -> None:
+    arms = ["triton", realworld.BASELINE, "kiln", "kiln_second"]
+    assert realworld.round_arms(arms, 0) == arms
+    assert realworld.round_arms(arms, 1) == ["triton", "kiln", realworld.BASELINE, "kiln_second"]
+    assert realworld.round_arms(["triton", "kiln"], 1) == ["triton", "kiln"]
+
+
+def test_a_row_of_several_rounds_gives_medians_and_ratios_paired_within_each_round(tmp_path: Path) -> None:
+    rows = [
+        realworld.summarize(
+            "liger_swiglu_fwd",
+            {"kiln_baseline": {"first_s": base, "op_ms": 1.0}, "kiln": {"first_s": kiln, "op_ms": 1.0}},
+            tmp_path,
+        )
+        for base, kiln in [(4.0, 2.0), (10.0, 9.0), (3.0, 3.3)]
+    ]
+    row = realworld.combine_rounds(rows)
+    assert row["kiln_first_s"] == 3.3
+    assert row["kiln_baseline_first_s"] == 4.0
+    assert row["kiln_first_over_baseline"] == pytest.approx(0.9)  # median of 0.5, 0.9, 1.1
+    assert row["kiln_first_over_baseline_rounds"] == pytest.approx([0.5, 0.9, 1.1])
+    assert row["kiln_first_s_rounds"] == [2.0, 9.0, 3.3]
+    assert len(row["rounds"]) == 3
+    assert "arms" in row
+    assert all("arms" not in r for r in row["rounds"])
+
+
+def test_rounds_below_one_are_refused() -> None:
+    with pytest.raises(SystemExit):
+        realworld.parse_args(["--rounds", "0"])

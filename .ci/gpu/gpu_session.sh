@@ -140,8 +140,10 @@ for phase in "$@"; do
       TAIL=25 run gpu-suite-rest 560 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs tests/ \
         --ignore=tests/test_inductor_gpu.py --ignore=tests/test_inductor.py ;;
     before-after)  # first calls of the default ops against kiln at another commit: BASE_SRC (its src/,
-      # carried: git archive COMMIT src | tar -x -C .kiln-base/NAME), BASE_COMMIT; ~300 s on an H100
+      # carried: git archive COMMIT src | tar -x -C .kiln-base/NAME), BASE_COMMIT, BA_ROUNDS rounds
+      # (medians; 1 by default); ~260 s a round on an H100 (BA_OPS: a subset of the ops)
       TAIL=10 run before-after "${BA_S:-420}" python3 bench/realworld.py --arms kiln_baseline,kiln \
+        --rounds "${BA_ROUNDS:-1}" ${BA_OPS:+--ops "$BA_OPS"} \
         --baseline-src "$BASE_SRC" --baseline-commit "$BASE_COMMIT" --arm-timeout 120 \
         --out "$out/before-after.json" --md "$out/before-after.md" ;;
     record-arm)  # RO ops' (liger_moe_fwd) first call on fresh caches holding only the kiln arm's program
