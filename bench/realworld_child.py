@@ -230,7 +230,10 @@ def _restrict(tuners: list[Any], choices: dict[str, list[Any]]) -> dict[str, Any
 
 
 def _kiln_reports(tuners: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
-    """Status counts over every kiln tuning run, and each run's summary (results left out)."""
+    """Status counts over every kiln tuning run, and each run's report (:func:`to_json`: its
+    ``run`` with each config's result and the time split, and a ``summary``). A library's own
+    search through kiln's ``_bench`` (FlagGems' ``LibTuner``) has no tuning run: it gets a report
+    of the same shape from :func:`_library_search_report`, so its row has a split and a limit."""
     from triton_kiln.tuning import to_json
 
     statuses: Counter[str] = Counter()
@@ -238,20 +241,46 @@ def _kiln_reports(tuners: list[Any]) -> tuple[dict[str, int], dict[str, Any]]:
     for tuner in tuners:
         if not _is_kiln(tuner):
             continue
-        for results in getattr(tuner, "searched", {}).values():  # a library's own search (_bench)
+        summaries = []
+        for key, results in getattr(tuner, "searched", {}).items():  # a library's own search (_bench)
             statuses.update(r.status for r in results.values())
+            summaries.append(_library_search_report(_name(tuner), key, results))
         tuned = dict(getattr(tuner, "tuned", {}) or {})
         if not tuned and getattr(tuner, "last_run", None) is not None:
             tuned = {"last": tuner.last_run}
-        summaries = []
         for run in tuned.values():
             statuses.update(r.status for r in run.results)
-            summary = {k: v for k, v in to_json(run).items() if k != "results"}
+            summary = to_json(run)
             summary["loaded_from"] = getattr(tuner, "loaded_from", None)
             summaries.append(summary)
         if summaries:
             runs[_name(tuner)] = summaries
     return dict(statuses), runs
+
+
+def _library_search_report(kernel: str, key: Any, results: dict[str, Any]) -> dict[str, Any]:
+    """A library's own search (kiln compiled every config in its pool; the library asked for the
+    timings one config at a time and chose), shaped as a tuning run's report: each config's
+    result (``compile_s`` gives the limit its compile part) and ``split`` ``None``: kiln keeps no
+    split of a search it does not drive, and the library's timings have no final round."""
+    done = list(results.values())
+    ok = [r for r in done if r.status == "ok"]
+    return {
+        "search": "library",
+        "run": {
+            "kernel": kernel,
+            "key_repr": repr(key),
+            "results": [r.to_json() for r in done],
+            "split": None,
+        },
+        "summary": {
+            "configs": len(done),
+            "ok": len(ok),
+            "failed": len(done) - len(ok),
+            "best_runtime_ms": min((r.runtime_ms for r in ok if r.runtime_ms is not None), default=None),
+        },
+        "loaded_from": None,
+    }
 
 
 def _chosen(tuner: Any) -> list[list[Any]]:

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,3 +192,91 @@ def test_a_row_of_several_rounds_gives_medians_and_ratios_paired_within_each_rou
 def test_rounds_below_one_are_refused() -> None:
     with pytest.raises(SystemExit):
         realworld.parse_args(["--rounds", "0"])
+
+
+# The fields every op's row must carry, each from the arm that gives it.
+COMPLETE_ROW = (
+    "shape",
+    "triton_first_s",
+    "triton_parallel_first_s",
+    "kiln_first_s",
+    "limit_s",
+    "kiln_choice_ms_triton_harness",
+    "triton_choice_ms_triton_harness",
+    "kiln_time_split",
+)
+
+
+def _config_result(label: str, compile_s: float, status: str = "ok") -> Any:
+    from triton_kiln.tuning.results import ConfigResult
+
+    config = {
+        "kwargs": {"BLOCK": int(label)},
+        "num_warps": 4,
+        "num_stages": 3,
+        "num_ctas": 1,
+        "maxnreg": None,
+    }
+    runtime = 1.0 if status == "ok" else None
+    return ConfigResult(label, config, status, compile_s=compile_s, runtime_ms=runtime)
+
+
+def _arms(kiln_runs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    harness = {"kiln_choice_ms_triton_harness": 1.0, "triton_choice_ms_triton_harness": 1.01}
+    return {
+        "triton": {"first_s": 9.0, "configs": 4},
+        "triton_parallel": {"first_s": 5.0},
+        "kiln": {"first_s": 2.0, "kiln_runs": kiln_runs},
+        "harness": harness,
+    }
+
+
+@pytest.mark.parametrize("op", sorted(realworld.realworld_ops.OPS))
+def test_every_ops_row_carries_the_fields_of_a_complete_row(
+    op: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(realworld.os, "sched_getaffinity", lambda pid: set(range(16)))
+    run = {"run": {"results": [{"compile_s": 3.0}, {"compile_s": 1.0}], "split": {"final_s": 0.5}}}
+    row = realworld.summarize(op, _arms({"lib.kernel": [run]}), tmp_path)
+    missing = [name for name in COMPLETE_ROW if row.get(name) in (None, {}, [])]
+    assert missing == [], f"{op}: {missing}"
+    assert row["shape"] == realworld.realworld_ops.OPS[op].shape
+    assert row["limit_s"] == 3.5  # the longest compile (more cores than compiles) + the final round
+
+
+def test_a_library_driven_search_gives_the_row_its_split_and_its_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FlagGems' LibTuner drives its own search through kiln's ``_bench``: no tuning run of
+    kiln's, yet the row has its report (each config's compile) and a limit from those compiles."""
+    import realworld_child
+    import triton_kiln as kiln
+
+    class Searches(kiln.Autotuner):  # type: ignore[misc]
+        def run(self, *args: Any, **kwargs: Any) -> Any:
+            best = min(self.configs, key=lambda c: self._bench(*args, config=c, **kwargs))
+            return self.fn.run(*args, **kwargs, **best.all_kwargs())
+
+    def mm_kernel_general() -> None:
+        pass
+
+    tuner = object.__new__(Searches)
+    vars(tuner).update(
+        base_fn=mm_kernel_general,
+        searched={("4096", "50257"): {"1": _config_result("1", 4.0), "2": _config_result("2", 2.0)}},
+        tuned={},
+        last_run=None,
+    )
+    vars(tuner)["searched"][("4096", "50257")]["3"] = _config_result("3", 1.0, "out_of_resources")
+    statuses, runs = realworld_child._kiln_reports([tuner])
+    assert statuses == {"ok": 2, "out_of_resources": 1}
+    ((name, (report,)),) = runs.items()
+    assert name.endswith("mm_kernel_general")
+    assert report["search"] == "library"
+    assert report["summary"]["configs"] == 3
+    arms = _arms(json.loads(json.dumps(runs)))  # as the child writes it and the parent reads it
+    monkeypatch.setattr(realworld.os, "sched_getaffinity", lambda pid: set(range(16)))
+    row = realworld.summarize("flaggems_mm_lmhead", arms, tmp_path)
+    assert [name for name in COMPLETE_ROW if row.get(name) in (None, {}, [])] == []
+    assert row["kiln_time_split"][name][0]["search"] == "library"
+    assert row["limit_s"] == 4.0  # the longest compile; the library's timings have no final round
