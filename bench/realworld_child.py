@@ -50,7 +50,7 @@ import choice_harness
 import parallel_precompile
 import realworld_ops
 
-LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite")
+LIBRARY_PREFIXES = ("liger_kernel", "fla", "flag_gems", "torchao", "gemlite", "rotary_embedding_torch")
 # FlagGems imports its arch's ops as top-level modules (``hopper.ops.mm``, from a directory it puts
 # on sys.path): a module counts as the libraries' if its file lies in one of their packages.
 LIBRARY_DIRS = tuple(f"/{name}/" for name in LIBRARY_PREFIXES)

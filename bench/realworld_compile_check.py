@@ -5,10 +5,11 @@
 
     PYTHONPATH=src python bench/realworld_compile_check.py [--configs 2] [--kernels op1,op2]
 
-For each op, its launches: the DPLR forward's and GemLite's are taken from the library's own host
-code run on CPU tensors (every autotuned launch is recorded instead of run, kiln's class or
-Triton's; plain ``@triton.jit`` launches are listed), FlagGems' and torchao's (one kernel each,
-whose host code needs CUDA) are written out as the library passes them. For each autotuned
+For each op, its launches: the DPLR forward's, GemLite's and the rotary flash attention's (forward
+and backward, through autograd) are taken from the library's own host code run on CPU tensors
+(every autotuned launch is recorded instead of run, kiln's class or Triton's; plain
+``@triton.jit`` launches are listed), FlagGems' and torchao's (one kernel each, whose host code
+needs CUDA) are written out as the library passes them. For each autotuned
 kernel, the first ``--configs`` of its pruned configs are built as ``kiln.precompile`` builds
 them, compiled through a ``CompilePool`` for ``GPUTarget("cuda", 90, 32)`` and compared with
 Triton's ``triton.compile`` of the same specialization in this process; the global scratch
@@ -122,6 +123,23 @@ def _dplr_calls() -> tuple[list[Call], list[str]]:
     return _captured_calls(run_op)
 
 
+def _rotary_calls() -> tuple[list[Call], list[str]]:
+    import torch
+    from rotary_embedding_torch import RotaryEmbedding
+    from rotary_embedding_torch.flash_attn_with_rotary import flash_attn_with_rotary
+
+    batch, seq, q_heads, kv_heads, dim = 4, 2048, 16, 4, 64
+    q = torch.randn(batch, q_heads, seq, dim, dtype=torch.float16, requires_grad=True)
+    k, v = (torch.randn(batch, kv_heads, seq, dim, dtype=torch.float16, requires_grad=True) for _ in "kv")
+    freqs = RotaryEmbedding(dim=32)(torch.arange(seq)).to(torch.float16)
+
+    def run_op() -> Any:  # the forward's launch, then the backward's (autograd, as the op runs it)
+        o = flash_attn_with_rotary(q, k, v, rotary_pos_emb=freqs, is_causal=True)
+        return torch.autograd.grad(o, (q, k, v), torch.ones_like(o))
+
+    return _captured_calls(run_op)
+
+
 def _module(name: str) -> Any:
     import importlib
 
@@ -172,6 +190,7 @@ CASES = [
     ),
     KernelCase("fla_chunk_dplr_fwd", _dplr_calls),
     KernelCase("gemlite_a16w8_gemm", _gemlite_calls),
+    KernelCase("rotary_flash_attn_fwdbwd", _rotary_calls),
 ]
 
 

@@ -7,7 +7,11 @@ in the kiln arms), and ``build()``, which makes seeded CUDA inputs and returns a
 across processes. Shapes are real-world but modest, so that the slowest arm (Triton's
 sequential first call over ~100 configs) stays within about two minutes per op on an H100.
 
-Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, torchao 0.18.0):
+Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, torchao 0.18.0,
+GemLite 0.6.0.post2, rotary-embedding-torch 0.9.1), with their configs summed over the op's
+autotuned kernels, counted from the source. FLA sizes some config lists by the device it finds
+(shared memory, Hopper or not): its counts here are those of an import without a GPU, and an H200
+run counted 213 for the DPLR forward where the list below has 138:
 
 * ``liger_dyt_fwdbwd_16384x4096`` (128 MB per bf16 tensor) and
   ``liger_dyt_fwdbwd`` (4096x4096, not in the default set): ``_dyt_fwd_kernel`` and
@@ -18,20 +22,22 @@ Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, t
 * ``liger_moe_fwd``: routing kernels (plain JIT), ``_fused_up_proj_swiglu_kernel`` and
   ``_fused_down_proj_kernel`` (32 configs each), ``_token_gather_weighted_sum_kernel`` (40),
   keyword calls with lambda grids;
-* ``fla_chunk_gla_fwd``: ``chunk_local_cumsum_vector_kernel``, ``chunk_fwd_kernel_h``,
-  ``chunk_gla_fwd_A_kernel_intra_sub_inter``/``_sub_intra`` and ``chunk_gla_fwd_kernel_o``
-  (heuristics over autotune; all but ``chunk_fwd_kernel_h`` are FLA ``CachedAutotuner``\\ s);
-* ``fla_parallel_simple_gla_fwd``: ``chunk_local_cumsum_scalar_kernel`` (CachedAutotuner) and
+* ``fla_chunk_gla_fwd``: ``chunk_local_cumsum_vector_kernel`` (6), ``chunk_fwd_kernel_h`` (48),
+  ``chunk_gla_fwd_A_kernel_intra_sub_inter``/``_sub_intra`` (24, 8) and ``chunk_gla_fwd_kernel_o``
+  (36): 122 configs (heuristics over autotune; all but ``chunk_fwd_kernel_h`` are FLA
+  ``CachedAutotuner``\\ s);
+* ``fla_parallel_simple_gla_fwd``: ``chunk_local_cumsum_scalar_kernel`` (CachedAutotuner, 4) and
   ``parallel_simple_gla_fwd_kernel`` (heuristics over ``triton.autotune``, a heuristic that
-  reads a call-time constexpr, ``None`` arguments);
+  reads a call-time constexpr, ``None`` arguments; 12): 16 configs;
 * ``fla_chunk_gdr_fwd`` (not in the default set): the gated delta rule forward, every kernel a
-  ``CachedAutotuner``. Its backward is refused by FLA on Hopper with Triton < 3.7.1; the
-  forward runs.
+  ``CachedAutotuner`` (5 kernels, 4 + 6 + 9 + 4 + 3 = 26 configs). Its backward is refused by
+  FLA on Hopper with Triton < 3.7.1; the forward runs.
 * ``fla_chunk_dplr_fwd`` (not in the default set): the DPLR delta rule forward with
   ``chunk_size=64``, which launches ``prepare_wy_repr_fwd_kernel_chunk64`` (heuristics over
   ``triton.autotune``, 9 configs), whose constexpr default ``GATHER_SUPPORTED =
   IS_GATHER_SUPPORTED`` names a constant imported from ``fla.utils`` (another module), besides the
-  DPLR ``chunk_dplr_fwd_*``/``chunk_dplr_bwd`` kernels it shares with RWKV-7;
+  DPLR ``chunk_dplr_fwd_*``/``chunk_dplr_bwd`` kernels it shares with RWKV-7 (6 kernels: 27 +
+  15 + 9 + 12 + 15 + 60 = 138 configs);
 * ``flaggems_mm_lmhead`` (not in the default set): ``flag_gems.mm`` on an H100 is FlagGems'
   Hopper ``mm`` (``hopper/ops/mm.py``); with N = 50257 (a GPT-2 LM head, not a multiple of 8)
   ``general_mm`` takes its non-host-TMA branch: it calls **``triton.set_allocator(alloc_fn)``**
@@ -52,14 +58,38 @@ Kernels each op launches (Liger-Kernel 0.8.5, fla-core 0.6.0, flag-gems 5.0.2, t
 * ``torchao_scaled_int8_mm`` (not in the default set): torchao's INT8 training matmul
   ``torchao.prototype.quantized_training.int8_mm.scaled_int8_mm`` (4096^3, B a transposed
   weight): ``_scaled_int8_mm_kernel``, ``triton.autotune`` over ``triton.heuristics``
-  (``EVEN_K`` from the config's ``BLOCK_K``), 27 configs, key with strides.
+  (``EVEN_K`` from the config's ``BLOCK_K``), 27 configs, key with strides;
+* ``rotary_flash_attn_fwdbwd`` (not in the default set): rotary-embedding-torch's fused flash
+  attention with rotary embeddings, its public
+  ``rotary_embedding_torch.flash_attn_with_rotary.flash_attn_with_rotary`` (causal, GQA: 16 query
+  heads over 4 KV heads, head size 64, the first 32 channels rotated, frequencies from its
+  ``RotaryEmbedding``), forward and backward through autograd: ``_flash_rotary_fwd_kernel`` and
+  ``_flash_rotary_bwd_kernel`` (``triton.autotune``, 2 configs each: 4; key
+  ``N_CTX_Q, N_CTX_K, BLOCK_DMODEL``; the backward has ``reset_to_zero=["DQ", "DK", "DV"]`` and
+  accumulates with ``tl.atomic_add``). fp16: with bf16 inputs its backward does not compile (a
+  bf16 tile times the int32 rotation sign is promoted to fp32, and a ``tl.dot`` then gets bf16
+  and fp32). The library is a dependency of native-sparse-attention-pytorch in the corpus.
 
 Libraries the bench can import (versions it was written against): liger-kernel 0.8.5, fla-core
 0.6.0, flag-gems 5.0.2 (needs sqlalchemy 2.0.48, pyyaml, packaging), torchao 0.18.0, gemlite
-0.6.0.post2 (sdist only on PyPI; needs numpy, tqdm). Of the
-other candidate libraries, lightning-attn 0.0.5, native-sparse-attention-pytorch 0.2.3,
-sageattention 1.0.6 and bitsandbytes 0.50.2 (its ``@triton.autotune`` lines are commented out)
-have no autotuned Triton kernel.
+0.6.0.post2 (sdist only on PyPI; needs numpy, tqdm), rotary-embedding-torch 0.9.1 (needs einops).
+
+The corpus's other libraries (``tests/corpus-requirements.txt``) have no op here, because none of
+their Triton kernels is autotuned (read from their installed source):
+
+* bitsandbytes 0.50.2: its Triton backend's kernels (``backends/triton/kernels_4bit.py``,
+  ``kernels_8bit_quant.py``, ``kernels_optim.py``) are plain ``@triton.jit``; every
+  ``@triton.autotune`` above them is commented out.
+* lightning-attn 0.0.5: ``lightning_attn2``, ``lightning_attn2_no_decay`` and ``srmsnorm`` are
+  plain ``@triton.jit`` kernels, block sizes fixed by its Python code.
+* native-sparse-attention-pytorch 0.2.3: plain ``@triton.jit`` kernels only
+  (``triton_native_sparse_attention.py``; a comment there names autotune keys, none is used).
+* sageattention 1.0.6: plain ``@triton.jit`` INT8 attention and quantization kernels, with
+  ``BLOCK_M``/``BLOCK_N`` and warps set by its Python code.
+* triton-kernels 0.1.0 (Kernelize AI's package of that name, not Triton's ``triton_kernels``):
+  ``add_vectors``, ``add_vectors2`` and ``rotary_embedding_kernel``, plain ``@triton.jit``.
+* hyper-connections 0.4.11 (a helper): ``triton_sinkhorn``'s two kernels, plain ``@triton.jit``.
+* einops, einx, frozendict, jaxtyping and local-attention (helpers): no Triton kernel.
 """
 
 from __future__ import annotations
@@ -276,6 +306,29 @@ def _gemlite_a16w8() -> Case:
     return Case(run)
 
 
+def _rotary_flash_attn() -> Case:
+    import torch
+    from rotary_embedding_torch import RotaryEmbedding
+    from rotary_embedding_torch.flash_attn_with_rotary import flash_attn_with_rotary
+
+    # fp16: the backward kernel compiles for fp16 or fp32 only (with bf16 inputs Triton promotes
+    # the rotation, a bf16 tile times an int32 sign, to fp32, and its tl.dot gets bf16 and fp32)
+    batch, seq, q_heads, kv_heads, dim, rotary_dim = 4, 2048, 16, 4, 64, 32
+    half = torch.float16
+    q = _randn(batch, q_heads, seq, dim, dtype=half).requires_grad_()
+    k = _randn(batch, kv_heads, seq, dim, dtype=half).requires_grad_()
+    v = _randn(batch, kv_heads, seq, dim, dtype=half).requires_grad_()
+    do = _randn(batch, q_heads, seq, dim, dtype=half)
+    freqs = RotaryEmbedding(dim=rotary_dim)(torch.arange(seq)).to("cuda", half)  # (seq, rotary_dim)
+
+    def run() -> Outputs:
+        o = flash_attn_with_rotary(q, k, v, rotary_pos_emb=freqs, is_causal=True)
+        dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
+        return {"o": o.detach(), "dq": dq, "dk": dk, "dv": dv}
+
+    return Case(run)
+
+
 def fake_h100() -> None:
     """What GemLite asks of the device at import (``torch.cuda`` properties, Triton's active
     driver), answered as an H100 would, for ``--dry-run`` and the compile check on a machine with
@@ -391,6 +444,13 @@ OPS: dict[str, Op] = {
             "4096^3 bf16 x int8",
             default=False,
             dry_run_setup=fake_h100,
+        ),
+        Op(
+            "rotary_flash_attn_fwdbwd",
+            ("rotary_embedding_torch.flash_attn_with_rotary",),
+            _rotary_flash_attn,
+            "B4 T2048 Hq16 Hkv4 D64 fp16, rotary 32, causal, fwd+bwd",
+            default=False,
         ),
     )
 }

@@ -1,6 +1,6 @@
 """``bench/realworld.py``'s ops from the newer libraries, without a GPU.
 
-The bench has ops from at least three libraries beyond Liger-Kernel and FLA, among them one whose
+The bench has ops from the libraries beyond Liger-Kernel and FLA, among them one whose
 kernel needs ``triton.set_allocator`` for device-side descriptors (FlagGems' Hopper ``mm``) and
 one whose kernels take constexpr defaults named from another module (FLA's DPLR forward). For
 each op whose library is installed: every autotuned kernel it launches is, under
@@ -8,7 +8,9 @@ each op whose library is installed: every autotuned kernel it launches is, under
 (``bench/realworld_compile_check.py``), and ``--dry-run`` imports it with kiln routed. FlagGems'
 ``LibTuner`` derives from kiln's class and drives its own search from its own ``run``: kiln serves
 the ``_bench`` calls of that search (``tests/support/flaggems_libtuner_drive.py`` runs FlagGems' real
-``LibTuner.run`` for ``mm_kernel_general``, the GPU stood in for).
+``LibTuner.run`` for ``mm_kernel_general``, the GPU stood in for). Every library of the corpus
+(``tests/corpus-requirements.txt``) has an op, or a line in ``bench/realworld_ops.py``'s docstring
+saying why it has none; every op's row has the fields a complete row needs.
 """
 
 from __future__ import annotations
@@ -34,12 +36,14 @@ NEW_LIBRARIES = {
     "flag_gems": "flaggems_mm_lmhead",
     "torchao": "torchao_scaled_int8_mm",
     "gemlite": "gemlite_a16w8_gemm",
+    "rotary_embedding_torch": "rotary_flash_attn_fwdbwd",
 }
 LIBRARY_OF = {
     "flaggems_mm_lmhead": "flag_gems",
     "torchao_scaled_int8_mm": "torchao",
     "gemlite_a16w8_gemm": "gemlite",
     "fla_chunk_dplr_fwd": "fla",
+    "rotary_flash_attn_fwdbwd": "rotary_embedding_torch",
 }
 
 
@@ -77,7 +81,7 @@ def compile_check(op: str) -> list[dict[str, Any]]:
     return _checked[op]
 
 
-def test_ops_from_three_new_libraries_with_an_allocator_op_and_an_imported_default_op() -> None:
+def test_ops_from_the_new_libraries_with_an_allocator_op_and_an_imported_default_op() -> None:
     modules = {op.name: op.modules for op in realworld_ops.OPS.values()}
     for library, op in NEW_LIBRARIES.items():
         assert op in modules
@@ -209,3 +213,53 @@ def test_dry_run_imports_the_new_ops_with_kiln_routed(tmp_path: Path) -> None:
         assert arm["kernels_found_on_kiln"] >= 1
         # FlagGems' LibTuner drives its own search and kiln serves its _bench: nothing bypasses
         assert arm["kernels_found_kiln_class_bypassed"] == []
+
+
+CORPUS_REQUIREMENTS = ROOT / "tests" / "corpus-requirements.txt"
+# the import name of each corpus distribution whose name is not its import name
+IMPORT_NAMES = {"fla-core": "fla", "liger-kernel": "liger_kernel"}
+
+
+def _corpus_distributions() -> list[str]:
+    lines = CORPUS_REQUIREMENTS.read_text().splitlines()
+    return [line.split("==")[0].strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def test_every_corpus_library_has_an_op_or_a_line_saying_why_not() -> None:
+    docstring = realworld_ops.__doc__ or ""
+    roots = {m.split(".")[0] for op in realworld_ops.OPS.values() for m in op.modules}
+    without = docstring[docstring.index("have no op here") :]
+    for distribution in _corpus_distributions():
+        module = IMPORT_NAMES.get(distribution, distribution.replace("-", "_"))
+        if module in roots:
+            continue
+        assert distribution in without, f"{distribution}: no op in the bench and no line saying why"
+
+
+def test_the_rotary_op_is_the_corpus_helper_with_autotuned_kernels_and_not_a_default() -> None:
+    op = realworld_ops.OPS["rotary_flash_attn_fwdbwd"]
+    assert not op.default
+    assert op.modules == ("rotary_embedding_torch.flash_attn_with_rotary",)
+    assert "D64 fp16" in op.shape
+    assert "rotary_embedding_torch" in realworld_child.LIBRARY_PREFIXES  # its autotuners are inventoried
+
+
+@pytest.mark.timeout(300)
+def test_a_dry_run_of_the_rotary_op_routes_both_of_its_autotuners_through_kiln(tmp_path: Path) -> None:
+    _needs("rotary_flash_attn_fwdbwd")
+    out = tmp_path / "dry.json"
+    cmd = [sys.executable, str(BENCH / "realworld.py"), "--dry-run", "--inventory", "--arms", "triton,kiln"]
+    cmd += ["--ops", "rotary_flash_attn_fwdbwd", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_env(), timeout=280, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["ops"]
+    assert row["errors"] == {}, row["errors"]
+    assert row["shape"] == realworld_ops.OPS["rotary_flash_attn_fwdbwd"].shape
+    module = "rotary_embedding_torch.flash_attn_with_rotary"
+    wanted = {f"{module}._flash_rotary_fwd_kernel": 2, f"{module}._flash_rotary_bwd_kernel": 2}
+    kiln, triton = row["arms"]["kiln"], row["arms"]["triton"]
+    assert kiln["kiln_install"] == "kiln.install()"
+    assert {k["name"]: k["configs"] for k in kiln["kernels_inventory"]} == wanted
+    assert all(k["kiln"] and k["search"] == "kiln" for k in kiln["kernels_inventory"])
+    assert {k["name"]: k["configs"] for k in triton["kernels_inventory"]} == wanted
+    assert not any(k["kiln_class"] for k in triton["kernels_inventory"])  # the stock arm stays stock
