@@ -1,4 +1,5 @@
-"""Real library ops (Liger-Kernel, FLA, FlagGems, torchao, GemLite) on ``triton.autotune`` and on kiln.
+"""Real library ops (Liger-Kernel, FLA, FlagGems, torchao, GemLite, rotary-embedding-torch) on
+``triton.autotune`` and on kiln.
 
 Run from the repository root on a machine with a GPU (the libraries installed, or their wheels
 unpacked on ``PYTHONPATH``; kiln is taken from this checkout's ``src/``)::
@@ -59,18 +60,46 @@ take here: per kiln tuning run the longest compile or the sum of compiles over t
 whichever is larger, plus the final round; summed) and ``kiln_first_over_limit``,
 ``outputs_match`` (kiln's outputs against Triton's, with
 tolerances by dtype), ``kiln_statuses`` (config status -> count over kiln's tuning runs),
-``kiln_time_split`` (each kiln tuning run's summary from its report, where a time split appears
-once kiln records one), ``kiln_left_on_triton`` (kernels the op launched through Triton's
-autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a failed arm is data) and
-``arms`` (everything each arm reported). Budget (estimated from earlier H100 runs, not
-measured): Triton's first calls alone are ~100 s for the MoE and ~95 s for ``chunk_gla``, and
-until kiln routes FLA's ``CachedAutotuner`` every kiln arm of ``chunk_gla`` pays most of that too;
-where a command may take at most 10 minutes, run the Liger ops, ``fla_chunk_gla_fwd`` and the other
-FLA op(s) as three commands (``--ops``), then ``--merge``. The newer ops (not in the default set;
-estimated, not measured): ``fla_chunk_dplr_fwd`` (138 configs over 6 kernels) ~5-6 min for its
-four arms, Triton's first call ~2.5 min (give it ``--arm-timeout 500``); ``flaggems_mm_lmhead``
-(22), ``torchao_scaled_int8_mm`` (27) and ``gemlite_a16w8_gemm`` (17 after pruning) ~2-3 min
-each. FlagGems keeps its own tuning database under ``FLAGGEMS_CACHE_DIR``, fresh per arm here.
+``kiln_time_split`` (each kiln tuning run's report: each config's result and the run's time
+split; a library's own search through kiln's ``_bench``, FlagGems' ``LibTuner``, has a report of
+the same shape marked ``"search": "library"``, with no split, and its limit counts the compiles
+only: the library times its configs itself, one by one), ``kiln_left_on_triton`` (kernels the
+op launched through Triton's autotuner in the kiln arm, with the reason), ``errors`` (arm ->
+error; a failed arm is data) and ``arms`` (everything each arm reported). Budget (estimated
+from earlier H100 runs, not measured): Triton's first calls alone are ~100 s for the MoE and
+~95 s for ``chunk_gla``, and until kiln routes FLA's ``CachedAutotuner`` every kiln arm of
+``chunk_gla`` pays most of that too; where a command may take at most 10 minutes, run the Liger
+ops, ``fla_chunk_gla_fwd`` and the other FLA op(s) as three commands (``--ops``), then
+``--merge``.
+
+The ops not in the default set, with the four arms a row needs (``--arms
+triton,triton_parallel,kiln,harness``; the others add a process each). Budgets are ESTIMATED,
+not measured: from the configs each op has and earlier H100 runs of ops of the same size
+(process start and imports ~10-20 s an arm, Triton's serial first call ~1 s a config for FLA's
+kernels, less for a matmul's):
+
+* ``fla_chunk_dplr_fwd`` (138 configs over 6 kernels; more on a GPU, see ``realworld_ops.py``):
+  ~5-6.5 min, Triton's first call ~2.5 min (``--arm-timeout 330``);
+* ``flaggems_mm_lmhead`` (22) and ``torchao_scaled_int8_mm`` (27): ~2-3 min each;
+* ``gemlite_a16w8_gemm`` (17 after pruning): ~2-3 min;
+* ``fla_chunk_gdr_fwd`` (26 over 5 kernels): ~2-3 min;
+* ``rotary_flash_attn_fwdbwd`` (4: 2 forward + 2 backward): ~1-1.5 min.
+
+FlagGems keeps its own tuning database under ``FLAGGEMS_CACHE_DIR``, fresh per arm here.
+Where a command may take at most 10 minutes, run them as four commands of at most 590 s each
+(``.ci/gpu/gpu_session.sh``'s phases ``realworld-corpus``, ``realworld-corpus-mm``,
+``realworld-corpus-dplr`` and ``realworld-corpus-gdr``), then join them::
+
+    A="--arms triton,triton_parallel,kiln,harness"
+    python bench/realworld.py $A --ops rotary_flash_attn_fwdbwd,gemlite_a16w8_gemm --out c1.json
+    python bench/realworld.py $A --ops flaggems_mm_lmhead,torchao_scaled_int8_mm --out c2.json
+    python bench/realworld.py $A --ops fla_chunk_dplr_fwd --arm-timeout 330 --out c3.json
+    python bench/realworld.py $A --ops fla_chunk_gdr_fwd --out c4.json
+    python bench/realworld.py --merge c1.json c2.json c3.json c4.json --out corpus.json --md corpus.md
+
+Every row has ``shape``, ``triton_first_s``, ``triton_parallel_first_s``, ``kiln_first_s``,
+``limit_s``, ``kiln_choice_ms_triton_harness``, ``triton_choice_ms_triton_harness`` and
+``kiln_time_split`` when those four arms ran (``tests/test_bench_realworld.py`` checks each op).
 """
 
 from __future__ import annotations
@@ -112,7 +141,17 @@ ARMS = (
 BASELINE = "kiln_baseline"  # the kiln arm on another checkout's src/ (--baseline-src)
 RECORD = "kiln_record"  # fresh caches but the kiln arm's program record (a fresh machine's second run)
 PARALLEL = "triton_parallel"  # stock triton.autotune, each tuning's configs compiled in a pool first
-PACKAGES = ("torch", "triton", "liger-kernel", "fla-core", "flag-gems", "torchao", "sqlalchemy", "gemlite")
+PACKAGES = (
+    "torch",
+    "triton",
+    "liger-kernel",
+    "fla-core",
+    "flag-gems",
+    "torchao",
+    "sqlalchemy",
+    "gemlite",
+    "rotary-embedding-torch",
+)
 TOLERANCES = {"16bit": (2e-2, 2e-2), "other": (1e-2, 1e-3)}  # (rtol of max |ref|, atol)
 
 

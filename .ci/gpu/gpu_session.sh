@@ -13,9 +13,9 @@
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, inductor-block-aa, gla, node-share, cli-tune, ray-part-a, ray-install, farm,
-# farm-tests). Two at once on a two-GPU
-# machine, one per GPU: .ci/gpu/gpu_pair.sh.
+# inductor-block-1, inductor-block-aa, gla, realworld-corpus / -mm / -dplr / -gdr (the ops not in
+# the default set, four commands), node-share, cli-tune, ray-part-a, ray-install, farm, farm-tests).
+# Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -29,7 +29,8 @@ if [ -z "${GPU_SESSION_INSTALLED:-}" ]; then
   if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
   fi
-  # the newer real-library ops' wheels (FlagGems, torchao, GemLite; bench/realworld_ops.py), if carried
+  # the newer real-library ops' wheels (FlagGems, torchao, GemLite, rotary-embedding-torch and
+  # einops; bench/realworld_ops.py), if carried
   if ls .whl_libs/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_libs/*.whl
   fi
@@ -239,6 +240,19 @@ for phase in "$@"; do
       # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
       TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
         --arms "${PA:-stock,kiln,stock,kiln,kiln+noquiet}" --out "$out/choice-probe-${PL:-1}.json" ;;
+    realworld-corpus*)  # the ops not in the default set, the four arms a complete row needs, in
+      # four commands of <= 590 s (budgets estimated in bench/realworld.py's docstring); join the
+      # JSON with bench/realworld.py --merge. RC_OPS overrides the ops of realworld-corpus.
+      arms=triton,triton_parallel,kiln,harness
+      case $phase in
+        realworld-corpus) ops=${RC_OPS:-rotary_flash_attn_fwdbwd,gemlite_a16w8_gemm} arm_s=240 ;;
+        realworld-corpus-mm) ops=flaggems_mm_lmhead,torchao_scaled_int8_mm arm_s=240 ;;
+        realworld-corpus-dplr) ops=fla_chunk_dplr_fwd arm_s=330 ;;
+        realworld-corpus-gdr) ops=fla_chunk_gdr_fwd arm_s=240 ;;
+        *) echo "unknown phase $phase"; continue ;;
+      esac
+      TAIL=14 run "$phase" 590 python3 bench/realworld.py --ops "$ops" --arms "$arms" --arm-timeout "$arm_s" \
+        --out "$out/$phase.json" --md "$out/$phase.md" ;;
     gla)  # FLA chunk_gla with the per-kernel choice harness (~200 s)
       TAIL=8 run gla 400 python3 bench/realworld.py --ops fla_chunk_gla_fwd --arms triton,kiln,harness \
         --out "$out/realworld-gla.json" --md "$out/realworld-gla.md" ;;
