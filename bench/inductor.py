@@ -1,10 +1,13 @@
 """torch.compile on stock Inductor and with ``triton_kiln.inductor`` installed: first call, warm
 process, runtime, outputs, and where the compile time goes.
 
-Run from the repository root on a GPU machine (torch and torchvision installed; kiln is taken from
-this checkout's ``src/``)::
+Run from the repository root on a GPU machine (torch and torchvision installed; ``transformers``
+and ``timm`` for the ``causal_lm`` and ``vit`` models, ``bench/inductor-models-requirements.txt``;
+kiln is taken from this checkout's ``src/``)::
 
     python bench/inductor.py --out /tmp/inductor.json       # everything, 3 runs
+    python bench/inductor.py --model causal_lm --mode max-autotune-no-cudagraphs --runs 1 \
+        --work-dir W --out lm.json                                             # one model family
     python bench/inductor.py --model resnet50 --mode max-autotune-no-cudagraphs --runs 1 \
         --first-run 0 --work-dir W --out a.json                                # one run of one row
     python bench/inductor.py --merge a.json b.json c.json --out all.json       # medians over all runs
@@ -35,8 +38,16 @@ runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medi
 ``<field>_runs`` (the per-run lists), ``ratios``, ``compare`` (per run), ``errors`` and ``runs``
 (everything each process reported).
 
+Models (``bench/inductor_models.py``, which says why these sizes): ``resnet50`` (torchvision,
+batch 32), ``block`` (one transformer block, batch 8), ``causal_lm`` (``transformers``' Llama with
+TinyLlama-1.1B's shapes and 4 layers, batch 2 of 512 tokens, logits) and ``vit`` (``timm``'s
+ViT-B/16, batch 32), all bf16 on the GPU; ``tiny`` for ``--smoke``.
+
 Budget (H100, earlier runs' figures, not measured here): ResNet-50 max-autotune-no-cudagraphs
-~280 s cold + ~11 s warm per stock run; default mode ~19 s + ~4 s. A device command may take
+~280 s cold + ~11 s warm per stock run; default mode ~19 s + ~4 s. ``causal_lm`` and ``vit`` in
+max-autotune, an estimate from ResNet-50's (24 template autotunes, ~11 s each in stock, ~3 s in
+kiln): 5 and 6 distinct shapes, ~75-90 s cold in stock and ~30-40 s in kiln, ~250 s per run of both
+arms' cold and warm processes with their start-up. A device command may take
 10 minutes: run one model and mode with ``--runs 1`` per command (``--first-run`` numbers the run,
 ``--work-dir`` keeps the outputs so ``--merge`` can compare arms run in different commands;
 where one arm's cold process alone takes most of a command, as stock's max-autotune does, run
@@ -71,7 +82,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CHILD = HERE / "inductor_child.py"
 ARMS = ("stock", "kiln")
-MODELS = ("resnet50", "block")
+MODELS = ("resnet50", "block", "causal_lm", "vit")
 MODES = ("max-autotune-no-cudagraphs", "default")
 
 
@@ -342,7 +353,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     try:
         from importlib.metadata import version
 
-        for package in ("torch", "torchvision", "triton"):
+        for package in ("torch", "torchvision", "triton", "transformers", "timm"):
             try:
                 data[package] = version(package)
             except Exception:  # not installed: only its models fail
@@ -378,7 +389,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--paired-rounds", type=int, default=200, help="paired runtime: blocks per arm, in turn (0: none)"
     )
-    parser.add_argument("--batch", type=int, default=None, help="default: resnet50 32, block 8")
+    parser.add_argument(
+        "--batch", type=int, default=None, help="default: resnet50 32, block 8, causal_lm 2, vit 32"
+    )
     parser.add_argument("--attention", choices=("flex", "manual"), default="flex", help="the block's")
     parser.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     parser.add_argument("--kiln-sandbox", action="store_true", help="install(sandbox_benchmarks=True)")

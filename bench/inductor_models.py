@@ -10,7 +10,34 @@ builds the same ones):
   with tanh GELU), bf16, ``[batch, seq, dim]``: its attention, norms, GELU and residuals are
   Triton kernels Inductor generates; the four linears are cuBLAS in default mode and Triton
   templates (or cuBLAS, whichever wins) under max-autotune;
+* ``causal_lm``: a ``transformers`` ``LlamaForCausalLM`` built from a config (random weights, no
+  download), eval, bf16, forward only (``use_cache=False``, SDPA attention), ``input_ids`` of
+  ``[batch, seq]``, returning the logits (:data:`CAUSAL_LM_SHAPE`);
+* ``vit``: ``timm``'s ``vit_base_patch16_224`` (``pretrained=False``), eval, bf16,
+  ``[batch, 3, 224, 224]`` (:data:`VIT_SHAPE`);
 * ``tiny``: Linear, LayerNorm, GELU, Linear; for ``--smoke`` on any device (fp32 on CPU).
+
+``causal_lm`` and ``vit`` import ``transformers`` and ``timm`` in their builders only; without
+them (or what their import needs) the build fails with :class:`ModelPackagesMissing`, which
+names the wheels to carry (``bench/inductor-models-requirements.txt``). ``build(..., small=True)``
+makes either at a test size, fp32 on the CPU (``tests/test_bench_inductor_models.py``).
+
+Why these sizes. Max-autotune times each distinct matmul (and convolution) shape once per
+process, so a compile's autotune work follows the number of distinct shapes, and its tracing and
+code generation the number of layers:
+
+* ``causal_lm`` takes TinyLlama-1.1B's shapes (hidden 2048, MLP 5632, 32 heads, 4 key-value
+  heads, vocab 32000) with 4 of its 22 layers, batch 2 of 512 tokens (1024 tokens, a prefill):
+  five distinct GEMMs (query/output, key/value, gate/up, down, the LM head) as in the full model,
+  with a graph small enough that both arms' cold and warm processes fit one device command. SDPA
+  (``attn_implementation="sdpa"``) is what ``transformers`` uses by default and what
+  ``torch.compile`` traces without graph breaks: Inductor keeps it as ATen's fused attention (on
+  an H100 in bf16, FlashAttention), so the Triton work is the GEMM templates, RMSNorm, rotary
+  embedding, SiLU-gating and residual kernels. ``eager`` attention would add batched matmuls and a
+  softmax that Inductor may match back to SDPA anyway.
+* ``vit``: ViT-B/16 at 224 pixels whole (12 layers, 86M parameters), batch 32 as ResNet-50's:
+  five distinct GEMMs (QKV, projection, MLP up and down, the head) and the patch embedding's
+  convolution; timm's attention is SDPA too.
 
 :func:`inductor_split` snapshots what the installed torch records about a compile:
 ``torch._dynamo.utils.compilation_time_metrics`` (every ``dynamo_timed`` key: how often, seconds
@@ -30,8 +57,52 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-MODELS = ("resnet50", "block", "tiny")
+MODELS = ("resnet50", "block", "causal_lm", "vit", "tiny")
 BLOCK_SHAPE = {"batch": 8, "seq": 1024, "dim": 1024, "heads": 16, "hidden": 4096}
+CAUSAL_LM_SHAPE = {
+    "batch": 2,
+    "seq": 512,
+    "vocab": 32000,
+    "hidden": 2048,
+    "intermediate": 5632,
+    "layers": 4,
+    "heads": 32,
+    "kv_heads": 4,
+}
+"""``causal_lm``'s size (see the module docstring: TinyLlama-1.1B's shapes, 4 of its layers)."""
+CAUSAL_LM_SMALL = {
+    "batch": 2,
+    "seq": 16,
+    "vocab": 512,
+    "hidden": 64,
+    "intermediate": 128,
+    "layers": 2,
+    "heads": 4,
+    "kv_heads": 2,
+}
+VIT_SHAPE = {"batch": 32, "name": "vit_base_patch16_224", "image": 224}
+"""``vit``'s size (timm's model name and its image size)."""
+VIT_SMALL = {**VIT_SHAPE, "name": "vit_tiny_patch16_224", "image": 32, "depth": 2, "classes": 10}
+MODEL_REQUIREMENTS = "bench/inductor-models-requirements.txt"
+
+
+class ModelPackagesMissing(ImportError):
+    """A model's library (``transformers``, ``timm``) or something its import needs is not
+    installed: the message names the model, the import that failed and the wheels to carry."""
+
+    def __init__(self, model: str, package: str, detail: str) -> None:
+        super().__init__(
+            f"the {model} model needs {package}, and importing it failed: {detail}. "
+            f"On the GPU machine, carry the wheels of {MODEL_REQUIREMENTS} in .whl_libs/ "
+            "(bench/README.md, 'The model families' wheels', has the download command); "
+            f"elsewhere: pip install --no-deps -r {MODEL_REQUIREMENTS}"
+        )
+        self.model = model
+        self.package = package
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.model, self.package, self.detail))
 
 
 def device_name() -> str:
@@ -97,6 +168,72 @@ def _block(device: str, batch: int, attention: str) -> tuple[Any, tuple[Any, ...
     return model, (x, mask)
 
 
+def _dtype(device: str) -> Any:
+    """bf16 on the GPU, fp32 elsewhere (Inductor's CPU backend and the CPU tests)."""
+    import torch
+
+    return torch.bfloat16 if device == "cuda" else torch.float32
+
+
+def _causal_lm(device: str, batch: int, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+    from torch import nn
+
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as exc:
+        raise ModelPackagesMissing("causal_lm", "transformers", f"{type(exc).__name__}: {exc}") from exc
+    shape = CAUSAL_LM_SMALL if small else CAUSAL_LM_SHAPE
+    config = LlamaConfig(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["intermediate"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv_heads"],
+        max_position_embeddings=shape["seq"],
+        tie_word_embeddings=False,
+        use_cache=False,
+        attn_implementation="sdpa",
+    )
+
+    class CausalLMLogits(nn.Module):
+        """One forward of the causal LM as an inference step calls it, the logits only (the
+        bench saves and compares one tensor)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.lm = LlamaForCausalLM(config)
+
+        def forward(self, input_ids: Any) -> Any:
+            return self.lm(input_ids=input_ids, use_cache=False).logits
+
+    with torch.device(device):  # the random init where the model runs: 300M values take seconds on a CPU
+        model = CausalLMLogits()
+    model = model.eval().to(dtype=_dtype(device))
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    ids = torch.randint(0, shape["vocab"], (batch, shape["seq"]), generator=gen).to(device=device)
+    return model, (ids,)
+
+
+def _vit(device: str, batch: int, small: bool) -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    try:
+        import timm
+    except ImportError as exc:
+        raise ModelPackagesMissing("vit", "timm", f"{type(exc).__name__}: {exc}") from exc
+    shape = VIT_SMALL if small else VIT_SHAPE
+    options: dict[str, Any] = {"img_size": shape["image"]}
+    if small:
+        options.update(depth=shape["depth"], num_classes=shape["classes"])
+    model = timm.create_model(shape["name"], pretrained=False, **options)
+    model = model.eval().to(device=device, dtype=_dtype(device))
+    gen = torch.Generator(device="cpu").manual_seed(1)
+    x = torch.randn(batch, 3, shape["image"], shape["image"], generator=gen)
+    return model, (x.to(device=device, dtype=_dtype(device)),)
+
+
 def _tiny(device: str, batch: int) -> tuple[Any, tuple[Any, ...]]:
     import torch
     from torch import nn
@@ -108,8 +245,11 @@ def _tiny(device: str, batch: int) -> tuple[Any, tuple[Any, ...]]:
     return model, (torch.randn(batch, 64, generator=gen).to(device=device, dtype=dtype),)
 
 
-def build(name: str, device: str, batch: int, attention: str = "flex") -> tuple[Any, tuple[Any, ...]]:
-    """The model (eval, on ``device``) and its inputs; the same in every process."""
+def build(
+    name: str, device: str, batch: int, attention: str = "flex", *, small: bool = False
+) -> tuple[Any, tuple[Any, ...]]:
+    """The model (eval, on ``device``) and its inputs; the same in every process. ``small``: the
+    test size of ``causal_lm`` and ``vit`` (:data:`CAUSAL_LM_SMALL`, :data:`VIT_SMALL`)."""
     import torch
 
     torch.manual_seed(0)
@@ -117,13 +257,23 @@ def build(name: str, device: str, batch: int, attention: str = "flex") -> tuple[
         return _resnet50(device, batch)
     if name == "block":
         return _block(device, batch, attention)
+    if name == "causal_lm":
+        return _causal_lm(device, batch, small)
+    if name == "vit":
+        return _vit(device, batch, small)
     if name == "tiny":
         return _tiny(device, batch)
     raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)}")
 
 
 def default_batch(name: str) -> int:
-    return {"resnet50": 32, "block": BLOCK_SHAPE["batch"], "tiny": 32}[name]
+    return {
+        "resnet50": 32,
+        "block": BLOCK_SHAPE["batch"],
+        "causal_lm": CAUSAL_LM_SHAPE["batch"],
+        "vit": VIT_SHAPE["batch"],
+        "tiny": 32,
+    }[name]
 
 
 def fp64_reference(model: Any, inputs: tuple[Any, ...]) -> Any:

@@ -13,9 +13,9 @@
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, inductor-block-aa, gla, realworld-corpus / -mm / -dplr / -gdr (the ops not in
-# the default set, four commands), node-share, cli-tune, ray-part-a, ray-install, farm, farm-tests).
-# Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
+# inductor-block-1, inductor-block-aa, inductor-families, gla, realworld-corpus / -mm / -dplr / -gdr
+# (the ops not in the default set, four commands), node-share, cli-tune, ray-part-a, ray-install,
+# farm, farm-tests). Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
 # device has none).
 set -uo pipefail
@@ -29,8 +29,9 @@ if [ -z "${GPU_SESSION_INSTALLED:-}" ]; then
   if ! python3 -c "import sklearn" 2>/dev/null && ls .whl_opt/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl_opt/*.whl
   fi
-  # the newer real-library ops' wheels (FlagGems, torchao, GemLite, rotary-embedding-torch and
-  # einops; bench/realworld_ops.py), if carried
+  # wheels of libraries the benches import, if carried: the newer real-library ops' (FlagGems,
+  # torchao, GemLite, rotary-embedding-torch and einops; bench/realworld_ops.py) or the model
+  # families' (bench/inductor-models-requirements.txt)
   if ls .whl_libs/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl_libs/*.whl
   fi
@@ -236,6 +237,27 @@ for phase in "$@"; do
     inductor-block-aa)  # the A/A control of inductor-block-1 (the "kiln" arm runs stock Inductor), ~4 min; IB_RUN=K
       TAIL=6 run inductor-block-aa 400 python3 bench/inductor.py --model block --mode max-autotune-no-cudagraphs --aa \
         --runs 1 --first-run "${IB_RUN:-0}" --work-dir /tmp/ib-aa --out "$out/inductor-block-aa-${IB_RUN:-0}.json" ;;
+    inductor-families)  # the model families in max-autotune-no-cudagraphs: causal_lm (transformers' Llama,
+      # TinyLlama-1.1B's shapes, 4 layers) and vit (timm's ViT-B/16), one run each (IF_RUN: its index, 0),
+      # both arms' cold and warm processes and the paired runtime; IF_MODELS: a subset ("causal_lm vit").
+      # Needs the wheels of bench/inductor-models-requirements.txt in .whl_libs/ (bench/README.md).
+      # Time, an ESTIMATE, not measured: from ResNet-50's H100 max-autotune figures
+      # (bench/results/inductor-h100.json: 24 template autotunes, stock cold 293 s, kiln 86 s, so ~11 s
+      # and ~3 s an autotune beside ~20 s of other compile work), the LM's 5 distinct GEMM shapes and the
+      # ViT's 6 (5 GEMMs, the patch convolution) give ~75-90 s stock cold and ~30-40 s kiln cold a model;
+      # with the warm and paired processes and ~20 s of start-up and measurement a process, ~250 s a
+      # model, ~500 s both. Each model's step gets its share of 560 s; one that reaches its limit writes
+      # no row: then run one model a call (IF_MODELS=causal_lm, then IF_MODELS=vit).
+      TAIL=4 run families-import 30 python3 -c "import transformers, timm, torchvision; \
+from transformers import LlamaForCausalLM; \
+print('transformers', transformers.__version__, transformers.__file__); print('timm', timm.__version__, timm.__file__)"
+      models=${IF_MODELS:-causal_lm vit}
+      each=$((560 / $(wc -w <<<"$models")))
+      for model in $models; do
+        TAIL=8 run "inductor-$model" "$each" python3 bench/inductor.py --model "$model" \
+          --mode max-autotune-no-cudagraphs --runs 1 --first-run "${IF_RUN:-0}" --iters 20 --blocks 5 \
+          --work-dir /tmp/families --out "$out/inductor-$model-${IF_RUN:-0}.json"
+      done ;;
     choice-probe)  # max-autotune's picks and timings per template autotune, and the compiled part-model,
       # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
       TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
