@@ -7,9 +7,8 @@ real ``redis-server`` holding poisoned entries (tuning runs with fields of the w
 nested 200,000 deep, an ``artifact.json`` that is not an object, a non-ASCII signature, a key of
 the wrong type, a 256 MiB value); real sm_90 compiles, only the GPU's timings stood in for.
 
-Batch times are compared with a healthy batch measured in the same test, back to back, each the
-best of two rounds, with an absolute allowance where the ratio is noise (a loaded 2-core
-machine, pytest-xdist).
+What a lie costs is counted, not timed: the requests that waited for the server (the circuit
+breaker's failures) and those answered locally once it opened.
 """
 
 from __future__ import annotations
@@ -82,33 +81,22 @@ def run_batch(
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_lying_server_costs_one_warning_and_no_compile(
-    kind: str, redis_server: RedisServer, make_pool: Any, tmp_path: Path
-) -> None:
-    healthy_s: list[float] = []
-    faulty_s: list[float] = []
+def test_a_lying_server_costs_one_warning_and_no_compile(kind: str, make_pool: Any, tmp_path: Path) -> None:
+    """Every job compiles; one request waits for the liar (its deadline, ``TIMEOUT_S``), and every
+    later one is answered locally, the breaker open: the cost is one deadline, whatever the batch."""
     combos = iter(COMBOS)
-    for round_ in range(2):
-        seconds, _, _ = run_batch(
-            make_pool,
-            redis_server.url,
-            tmp_path / f"healthy{round_}",
-            [next(combos) for _ in range(BATCH)],
-            HEALTHY_TIMEOUT_S,
+    with LyingServer(kind) as liar:
+        _, pool, caught = run_batch(
+            make_pool, liar.url, tmp_path / "faulty", [next(combos) for _ in range(BATCH)]
         )
-        healthy_s.append(seconds)
-        with LyingServer(kind) as liar:  # a new port: a new client, its breaker closed
-            seconds, pool, caught = run_batch(
-                make_pool, liar.url, tmp_path / f"faulty{round_}", [next(combos) for _ in range(BATCH)]
-            )
-            faulty_s.append(seconds)
-            assert len(caught) == 1, [str(w.message) for w in caught]
-            assert "goes on with its local cache" in str(caught[0].message)
-            assert pool.store.remote.client.breaker.is_open
-            assert manager_alive(pool)  # the pool's manager thread lives...
-            assert pool.compile(add_request(*next(combos))) is not None  # ...and serves
-    healthy, faulty = min(healthy_s), min(faulty_s)
-    assert faulty <= 1.5 * healthy or faulty - healthy <= TIMEOUT_S + 1.0, (faulty_s, healthy_s)
+        assert len(caught) == 1, [str(w.message) for w in caught]
+        assert "goes on with its local cache" in str(caught[0].message)
+        breaker = pool.store.remote.client.breaker
+        assert breaker.is_open
+        assert breaker.failures == 1  # the one request that waited for the liar
+        assert breaker.skipped >= BATCH - 1  # the later lookups and writes stayed local
+        assert manager_alive(pool)  # the pool's manager thread lives...
+        assert pool.compile(add_request(*next(combos))) is not None  # ...and serves
 
 
 def test_each_request_ends_by_its_deadline_however_the_server_dribbles(tmp_path: Path) -> None:
