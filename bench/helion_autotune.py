@@ -21,7 +21,12 @@ outside the timed region), so the arms run side by side in one invocation:
   Helion's benchmark jobs in kiln's sandbox, streamed as the compiles land; it creates its pool
   and sandbox just before binding the kernel, as ``kiln.helion.install()`` at import time would,
   so what is left of their start-up counts) and ``kiln-compile`` (the same with
-  ``KILN_HELION_SANDBOX=0``: kiln's compiles, Helion's own benchmark worker). With
+  ``KILN_HELION_SANDBOX=0``: kiln's compiles, Helion's own benchmark worker) and ``kiln-race``
+  (kiln's loop with ``KILN_HELION_FINAL_ROUND=1``: Helion's final verification is kiln's final
+  round; the split's ``benchmark`` phase holds the race, and the probes ``final_verification_s``
+  (Helion's, any other arm) and ``kiln_final_verification_s`` (kiln-race's) time the whole
+  final verification, so the two arms' difference shows; ``kiln_race_over_kiln`` compares their
+  walls and picks' runtimes). With
   ``--repeats N`` each arm runs N times per kernel, the arm order rotating from one round to the
   next, and the run with the median autotune wall is compared (every run is
   kept): Helion's search is seeded, but after the seeded population it follows measured
@@ -113,9 +118,9 @@ from typing import Any, NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
-ARMS = ("fork", "spawn", "kiln", "kiln-compile")
+ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-race")
 DEFAULT_ARMS = ("fork", "spawn", "kiln")
-KILN_ARMS = ("kiln", "kiln-compile")
+KILN_ARMS = ("kiln", "kiln-compile", "kiln-race")
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
     "crashy_add": [(4096, 4096), (4096, 4096)],
@@ -180,6 +185,9 @@ TARGETS: tuple[Target, ...] = (
     Target(_BS, "PopulationBasedSearch.rebenchmark", "benchmark"),
     Target(_BS, "PopulationBasedSearch._run_final_selection", "benchmark"),  # 1.5.1 only
     Target(_BS, "PopulationBasedSearch.run_final_pick_verification", "benchmark"),
+    Target("triton_kiln.helion.finalists", "race", "benchmark"),  # kiln's final round (kiln-race)
+    Target(_BS, "PopulationBasedSearch.final_rebenchmark_best", None),
+    Target("triton_kiln.helion.finalists", "final_rebenchmark_best", None),  # kiln-race's hook
     Target(_BP, "LocalBenchmarkProvider._validate_against_baseline", "accuracy", _count_accuracy),
     Target(_BP, "LocalBenchmarkProvider._run_subprocess_accuracy_check_job", "accuracy", _count_accuracy),
     Target("helion.autotuner.benchmark_worker", "BenchmarkWorker._start", None),
@@ -321,6 +329,8 @@ PROBES = {
     "BenchmarkWorker._start": "benchmark_worker_start_s",
     "LFBOPatternSearch._fit_surrogate": "surrogate_fit_s",
     "LFBOPatternSearch._surrogate_select": "surrogate_select_s",
+    "PopulationBasedSearch.final_rebenchmark_best": "final_verification_s",  # Helion's, any arm
+    "final_rebenchmark_best": "kiln_final_verification_s",  # the same call, hooked by kiln-race
 }
 
 
@@ -353,6 +363,8 @@ def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
     if opts.arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
         os.environ["KILN_HELION_SANDBOX"] = "0"
+    if opts.arm == "kiln-race":  # kiln's loop, its final round verifying Helion's finalists
+        os.environ["KILN_HELION_FINAL_ROUND"] = "1"
     import torch
 
     if opts.faults:
@@ -588,6 +600,10 @@ def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             if other.get("status") == "ok" and kiln_.get("status") == "ok":
                 row[f"{name}_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
                 row[f"runtime_{name}_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
+    race, loop = chosen.get("kiln-race", {}), chosen.get("kiln", {})
+    if race.get("status") == "ok" and loop.get("status") == "ok":
+        row["kiln_race_over_kiln"] = race["autotune_s"] / loop["autotune_s"]
+        row["runtime_kiln_race_over_kiln"] = race["runtime_ms"] / loop["runtime_ms"]
     if "kiln_over_fork" in row:  # the names of the fork-only comparison, kept for its readers
         row["autotune_ratio"] = row["kiln_over_fork"]
         row["runtime_ratio"] = row["runtime_kiln_over_fork"]
@@ -611,6 +627,8 @@ def _geomeans(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "geomean_kiln_over_fork": _geomean(rows, "kiln_over_fork"),
         "geomean_kiln_over_spawn": _geomean(rows, "kiln_over_spawn"),
         "geomean_kiln_compile_over_fork": _geomean(rows, "kiln_compile_over_fork"),
+        "geomean_kiln_race_over_fork": _geomean(rows, "kiln_race_over_fork"),
+        "geomean_kiln_race_over_kiln": _geomean(rows, "kiln_race_over_kiln"),
     }
 
 
@@ -634,8 +652,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--arms",
         default=",".join(DEFAULT_ARMS),
-        help="comma list of: fork, spawn, kiln, kiln-compile (the compare arms; kiln-compile: kiln's "
-        "compiles with Helion's own benchmark worker)",
+        help="comma list of: fork, spawn, kiln, kiln-compile, kiln-race (the compare arms; kiln-compile: "
+        "kiln's compiles with Helion's own benchmark worker; kiln-race: kiln's loop with "
+        "KILN_HELION_FINAL_ROUND=1)",
     )
     parser.add_argument(
         "--effort", choices=("quick", "full"), default="quick", help="Helion's autotune_effort"

@@ -353,3 +353,27 @@ def test_the_kiln_compile_arm_is_compared_to_the_helion_arms_beside_kilns_loop()
         "--faults",
         "--seed-faults",
     ]
+
+
+def test_the_kiln_race_arm_is_compared_to_kilns_loop_and_the_helion_arms() -> None:
+    bench = _bench()
+    row = bench._row(
+        "mm",
+        {
+            "fork": [_run("fork", 10.0)],
+            "kiln": [_run("kiln", 5.0)],
+            "kiln-race": [_run("kiln-race", 4.0)],
+        },
+    )
+    assert row["kiln_race_over_fork"] == pytest.approx(0.4)
+    assert row["kiln_race_over_kiln"] == pytest.approx(0.8)
+    assert row["runtime_kiln_race_over_kiln"] == pytest.approx(1.0)
+    geomeans = bench._geomeans([row])
+    assert geomeans["geomean_kiln_race_over_kiln"] == pytest.approx(0.8)
+    assert bench._options(["--arms", "kiln,kiln-race"]).arms == "kiln,kiln-race"
+    assert "kiln-race" in bench.KILN_ARMS
+    # the split times kiln's race as benchmarking, and the whole final verification in either arm
+    phases = {target.qualname: target.phase for target in bench.TARGETS}
+    assert phases["race"] == "benchmark"
+    assert bench.PROBES["final_rebenchmark_best"] == "kiln_final_verification_s"
+    assert bench.PROBES["PopulationBasedSearch.final_rebenchmark_best"] == "final_verification_s"

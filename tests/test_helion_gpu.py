@@ -161,3 +161,41 @@ def test_kilns_loop_picks_a_config_as_fast_as_fork_modes(
     # one run each: Helion's search follows noisy timings, so the bar is looser than the bench's 2%
     assert kiln_ms <= fork_ms * 1.10, (name, kiln_ms, fork_ms)
     _context_alive()
+
+
+def test_kilns_final_round_picks_a_config_as_fast_as_helions_own_verification(
+    make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same search through kiln's loop (effort quick: Helion's final verification, no final
+    selection), verified by Helion's own interleaved windows and by kiln's final round
+    (``KILN_HELION_FINAL_ROUND``); the picked configs' runtimes, timed here, are close."""
+    from triton_kiln import settings as kiln_settings
+    from triton_kiln.helion import finalists
+
+    settings: dict[str, Any] = {
+        "autotuner_fn": kiln.helion.autotuner_fn,
+        "autotune_effort": "quick",
+        "autotune_max_generations": 1,
+        "autotune_random_seed": 11,
+        "autotune_progress_bar": False,
+    }
+    races: list[bool] = []
+    race = finalists.race
+
+    def counted(*args: Any, **kwargs: Any) -> bool:
+        races.append(race(*args, **kwargs))
+        return races[-1]
+
+    monkeypatch.setattr(finalists, "race", counted)
+    previous = kiln.helion.configure(pool=make_pool(workers=8))
+    try:
+        helions_ms = _picked_runtime_ms("softmax", settings)
+        assert races == []  # the setting off: Helion's own final verification
+        with kiln_settings.scope(helion_final_round=True):
+            kilns_ms = _picked_runtime_ms("softmax", settings)
+    finally:
+        kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
+    assert races == [True]  # kiln's final round verified the finalists
+    # one run each: the searches follow noisy timings, so the bar is looser than the bench's 2%
+    assert kilns_ms <= helions_ms * 1.05, (kilns_ms, helions_ms)
+    _context_alive()

@@ -454,6 +454,16 @@ class Settings:
         the sandbox as soon as its compile lands, while the rest of its batch compiles; ``0``
         benchmarks after the batch's last compile, in Helion's order (docs/HELION.md).""",
     )
+    helion_final_round: bool = HELION.setting(
+        "KILN_HELION_FINAL_ROUND",
+        False,
+        FLAG,
+        """under :mod:`triton_kiln.helion` with ``KILN_HELION_SANDBOX``, Helion's final verification
+        of its finalists (where its effort profile has no final selection) is kiln's final round in
+        the sandbox: short passes, a finalist clearly slower than the leader leaves, the round ends
+        when one is left; off by default until measured on a GPU (docs/HELION.md). Read when kiln
+        is put in a search (``autotuner_fn``) or installed (``install()``).""",
+    )
 
     # --- one node, many processes -----------------------------------------------------------
     node: bool = NODE.setting(

@@ -5,7 +5,8 @@ callable is pickled and unpickled first, as the sandbox's socket would carry it;
 inside (a ``BenchmarkJob``, an ``AccuracyCheckJob``, ...) is recorded, and the answer is what the
 sandbox process would send: ``JobReturned`` with a fixed latency or a passing accuracy result (a
 plain function runs here), or, for a job ``fail`` picks, the failure the sandbox reports for a
-crashed, hung or CUDA-broken process.
+crashed, hung or CUDA-broken process. A final-round pass (kiln's ``FinalistRunsJob`` around Helion's
+``BenchmarkJob``) gets ``runs(job)``: every run's time, by default :data:`RUNS` runs of the latency.
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from triton_kiln.helion.sandbox_jobs import HelionJob, JobReturned
+from triton_kiln.helion.sandbox_jobs import FinalistRunsJob, HelionJob, JobReturned
 from triton_kiln.sandbox.call_messages import CallFailure, CallOutcome
 
 LATENCY_MS = 0.25
+RUNS = 20  # runs a final-round pass sends back
 
 
 def job_source(job: Any) -> str:
@@ -34,6 +36,7 @@ class StandInSandbox:
 
     fail: Callable[[Any, str], CallFailure | None] = lambda job, label: None
     latency: Callable[[Any], float] = lambda job: LATENCY_MS
+    runs: Callable[[Any], list[float]] | None = None  # a final-round pass's runs (None: RUNS x latency)
     jobs: list[Any] = field(default_factory=list)
     labels: list[str] = field(default_factory=list)
     envs: list[dict[str, str]] = field(default_factory=list)
@@ -63,6 +66,10 @@ class StandInSandbox:
             return CallOutcome(None, failure, failure.seconds)
         from triton_kiln.helion import compat
 
+        if isinstance(job, FinalistRunsJob):
+            assert isinstance(job.job, compat.BenchmarkJob)  # Helion's own timing job inside
+            runs = self.runs(job) if self.runs is not None else [self.latency(job)] * RUNS
+            return CallOutcome(JobReturned(runs), None, 0.01)
         if isinstance(job, compat.BenchmarkJob):
             return CallOutcome(JobReturned(self.latency(job)), None, 0.01)
         if isinstance(job, compat.AccuracyCheckJob):

@@ -18,7 +18,7 @@ import logging
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from triton_kiln.autotuner.compile_requests import Candidate
 from triton_kiln.autotuner.plan import Phase, Timing
@@ -107,31 +107,52 @@ def left_race_note(passes: int, of: int, margin: float) -> str:
     )
 
 
-TimeOne = Callable[[Candidate, bool], tuple[ConfigResult, Sequence[float], Sequence[float] | None]]
-"""``(candidate, warm) -> (result, [median, p20, p80], every run or None)``: one pass of one
+class Finalist(Protocol):
+    """What a race needs of a finalist (kiln's :class:`Candidate`, or Helion's finalist in
+    :mod:`triton_kiln.helion.final_round`): a label unique within the race."""
+
+    @property
+    def label(self) -> str: ...
+
+
+class Outcome(Protocol):
+    """What a race needs of one timing's outcome (kiln's :class:`ConfigResult`, ...): its
+    status, ``"ok"`` or what failed."""
+
+    @property
+    def status(self) -> str: ...
+
+
+F = TypeVar("F", bound=Finalist)
+R = TypeVar("R", bound=Outcome)
+
+TimeOne = Callable[[F, bool], tuple[R, Sequence[float], Sequence[float] | None]]
+"""``(finalist, warm) -> (outcome, [median, p20, p80], every run or None)``: one pass of one
 finalist; ``warm`` asks for do_bench's warm-up (the round's first call that runs ok)."""
 
 
 @dataclass
-class Race:
+class Race(Generic[F, R]):
     """A final round's passes over its ``finalists``, fastest first: ``passes_n`` alternating
     passes; after each but the last, the finalists :func:`outpaced` by more than ``margin`` leave
     it (``left``: label -> the passes it ran), and it ends when one is left. ``failed`` holds
-    the results of finalists whose timing failed; :meth:`estimate` is a finalist's time."""
+    the outcomes of finalists whose timing failed; :meth:`estimate` is a finalist's time.
+    kiln's autotuner races its :class:`Candidate` configs (:func:`final_round`); kiln's Helion
+    adapter races Helion's finalists with the same rule."""
 
-    finalists: Sequence[Candidate]
+    finalists: Sequence[F]
     passes_n: int
     margin: float
     passes: dict[str, list[list[float]]] = field(init=False)
     runs: dict[str, list[float] | None] = field(init=False)
-    failed: dict[str, ConfigResult] = field(default_factory=dict)
+    failed: dict[str, R] = field(default_factory=dict)
     left: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.passes = {c.label: [] for c in self.finalists}
         self.runs = {c.label: [] for c in self.finalists}
 
-    def run(self, time_one: TimeOne) -> None:
+    def run(self, time_one: TimeOne[F, R]) -> None:
         racing = list(self.finalists)
         warmed = False  # until a call has run ok (one that fails may take its sandbox with it)
         for round_ in range(self.passes_n):
@@ -197,7 +218,7 @@ def final_round(
         result, times = evaluator.evaluate(candidate, warm if first else busy)
         return result, times, evaluator.last_samples
 
-    race = Race(finalists, passes_n, timing.final_drop_margin)
+    race: Race[Candidate, ConfigResult] = Race(finalists, passes_n, timing.final_drop_margin)
     race.run(time_one)
     if race.left:
         log.debug("kiln: %s: final round: %s left the race (more than %.0f%% behind)", name,

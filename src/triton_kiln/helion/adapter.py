@@ -57,10 +57,11 @@ from triton_kiln.errors import (
     WorkerMemoryError,
     ZygoteDiedError,
 )
-from triton_kiln.helion import compat
+from triton_kiln.helion import compat, finalists
 from triton_kiln.helion import config as kiln_config
 from triton_kiln.helion.compat import PrecompileFuture
 from triton_kiln.helion.errors import BaselineCompileError
+from triton_kiln.helion.finalists import FinalRoundRecord
 from triton_kiln.helion.process import KilnCompileProcess
 from triton_kiln.helion.requests import LaunchCompile, launch_compile, place_in_triton_cache
 from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
@@ -150,6 +151,7 @@ class KilnBenchmarkProvider(compat.LocalProvider):
             self.sandbox_worker.sandbox.start()  # it warms up while Helion computes its baseline
         self._stream_batches = current.helion_stream
         self._stream: BenchmarkStream | None = None
+        self.final_rounds: list[FinalRoundRecord] = []  # kiln's final rounds (KILN_HELION_FINAL_ROUND)
         super().__init__(*args, **kwargs)
 
     def benchmark_worker(self) -> Any:
@@ -305,7 +307,10 @@ class KilnBenchmarkProvider(compat.LocalProvider):
 
 
 def use_kiln(search: Any) -> Any:
-    """Make ``search`` (a Helion autotuner, possibly inside its cache wrapper) compile through kiln."""
+    """Make ``search`` (a Helion autotuner, possibly inside its cache wrapper) compile through kiln
+    (and, with ``KILN_HELION_FINAL_ROUND``, verify its finalists with kiln's final round)."""
+    from triton_kiln import settings
+
     inner = compat.wrapped_search(search)
     if inner is not None:
         use_kiln(inner)
@@ -318,6 +323,8 @@ def use_kiln(search: Any) -> Any:
                 f"({provider.__name__}); kiln replaces only Helion's local one."
             )
         compat.set_provider_class(search, KilnBenchmarkProvider)
+        if settings.current().helion_final_round:
+            finalists.hook(search)
     return search
 
 
@@ -328,8 +335,13 @@ def autotuner_fn(bound_kernel: Any, args: Sequence[object], **kwargs: object) ->
 
 
 def install() -> None:
-    """Every Helion search of this process compiles and benchmarks through kiln (until :func:`uninstall`)."""
+    """Every Helion search of this process compiles and benchmarks through kiln (until :func:`uninstall`);
+    with ``KILN_HELION_FINAL_ROUND``, its finalists race in kiln's final round."""
+    from triton_kiln import settings
+
     compat.set_default_provider_class(KilnBenchmarkProvider)
+    if settings.current().helion_final_round:
+        finalists.install()
     _start_services()
 
 
@@ -344,6 +356,7 @@ def _start_services() -> None:
 
 def uninstall() -> None:
     compat.set_default_provider_class(None)
+    finalists.uninstall()
 
 
 def installed() -> bool:

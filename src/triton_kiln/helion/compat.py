@@ -38,6 +38,47 @@ kiln does with each (the same in 1.5.0 and 1.5.1 unless a difference is named):
   ``BenchmarkWorkerDied``, ``BenchmarkWorkerUnkillable`` (identical in 1.5.0 and 1.5.1);
   ``helion.autotuner.benchmark_job``'s ``BenchmarkJob``, ``AccuracyCheckJob`` and
   ``AccuracyCheckResult`` (1.5.1 adds ``BenchmarkJob.args_slot``).
+* the final verification (kiln's final round, ``KILN_HELION_FINAL_ROUND``;
+  :mod:`triton_kiln.helion.finalists`), read against both versions, where they are the same
+  unless named: ``helion.autotuner.base_search.PopulationBasedSearch.final_rebenchmark_best(best)``
+  (public, not overridden by any search in either version) picks the finalists: the pinned
+  seeds' members plus the ``_final_rebenchmark_top_k()`` best distinct configs of the run
+  (``HELION_AUTOTUNE_FINAL_REBENCHMARK_TOP_K``, default 8, 32 on CuTe) by their low-water
+  timing, plus on 1.5.1 the incumbent; nothing when the budget is spent, ``top_k <= 1`` or
+  fewer than two. Where the effort profile has a final selection (1.5.1, ``_final_selection_enabled()``:
+  effort ``full``) it runs ``_run_final_selection`` in the benchmark worker (kiln's sandbox
+  already); otherwise (1.5.1's ``quick``, every effort of 1.5.0) it calls
+  ``self.rebenchmark(finalists, desc=f"Final verification top {n} configs",
+  target_ms=_final_rebenchmark_target_ms(), use_isolated=, confirm_suspicious=,
+  use_interleaved=not use_isolated, candidate_private_args=use_isolated)`` with
+  ``use_isolated`` from ``HELION_AUTOTUNE_FINAL_REBENCHMARK_ISOLATED`` (default off, on for
+  CuTe) and ``target_ms`` from ``HELION_AUTOTUNE_FINAL_REBENCHMARK_TARGET_MS`` (default 5000,
+  200 to 60000). Not isolated, ``rebenchmark`` times every finalist in the autotuning process
+  with the backend's interleaved bench (``helion.autotuner.benchmarking.interleaved_bench``:
+  the finalists called in turn, ``repeat = target_ms / slowest finalist's perf`` rounds,
+  3..20000, the pass capped at ``target_ms * n`` ms; ``HELION_CAP_REBENCHMARK_REPEAT`` caps the
+  repeat), its results go through ``_resolve_isolated_rebenchmark_results(members, results)``
+  (a float stays; ``IsolatedBenchmarkFailure("error")``: ``inf``; ``"timeout"`` or ``None``:
+  the member's previous perf) and ``_apply_rebenchmark_timings(members, timings,
+  failure_statuses=, trace_results=)``: each finalist's timing appended to ``member.perfs``
+  (``member.perf`` is the last one), ``best_perf_so_far`` lowered, a ``rebenchmark`` trace
+  entry per finalist, the finalist history refreshed. ``final_rebenchmark_best`` then takes
+  the live finalist with the lowest ``perf``, a pinned seed within
+  ``HELION_AUTOTUNE_FINAL_REBENCHMARK_PINNED_TOLERANCE`` (default 0) of it instead, logs
+  ``"Final verification selected a different config: ..."`` when the pick changed, raises
+  ``NoConfigFound`` when none is live, and returns it; ``_finalize`` sets ``self.best`` to it
+  (a ``BenchmarkWorkerUnkillable`` abandons the verification and keeps the best live member).
+  Isolated, ``rebenchmark`` calls the provider's ``benchmark_isolated(fns, warmup=1, rep=,
+  desc=, fresh_process=True)``, which logs a failure as ``f"{desc} subprocess failed: {e}"``
+  (a sticky CUDA error: ``f"{desc} sticky CUDA error skipped: {e}"``). kiln takes the
+  search's ``rebenchmark`` for the duration of ``final_rebenchmark_best``, answers the
+  non-isolated final-verification call with its race and gives Helion's
+  ``_resolve_isolated_rebenchmark_results`` and ``_apply_rebenchmark_timings`` the race's
+  timings; ``helion.autotuner.benchmark_provider.IsolatedBenchmarkFailure``;
+  ``helion.autotuner.benchmark_job``'s module globals ``do_bench`` and ``do_bench_generic``
+  (what ``BenchmarkJob.__call__`` times with, ``return_mode="median"``), which kiln's finalist
+  job (:class:`~triton_kiln.helion.sandbox_jobs.FinalistRunsJob`) asks for every run instead;
+  ``BenchmarkJob``'s ``warmup`` field.
 * public: ``helion.autotuner.logger``'s ``classify_triton_exception``,
   ``match_unrecoverable_runtime_error``, ``maybe_dump_triton_failure``;
   ``helion.runtime.settings.default_autotuner_fn``;
@@ -69,9 +110,9 @@ if VERSION not in SUPPORTED_HELION:
 try:
     from helion.autotuner import benchmark_provider as _bp
     from helion.autotuner import precompile_future as _pf
-    from helion.autotuner.base_search import BaseSearch
+    from helion.autotuner.base_search import BaseSearch, PopulationBasedSearch
     from helion.autotuner.benchmark_job import AccuracyCheckJob, AccuracyCheckResult, BenchmarkJob
-    from helion.autotuner.benchmark_provider import LocalBenchmarkProvider
+    from helion.autotuner.benchmark_provider import IsolatedBenchmarkFailure, LocalBenchmarkProvider
     from helion.autotuner.benchmark_worker import (
         BenchmarkSubprocessError,
         BenchmarkTimeout,
@@ -102,6 +143,10 @@ for _owner, _name in (
     (LocalBenchmarkProvider, "_run_subprocess_benchmark_job"),
     (LocalBenchmarkProvider, "_run_subprocess_accuracy_check_job"),
     (BaseSearch, "_prepare"),
+    (PopulationBasedSearch, "final_rebenchmark_best"),
+    (PopulationBasedSearch, "rebenchmark"),
+    (PopulationBasedSearch, "_resolve_isolated_rebenchmark_results"),
+    (PopulationBasedSearch, "_apply_rebenchmark_timings"),
 ):
     if not hasattr(_owner, _name):
         raise UnsupportedHelionError(VERSION, SUPPORTED_HELION, f"{_owner.__name__}.{_name} is missing")
@@ -128,8 +173,10 @@ __all__ = [
     "BenchmarkWorkerDied",
     "BenchmarkWorkerUnkillable",
     "ExtractedLaunchArgs",
+    "IsolatedBenchmarkFailure",
     "LocalBenchmarkProvider",
     "LocalProvider",
+    "PopulationBasedSearch",
     "PrecompileFuture",
     "classify_triton_exception",
     "compile_only_launch_args",
@@ -297,3 +344,86 @@ def job_label(job: object) -> str:
     name = getattr(spec, "function_name", None) if spec is not None else None
     kind = type(job).__name__ if not callable(job) or spec is not None else getattr(job, "__name__", "job")
     return f"Helion {kind} of {name}" if name else f"Helion {kind}"
+
+
+# -- the final verification (kiln's final round) ----------------------------------------------
+
+FINAL_VERIFICATION_DESC = "Final verification top "
+"""How ``final_rebenchmark_best``'s ``rebenchmark`` call's ``desc`` begins (``f"Final
+verification top {n} configs"``)."""
+
+
+def is_final_verification(desc: str) -> bool:
+    return desc.startswith(FINAL_VERIFICATION_DESC)
+
+
+HELION_FINAL_REBENCHMARK_BEST: Callable[[Any, Any], Any] = PopulationBasedSearch.__dict__[
+    "final_rebenchmark_best"
+]
+"""Helion's own ``PopulationBasedSearch.final_rebenchmark_best`` (the function)."""
+
+
+def set_final_rebenchmark_best(function: Callable[[Any, Any], Any] | None) -> None:
+    """``function`` every search's ``final_rebenchmark_best``; ``None``: Helion's own again."""
+    PopulationBasedSearch.final_rebenchmark_best = function or HELION_FINAL_REBENCHMARK_BEST
+
+
+def final_rebenchmark_best_is(function: Callable[[Any, Any], Any]) -> bool:
+    return PopulationBasedSearch.__dict__["final_rebenchmark_best"] is function
+
+
+def benchmark_fn_set(search: Any) -> bool:
+    """Whether the user times configs with their own ``autotune_benchmark_fn`` (then Helion's
+    re-benchmarks call it in-process)."""
+    return search.settings.autotune_benchmark_fn is not None
+
+
+def finalist_job(provider: Any, fn: Any, rep: int, capture: Callable[[Callable[[], object]], Any]) -> Any:
+    """Helion's ``BenchmarkJob`` for one finalist (``warmup=1``, ``rep`` ms), built as
+    ``_run_subprocess_benchmark_job`` builds it; ``capture`` runs the builder and returns the job
+    it sent to the worker (``None``: Helion cannot send ``fn`` to a worker)."""
+    return capture(lambda: provider._run_subprocess_benchmark_job(fn, warmup=1, rep=rep))
+
+
+def with_warmup(job: Any, warmup_ms: int) -> Any:
+    """``job`` (a ``BenchmarkJob``) with do_bench's warm-up of ``warmup_ms``."""
+    import dataclasses
+
+    return dataclasses.replace(job, warmup=warmup_ms)
+
+
+@contextlib.contextmanager
+def every_run_of_benchmark_jobs() -> Iterator[None]:
+    """In this block (in the sandbox process), ``BenchmarkJob()`` returns every run's time (ms,
+    a list) rather than their median: its ``do_bench``/``do_bench_generic`` called with
+    ``return_mode="all"``."""
+    from helion.autotuner import benchmark_job
+
+    originals = {name: getattr(benchmark_job, name) for name in ("do_bench", "do_bench_generic")}
+
+    def every_run(original: Callable[..., Any]) -> Callable[..., Any]:
+        def bench(*args: Any, **kwargs: Any) -> Any:
+            kwargs["return_mode"] = "all"
+            kwargs.pop("quantiles", None)
+            return original(*args, **kwargs)
+
+        return bench
+
+    for name, original in originals.items():
+        setattr(benchmark_job, name, every_run(original))
+    try:
+        yield
+    finally:
+        for name, original in originals.items():
+            setattr(benchmark_job, name, original)
+
+
+def apply_final_timings(
+    search: Any, members: Sequence[Any], results: Sequence[Any], traced: Sequence[Any]
+) -> None:
+    """The finalists' timings set as Helion's ``rebenchmark`` sets them after its own timing:
+    ``results`` (a float, or ``IsolatedBenchmarkFailure``) through
+    ``_resolve_isolated_rebenchmark_results`` and ``_apply_rebenchmark_timings``; ``traced`` is
+    what its trace records for each."""
+    timings, statuses = search._resolve_isolated_rebenchmark_results(members, list(results))
+    search._apply_rebenchmark_timings(members, timings, failure_statuses=statuses, trace_results=list(traced))

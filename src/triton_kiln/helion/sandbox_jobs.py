@@ -72,6 +72,30 @@ class HelionJob:
         return JobReturned(value)
 
 
+@dataclass(frozen=True)
+class FinalistRunsJob:
+    """One pass of kiln's final round over one of Helion's finalists: Helion's own ``BenchmarkJob``
+    (its generated code, its saved arguments, its ``do_bench``), asked for every run's time
+    rather than their median, so the race pools a finalist's runs across its passes as kiln's
+    final round does (:mod:`triton_kiln.helion.finalists`). Returns the runs (ms)."""
+
+    job: Callable[[], Any]
+
+    @property
+    def fn_spec(self) -> Any:
+        """The Helion job's generated function (how kiln's logs name the job)."""
+        return getattr(self.job, "fn_spec", None)
+
+    def __call__(self) -> list[float]:
+        from triton_kiln.helion import compat
+
+        with compat.every_run_of_benchmark_jobs():
+            runs = self.job()
+        if isinstance(runs, int | float):
+            return [float(runs)]
+        return [float(run) for run in runs]
+
+
 def warm_up() -> None:
     """The sandbox's warm-up: torch, Helion's job module and, when a GPU is visible, a CUDA context."""
     import helion.autotuner.benchmark_job  # noqa: F401  (what unpickling the first job imports)

@@ -106,6 +106,14 @@ class _Speculated(Exception):
         self.served = served
 
 
+class _Captured(Exception):
+    """Raised through Helion's job-building method to :meth:`KilnBenchmarkWorker.capture`."""
+
+    def __init__(self, job: Callable[[], Any]) -> None:
+        super().__init__("captured")
+        self.job = job
+
+
 class _Entry:
     """One job's outcome in the ledger, set once by whoever runs it."""
 
@@ -124,6 +132,7 @@ class _Entry:
 
 class _Marks(threading.local):
     speculating = False
+    capturing = False
 
 
 class KilnBenchmarkWorker:
@@ -148,6 +157,8 @@ class KilnBenchmarkWorker:
     def run(self, job: Callable[[], Any], timeout: float) -> Any:
         """``job()`` in the sandbox within ``timeout`` s: its value, or the error Helion's own
         worker would raise (see the module docstring)."""
+        if self._marks.capturing:
+            raise _Captured(job)
         speculating = self._marks.speculating
         try:
             key: bytes | None = pickle.dumps(job)
@@ -208,6 +219,25 @@ class KilnBenchmarkWorker:
         finally:
             self._marks.speculating = False
         return None
+
+    def capture(self, request: Callable[[], object]) -> Callable[[], Any] | None:
+        """The job ``request`` (one of Helion's methods that builds a job and runs it on this
+        worker) builds, not run; ``None`` when it builds none (Helion cannot send the config to
+        a worker)."""
+        self._marks.capturing = True
+        try:
+            request()
+        except _Captured as captured:
+            return captured.job
+        finally:
+            self._marks.capturing = False
+        return None
+
+    def call(self, job: Callable[[], Any], timeout: float) -> Served:
+        """``job`` (kiln's, e.g. a final-round pass) in the sandbox within ``timeout`` s, outside
+        the ledger: its value, or the error Helion's own worker would raise for what ended it
+        (the failure also in :attr:`SandboxStats.skipped`)."""
+        return self._execute(job, timeout)
 
     def forget(self) -> None:
         """Drop every outcome Helion did not take (a batch is over; a job still running ahead

@@ -1,0 +1,230 @@
+"""kiln's final round for Helion's finalists (``KILN_HELION_FINAL_ROUND=1``; off by default).
+
+Helion ends a search by re-timing its finalists (``final_rebenchmark_best``, see
+:mod:`triton_kiln.helion.compat`): where its effort profile has no final selection (effort
+``quick`` on 1.5.1, every effort on 1.5.0) every finalist, up to 8 plus pinned seeds, gets a
+long fixed window (``target_ms``, 5000 ms by default) of Helion's interleaved bench in the
+autotuning process, whether it is close to the leader or far behind. With the setting on, that
+one ``rebenchmark`` call is answered by kiln's final round instead::
+
+    Helion final_rebenchmark_best (unchanged: picks the finalists)
+      self.rebenchmark(finalists, desc="Final verification top n configs", ...)  <- kiln's
+        each finalist's BenchmarkJob, built by Helion                 (kiln's sandbox process)
+        pass 1: every finalist once, target_ms / PASSES ms  ------->  FinalistRunsJob: every run
+        a finalist clearly behind the leader leaves (kiln's rule,
+          triton_kiln.autotuner.final_round.Race / outpaced); a finalist that faults leaves
+          with its reason, logged as Helion logs a failed finalist
+        pass 2 ... until one is left or PASSES passes are spent
+        each finalist's time (median of its runs) -> Helion's _resolve_isolated_rebenchmark_results
+          and _apply_rebenchmark_timings (perfs, best_perf_so_far, trace, finalist history)
+      Helion picks the live finalist with the lowest perf (pinned tolerance, its log), as always
+
+A finalist that stays to the end gets ``target_ms`` of runs in all, as in Helion's window; one
+that leaves after pass ``k`` got ``k`` passes. Helion's search, effort profiles, cache and its
+final selection (1.5.1's effort ``full``, already in kiln's sandbox) are untouched. Helion's
+own final verification runs instead when the config cannot go to a worker (mutated arguments,
+unpicklable arguments, a distributed run, ``autotune_benchmark_subprocess=False``,
+``KILN_HELION_SANDBOX=0``), when a custom ``autotune_benchmark_fn`` times configs, or with
+``HELION_AUTOTUNE_FINAL_REBENCHMARK_ISOLATED=1`` (a fresh process per finalist, Helion's).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from triton_kiln.autotuner.final_round import Race
+from triton_kiln.autotuner.plan import Timing
+from triton_kiln.helion import compat
+from triton_kiln.sandbox.timing import quantiles
+
+PASSES = 5
+"""The round's pass budget: each pass times every finalist still racing for ``target_ms /
+PASSES`` ms (Helion's ``target_ms``: ``HELION_AUTOTUNE_FINAL_REBENCHMARK_TARGET_MS``)."""
+
+MARGIN = Timing().final_drop_margin
+"""How far behind the leader (beyond both spreads) a finalist leaves: kiln's autotuner's own."""
+
+FIRST_WARMUP_MS = 25
+"""do_bench's warm-up before the round's first run (the GPU's clocks up); later passes warm up
+with one call, the GPU busy back to back."""
+
+_STATUS = {"BenchmarkTimeout": "timeout"}
+
+
+@dataclass(frozen=True)
+class _Finalist:
+    label: str
+    member: Any
+    job: Callable[[], Any]
+
+
+@dataclass(frozen=True)
+class _Timed:
+    status: str  # "ok", "error" or "timeout"
+    reason: str = ""
+
+
+@dataclass
+class FinalistRecord:
+    """What the round did with one finalist."""
+
+    config: str
+    passes: int = 0  # passes it was timed in
+    runs: int = 0  # do_bench runs in all
+    window_ms: float = 0.0  # the passes' rep windows, summed
+    ms: float | None = None  # its time (median of its runs); None when it faulted
+    left_after: int | None = None  # the pass after which it left the race (behind the leader)
+    failure: str | None = None  # why it left the race when its timing failed
+
+
+@dataclass
+class FinalRoundRecord:
+    """One final round: ``target_ms`` (Helion's window per finalist), the pass budget, each
+    finalist's record (Helion's finalist order) and the winner's config."""
+
+    target_ms: float
+    passes: int
+    finalists: list[FinalistRecord] = field(default_factory=list)
+    winner: str | None = None
+
+
+def final_rebenchmark_best(search: Any, best: Any) -> Any:
+    """Helion's ``final_rebenchmark_best``, with its final verification's ``rebenchmark`` answered
+    by kiln's final round when the search can race (see the module docstring)."""
+    helions = compat.HELION_FINAL_REBENCHMARK_BEST
+    provider = getattr(search, "benchmark_provider", None)
+    if not _can_race(search, provider):
+        return helions(search, best)
+    had = "rebenchmark" in search.__dict__
+    previous = search.__dict__.get("rebenchmark")
+    search.rebenchmark = functools.partial(_rebenchmark, search, search.rebenchmark)
+    try:
+        return helions(search, best)
+    finally:
+        if had:
+            search.rebenchmark = previous
+        else:
+            del search.rebenchmark
+
+
+def hook(search: Any) -> None:
+    """``search`` (a Helion search) runs kiln's final round (its own ``final_rebenchmark_best``)."""
+    if isinstance(search, compat.PopulationBasedSearch):
+        search.final_rebenchmark_best = types.MethodType(final_rebenchmark_best, search)
+
+
+def install() -> None:
+    """Every Helion search runs kiln's final round (through kiln's provider), until :func:`uninstall`."""
+    compat.set_final_rebenchmark_best(final_rebenchmark_best)
+
+
+def uninstall() -> None:
+    compat.set_final_rebenchmark_best(None)
+
+
+def installed() -> bool:
+    return compat.final_rebenchmark_best_is(final_rebenchmark_best)
+
+
+def _can_race(search: Any, provider: Any) -> bool:
+    """Whether kiln can race the search's finalists (the hook is in place only where the setting
+    was on when kiln was put in the search, or installed)."""
+    from triton_kiln.helion.adapter import KilnBenchmarkProvider
+
+    return (
+        isinstance(provider, KilnBenchmarkProvider)
+        and provider.sandbox_worker is not None
+        and compat.subprocess_benchmark_enabled(provider)
+        and not compat.benchmark_fn_set(search)
+    )
+
+
+def _rebenchmark(search: Any, helions: Callable[..., None], members: list[Any], **kwargs: Any) -> None:
+    desc = str(kwargs.get("desc", ""))
+    if not compat.is_final_verification(desc) or kwargs.get("use_isolated", False) or len(members) < 2:
+        helions(members, **kwargs)
+        return
+    target_ms = float(kwargs.get("target_ms", 5000.0))
+    if not race(search, members, desc, target_ms):
+        helions(members, **kwargs)
+
+
+def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bool:
+    """Race ``members`` (Helion's finalists) in kiln's sandbox and set their timings as Helion's
+    ``rebenchmark`` would; ``False`` (nothing timed) when Helion cannot send one to a worker."""
+    provider = search.benchmark_provider
+    worker = provider.sandbox_worker
+    rep = max(1, int(target_ms / PASSES))
+    finalists: list[_Finalist] = []
+    for index, member in enumerate(members):
+        job = compat.finalist_job(provider, member.fn, rep, worker.capture)
+        if job is None:
+            return False
+        finalists.append(_Finalist(str(index), member, job))
+    record = FinalRoundRecord(target_ms, PASSES, [FinalistRecord(str(m.config)) for m in members])
+    window_s = (rep + FIRST_WARMUP_MS) / 1000
+    timeout = max(float(provider.settings.autotune_benchmark_timeout), 3 * window_s + 15)
+
+    def time_one(finalist: _Finalist, warm: bool) -> tuple[_Timed, Sequence[float], Sequence[float] | None]:
+        from triton_kiln.helion.sandbox_jobs import FinalistRunsJob
+
+        job = compat.with_warmup(finalist.job, FIRST_WARMUP_MS) if warm else finalist.job
+        served = worker.call(FinalistRunsJob(job), timeout)
+        entry = record.finalists[int(finalist.label)]
+        if served.error is not None:
+            error = served.error
+            if isinstance(error, compat.BenchmarkWorkerUnkillable):
+                raise error  # Helion's _finalize keeps the best config it measured
+            if compat.match_unrecoverable_runtime_error(error):
+                search.log.warning(f"{desc} sticky CUDA error skipped: {error}")
+            else:
+                search.log.warning(f"{desc} subprocess failed: {error}")
+            entry.failure = f"{type(error).__name__}: {error}"
+            return _Timed(_STATUS.get(type(error).__name__, "error"), entry.failure), [], None
+        runs = [float(run) for run in served.value if math.isfinite(float(run))]
+        if not runs:
+            entry.failure = "no finite run"
+            return _Timed("error", entry.failure), [], None
+        entry.passes += 1
+        entry.runs += len(runs)
+        entry.window_ms += rep
+        return _Timed("ok"), quantiles(runs, (0.5, 0.2, 0.8)), runs
+
+    contest: Race[_Finalist, _Timed] = Race(finalists, PASSES, MARGIN)
+    contest.run(time_one)
+    results: list[Any] = []
+    traced: list[Any] = []
+    for finalist, entry in zip(finalists, record.finalists, strict=True):
+        failed = contest.failed.get(finalist.label)
+        if failed is not None:
+            results.append(compat.IsolatedBenchmarkFailure("error"))  # out of the pick, as Helion's error
+            traced.append(compat.IsolatedBenchmarkFailure(failed.status))
+            continue
+        entry.ms = contest.estimate(finalist.label)[0]
+        entry.left_after = contest.left.get(finalist.label)
+        results.append(entry.ms)
+        traced.append(entry.ms)
+    compat.apply_final_timings(search, members, results, traced)
+    timed = [e for e in record.finalists if e.ms is not None]
+    record.winner = min(timed, key=lambda e: e.ms or math.inf).config if timed else None
+    search.log.debug(
+        f"kiln final round: {len(members)} finalists, {sum(e.passes for e in record.finalists)} passes "
+        f"of {rep} ms (Helion's window: {target_ms:.0f} ms each); "
+        + "; ".join(
+            f"{e.config}: {e.ms:.4f} ms"
+            + (f", left after pass {e.left_after}" if e.left_after else "")
+            + (f", failed: {e.failure}" if e.failure else "")
+            if e.ms is not None
+            else f"{e.config}: failed: {e.failure}"
+            for e in record.finalists
+        )
+    )
+    rounds = getattr(provider, "final_rounds", None)
+    if isinstance(rounds, list):
+        rounds.append(record)
+    return True

@@ -1,0 +1,244 @@
+"""kiln's final round for Helion's finalists (``KILN_HELION_FINAL_ROUND``), on the CPU: Helion's real
+``final_rebenchmark_best`` (its finalists, its pick, its state updates) over configs Helion really
+benchmarked (real Triton compiles for sm_90 in kiln's pool), with its final verification's timing
+answered by kiln's race in the stand-in sandbox (:mod:`support.helion_sandbox`), which sends back
+each finalist's runs at the time a test gives its generated code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
+
+import helion.runtime
+from helion.autotuner import base_search
+from helion.autotuner.base_search import PopulationBasedSearch, PopulationMember
+
+import triton_kiln as kiln
+import triton_kiln.helion
+from support import helion_faults
+from support.basics import SM90
+from support.helion_sandbox import StandInSandbox, job_source
+from test_helion_loop import _configs, _crashed, _is_faulty, _search
+from triton_kiln import CompilePool, settings
+from triton_kiln.helion import compat, finalists
+from triton_kiln.helion.sandbox_jobs import FinalistRunsJob
+
+TARGET_MS = 5000.0  # Helion's default final-verification window per finalist
+
+
+@pytest.fixture
+def loop(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch) -> Iterator[StandInSandbox]:
+    """kiln's pool (sm_90) and a stand-in sandbox configured for Helion; a fake SM count."""
+    monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
+    sandbox = StandInSandbox()
+    previous = kiln.helion.configure(
+        pool=make_pool(preload=[helion_faults.PRELOAD]), target=SM90, sandbox=sandbox
+    )
+    yield sandbox
+    kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
+
+
+def _quick_search() -> Any:
+    """A search at effort quick: its final pick is the final verification (no final selection)."""
+    search = _search(autotune_effort="quick")
+    assert not search._final_selection_enabled()
+    return search
+
+
+def _finalists(search: Any, screened: Sequence[float]) -> list[Any]:
+    """Helion's members for ``len(screened)`` configs it benchmarked through kiln (the last has 16
+    warps), their search timings set to ``screened``."""
+    results = search.benchmark_provider.benchmark(_configs(search, len(screened)))
+    assert [r.status for r in results] == ["ok"] * len(screened)
+    return [PopulationMember(r.fn, [ms], [], r.config, "ok") for r, ms in zip(results, screened, strict=True)]
+
+
+def _race_at(loop: StandInSandbox, search: Any, members: Sequence[Any], true_ms: Sequence[float]) -> None:
+    """The stand-in sandbox times each member's generated code at ``true_ms`` (+-1% spread)."""
+    provider = search.benchmark_provider
+    sources = {
+        job_source(compat.finalist_job(provider, m.fn, 1, provider.sandbox_worker.capture)): ms
+        for m, ms in zip(members, true_ms, strict=True)
+    }
+    assert len(sources) == len(members)
+    loop.runs = lambda job: [sources[job_source(job)] * (1 + 0.002 * k) for k in range(-5, 6)]
+
+
+def _verify(search: Any, members: list[Any]) -> Any:
+    """Helion's final verification of ``members`` (the search's population), as ``_finalize`` runs it."""
+    search.population = members
+    search.best_perf_so_far = min(m.perf for m in members)
+    return search.final_rebenchmark_best(min(members, key=lambda m: m.perf))
+
+
+def _copies(members: Sequence[Any]) -> list[Any]:
+    return [dataclasses.replace(m, perfs=list(m.perfs)) for m in members]
+
+
+def _passes(loop: StandInSandbox) -> list[Any]:
+    return [job for job in loop.jobs if isinstance(job, FinalistRunsJob)]
+
+
+def test_the_finalists_race_and_the_slow_ones_leave_after_one_short_pass(loop: StandInSandbox) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [0.5, 0.4, 0.3, 0.45])  # the search's timings rank them 2, 1, 3, 0
+    _race_at(loop, search, members, [1.0, 1.3, 2.0, 1.01])
+    picked = _verify(search, members)
+    assert picked is members[0]  # the best time in the race, not the search's best
+    (record,) = search.benchmark_provider.final_rounds
+    # Helion's finalist order (by search timing); the window is Helion's per finalist, in PASSES passes
+    by_config = {e.config: e for e in record.finalists}
+    entries = [by_config[str(m.config)] for m in members]
+    assert [e.passes for e in entries] == [finalists.PASSES, 1, 1, finalists.PASSES]
+    assert [e.left_after for e in entries] == [None, 1, 1, None]
+    assert record.winner == str(members[0].config)
+    # Fewer timings than Helion's fixed windows: 4 x 5000 ms there, 2 x 5000 + 2 x 1000 ms here
+    assert sum(e.window_ms for e in entries) == 2 * TARGET_MS + 2 * TARGET_MS / finalists.PASSES
+    assert len(_passes(loop)) == 2 * finalists.PASSES + 2
+    first = [job.job.warmup for job in _passes(loop)]
+    assert first[0] == finalists.FIRST_WARMUP_MS
+    assert set(first[1:]) == {1}
+    assert {job.job.rep for job in _passes(loop)} == {int(TARGET_MS / finalists.PASSES)}
+    # each finalist's time is the median of its runs, appended as Helion appends its timings
+    assert [m.perf for m in members] == pytest.approx([1.0, 1.3, 2.0, 1.01])
+    assert search.best_perf_so_far == pytest.approx(0.3)  # the search's best, lower than any re-timing
+    search.benchmark_provider.cleanup()
+
+
+def test_the_round_ends_when_one_finalist_is_left(loop: StandInSandbox) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [0.3, 0.2, 0.25])
+    _race_at(loop, search, members, [2.0, 1.0, 1.5])
+    assert _verify(search, members) is members[1]
+    assert len(_passes(loop)) == 3  # one pass each: the two behind left, one was left
+    (record,) = search.benchmark_provider.final_rounds
+    assert sorted(e.passes for e in record.finalists) == [1, 1, 1]
+    search.benchmark_provider.cleanup()
+
+
+def test_helions_state_after_the_race_is_what_its_own_verification_sets_for_that_winner(
+    loop: StandInSandbox, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [0.5, 0.4, 0.3])
+    helions_members = _copies(members)
+    _race_at(loop, search, members, [1.2, 1.0, 1.8])
+    kilns = _verify(search, members)
+    kilns_best = search.best_perf_so_far
+    (record,) = search.benchmark_provider.final_rounds
+    timed = {e.config: e.ms for e in record.finalists}
+
+    # Helion's own final verification, its interleaved bench measuring what the race measured
+    calls: list[int] = []
+
+    def interleaved(fns: list[Any], **kwargs: Any) -> list[float]:
+        calls.append(len(fns))
+        return [timed[str(m.config)] for m in order]
+
+    order = sorted(helions_members, key=lambda m: m.perf)  # Helion's finalist order
+    monkeypatch.setattr(base_search, "interleaved_bench", interleaved)
+    search.population = helions_members
+    search.best_perf_so_far = min(m.perf for m in helions_members)
+    helions = compat.HELION_FINAL_REBENCHMARK_BEST(search, min(helions_members, key=lambda m: m.perf))
+    assert calls == [3]
+    assert helions.config == kilns.config == members[1].config
+    assert [m.perfs for m in helions_members] == [m.perfs for m in members]
+    assert search.best_perf_so_far == kilns_best
+    # Helion's own log line for a changed pick, in both
+    assert capfd.readouterr().err.count("Final verification selected a different config") == 2
+    search.benchmark_provider.cleanup()
+
+
+def test_a_finalist_that_faults_in_the_sandbox_leaves_the_race_with_its_reason(
+    loop: StandInSandbox, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [0.5, 0.4, 0.3])
+    _race_at(loop, search, members, [1.0, 1.01, 0.5])  # the faulting one (16 warps) would win
+    loop.fail = lambda job, label: (
+        _crashed(job, label) if isinstance(job, FinalistRunsJob) and _is_faulty(job) else None
+    )
+    starts = loop.starts
+    picked = _verify(search, members)
+    assert picked is members[0]
+    assert math.isinf(members[2].perf)  # out of Helion's pick, as its own worker's error
+    (record,) = search.benchmark_provider.final_rounds
+    faulted = next(e for e in record.finalists if e.config == str(members[2].config))
+    assert faulted.ms is None
+    assert "SIGSEGV" in (faulted.failure or "")
+    assert faulted.passes == 0
+    # logged as Helion logs a failed finalist, and the sandbox replaced at once
+    logged = [line for line in capfd.readouterr().err.splitlines() if "subprocess failed" in line]
+    assert len(logged) == 1
+    assert "Final verification top 3 configs subprocess failed: " in logged[0]
+    assert "SIGSEGV" in logged[0]
+    assert loop.starts == starts + 1
+    assert [s.reason for s in search.benchmark_provider.sandbox_worker.stats.skipped if "SIGSEGV" in s.reason]
+    search.benchmark_provider.cleanup()
+
+
+def test_with_the_setting_off_helions_final_verification_runs_untouched(
+    loop: StandInSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = PopulationBasedSearch.__dict__["final_rebenchmark_best"]
+    search = _quick_search()  # KILN_HELION_FINAL_ROUND's default: off
+    assert "final_rebenchmark_best" not in search.__dict__
+    kiln.helion.install()
+    try:
+        assert PopulationBasedSearch.__dict__["final_rebenchmark_best"] is original
+    finally:
+        kiln.helion.uninstall()
+    calls: list[dict[str, Any]] = []
+
+    def interleaved(fns: list[Any], **kwargs: Any) -> list[float]:
+        calls.append(kwargs)
+        return [1.0 + i for i in range(len(fns))]
+
+    monkeypatch.setattr(base_search, "interleaved_bench", interleaved)
+    members = _finalists(search, [0.5, 0.4, 0.3])
+    _verify(search, members)
+    assert len(calls) == 1
+    assert calls[0]["max_total_ms"] == TARGET_MS * 3
+    assert _passes(loop) == []
+    assert search.benchmark_provider.final_rounds == []
+    search.benchmark_provider.cleanup()
+
+
+def test_install_hooks_every_search_and_uninstall_restores_helions_method(loop: StandInSandbox) -> None:
+    original = PopulationBasedSearch.__dict__["final_rebenchmark_best"]
+    with settings.scope(helion_final_round=True):
+        kiln.helion.install()
+    try:
+        assert finalists.installed()
+        assert PopulationBasedSearch.__dict__["final_rebenchmark_best"] is finalists.final_rebenchmark_best
+    finally:
+        kiln.helion.uninstall()
+    assert PopulationBasedSearch.__dict__["final_rebenchmark_best"] is original
+    assert not finalists.installed()
+
+
+def test_helions_isolated_final_verification_stays_helions(
+    loop: StandInSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELION_AUTOTUNE_FINAL_REBENCHMARK_ISOLATED", "1")
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [0.5, 0.4, 0.3])
+    jobs = len(loop.jobs)
+    _verify(search, members)
+    assert _passes(loop) == []
+    assert search.benchmark_provider.final_rounds == []
+    isolated = [job for job in loop.jobs[jobs:] if isinstance(job, compat.BenchmarkJob)]
+    assert len(isolated) == 3  # Helion's own isolated timing, one job per finalist, in kiln's sandbox
+    search.benchmark_provider.cleanup()
