@@ -24,7 +24,8 @@ were read against: :mod:`triton_kiln.helion.compat`. Which pool and target: :fun
 (:mod:`.config`). Also :mod:`.process` (a compile future as the process Helion waits on),
 :mod:`.requests` (a captured launch as kiln's compile request; Triton's cache seeded),
 :mod:`.sandbox_worker` (Helion's benchmark worker on kiln's sandbox), :mod:`.sandbox_jobs` (what
-runs in the sandbox), :mod:`.stream` (benchmarks as compiles land) and :mod:`.errors`. Supported
+runs in the sandbox), :mod:`.stream` (benchmarks as compiles land), :mod:`.finalists` (kiln's
+final round for Helion's finalists, ``KILN_HELION_FINAL_ROUND``) and :mod:`.errors`. Supported
 Helion versions: ``SUPPORTED_HELION`` (1.5.0, 1.5.1; :mod:`.versions`).
 
 Imports: Helion (in :mod:`.compat` only), kiln's public API (its pool), ``triton_compat`` and
