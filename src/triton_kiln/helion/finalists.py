@@ -40,6 +40,7 @@ from typing import Any
 from triton_kiln.autotuner.final_round import Race
 from triton_kiln.autotuner.plan import Timing
 from triton_kiln.helion import compat
+from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
 from triton_kiln.sandbox.timing import quantiles
 
 PASSES = 5
@@ -134,11 +135,10 @@ def installed() -> bool:
 def _can_race(search: Any, provider: Any) -> bool:
     """Whether kiln can race the search's finalists (the hook is in place only where the setting
     was on when kiln was put in the search, or installed)."""
-    from triton_kiln.helion.adapter import KilnBenchmarkProvider
-
+    # kiln's provider is the one whose worker is kiln's (the adapter imports this module, not
+    # the other way round)
     return (
-        isinstance(provider, KilnBenchmarkProvider)
-        and provider.sandbox_worker is not None
+        isinstance(getattr(provider, "sandbox_worker", None), KilnBenchmarkWorker)
         and compat.subprocess_benchmark_enabled(provider)
         and not compat.benchmark_fn_set(search)
     )
