@@ -132,7 +132,7 @@ for phase in "$@"; do
       echo "failed in parallel: $(echo "$failed" | grep -c tests/)"
       if [ -n "$failed" ]; then
         # shellcheck disable=SC2086
-        KILN_TEST_FAILURE_LOG="$out/gpu-failures-rerun.log" TAIL=25 run gpu-suite-rerun "${RERUN_S:-240}" \
+        KILN_TEST_FAILURE_LOG="$out/gpu-failures-rerun.log" TAIL=25 run gpu-suite-rerun "${RERUN_S:-70}" \
           python3 -m pytest -q -p no:cacheprovider -rfEs $failed
       fi ;;
     suite-inductor)  # the suite in two halves, one per GPU: .ci/gpu/gpu_pair.sh suite-inductor suite-rest
