@@ -84,12 +84,17 @@ class FaultSpec:
             os.close(fd)
 
 
+def at_entry(ptx: str, code: str) -> str:
+    """``ptx`` with ``code`` (PTX statements) first in its kernel's body."""
+    patched, count = _ENTRY_BODY.subn(lambda m: m.group(1) + code, ptx, count=1)
+    if count != 1:
+        raise ValueError("no .entry body found in the PTX: cannot add the fault")
+    return patched
+
+
 def add_bad_store(ptx: str) -> str:
     """``ptx`` with a store to address 0 at the start of its kernel's body."""
-    patched, count = _ENTRY_BODY.subn(lambda m: m.group(1) + BAD_STORE, ptx, count=1)
-    if count != 1:
-        raise ValueError("no .entry body found in the PTX: cannot add the illegal store")
-    return patched
+    return at_entry(ptx, BAD_STORE)
 
 
 def abort() -> None:

@@ -15,18 +15,24 @@ module changes nothing; kiln's zygote gets the hook by preloading :mod:`helion_f
 and ``hang`` binaries land in Triton's cache under the config's usual key, so a process without
 the hook that loads them from there (kiln's benchmark sandbox) runs the faulty kernel.
 
-It imports only Triton and ``faults`` (no torch), so preloading it keeps the zygote light.
+It imports only Triton, ``faults`` and the PTX edits of ``bench/inductor_fault_hook/bench_fault.py``
+(no torch), so preloading it keeps the zygote light.
 """
 
 from __future__ import annotations
 
 import os
-import re
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from support import faults
 from triton_kiln.triton_compat import install_stages_hook
+
+# the benchmarks' fault hook holds the PTX edits (appended, so its sitecustomize shadows no other)
+sys.path.append(str(Path(__file__).resolve().parents[2] / "bench" / "inductor_fault_hook"))
+from bench_fault import BAD_STORE, at_entry
 
 ABORT_NUM_WARPS = int(os.environ.get("KILN_TEST_HELION_ABORT_WARPS", "2"))
 FAULTY_CONFIGS = {(1, 7): "abort", (2, 7): "ima", (4, 7): "hang"}
@@ -37,16 +43,6 @@ PRELOAD = "support.helion_faults_preload"
 _remove: Callable[[], None] | None = None
 
 
-_ENTRY_BODY = re.compile(r"(\.entry\s+[\w$]+\s*\([^)]*\)[^{]*\{)", re.S)
-BAD_STORE = """
-	{
-	.reg .b64 	%kiln_null;
-	.reg .b32 	%kiln_zero;
-	mov.u64 	%kiln_null, 0;
-	mov.u32 	%kiln_zero, 0;
-	st.volatile.global.u32 	[%kiln_null], %kiln_zero;
-	}
-"""
 SPIN = """
 $kiln_spin:
 	bra.uni 	$kiln_spin;
@@ -66,14 +62,6 @@ def fault_of(kernel_name: str, num_warps: int, num_stages: int) -> str | None:
     if kernel_name.startswith("_helion_faulty"):
         return FAULTY_CONFIGS.get((num_warps, num_stages))
     return None
-
-
-def at_entry(ptx: str, code: str) -> str:
-    """``ptx`` with ``code`` first in its kernel's body."""
-    patched, count = _ENTRY_BODY.subn(lambda m: m.group(1) + code, ptx, count=1)
-    if count != 1:
-        raise ValueError("no .entry body found in the PTX")
-    return patched
 
 
 def _edit(backend: Any, stages: dict[str, Any], options: Any, language: Any, capability: Any) -> None:
