@@ -8,6 +8,7 @@ Run: ``python -m pytest tests/test_inductor_gpu.py -q -p no:cacheprovider`` (nee
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -259,13 +260,41 @@ def test_cpp_wrapper_lazy_compile_drops_an_aborting_config(
     assert pool.stats.compiled > 0
 
 
+FRESH_PROCESS = "KILN_TEST_IN_FRESH_PROCESS"
+
+
+def in_fresh_process(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` again in a new Python process, with nothing compiled before it: the body runs
+    only there (``KILN_TEST_IN_FRESH_PROCESS=1``); here, the test is that process's outcome."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        if os.environ.get(FRESH_PROCESS) == "1":
+            test(*args, **kwargs)
+        else:
+            _in_fresh_process(test.__name__)
+
+    return run
+
+
+def _in_fresh_process(test: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"{__file__}::{test}"],
+        env={**os.environ, FRESH_PROCESS: "1"},
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    lines = [line for line in proc.stdout.splitlines() if "torch.__trace" not in line]
+    assert proc.returncode == 0, "\n".join(lines[-60:]) + proc.stderr[-2000:]
+
+
+@in_fresh_process
 def test_aoti_compile_and_package_without_kiln_loads_and_runs(fresh: None, tmp_path: Path) -> None:
     """The control of the AOTInductor tests below: the same model packaged and loaded by stock
     AOTInductor (kiln not installed), in a process of its own. When this fails as they do, the
     fault is AOTInductor's or the machine's, not kiln's."""
-    if os.environ.get(FRESH_PROCESS) != "1":
-        _in_fresh_process("test_aoti_compile_and_package_without_kiln_loads_and_runs")
-        return
     model = Block().cuda().eval()
     x = torch.randn(4, 64, 256, device="cuda")
     with torch.no_grad():
@@ -275,6 +304,7 @@ def test_aoti_compile_and_package_without_kiln_loads_and_runs(fresh: None, tmp_p
         torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
 
 
+@in_fresh_process
 def test_aoti_compile_and_package_drops_an_aborting_config(
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
@@ -287,9 +317,6 @@ def test_aoti_compile_and_package_drops_an_aborting_config(
     config's abort is one skipped config, and the packaged model loads and gives the right
     output. In a process of its own: a package that fails to load can end its process (it did,
     with SIGSEGV in ``aoti_load_package``, on an H100 with torch 2.11)."""
-    if os.environ.get(FRESH_PROCESS) != "1":
-        _in_fresh_process("test_aoti_compile_and_package_drops_an_aborting_config")
-        return
 
     class Scaled(torch.nn.Module):
         def forward(self, x: Any) -> Any:
@@ -306,6 +333,7 @@ def test_aoti_compile_and_package_drops_an_aborting_config(
     assert pool.stats.compiled > 0
 
 
+@in_fresh_process
 def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
@@ -316,9 +344,6 @@ def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
     """Every Triton kernel of a packaged model (codegen kernels, here) is compiled by kiln's
     workers; this process only loads the binaries it runs and packages. In a process of its own,
     as the test above."""
-    if os.environ.get(FRESH_PROCESS) != "1":
-        _in_fresh_process("test_aoti_compile_and_package_compiles_nothing_in_the_parent")
-        return
     install_on(make_pool(workers=8))
     model = Block().cuda().eval()
     x = torch.randn(4, 64, 256, device="cuda")
@@ -328,23 +353,6 @@ def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
         got = torch._inductor.aoti_load_package(path)(x)
         torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
     assert parent_cannot_compile == []
-
-
-FRESH_PROCESS = "KILN_TEST_IN_FRESH_PROCESS"
-
-
-def _in_fresh_process(test: str) -> None:
-    """Run ``test`` of this file again in a new Python process, with nothing compiled before it."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"{__file__}::{test}"],
-        env={**os.environ, FRESH_PROCESS: "1"},
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
-    lines = [line for line in proc.stdout.splitlines() if "torch.__trace" not in line]
-    assert proc.returncode == 0, "\n".join(lines[-60:]) + proc.stderr[-2000:]
 
 
 def _triton_env() -> dict[str, str]:
@@ -373,6 +381,7 @@ def _ima_diagnosis(benchmarks: Any, skipped: list[Any], fault_log: Path) -> str:
     )
 
 
+@in_fresh_process
 def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_sandbox(
     make_pool: Callable[..., CompilePool],
     fresh: None,
@@ -392,9 +401,6 @@ def test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_san
     cache for 20 choices, the sandbox's ``TRITON_*`` variables the same) and so never runs kiln's
     faulted binary (docs/INDUCTOR.md, "Limits"; the ptxas-version part is
     test_inductor.py::test_install_after_a_compile_keys_binaries_as_a_fresh_process_does)."""
-    if os.environ.get(FRESH_PROCESS) != "1":
-        _in_fresh_process("test_max_autotune_choice_with_an_illegal_memory_access_is_skipped_in_the_sandbox")
-        return
     fault_log = tmp_path / "fault.log"
     monkeypatch.setenv("BENCH_FAULT", "ima")  # read by the workers' preloaded hook
     monkeypatch.setenv("BENCH_FAULT_NAMES", "triton_mm,triton_tem_")  # 2.11, 2.13 names
