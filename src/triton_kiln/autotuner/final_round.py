@@ -109,7 +109,7 @@ def left_race_note(passes: int, of: int, margin: float) -> str:
 
 class Finalist(Protocol):
     """What a race needs of a finalist (kiln's :class:`Candidate`, or Helion's finalist in
-    :mod:`triton_kiln.helion.final_round`): a label unique within the race."""
+    :mod:`triton_kiln.helion.finalists`): a label unique within the race."""
 
     @property
     def label(self) -> str: ...
