@@ -363,7 +363,9 @@ def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
     if opts.arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
         os.environ["KILN_HELION_SANDBOX"] = "0"
-    if opts.arm == "kiln-race":  # kiln's loop, its final round verifying Helion's finalists
+    if opts.arm in ("kiln", "kiln-race"):  # kiln's loop: Helion's jobs in kiln's sandbox
+        os.environ["KILN_HELION_SANDBOX"] = "1"
+    if opts.arm == "kiln-race":  # and its final round verifying Helion's finalists
         os.environ["KILN_HELION_FINAL_ROUND"] = "1"
     import torch
 

@@ -26,6 +26,7 @@ from support import helion_faults
 from support.basics import SM90
 from support.helion_sandbox import StandInSandbox
 from triton_kiln import CompilePool
+from triton_kiln import settings as kiln_settings
 from triton_kiln.helion import adapter
 from triton_kiln.helion.errors import BaselineCompileError
 
@@ -39,7 +40,8 @@ def helion_pool(
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, reserved_sms=0: 132)
     pool = make_pool(preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool, target=SM90, sandbox=StandInSandbox())
-    yield pool
+    with kiln_settings.scope(helion_sandbox=True):  # kiln's loop (KILN_HELION_SANDBOX)
+        yield pool
     kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
 
 

@@ -8,7 +8,7 @@ shows the same runs against Helion's fork and spawn modes.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -84,6 +84,15 @@ class RecordingSandbox(CallSandbox):
         return outcome
 
 
+@pytest.fixture
+def kilns_loop() -> Iterator[None]:
+    """kiln's loop on (``KILN_HELION_SANDBOX``): Helion's benchmark jobs in kiln's sandbox."""
+    from triton_kiln import settings as kiln_settings
+
+    with kiln_settings.scope(helion_sandbox=True):
+        yield
+
+
 def _context_alive() -> None:
     import torch
 
@@ -92,7 +101,7 @@ def _context_alive() -> None:
 
 
 def test_kilns_loop_skips_an_abort_an_illegal_memory_access_and_a_hang(
-    make_pool: Callable[..., CompilePool],
+    make_pool: Callable[..., CompilePool], kilns_loop: None
 ) -> None:
     pool = make_pool(workers=8, preload=[helion_faults.PRELOAD])
     sandbox = RecordingSandbox()
@@ -144,7 +153,7 @@ def _picked_runtime_ms(name: str, settings: dict[str, Any]) -> float:
 
 @pytest.mark.parametrize("name", ["softmax", "matmul"])
 def test_kilns_loop_picks_a_config_as_fast_as_fork_modes(
-    make_pool: Callable[..., CompilePool], name: str
+    make_pool: Callable[..., CompilePool], name: str, kilns_loop: None
 ) -> None:
     settings: dict[str, Any] = {
         "autotune_effort": "quick",
@@ -164,7 +173,7 @@ def test_kilns_loop_picks_a_config_as_fast_as_fork_modes(
 
 
 def test_kilns_final_round_picks_a_config_as_fast_as_helions_own_verification(
-    make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch
+    make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch, kilns_loop: None
 ) -> None:
     """The same search through kiln's loop (effort quick: Helion's final verification, no final
     selection), verified by Helion's own interleaved windows and by kiln's final round

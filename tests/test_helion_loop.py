@@ -43,7 +43,8 @@ def loop(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch)
     sandbox = StandInSandbox()
     pool = make_pool(preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool, target=SM90, sandbox=sandbox)
-    yield sandbox
+    with settings.scope(helion_sandbox=True):  # kiln's loop (KILN_HELION_SANDBOX)
+        yield sandbox
     kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
 
 

@@ -440,11 +440,11 @@ class Settings:
     # --- Helion -------------------------------------------------------------------------------
     helion_sandbox: bool = HELION.setting(
         "KILN_HELION_SANDBOX",
-        True,
+        False,
         FLAG,
-        """under :mod:`triton_kiln.helion`, Helion's benchmark jobs (timing, accuracy check, final
-        selection) run in kiln's call sandbox; ``0`` leaves them to Helion's own benchmark worker
-        and kiln serves only the compiles (docs/HELION.md).""",
+        """under :mod:`triton_kiln.helion`, ``1``: Helion's benchmark jobs (timing, accuracy check,
+        final selection) run in kiln's call sandbox; off until it is measured on a GPU: Helion's
+        own benchmark worker runs them and kiln serves the compiles (docs/HELION.md).""",
     )
     helion_stream: bool = HELION.setting(
         "KILN_HELION_STREAM",

@@ -1,5 +1,5 @@
-"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool, every benchmark
-in kiln's sandbox process.
+"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool and, with
+``KILN_HELION_SANDBOX=1`` (opt-in until measured on a GPU), every benchmark in kiln's sandbox process.
 
 One line turns it on::
 
@@ -12,12 +12,12 @@ One line turns it on::
 
 Helion still generates the code, searches, builds its benchmark jobs and classifies failures;
 kiln replaces its precompile step (a fork per config), compiles the reference config (the
-accuracy baseline) before Helion runs it in-process, and runs Helion's benchmark jobs (timing,
-accuracy check against Helion's baseline output, final selection) in kiln's call sandbox, each
-config as soon as its compile lands. A C++ ``abort()`` in Triton's compiler, an illegal memory
-access or a hang then fails one config, which Helion skips, instead of the autotuning process or
-its CUDA context. Binaries land in the Triton cache directory Helion's benchmark reads, so nothing
-is compiled twice.
+accuracy baseline) before Helion runs it in-process, and, with ``KILN_HELION_SANDBOX=1``, runs
+Helion's benchmark jobs (timing, accuracy check against Helion's baseline output, final
+selection) in kiln's call sandbox, each config as soon as its compile lands. A C++ ``abort()`` in
+Triton's compiler (and, in the sandbox, an illegal memory access or a hang) then fails one
+config, which Helion skips, instead of the autotuning process or its CUDA context. Binaries land
+in the Triton cache directory Helion's benchmark reads, so nothing is compiled twice.
 
 Data flow: :mod:`triton_kiln.helion.adapter`; every Helion name it uses, with the versions they
 were read against: :mod:`triton_kiln.helion.compat`. Which pool and target: :func:`configure`

@@ -136,7 +136,7 @@ def extract_launch(fn: Callable[..., Any], args: Sequence[object]) -> LaunchComp
 
 class KilnBenchmarkProvider(compat.LocalProvider):
     """Helion's local benchmark provider with every Triton compile sent to kiln's pool first and,
-    unless ``KILN_HELION_SANDBOX=0``, every benchmark job run in kiln's sandbox (streamed as the
+    with ``KILN_HELION_SANDBOX=1``, every benchmark job run in kiln's sandbox (streamed as the
     compiles land unless ``KILN_HELION_STREAM=0``)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -155,7 +155,7 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         super().__init__(*args, **kwargs)
 
     def benchmark_worker(self) -> Any:
-        """kiln's sandbox worker, or Helion's own (``KILN_HELION_SANDBOX=0``)."""
+        """kiln's sandbox worker (``KILN_HELION_SANDBOX=1``), or Helion's own."""
         return self._helion_worker if self.sandbox_worker is None else self.sandbox_worker
 
     def set_benchmark_worker(self, worker: Any) -> None:
@@ -346,7 +346,7 @@ def install() -> None:
 
 
 def _start_services() -> None:
-    """kiln's pool and, unless ``KILN_HELION_SANDBOX=0``, its benchmark sandbox, started in the background."""
+    """kiln's pool and, with ``KILN_HELION_SANDBOX=1``, its benchmark sandbox, started in the background."""
     from triton_kiln import settings
 
     kiln_config.pool()
