@@ -83,11 +83,12 @@ def test_install_on_a_cache_where_nothing_is_tuned_starts_the_pool(gpu_machine: 
         kiln.uninstall()
 
 
-def test_on_a_fresh_cache_install_readies_all_but_the_sandbox(
+def test_on_a_fresh_cache_install_readies_what_a_first_tuning_waits_for(
     gpu_machine: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What a first tuning would otherwise wait for on its path: the pool, the output check's
-    kernels compiled in it, Triton's driver utilities; the sandbox (GPU memory) is not started."""
+    kernels compiled in it, Triton's driver utilities and the sandbox (started ahead, it closes
+    when idle if no tuning comes: tests/test_footprint.py)."""
     from triton_kiln.launch import prebuild
 
     (tmp_path / "cache" / "tuning.sqlite3").unlink()
@@ -96,7 +97,7 @@ def test_on_a_fresh_cache_install_readies_all_but_the_sandbox(
     monkeypatch.setattr(prewarm_mod, "compare_futures", [])
     monkeypatch.setattr(prebuild, "_driver_utils_started", False)
     started: list[str] = []
-    monkeypatch.setattr(registry, "prestart", lambda: started.append("sandbox"))
+    monkeypatch.setattr(registry, "prestart_ahead", lambda: started.append("sandbox"))
     with settings.scope(sandbox=True, prebuild_launchers=True):
         kiln.install()
         try:
@@ -106,7 +107,7 @@ def test_on_a_fresh_cache_install_readies_all_but_the_sandbox(
             for future in prewarm_mod.compare_futures:
                 future.result(timeout=300)
             assert prebuild._driver_utils_started, "Triton's driver utilities were not prebuilt"
-            assert started == []
+            assert started == ["sandbox"]
         finally:
             kiln.uninstall()
 

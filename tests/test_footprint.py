@@ -153,7 +153,8 @@ def record_a_run(path: Path) -> None:
 def test_the_pool_starts_at_install_where_kiln_prewarm_says(
     tmp_path: Path, prewarm: str | None, cache: str, started: bool, make_pool: Callable[..., CompilePool]
 ) -> None:
-    """The pool holds no GPU memory; the sandbox (which does) always waits for a miss."""
+    """Where a tuning is expected the pool and the sandbox start at install (the sandbox, which
+    holds GPU memory, closes when idle if none comes); elsewhere nothing starts."""
     env = {"FOOTPRINT_LIBRARIES": "0"}  # install() decides; the libraries' import is another test's
     if prewarm is not None:
         env["KILN_PREWARM"] = prewarm
@@ -169,7 +170,7 @@ def test_the_pool_starts_at_install_where_kiln_prewarm_says(
         env["KILN_REMOTE_CACHE"] = "redis://127.0.0.1:9/0"  # never reached: install() connects nowhere
     report = child("decorate", tmp_path, **env)
     assert report["prewarm_started"] is started
-    assert report["sandboxes"] == 0
+    assert report["sandboxes"] == int(started)
     if started:
         assert report["pool_ready"]
         assert report["children_prewarmed"], "the prewarmed pool started no process"
@@ -288,6 +289,51 @@ def test_the_sandbox_closes_once_no_run_holds_it(monkeypatch: pytest.MonkeyPatch
     assert sandbox.closed == 1, "a run that started within KILN_IDLE_S lost its sandbox"
     registry.release_later(7, 0.0)  # 0: at once
     assert sandbox.closed == 2
+
+
+def _ahead_on(monkeypatch: pytest.MonkeyPatch, device: int, sandbox: _Sandbox) -> None:
+    """``prestart_ahead`` on a machine that says it has a GPU, torch's CUDA not initialized, and
+    ``sandbox`` standing in for ``device``'s (started: ``prestart`` returns it)."""
+    monkeypatch.setitem(registry._SANDBOXES, device, sandbox)
+    monkeypatch.setattr(registry, "default_device", lambda: device)
+    monkeypatch.setattr(registry, "prestart", lambda device=None: sandbox)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+
+
+def test_a_sandbox_started_ahead_closes_when_no_run_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox = _Sandbox()
+    _ahead_on(monkeypatch, 8, sandbox)
+    with settings.scope(idle_s=0.2):
+        assert registry.prestart_ahead() is sandbox
+    deadline = time.monotonic() + 10
+    while not sandbox.closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sandbox.closed == 1, "a sandbox started ahead stayed with no run to use it"
+
+
+def test_a_run_keeps_the_sandbox_started_ahead_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    sandbox = _Sandbox()
+    _ahead_on(monkeypatch, 9, sandbox)
+    with settings.scope(idle_s=0.3):
+        registry.prestart_ahead()
+    registry.hold(9)  # the first miss: its run takes the warm sandbox
+    time.sleep(0.6)
+    assert sandbox.closed == 0, "the run lost the sandbox started ahead of it"
+    registry.release_later(9, 0.0)
+    assert sandbox.closed == 1
+
+
+def test_no_sandbox_starts_ahead_for_a_rank_before_its_device_is_chosen_or_with_idle_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sandbox = _Sandbox()
+    _ahead_on(monkeypatch, 10, sandbox)
+    monkeypatch.setenv("LOCAL_RANK", "3")  # torchrun's rank 3 will pick its device later
+    assert registry.prestart_ahead() is None
+    monkeypatch.delenv("LOCAL_RANK")
+    with settings.scope(idle_s=0.0):  # 0: nothing held that no run asked for
+        assert registry.prestart_ahead() is None
+    assert 10 not in registry._RELEASES
 
 
 def test_a_sandbox_that_fails_to_start_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -42,6 +42,7 @@ from triton_kiln.triton_compat import inductor as compat
 pytestmark = pytest.mark.gpu
 
 PRELOAD = "support.inductor_faults_preload"
+TESTS = Path(__file__).resolve().parent
 
 
 @triton.autotune(
@@ -290,22 +291,32 @@ def _in_fresh_process(test: str) -> None:
     assert proc.returncode == 0, "\n".join(lines[-60:]) + proc.stderr[-2000:]
 
 
-@in_fresh_process
-def test_aoti_compile_and_package_without_kiln_loads_and_runs(fresh: None, tmp_path: Path) -> None:
-    """The control of the AOTInductor tests below: the same model packaged and loaded by stock
-    AOTInductor (kiln not installed), in a process of its own. When this fails as they do, the
-    fault is AOTInductor's or the machine's, not kiln's."""
-    model = Block().cuda().eval()
-    x = torch.randn(4, 64, 256, device="cuda")
-    with torch.no_grad():
-        program = torch.export.export(model, (x,))
-        path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "block.pt2"))
-        got = torch._inductor.aoti_load_package(path)(x)
-        torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
+@pytest.fixture(scope="module")
+def stock_aoti_works(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Stock AOTInductor packages, loads and runs a small block in a process of its own
+    (``support/aoti_control.py``); where it fails, kiln's AOTInductor tests skip with its
+    outcome: their failure would be AOTInductor's or the machine's, not kiln's."""
+    if os.environ.get(FRESH_PROCESS) == "1":
+        return  # the parent checked before running the test here
+    proc = subprocess.run(
+        [sys.executable, "-m", "support.aoti_control", str(tmp_path_factory.mktemp("aoti-control"))],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        pytest.skip(
+            f"stock AOTInductor, kiln not installed, fails here too (exit status {proc.returncode}: {tail}), "
+            "so kiln's AOTInductor path cannot be judged on this machine"
+        )
 
 
 @in_fresh_process
 def test_aoti_compile_and_package_drops_an_aborting_config(
+    stock_aoti_works: None,
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
     fresh: None,
@@ -325,7 +336,9 @@ def test_aoti_compile_and_package_drops_an_aborting_config(
     pool = make_pool(workers=4, preload=[PRELOAD])
     install_on(pool)
     x = torch.randn(1 << 20, device="cuda")
-    program = torch.export.export(Scaled(), (x,))
+    # strict: Dynamo captures the user-defined kernel as Triton's higher-order op; non-strict
+    # export runs its autotuner on fake tensors, which have no data pointer
+    program = torch.export.export(Scaled(), (x,), strict=True)
     path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "scaled.pt2"))
     got = torch._inductor.aoti_load_package(path)(x)
     torch.testing.assert_close(got, x * 3 + 1)
@@ -335,6 +348,7 @@ def test_aoti_compile_and_package_drops_an_aborting_config(
 
 @in_fresh_process
 def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
+    stock_aoti_works: None,
     make_pool: Callable[..., CompilePool],
     install_on: Callable[[CompilePool], None],  # noqa: F811
     parent_cannot_compile: list[str],  # noqa: F811

@@ -18,10 +18,10 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KILN_CACHE_DIR", str(tmp_path / "kiln-cache"))
 
 
-def _single(kernel: Any, pool: Any, **constexprs: Any) -> Any:
+def _single(kernel: Any, pool: Any, key: tuple[str, ...] = ("n",), **constexprs: Any) -> Any:
     import triton_kiln as kiln
 
-    return kiln.autotune([kiln.Config(constexprs, num_warps=4)], key=["n"], pool=pool)(kernel)
+    return kiln.autotune([kiln.Config(constexprs, num_warps=4)], key=list(key), pool=pool)(kernel)
 
 
 def _fast_entries(tuned: Any) -> list[Any]:
@@ -82,7 +82,7 @@ def test_2d_grid_and_strides(make_pool: Any) -> None:
     from support import kernels
 
     pool = make_pool(workers=2)
-    tuned = _single(kernels.tile2d_kernel, pool, BM=32, BN=64)
+    tuned = _single(kernels.tile2d_kernel, pool, key=("M", "N"), BM=32, BN=64)
     for shape in [(100, 300), (64, 64), (1, 1000)]:
         base = torch.randn(shape[1], shape[0], device="cuda").t()  # non-contiguous view
         out = torch.empty(shape[1], shape[0], device="cuda")

@@ -267,12 +267,14 @@ class Settings:
         None,
         AUTO_FLAG,
         """whether :func:`triton_kiln.install` or a tuned kernel's definition on a GPU machine starts
-        the compile pool (its zygote and workers: processes, no GPU memory) so a tuning's first miss
-        finds it ready instead of waiting for it (~0.5-1 s). ``auto`` (the default): only on a
-        fresh cache, whose first call tunes: no tuning database yet (or one without a run), no
-        compiled kernel in kiln's cache, no remote cache. ``1``: always, for processes
-        that will tune; ``0``: never, a tuning's first miss starts it. The pool exits after
-        ``KILN_IDLE_S`` without work.""",
+        the compile pool (its zygote and workers: processes, no GPU memory) and the benchmark
+        sandbox (a process with a CUDA context) so a tuning's first miss finds them ready instead
+        of waiting for them (~0.5-1 s). ``auto`` (the default): only on a fresh cache, whose first
+        call tunes: no tuning database yet (or one without a run), no compiled kernel in kiln's
+        cache, no remote cache. ``1``: always, for processes that will tune; ``0``: never, a
+        tuning's first miss starts them. Both exit after ``KILN_IDLE_S`` without work (with
+        ``KILN_IDLE_S=0``, or ``LOCAL_RANK`` set before CUDA is initialized, the sandbox waits
+        for the first miss).""",
         none="auto",
     )
 

@@ -14,8 +14,10 @@ tuning is asked for::
         no process, no compiler, no CUDA, except where KILN_PREWARM says so: 1, or auto (the
         default) on a fresh cache (thread "kiln-prewarm" looks, nothing_tuned: no tuning
         database yet or one without a run, no compiled kernel in kiln's store, no remote
-        cache), whose first call tunes; there everything below but the sandbox (GPU memory)
-        starts now (a kernel with a pool of its own: nothing)
+        cache), whose first call tunes; there everything below starts now (a kernel with a
+        pool of its own: nothing), the sandbox included: started at the first miss, its start
+        sat on an H100's first call of Liger's DyT for 0.3-0.5 s; one no tuning uses closes
+        after KILN_IDLE_S (registry.prestart_ahead)
 
     a tuning's first miss (session.py, before its compiles are queued) -> prewarm()
         ├─ the device's benchmark sandbox starts          (triton_kiln.sandbox.registry.prestart;
@@ -80,9 +82,10 @@ def prepare(database: object = None, *, missed: bool = False, shared_pool: bool 
     key_ahead(settings.triton_key_dir)
     if not shared_pool:  # its pool is the caller's business
         return True
-    if settings.prewarm:  # all but the sandbox (GPU memory) now; the sandbox at the first miss
+    if settings.prewarm:  # everything a tuning needs, now
         _start_driver_utils(settings)
         _start_pool(sandbox=settings.sandbox)
+        _start_sandbox_ahead(settings)
     elif settings.prewarm is None and not missed:
         _start_pool_if_untuned(database)
     return True
@@ -202,9 +205,24 @@ def _warm_pool_if_untuned(database: object) -> None:
         if _started:  # a first miss got there first
             return
         _started, _compare_queued = True, _compare_queued or settings.sandbox
-    log.debug("kiln: nothing is tuned on this cache yet: the compile pool starts now (KILN_PREWARM=auto)")
+    log.debug("kiln: nothing tuned on this cache yet: the sandbox and the pool start now (KILN_PREWARM=auto)")
     _start_driver_utils(settings)
+    _start_sandbox_ahead(settings)
     _warm_pool(settings.sandbox)
+
+
+def _start_sandbox_ahead(settings: settings_mod.Settings) -> None:
+    """The benchmark sandbox, where benchmarks use it: it holds GPU memory, so only where a
+    tuning is expected (a fresh cache, or ``KILN_PREWARM=1``), and it closes after
+    ``KILN_IDLE_S`` if none comes (:func:`triton_kiln.sandbox.registry.prestart_ahead`)."""
+    if not settings.sandbox:
+        return
+    from triton_kiln.sandbox.registry import prestart_ahead
+
+    try:
+        prestart_ahead()
+    except Exception as exc:  # the first miss starts it again, and reports what fails
+        log.debug("kiln: starting the sandbox ahead failed: %s", exc)
 
 
 def _warm_pool(sandbox: bool = False) -> None:
