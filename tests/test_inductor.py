@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -222,6 +223,68 @@ def test_the_pool_is_ready_at_once(
     answers False, and compiles in the parent, until its pool has run a warm-up job)."""
     install_on(make_pool())
     assert AsyncCompile.use_process_pool() is True
+
+
+class _SysOf312:
+    """``sys`` as a module sees it on Python 3.12."""
+
+    version_info = SimpleNamespace(major=3, minor=12, micro=0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(sys, name)
+
+
+class _Choice:
+    """A max-autotune choice as ``make_precompile_fn`` handles it: its hash key (asked while the
+    choices are handed out, in the caller's thread) and its own ``precompile()``, which fails
+    like a binary that needs more shared memory than the GPU has."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pool_answers: list[bool] = []
+        self.failed = False
+
+    def hash_key(self) -> str:
+        return self.name
+
+    def kernel_hash_key(self) -> str:
+        self.pool_answers.append(AsyncCompile.use_process_pool())
+        return self.name
+
+    def precompile(self) -> None:
+        raise RuntimeError("No valid triton configs. OutOfResources: out of resource: shared memory")
+
+    def mark_failed(self) -> None:
+        self.failed = True
+
+
+def test_template_choices_precompile_as_stock_does_before_its_pool_warms_up(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    four_compile_threads: None,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """While max-autotune hands out its choices the pool is refused, so each choice's own
+    ``precompile()`` (compile in kiln's pool, then load) runs in Inductor's threads: one that
+    cannot load is counted as a precompilation failure and marked failed, as under stock."""
+    from torch._dynamo.utils import counters
+    from torch._inductor import select_algorithm
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    # Inductor skips the precompile on Python 3.11.0-3.11.8 (CPython issue 106905), CI's among
+    # them; the GPU machine's 3.12 runs it, as this test does
+    monkeypatch.setattr(select_algorithm, "sys", _SysOf312())
+    install_on(make_pool())
+    choices = [_Choice("too_much_shared_memory"), _Choice("other")]
+    choices[1].precompile = lambda: None  # type: ignore[method-assign]
+    before = counters["inductor"]["select_algorithm_num_precompilation_exceptions"]
+    wait = AlgorithmSelectorCache().make_precompile_fn(choices, "mm", "inputs-key")
+    wait()
+    answers = [answer for c in choices for answer in c.pool_answers]
+    assert answers and not any(answers), "a template choice would have gone to the process pool"
+    assert AsyncCompile.use_process_pool() is True  # elsewhere: kiln's pool, ready at once
+    assert counters["inductor"]["select_algorithm_num_precompilation_exceptions"] == before + 1
+    assert [c.failed for c in choices] == [True, False]
 
 
 def test_other_jobs_go_to_inductors_own_pool() -> None:

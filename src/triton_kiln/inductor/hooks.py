@@ -1,7 +1,7 @@
 """``triton_kiln.inductor.install()`` / ``uninstall()`` / ``KILN_INDUCTOR=1``: Inductor's Triton
 compiles through kiln's pool.
 
-It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.inductor` names them), and
+It replaces seven attributes of Inductor's (:mod:`triton_kiln.triton_compat.inductor` names them), and
 ``uninstall()`` puts the very same objects back:
 
 * ``AsyncCompile.process_pool``: returns an :class:`~triton_kiln.inductor.process_pool.InductorPool`, whose
@@ -20,6 +20,11 @@ It replaces five attributes of Inductor's (:mod:`triton_kiln.triton_compat.induc
   ``coordinate_descent_tuning`` calls only for a kernel it tunes): the neighbours of the starting
   config (its first ring, every tunable field) compile in kiln's pool at once, then Inductor's
   own tuning runs and finds each compile done (so no compile runs beside its timings);
+* ``AlgorithmSelectorCache.make_precompile_fn`` and ``AsyncCompile.use_process_pool``: while
+  max-autotune hands its template choices to their precompile, the pool is refused, so each
+  choice is compiled (in kiln's pool) and loaded by its own ``precompile()`` in Inductor's
+  threads, as stock Inductor does before its pool has warmed up: a choice that cannot load
+  fails there, as under stock, instead of reaching the benchmarks;
 * ``GraphLowering.__init__``, which only starts compile processes: Inductor lowers a graph only
   when its caches missed, and Triton compiles follow, so the sidecar's kiln pool starts then
   (and this process's own kiln pool too, for the jobs that come before the sidecar is ready, or
@@ -92,6 +97,8 @@ def _patch_points(sandboxed: bool) -> list[compat.PatchPoint]:
             compat.precompile_config_point(),
             compat.coordinate_descent_point(),
             compat.graph_lowering_point(),
+            compat.use_process_pool_point(),
+            compat.make_precompile_fn_point(),
         ]
         checked = [*points, compat.make_benchmark_fn_point()] if sandboxed else points
     except ImportError as exc:  # a module or class moved
@@ -181,6 +188,8 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             points[4].set(
                 _starting_on_lowering(saved[4][1], functools.partial(_on_lowering, helper, kiln_pool))
             )
+            points[5].set(_use_process_pool_unless_choosing(saved[5][1]))
+            points[6].set(_choosing_templates(saved[6][1]))
             for point, original in saved[len(points) :]:
                 point.set(_timing(original, hold, progress))
             compat.reset_ready_future()
@@ -308,6 +317,44 @@ def _precompile_worker(original: Any, compiler: ConfigCompiler, progress: Induct
                 return original(self)
 
     return _precompile_worker
+
+
+_choosing = threading.local()  # ``active`` while this thread hands template choices to their precompile
+
+
+def _choosing_templates(original: Any) -> Any:
+    """``AlgorithmSelectorCache.make_precompile_fn`` with the process pool refused while it hands
+    the choices out (:func:`_use_process_pool_unless_choosing`)."""
+
+    @functools.wraps(original)
+    def make_precompile_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _choosing.active = True
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            _choosing.active = False
+
+    return make_precompile_fn
+
+
+def _use_process_pool_unless_choosing(original: Any) -> Any:
+    """``AsyncCompile.use_process_pool`` that answers no to max-autotune's template choices.
+
+    Through the pool a choice is only compiled; through its own ``precompile()`` (in a thread of
+    Inductor's, its compile still in kiln's pool: ``_precompile_worker``) it is also loaded, so one
+    that cannot run here (more shared memory than the GPU has) fails there, is counted as
+    Inductor's precompilation failure and is never benchmarked. Stock Inductor takes that path
+    until its pool has warmed up, which for a model's first autotunes it has not; kiln's pool is
+    ready at once, so without this kiln would hand Inductor a different choice set from
+    stock's (tests/test_inductor_choices_gpu.py)."""
+    use_process_pool = original.__func__
+
+    def use_process_pool_unless_choosing(cls: Any) -> bool:
+        if getattr(_choosing, "active", False):
+            return False
+        return bool(use_process_pool(cls))
+
+    return classmethod(use_process_pool_unless_choosing)
 
 
 def _timing(original: Any, hold: bool, progress: InductorProgress) -> Any:

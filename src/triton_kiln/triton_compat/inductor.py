@@ -143,6 +143,20 @@ def coordinate_descent_point() -> PatchPoint:
     return PatchPoint(caching_autotuner_class(), "_coordinate_descent_tuning")
 
 
+def use_process_pool_point() -> PatchPoint:
+    """``AsyncCompile.use_process_pool`` (a classmethod): whether a compile goes to the pool."""
+    return PatchPoint(async_compile_class(), "use_process_pool")
+
+
+def make_precompile_fn_point() -> PatchPoint:
+    """``AlgorithmSelectorCache.make_precompile_fn``: max-autotune's template choices handed to
+    their precompile (2.11 and 2.13: each choice to the process pool where
+    ``use_process_pool()`` says so, else ``choice.precompile()`` in a thread)."""
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    return PatchPoint(AlgorithmSelectorCache, "make_precompile_fn")
+
+
 def graph_lowering_point() -> PatchPoint:
     """``GraphLowering.__init__``: Inductor is about to lower a graph, so its caches missed and
     Triton compiles follow (a cached graph, FX or AOTAutograd, is loaded without one).
