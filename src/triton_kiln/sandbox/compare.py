@@ -251,7 +251,7 @@ def tensor_fingerprint(tensor: Any) -> str:
     import torch
 
     flat = tensor.detach().contiguous().reshape(-1)
-    data = flat.view(torch.uint8).cpu().numpy().tobytes() if flat.numel() else b""
+    data = flat.view(torch.uint8).cpu().numpy().data if flat.numel() else b""  # read in place, no copy
     return fingerprint(str(tensor.dtype), tuple(tensor.shape), data)
 
 

@@ -239,7 +239,9 @@ def fingerprint_words(dtype: str, words: Any) -> str:
     """:func:`triton_kiln.sandbox.compare.fingerprint` of a tensor's stored words (as :func:`raw_view`
     gives)."""
     contiguous = np.ascontiguousarray(words)
-    return fingerprint(dtype, tuple(contiguous.shape), contiguous.view(np.uint8).tobytes())
+    # the hash reads the array's memory in place: a bytes copy of a large output costs as much
+    # again as hashing it
+    return fingerprint(dtype, tuple(contiguous.shape), contiguous.reshape(-1).view(np.uint8).data)
 
 
 def produced_nonfinite(output: HostArray, before: Callable[[], HostArray]) -> bool:

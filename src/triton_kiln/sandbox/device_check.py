@@ -74,6 +74,7 @@ class DeviceCheck:
         self.rows = np.empty(MAX_PROGRAMS * SLOTS, dtype=np.float64)
         self._seen: dict[tuple[int, int], Summary] = {}  # (output, representative) -> summary
         self.fingerprint_s = 0.0  # spent naming new representatives (a host read and a hash each)
+        self._scratch: Any = None  # host buffer those reads reuse (a fresh one page-faults per read)
 
     def set_kernels(self, specs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Load the summary kernel's variants (``{dtype: spec}``); what loaded and what failed."""
@@ -96,6 +97,7 @@ class DeviceCheck:
         self.representatives.reset()
         self.active = active
         self._seen.clear()
+        self._scratch = None
 
     def usable(self) -> bool:
         """Every tensor has a loaded variant and is contiguous (decided once per set of inputs)."""
@@ -170,11 +172,17 @@ class DeviceCheck:
 
     def _fingerprint(self, name: str) -> str:
         """A new representative's name: the hash of its bytes (read to the host once)."""
+        import numpy as np
+
         from triton_kiln.sandbox.compare_np import fingerprint_words
 
         started = time.monotonic()
         try:
-            return fingerprint_words(self.inputs.tensors[name].desc.dtype, self.inputs.read(name))
+            desc = self.inputs.tensors[name].desc
+            if self._scratch is None or self._scratch.nbytes < desc.nbytes:
+                self._scratch = np.empty(desc.nbytes, dtype=np.uint8)
+            words = self.inputs.read(name, into=self._scratch[: desc.nbytes])
+            return fingerprint_words(desc.dtype, words)
         finally:
             self.fingerprint_s += time.monotonic() - started
 
