@@ -185,3 +185,53 @@ def test_every_variant_of_the_kernel_compiles_for_sm90_in_kilns_pool(make_pool: 
         artifact = future.result(timeout=300)
         assert artifact.binary[:4] == b"\x7fELF", (kind, pointer)
         assert artifact.name == "output_summary_kernel"
+
+
+def test_the_fingerprint_kernel_compiles_for_sm90_in_kilns_pool(make_pool: Any) -> None:
+    from triton_kiln.autotuner import compare_kernels
+    from triton_kiln.sandbox import compare_kernel
+
+    request = compare_kernels.requests(SM90, ["torch.bfloat16"])[compare_kernel.FINGERPRINT]
+    artifact = make_pool(workers=1).submit(request).result(timeout=300)
+    assert artifact.binary[:4] == b"\x7fELF"
+    assert artifact.name == "fingerprint_kernel"
+
+
+FINGERPRINT_RUN = """
+import sys
+import numpy as np
+import torch
+from triton_kiln.sandbox import compare_kernel as kernel
+from triton_kiln.sandbox.compare import word_sum
+
+for nbytes in map(int, sys.argv[1:]):
+    data = np.random.default_rng(nbytes).integers(0, 256, size=nbytes, dtype=np.uint8)
+    words = torch.from_numpy(data.copy()).view(torch.uint64)
+    grid = kernel.programs(words.numel())
+    shares = torch.zeros(grid, dtype=torch.uint64)
+    kernel.fingerprint_kernel[(grid,)](words, shares, words.numel(), BLOCK=kernel.BLOCK)
+    device = int(shares.numpy().sum(dtype=np.uint64))
+    print(nbytes, device == word_sum(data.tobytes()), flush=True)
+"""
+
+
+def test_the_fingerprint_kernel_computes_the_hosts_word_sum() -> None:
+    """The kernel itself, run by Triton's interpreter (numpy), against the host's word sum: the
+    native sandbox names an output on the GPU with it, the host and the torch sandbox with
+    ``word_sum``, and both must give the same bytes the same name (on a GPU:
+    tests/test_device_check_gpu.py compares the two sandboxes' names)."""
+    import os
+    import subprocess
+    import sys
+
+    sizes = [8, 8 * 1024, 8 * (264 * 1024 + 5)]  # one word; one block; more blocks than programs
+    done = subprocess.run(
+        [sys.executable, "-c", FINGERPRINT_RUN, *map(str, sizes)],
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == [word for size in sizes for word in (str(size), "True")]

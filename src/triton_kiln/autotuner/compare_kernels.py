@@ -11,6 +11,9 @@ cache, so a machine compiles them once; later runs and processes get them at onc
                                  -> sandbox.set_compare_kernels(specs)  (sent with the inputs)
 
 A variant that fails to compile, or is not ready in time, leaves its dtype to the host check.
+With the variants comes :func:`~triton_kiln.sandbox.compare_kernel.fingerprint_kernel` (key
+``"fingerprint"``), which names a new representative on the device; without it, its bytes are
+read to the host and hashed there, to the same name.
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ def requests(target: Any, dtypes: Iterable[str]) -> dict[str, CompileRequest]:
             options={"num_warps": 4},
             target=target,
         )
+    if found:  # outputs checked on the device are named there too
+        found[kernel.FINGERPRINT] = CompileRequest(
+            kernel.fingerprint_kernel,
+            dict(kernel.FINGERPRINT_SIGNATURE),
+            {"BLOCK": kernel.BLOCK},
+            options={"num_warps": 4},
+            target=target,
+        )
     return found
 
 
@@ -75,11 +86,20 @@ def specs(pool: Any, futures: dict[str, Future[Any]], timeout_s: float) -> dict[
                 exc,
             )
             continue
-        kind, pointer = kernel.VARIANTS[dtype]
-        found[dtype] = {
+        shared = {
             "key": artifact.key,
             "group": layout.triton_files(pool.store, artifact),
             "hash": str(artifact.metadata.get("hash", artifact.key)),
+        }
+        if dtype == kernel.FINGERPRINT:
+            found[dtype] = shared | {
+                "arg_names": list(kernel.FINGERPRINT_SIGNATURE),
+                "signature": dict(kernel.FINGERPRINT_SIGNATURE),
+                "constexprs": {"BLOCK": kernel.BLOCK},
+            }
+            continue
+        kind, pointer = kernel.VARIANTS[dtype]
+        found[dtype] = shared | {
             "arg_names": list(ARG_NAMES),
             "signature": kernel.signature(pointer),
             "constexprs": {"KIND": kind, "BLOCK": kernel.BLOCK},

@@ -131,6 +131,35 @@ def output_summary_kernel(out_ptr, ref_ptr, before_ptr, part_ptr, n, KIND: tl.co
     tl.store(row + 9, tl.sum(nonfinite, axis=0).to(tl.float64))
 
 
+FINGERPRINT = "fingerprint"
+"""The key of :func:`fingerprint_kernel` among the check's kernels (beside the dtypes' variants)."""
+
+FINGERPRINT_SIGNATURE = {"words_ptr": "*u64", "part_ptr": "*u64", "n_words": "i64"}
+
+
+@triton.jit
+def fingerprint_kernel(words_ptr, part_ptr, n_words, BLOCK: tl.constexpr):
+    """:func:`triton_kiln.sandbox.compare.word_sum` of an output's whole 64-bit words: each
+    program writes its share of the sum (modulo 2**64) to ``part_ptr[program]``; the host adds
+    the shares. The constants are :data:`triton_kiln.sandbox.compare.WORD_MIX`."""
+    pid = tl.program_id(0)
+    step = tl.num_programs(0).to(tl.int64) * BLOCK
+    acc = tl.zeros([BLOCK], dtype=tl.uint64)
+    start = pid.to(tl.int64) * BLOCK
+    while start < n_words:
+        offs = start + tl.arange(0, BLOCK).to(tl.int64)
+        mask = offs < n_words
+        x = tl.load(words_ptr + offs, mask=mask, other=0)
+        x = x ^ (offs.to(tl.uint64) * 0x9E3779B97F4A7C15)
+        x = x * 0xBF58476D1CE4E5B9
+        x = x ^ (x >> 32)
+        x = x * 0x94D049BB133111EB
+        x = x ^ (x >> 29)
+        acc += tl.where(mask, x, 0)
+        start += step
+    tl.store(part_ptr + pid, tl.sum(acc, axis=0))
+
+
 def programs(n: int) -> int:
     """The grid for ``n`` elements: one program per block, at most :data:`MAX_PROGRAMS`."""
     return max(1, min(MAX_PROGRAMS, -(-n // BLOCK)))

@@ -15,8 +15,10 @@ It keeps what :meth:`NativeState.check_outputs` keeps on the host (the first cle
 the outputs, up to :data:`~triton_kiln.sandbox.compare.MAX_REPRESENTATIVES` distinct outputs per
 argument, a :class:`~triton_kiln.sandbox.compare.Verdict` travels back), with the same rule
 (:func:`triton_kiln.sandbox.compare.judge` over :func:`triton_kiln.sandbox.device_summary.measured`). What
-still reaches the host: the rows, and a new representative's bytes once (its name is the hash
-of its bytes, as on the host, so both sandboxes name the same output alike). It serves a set of
+still reaches the host: the rows, and a new representative's name, computed here by the
+fingerprint kernel (the same name the host gives the same bytes:
+:func:`triton_kiln.sandbox.compare.fingerprint`, so both sandboxes name the same output alike;
+without that kernel, the bytes are read to the host once and hashed there). It serves a set of
 inputs only when every tensor's dtype has a compiled variant and is contiguous, and no user
 reference was given; otherwise the host check runs (:meth:`usable`).
 """
@@ -29,7 +31,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from triton_kiln.sandbox.compare import Comparison, Measured, Representatives, Verdict, judge
+from triton_kiln.sandbox.compare import (
+    Comparison,
+    Measured,
+    Representatives,
+    Verdict,
+    fingerprint_of_sum,
+    judge,
+)
 from triton_kiln.sandbox.device_inputs import DeviceInputs
 from triton_kiln.sandbox.device_summary import SLOTS, Summary, measured, produced_nonfinite
 
@@ -37,6 +46,7 @@ log = logging.getLogger("kiln.sandbox")
 
 BLOCK = 1024  # as triton_kiln.sandbox.compare_kernel (which imports Triton: never imported here)
 MAX_PROGRAMS = 264
+FINGERPRINT = "fingerprint"  # as compare_kernel.FINGERPRINT: the fingerprint kernel's key
 FLOATS = frozenset({"torch.float16", "torch.bfloat16", "torch.float32", "torch.float64"})
 
 
@@ -171,20 +181,43 @@ class DeviceCheck:
         return verdict
 
     def _fingerprint(self, name: str) -> str:
-        """A new representative's name: the hash of its bytes (read to the host once)."""
+        """A new representative's name: the hash of its bytes, computed on the device by the
+        fingerprint kernel where it loaded (2 KB read back), else read to the host once."""
+        started = time.monotonic()
+        try:
+            tensor = self.inputs.tensors[name]
+            launcher = self.launchers.get(FINGERPRINT)
+            if launcher is not None and self.partials and tensor.ptr % 8 == 0:
+                return self._fingerprint_here(launcher, tensor.ptr, tensor.desc)
+            return self._fingerprint_on_host(name)
+        finally:
+            self.fingerprint_s += time.monotonic() - started
+
+    def _fingerprint_here(self, launcher: Any, ptr: int, desc: Any) -> str:
+        import numpy as np
+
+        words = desc.nbytes // 8
+        total = 0
+        if words:
+            grid = programs(words)
+            launcher.launch((grid,), 0, (ptr, self.partials, words))
+            shares = np.empty(grid, dtype=np.uint64)
+            self.cuda.memcpy_dtoh(shares.view(np.uint8), self.partials)  # ordered after the launch
+            total = int(shares.sum(dtype=np.uint64))
+        tail = np.empty(desc.nbytes - 8 * words, dtype=np.uint8)
+        if tail.size:
+            self.cuda.memcpy_dtoh(tail, ptr + 8 * words)
+        return fingerprint_of_sum(desc.dtype, tuple(desc.shape), total, tail.tobytes())
+
+    def _fingerprint_on_host(self, name: str) -> str:
         import numpy as np
 
         from triton_kiln.sandbox.compare_np import fingerprint_words
 
-        started = time.monotonic()
-        try:
-            desc = self.inputs.tensors[name].desc
-            if self._scratch is None or self._scratch.nbytes < desc.nbytes:
-                self._scratch = np.empty(desc.nbytes, dtype=np.uint8)
-            words = self.inputs.read(name, into=self._scratch[: desc.nbytes])
-            return fingerprint_words(desc.dtype, words)
-        finally:
-            self.fingerprint_s += time.monotonic() - started
+        desc = self.inputs.tensors[name].desc
+        if self._scratch is None or self._scratch.nbytes < desc.nbytes:
+            self._scratch = np.empty(desc.nbytes, dtype=np.uint8)
+        return fingerprint_words(desc.dtype, self.inputs.read(name, into=self._scratch[: desc.nbytes]))
 
     def _copy(self, value: DeviceArray) -> DeviceArray:
         ptr = self.cuda.mem_alloc(max(1, value.nbytes))
