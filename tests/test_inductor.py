@@ -281,7 +281,8 @@ def test_template_choices_precompile_as_stock_does_before_its_pool_warms_up(
     wait = AlgorithmSelectorCache().make_precompile_fn(choices, "mm", "inputs-key")
     wait()
     answers = [answer for c in choices for answer in c.pool_answers]
-    assert answers and not any(answers), "a template choice would have gone to the process pool"
+    assert answers, "Inductor asked nothing while handing out its choices"
+    assert not any(answers), "a template choice would have gone to the process pool"
     assert AsyncCompile.use_process_pool() is True  # elsewhere: kiln's pool, ready at once
     assert counters["inductor"]["select_algorithm_num_precompilation_exceptions"] == before + 1
     assert [c.failed for c in choices] == [True, False]
