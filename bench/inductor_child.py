@@ -204,11 +204,14 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
         result["stage"] = "compile"
     # after kiln's install (which wraps the same method): every coordinate descent, either arm
     coordesc, stop_recording = inductor_models.record_coordinate_descent()
+    cache_events, stop_cache_events = inductor_models.record_cache_events()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
         out = compiled(*inputs)
     inductor_models.sync(device)
     result["first_s"] = time.perf_counter() - started
+    stop_cache_events()
+    result["cache_events"] = cache_events  # why a graph was lowered again (a warm process's)
     # CPU seconds this process's threads spent in the first call, summed by thread family (the
     # main thread; kiln's job threads and pool manager; Inductor's and torch's own threads)
     result["threads_cpu_first_call_s"] = inductor_models.thread_families(

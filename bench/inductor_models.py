@@ -625,6 +625,40 @@ def record_coordinate_descent() -> tuple[list[dict[str, Any]], Callable[[], None
     return seen, stop
 
 
+CACHE_LOGGERS = ("torch._inductor.codecache", "torch._functorch._aot_autograd.autograd_cache")
+
+
+def record_cache_events(limit: int = 50) -> tuple[list[str], Callable[[], None]]:
+    """Record, at most ``limit`` of them, the messages Inductor's FX graph cache and AOTAutograd's
+    cache log at INFO that say why a graph was not served (a bypass, with its reason, or a
+    miss): a warm process that lowers a graph again shows here why. Returns the list and a
+    function that stops the recording and puts the loggers' levels back."""
+    import logging
+
+    seen: list[str] = []
+
+    class Recorder(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if len(seen) < limit and any(word in message.lower() for word in ("bypass", "miss")):
+                seen.append(f"{record.name}: {message[:300]}")
+
+    handler = Recorder(logging.INFO)
+    loggers = [logging.getLogger(name) for name in CACHE_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+
+    def stop() -> None:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+
+    return seen, stop
+
+
 def compact_coordinate_descent(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``records`` with the tunings of one kernel that started and ended at the same config
     folded into one record with a ``count`` (seconds summed): a max-autotune cold process records
