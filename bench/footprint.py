@@ -13,6 +13,9 @@ directories of its own. Scenarios, each a row with kiln's figures and stock Trit
 
 * ``tuned``: a process on fresh caches, measured 3 s after its first call (it tuned);
 * ``tuned_idle``: the same process after ``--idle-s`` (passed as ``KILN_IDLE_S``) and 3 s more;
+* ``fresh``: a process on fresh caches that installs kiln and imports the op's modules but calls
+  nothing, 3 s later (on a fresh cache kiln starts its pool and sandbox at ``install()``, for
+  the first call's tuning); ``fresh_idle``: the same process after ``--idle-s`` and 3 s more;
 * ``db_only``: a process on the tuned arm's kiln cache (its tuning database: every key found)
   and a fresh Triton cache; stock: a process on the tuned arm's Triton cache (it benchmarks
   again, compiling nothing);
@@ -27,7 +30,7 @@ Per row: ``kiln_gpu_mib`` (GPU memory of every process under the arm's process, 
 own process), and the ``triton_*`` figures of the stock arm; ``expected`` says what the row
 should show (``0 and 0`` where nothing tunes) and ``meets`` whether it does. Any arm that fails
 stops the run with its error, and no results file is written. Budget: under 6 minutes on one
-H200 (estimated; the file records the run's `wall_s`).
+H200 (estimated; the file records the run's `wall_s`; the fresh arms add ~2 x (--idle-s + 10) s).
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CHILD = HERE / "footprint_child.py"
-SCENARIOS = ("db_only", "db_only_8", "tuned", "tuned_idle", "inductor_warm")
+SCENARIOS = ("db_only", "db_only_8", "tuned", "tuned_idle", "fresh", "fresh_idle", "inductor_warm")
 ZERO = "0 and 0"
 
 
@@ -103,14 +106,20 @@ def run_arm(
     return result
 
 
+def _median(values: list[Any], digits: int) -> float | None:
+    known = [v for v in values if v is not None]  # None: a process that called nothing
+    return round(statistics.median(known), digits) if known else None
+
+
 def figures(results: list[dict[str, Any]], phase: str = "after") -> dict[str, Any]:
     """One or more processes' figures: memory and processes summed, times as the median."""
+    calls = [r["first_call_s"] for r in results if r["first_call_s"] is not None]
     return {
         "gpu_mib": round(sum(r[phase]["child_gpu_mib"] for r in results), 1),
         "processes": sum(r[phase]["child_processes"] for r in results),
-        "first_call_s": round(statistics.median(r["first_call_s"] for r in results), 3),
-        "first_call_s_max": round(max(r["first_call_s"] for r in results), 3),
-        "op_ms": round(statistics.median(r["op_ms"] for r in results), 4),
+        "first_call_s": _median(calls, 3),
+        "first_call_s_max": round(max(calls), 3) if calls else None,
+        "op_ms": _median([r["op_ms"] for r in results], 4),
         "caller_gpu_mib": round(sum(r[phase]["caller_gpu_mib"] for r in results), 1),
         "children": [c for r in results for c in r[phase]["children"]],
     }
@@ -142,7 +151,8 @@ def row(scenario: str, kiln: dict[str, Any], stock: dict[str, Any], expected: st
 
 def plan(args: argparse.Namespace) -> list[str]:
     """The arms, in the order they run."""
-    steps = ["kiln tuned (+ tuned_idle)", "triton tuned (+ tuned_idle)", "kiln db_only", "triton db_only"]
+    steps = ["kiln tuned (+ tuned_idle)", "triton tuned (+ tuned_idle)"]
+    steps += ["kiln fresh (+ fresh_idle)", "triton fresh (+ fresh_idle)", "kiln db_only", "triton db_only"]
     steps += [f"kiln db_only_8 ({args.copies} at once)", f"triton db_only_8 ({args.copies} at once)"]
     if args.inductor:
         steps += ["kiln inductor cold", "kiln inductor_warm", "triton inductor cold", "triton inductor_warm"]
@@ -165,6 +175,9 @@ def measure_all(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
         t,
         wait,
     )
+    for arm in ("kiln", "triton"):
+        env = arm_env(root, f"kiln-f{arm[0]}", f"triton-f{arm[0]}", idle_s=args.idle_s)
+        arms[f"{arm}_fresh"] = run_arm(f"{arm}_fresh", root, arm, "install", env, t, wait)
     arms["kiln_db"] = run_arm("kiln_db", root, "kiln", "op", arm_env(root, "kiln-1", "triton-k2"), t)
     arms["triton_db"] = run_arm("triton_db", root, "triton", "op", arm_env(root, "kiln-t", "triton-t1"), t)
 
@@ -186,6 +199,10 @@ def measure_all(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
         row("tuned", figures([arms["kiln_tuned"]]), figures([arms["triton_tuned"]]), "measured"),
         row(
             "tuned_idle", figures([arms["kiln_tuned"]], "idle"), figures([arms["triton_tuned"]], "idle"), ZERO
+        ),
+        row("fresh", figures([arms["kiln_fresh"]]), figures([arms["triton_fresh"]]), "measured"),
+        row(
+            "fresh_idle", figures([arms["kiln_fresh"]], "idle"), figures([arms["triton_fresh"]], "idle"), ZERO
         ),
     ]
     if args.inductor:
@@ -246,13 +263,18 @@ def table(rows: list[dict[str, Any]]) -> str:
         f"{'triton MiB':>10} {'triton procs':>12} {'first s':>8} {'op ms':>8}  expected"
     )
     lines = [head, "-" * len(head)]
+
+    def cell(value: float | None, spec: str) -> str:
+        return format(value, spec) if value is not None else format("-", spec[:-3] if "." in spec else spec)
+
     for r in rows:
         mark = "" if r["meets"] is None else (" ok" if r["meets"] else " NOT MET")
         lines.append(
             f"{r['scenario']:<14} {r['kiln_gpu_mib']:>9.0f} {r['kiln_processes']:>10} "
-            f"{r['first_call_s']:>8.2f} {r['op_ms']:>8.3f} "
+            f"{cell(r['first_call_s'], '>8.2f')} {cell(r['op_ms'], '>8.3f')} "
             f"{r['triton_gpu_mib']:>10.0f} {r['triton_processes']:>12} "
-            f"{r['triton_first_call_s']:>8.2f} {r['triton_op_ms']:>8.3f}  {r['expected']}{mark}"
+            f"{cell(r['triton_first_call_s'], '>8.2f')} {cell(r['triton_op_ms'], '>8.3f')}  "
+            f"{r['expected']}{mark}"
         )
     return "\n".join(lines)
 

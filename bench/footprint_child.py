@@ -12,7 +12,8 @@
 
 The op is ``realworld_ops``'s ``liger_dyt_fwdbwd_16384x4096`` (Liger's DyT, forward and
 backward) for ``--kind op``; for ``--kind inductor`` the same DyT written in torch and compiled
-with ``torch.compile``. Any failure exits non-zero with the error in ``--out``.
+with ``torch.compile``; ``--kind install`` imports the op's modules (kiln installed for the kiln
+arm) and calls nothing. Any failure exits non-zero with the error in ``--out``.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ def dyt_torch(x: Any, alpha: Any, gamma: Any, beta: Any) -> Any:
 
 
 def build(kind: str, arm: str) -> Any:
-    """The op's callable (what a first call and ``do_bench`` run), kiln installed for kiln arms."""
+    """The op's callable (what a first call and ``do_bench`` run), kiln installed for kiln arms;
+    ``None`` for ``--kind install`` (the op's modules imported, nothing called)."""
     import torch
 
-    if kind == "op":
+    if kind in ("op", "install"):
         if arm == "kiln":
             import triton_kiln as kiln
 
@@ -101,7 +103,7 @@ def build(kind: str, arm: str) -> Any:
         op = realworld_ops.OPS[OP]
         for module in op.modules:
             __import__(module)
-        return op.build().run
+        return op.build().run if kind == "op" else None
     if arm == "kiln":
         import triton_kiln.inductor
 
@@ -123,7 +125,7 @@ def build(kind: str, arm: str) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--arm", choices=("triton", "kiln"), required=True)
-    parser.add_argument("--kind", choices=("op", "inductor"), required=True)
+    parser.add_argument("--kind", choices=("op", "inductor", "install"), required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--idle-wait", type=float, default=0.0, help="measure again after this")
     args = parser.parse_args(argv)
@@ -133,12 +135,17 @@ def main(argv: list[str] | None = None) -> int:
         import triton
 
         run = build(args.kind, args.arm)
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        run()
-        torch.cuda.synchronize()
-        result["first_call_s"] = time.perf_counter() - started
-        result["op_ms"] = float(triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median"))
+        if run is None:  # --kind install: this process's CUDA context, and no call
+            torch.zeros(1, device="cuda")
+            torch.cuda.synchronize()
+            result["first_call_s"] = result["op_ms"] = None
+        else:
+            torch.cuda.synchronize()
+            started = time.perf_counter()
+            run()
+            torch.cuda.synchronize()
+            result["first_call_s"] = time.perf_counter() - started
+            result["op_ms"] = float(triton.testing.do_bench(run, warmup=25, rep=100, return_mode="median"))
         time.sleep(SETTLE_S)
         result["after"] = measure()
         if args.idle_wait > 0:

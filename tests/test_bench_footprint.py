@@ -1,0 +1,36 @@
+"""bench/footprint.py without a GPU: its plan, and the rows of a process that called nothing."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import footprint  # noqa: E402
+
+
+def _result(first_call_s: float | None, mib: float, processes: int) -> dict[str, Any]:
+    measured = {"child_gpu_mib": mib, "child_processes": processes, "children": [], "caller_gpu_mib": 500.0}
+    return {"first_call_s": first_call_s, "op_ms": None if first_call_s is None else 0.3, "after": measured}
+
+
+def test_a_process_that_calls_nothing_has_no_times_and_its_row_prints() -> None:
+    kiln = footprint.figures([_result(None, 520.0, 18)])
+    stock = footprint.figures([_result(None, 0.0, 0)])
+    assert (kiln["first_call_s"], kiln["op_ms"], kiln["first_call_s_max"]) == (None, None, None)
+    row = footprint.row("fresh", kiln, stock, "measured")
+    line = footprint.table([row]).splitlines()[-1]
+    assert line.split()[:5] == ["fresh", "520", "18", "-", "-"]
+
+
+def test_times_are_the_median_of_the_processes_that_called() -> None:
+    both = footprint.figures([_result(1.0, 0.0, 0), _result(3.0, 0.0, 0), _result(None, 0.0, 0)])
+    assert (both["first_call_s"], both["first_call_s_max"]) == (2.0, 3.0)
+
+
+def test_the_plan_has_the_fresh_arms(capsys: Any) -> None:
+    assert footprint.main(["--dry-run"]) == 0
+    assert "kiln fresh (+ fresh_idle)" in capsys.readouterr().out
