@@ -8,10 +8,12 @@ Inductor's caches are off unless ``cached`` is given; with it, a second process 
 directories is a warm process, and the JSON adds Inductor's cache counters (FX graph and
 AOTAutograd hits, misses and bypasses).
 
-Each autotune's timings are replaced, after Inductor measured them, by a value that depends only
-on the choice (its kind, template and description), so both arms choose by the same timings and
-any difference in what they consider, drop or choose is the arms', not the GPU's noise. A
-choice whose compile or benchmark failed keeps its infinite timing.
+Stock Inductor runs as it does before its process pool has warmed up
+(``_stock_before_its_pool_warms_up``). Each autotune's timings are replaced, after Inductor
+measured them, by a value that depends only on the choice (its kind, template and description),
+so both arms choose by the same timings and any difference in what they consider, drop or
+choose is the arms', not the GPU's noise. A choice whose compile or benchmark failed keeps its
+infinite timing.
 """
 
 from __future__ import annotations
@@ -35,6 +37,35 @@ def fixed_timing(key: str) -> float:
     return 1.0 + int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) % 100_000 / 100_000
 
 
+def _stock_before_its_pool_warms_up() -> None:
+    """Stock Inductor hands template choices to its process pool only once the pool has warmed
+    up, and until then runs each choice's own ``precompile()`` in a thread (a choice that cannot
+    load fails there). Which of the two a stock autotune takes depends on when its pool got
+    ready; this pins the second, the one a process's first autotunes meet, so the comparison
+    does not depend on that timing."""
+    import threading
+
+    from torch._inductor.async_compile import AsyncCompile
+    from torch._inductor.select_algorithm import AlgorithmSelectorCache
+
+    handing_out = threading.local()
+    make_precompile_fn = AlgorithmSelectorCache.make_precompile_fn
+    use_process_pool = AsyncCompile.__dict__["use_process_pool"].__func__
+
+    def pinned_make_precompile_fn(self: Any, *args: Any, **kwargs: Any) -> Any:
+        handing_out.active = True
+        try:
+            return make_precompile_fn(self, *args, **kwargs)
+        finally:
+            handing_out.active = False
+
+    def pinned_use_process_pool(cls: Any) -> bool:
+        return False if getattr(handing_out, "active", False) else bool(use_process_pool(cls))
+
+    AlgorithmSelectorCache.make_precompile_fn = pinned_make_precompile_fn  # type: ignore[method-assign]
+    AsyncCompile.use_process_pool = classmethod(pinned_use_process_pool)  # type: ignore[method-assign,assignment]
+
+
 def main(arm: str, out: str, cached: bool = False) -> None:
     import torch
     import torch._inductor.config as inductor_config
@@ -45,6 +76,8 @@ def main(arm: str, out: str, cached: bool = False) -> None:
         import triton_kiln.inductor
 
         triton_kiln.inductor.install()
+    else:
+        _stock_before_its_pool_warms_up()
     autotunes: list[dict[str, Any]] = []
     measured = AlgorithmSelectorCache.benchmark
 
