@@ -2,9 +2,9 @@
 Inductor with kiln's pool consider the same template choices, drop the same ones, choose the
 same one and count the same autotunes and precompilation failures
 (``support/inductor_choice_log.py`` runs each arm in a fresh process with fresh caches, stock
-on the path it takes before its process pool has warmed up). Before kiln refused its pool to
-the choices' precompile, this failed on an H100: kiln considered a 128x128x128, 4-stage mm
-choice that stock dropped as unable to load.
+on the path it takes before its process pool has warmed up). Were kiln's pool to take the
+choices' precompile, a choice that cannot load (on an H100, a 128x128x128, 4-stage mm config
+of this fixture) would reach the benchmarks instead of being dropped, and this test fails.
 
 Run: ``python -m pytest tests/test_inductor_choices_gpu.py -q -p no:cacheprovider`` (needs a CUDA GPU)."""
 
