@@ -87,10 +87,10 @@ def prestart_ahead() -> Any:
     """:func:`prestart` before any tuning asks for it (a fresh cache, whose first call tunes:
     :mod:`triton_kiln.autotuner.prewarm`), so the first run finds its sandbox warm instead of
     waiting for its start (0.3-0.5 s of an H100's first call of Liger's DyT). A sandbox no run
-    has held closes after ``KILN_IDLE_S``, as after a run (``0``: none is started ahead). Nothing
-    where the device is not known
-    yet: torch has not initialized CUDA and ``LOCAL_RANK`` says the process is one rank of
-    several (each rank's own device is chosen later; its sandbox starts at its first miss)."""
+    has held closes after ``KILN_IDLE_S``, as after a run (``0``: none is started ahead).
+    Nothing where the device is not known yet: torch has not initialized CUDA and
+    ``LOCAL_RANK`` says the process is one rank of several (each rank's own device is chosen
+    later; its sandbox starts at its first miss)."""
     if settings_mod.current().idle_s <= 0:  # nothing held that no run asked for
         return None
     torch = sys.modules.get("torch")
