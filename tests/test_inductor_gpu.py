@@ -36,6 +36,7 @@ from torch._inductor.utils import fresh_cache
 
 import triton_kiln.inductor as kiln_inductor
 import triton_kiln.inductor.hooks as inductor_hooks
+from support.aoti_control import Block, package_and_check
 from triton_kiln import CompilePool
 from triton_kiln.triton_compat import inductor as compat
 
@@ -64,22 +65,6 @@ def _scaled_plus_one(x: Any) -> Any:
     n = x.numel()
     scale_kilnfault_abort[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, out, n)
     return out + 1
-
-
-class Block(torch.nn.Module):
-    """A transformer-like block: layernorm, attention-ish softmax, MLP (Triton-generated kernels)."""
-
-    def __init__(self, d: int = 256) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(d)
-        self.qkv = torch.nn.Linear(d, 3 * d)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
-
-    def forward(self, x: Any) -> Any:
-        q, k, v = self.qkv(self.norm(x)).chunk(3, dim=-1)
-        att = torch.softmax(q @ k.transpose(-1, -2) / 16.0, dim=-1)
-        x = x + att @ v
-        return x + self.mlp(torch.relu(x) * 2 + 1)
 
 
 @pytest.fixture
@@ -293,8 +278,8 @@ def _in_fresh_process(test: str) -> None:
 
 @pytest.fixture(scope="module")
 def stock_aoti_works(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Stock AOTInductor packages, loads and runs a small block in a process of its own
-    (``support/aoti_control.py``); where it fails, kiln's AOTInductor tests skip with its
+    """Stock AOTInductor packages, loads and runs the block kiln's tests package, in a process
+    of its own (``support/aoti_control.py``); where it fails, kiln's AOTInductor tests skip with its
     outcome: their failure would be AOTInductor's or the machine's, not kiln's."""
     if os.environ.get(FRESH_PROCESS) == "1":
         return  # the parent checked before running the test here
@@ -359,13 +344,7 @@ def test_aoti_compile_and_package_compiles_nothing_in_the_parent(
     workers; this process only loads the binaries it runs and packages. In a process of its own,
     as the test above."""
     install_on(make_pool(workers=8))
-    model = Block().cuda().eval()
-    x = torch.randn(4, 64, 256, device="cuda")
-    with torch.no_grad():
-        program = torch.export.export(model, (x,))
-        path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "block.pt2"))
-        got = torch._inductor.aoti_load_package(path)(x)
-        torch.testing.assert_close(got, model(x), atol=1e-3, rtol=1e-3)
+    package_and_check(tmp_path)  # what the stock control runs, here with kiln installed
     assert parent_cannot_compile == []
 
 

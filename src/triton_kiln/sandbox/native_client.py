@@ -28,6 +28,7 @@ from typing import Any
 
 from triton_kiln.launch.native import loaded_path
 from triton_kiln.sandbox.channel import Died, TimedOut, WorkerProcess
+from triton_kiln.sandbox.device_check import FINGERPRINT
 from triton_kiln.sandbox.ipc import TensorDesc, describe_inputs, host_only, log_host_copies, reference_descs
 from triton_kiln.sandbox.native_worker import ENV_FD, ENV_PARENT, STICKY_EXIT
 from triton_kiln.sandbox.torch_client import BenchOutcome, BenchSpec, Sandbox, SandboxError
@@ -266,7 +267,7 @@ class NativeSandbox:
             loaded = proc.receive(_START_TIMEOUT_S)
             if loaded[0] == "ok_compare_kernels" and loaded[1]["failed"]:
                 failed = dict(loaded[1]["failed"])
-                if failed.pop("fingerprint", None) is not None:  # the names only: read to the host
+                if failed.pop(FINGERPRINT, None) is not None:  # the names only: read to the host
                     log.info("kiln: new distinct outputs are named on the host: %s", loaded[1])
                 if failed:
                     log.info("kiln: outputs of %s are checked on the host: %s", sorted(failed), loaded[1])
