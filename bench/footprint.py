@@ -15,7 +15,10 @@ directories of its own. Scenarios, each a row with kiln's figures and stock Trit
 * ``tuned_idle``: the same process after ``--idle-s`` (passed as ``KILN_IDLE_S``) and 3 s more;
 * ``fresh``: a process on fresh caches that installs kiln and imports the op's modules but calls
   nothing, 3 s later (on a fresh cache kiln starts its pool and sandbox at ``install()``, for
-  the first call's tuning); ``fresh_idle``: the same process after ``--idle-s`` and 3 s more;
+  the first call's tuning); ``fresh_idle``: the same process after ``--fresh-idle-s`` (its
+  ``KILN_IDLE_S``) and 3 s more. The imports and the CUDA start come between ``install()`` and
+  the ``fresh`` row, so its idle time is longer than the tuned arms': a row taken after the
+  idle close would show nothing held, and the run stops instead (``measured_s_after_install``);
 * ``db_only``: a process on the tuned arm's kiln cache (its tuning database: every key found)
   and a fresh Triton cache; stock: a process on the tuned arm's Triton cache (it benchmarks
   again, compiling nothing);
@@ -30,7 +33,7 @@ Per row: ``kiln_gpu_mib`` (GPU memory of every process under the arm's process, 
 own process), and the ``triton_*`` figures of the stock arm; ``expected`` says what the row
 should show (``0 and 0`` where nothing tunes) and ``meets`` whether it does. Any arm that fails
 stops the run with its error, and no results file is written. Budget: under 6 minutes on one
-H200 (estimated; the file records the run's `wall_s`; the fresh arms add ~2 x (--idle-s + 10) s).
+H200 (estimated; the file records the run's `wall_s`; the fresh arms add ~2 x (--fresh-idle-s + 10) s).
 """
 
 from __future__ import annotations
@@ -149,6 +152,18 @@ def row(scenario: str, kiln: dict[str, Any], stock: dict[str, Any], expected: st
     return data
 
 
+def check_before_idle_close(result: dict[str, Any], idle_s: float) -> None:
+    """The fresh row shows what ``install()`` started ahead only if it was taken before that
+    closed, ``idle_s`` after ``install()``; :class:`ArmFailed` otherwise."""
+    since = result["after"].get("since_install_s")
+    if since is None or since >= idle_s:
+        raise ArmFailed(
+            f"kiln_fresh: measured {since} s after install(), not before its idle close at "
+            f"{idle_s:g} s, so the row would show nothing held; raise --fresh-idle-s above the "
+            f"op's imports and CUDA start plus 3 s"
+        )
+
+
 def plan(args: argparse.Namespace) -> list[str]:
     """The arms, in the order they run."""
     steps = ["kiln tuned (+ tuned_idle)", "triton tuned (+ tuned_idle)"]
@@ -176,8 +191,9 @@ def measure_all(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
         wait,
     )
     for arm in ("kiln", "triton"):
-        env = arm_env(root, f"kiln-f{arm[0]}", f"triton-f{arm[0]}", idle_s=args.idle_s)
-        arms[f"{arm}_fresh"] = run_arm(f"{arm}_fresh", root, arm, "install", env, t, wait)
+        env = arm_env(root, f"kiln-f{arm[0]}", f"triton-f{arm[0]}", idle_s=args.fresh_idle_s)
+        arms[f"{arm}_fresh"] = run_arm(f"{arm}_fresh", root, arm, "install", env, t, args.fresh_idle_s + 3.0)
+    check_before_idle_close(arms["kiln_fresh"], args.fresh_idle_s)
     arms["kiln_db"] = run_arm("kiln_db", root, "kiln", "op", arm_env(root, "kiln-1", "triton-k2"), t)
     arms["triton_db"] = run_arm("triton_db", root, "triton", "op", arm_env(root, "kiln-t", "triton-t1"), t)
 
@@ -200,7 +216,10 @@ def measure_all(args: argparse.Namespace, root: Path) -> list[dict[str, Any]]:
         row(
             "tuned_idle", figures([arms["kiln_tuned"]], "idle"), figures([arms["triton_tuned"]], "idle"), ZERO
         ),
-        row("fresh", figures([arms["kiln_fresh"]]), figures([arms["triton_fresh"]]), "measured"),
+        {
+            **row("fresh", figures([arms["kiln_fresh"]]), figures([arms["triton_fresh"]]), "measured"),
+            "measured_s_after_install": arms["kiln_fresh"]["after"]["since_install_s"],
+        },
         row(
             "fresh_idle", figures([arms["kiln_fresh"]], "idle"), figures([arms["triton_fresh"]], "idle"), ZERO
         ),
@@ -283,6 +302,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="default bench/results/footprint-<gpu>.json")
     parser.add_argument("--idle-s", type=float, default=5.0, help="KILN_IDLE_S of the tuned arms (seconds)")
+    parser.add_argument(
+        "--fresh-idle-s",
+        type=float,
+        default=30.0,
+        help="KILN_IDLE_S of the fresh arms: longer than their imports and CUDA start plus 3 s",
+    )
     parser.add_argument("--copies", type=int, default=8, help="processes at once in db_only_8")
     parser.add_argument("--arm-timeout", type=float, default=240.0, help="seconds before an arm is killed")
     parser.add_argument("--no-inductor", dest="inductor", action="store_false", help="skip inductor_warm")
@@ -291,6 +316,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.idle_s < 0:
         parser.error("--idle-s must be 0 or more")
+    if args.fresh_idle_s <= 0:
+        parser.error("--fresh-idle-s must be more than 0 (with 0, nothing starts ahead)")
     if args.copies < 1:
         parser.error("--copies must be at least 1")
     return args
@@ -326,6 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         "date_utc": date.isoformat(timespec="seconds"),
         "op": "liger_dyt_fwdbwd_16384x4096 (kiln.install()); inductor: the same DyT under torch.compile",
         "idle_s": args.idle_s,
+        "fresh_idle_s": args.fresh_idle_s,
         "wall_s": round(time.time() - started, 1),
         "rows": rows,
     }

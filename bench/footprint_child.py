@@ -7,8 +7,8 @@
       KILN_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR     triton_kiln.inductor.install() (inductor)
       argv: --arm --kind --out [--idle-wait]     the op's first call (synchronized), do_bench
       reads --out (JSON)                  <--    3 s later: the GPU memory of each descendant
-                                                 process (nvidia-smi), their count; again after
-                                                 --idle-wait seconds when asked
+                                                 process (nvidia-smi), their count, seconds since
+                                                 install; again after --idle-wait seconds when asked
 
 The op is ``realworld_ops``'s ``liger_dyt_fwdbwd_16384x4096`` (Liger's DyT, forward and
 backward) for ``--kind op``; for ``--kind inductor`` the same DyT written in torch and compiled
@@ -32,7 +32,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 OP = "liger_dyt_fwdbwd_16384x4096"
-SETTLE_S = 3.0  # as the issue measured: 3 s after the first call, the caller alive
+SETTLE_S = 3.0  # 3 s after the first call, the caller alive
+INSTALLED_AT: list[float] = []  # time.monotonic() when kiln was installed (or the stock op imported)
 
 
 def gpu_memory_by_pid() -> dict[int, float]:
@@ -75,6 +76,8 @@ def measure() -> dict[str, Any]:
             f"benchmark where nvidia-smi sees this container's pids."
         )
     return {
+        # what started ahead at install() closes KILN_IDLE_S after it: the parent checks this
+        "since_install_s": round(time.monotonic() - INSTALLED_AT[0], 2) if INSTALLED_AT else None,
         "child_gpu_mib": sum(memory.get(p.pid, 0.0) for p in children),
         "child_processes": len(children),
         "children": names,
@@ -98,6 +101,7 @@ def build(kind: str, arm: str) -> Any:
             import triton_kiln as kiln
 
             kiln.install()
+        INSTALLED_AT.append(time.monotonic())
         import realworld_ops
 
         op = realworld_ops.OPS[OP]
@@ -108,6 +112,7 @@ def build(kind: str, arm: str) -> Any:
         import triton_kiln.inductor
 
         triton_kiln.inductor.install()
+    INSTALLED_AT.append(time.monotonic())
     x = torch.randn(16384, 4096, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     alpha = torch.full((1,), 0.5, device="cuda", dtype=torch.float32, requires_grad=True)
     gamma = torch.randn(4096, device="cuda", dtype=torch.float32, requires_grad=True)

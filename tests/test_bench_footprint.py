@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))
 
@@ -34,3 +36,20 @@ def test_times_are_the_median_of_the_processes_that_called() -> None:
 def test_the_plan_has_the_fresh_arms(capsys: Any) -> None:
     assert footprint.main(["--dry-run"]) == 0
     assert "kiln fresh (+ fresh_idle)" in capsys.readouterr().out
+
+
+def test_a_fresh_row_taken_after_the_idle_close_stops_the_run() -> None:
+    """What install() starts ahead closes KILN_IDLE_S after it: a row taken later shows nothing
+    held whatever kiln started, so the run refuses it instead of recording 0 and 0."""
+    late = _result(None, 0.0, 0)
+    late["after"]["since_install_s"] = 8.4
+    with pytest.raises(footprint.ArmFailed, match="raise --fresh-idle-s"):
+        footprint.check_before_idle_close(late, 5.0)
+    late["after"]["since_install_s"] = 4.2
+    footprint.check_before_idle_close(late, 5.0)
+
+
+def test_a_fresh_idle_time_of_zero_is_refused(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        footprint.parse_args(["--fresh-idle-s", "0"])
+    assert "--fresh-idle-s must be more than 0" in capsys.readouterr().err

@@ -140,44 +140,45 @@ def test_kilns_loop_skips_an_abort_an_illegal_memory_access_and_a_hang(
         assert spawned_alive(sandbox.spawned_pids) == []
 
 
-def _picked_runtime_ms(name: str, settings: dict[str, Any]) -> float:
-    import torch
-    from triton.testing import do_bench
-
+def _tuned_output_error(name: str, settings: dict[str, Any]) -> float:
+    """Tune ``name`` with ``settings``, run the picked config, and return its largest difference
+    from eager PyTorch's output, relative to the output's largest magnitude."""
     args = _cuda_args(name)
     bound = hk.make(name, **settings).bind(args)
     bound.autotune(args, force=True)
-    torch.cuda.synchronize()
-    return float(do_bench(lambda: bound(*args), warmup=25, rep=200, return_mode="median"))
+    out, expected = bound(*args).float(), hk.eager(name)(*args).float()
+    return float((out - expected).abs().max() / expected.abs().max().clamp_min(1e-6))
 
 
+# How fast the picked configs run, kiln's loop against Helion's fork mode and its own final
+# verification, is measured side by side by bench/helion_autotune.py (medians over repeats);
+# one timed run per arm here would only test the GPU's noise.
 @pytest.mark.parametrize("name", ["softmax", "matmul"])
-def test_kilns_loop_picks_a_config_as_fast_as_fork_modes(
+def test_kilns_loop_tunes_to_a_config_whose_output_matches_eager(
     make_pool: Callable[..., CompilePool], name: str, kilns_loop: None
 ) -> None:
     settings: dict[str, Any] = {
+        "autotuner_fn": kiln.helion.autotuner_fn,
         "autotune_effort": "quick",
         "autotune_max_generations": 1,
         "autotune_random_seed": 11,
         "autotune_progress_bar": False,
     }
-    fork_ms = _picked_runtime_ms(name, {**settings, "autotune_precompile": "fork"})
     previous = kiln.helion.configure(pool=make_pool(workers=8))
     try:
-        kiln_ms = _picked_runtime_ms(name, {**settings, "autotuner_fn": kiln.helion.autotuner_fn})
+        error = _tuned_output_error(name, settings)
     finally:
         kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
-    # one run each: Helion's search follows noisy timings, so the bar is looser than the bench's 2%
-    assert kiln_ms <= fork_ms * 1.10, (name, kiln_ms, fork_ms)
+    assert error < 1e-2, (name, error)
     _context_alive()
 
 
-def test_kilns_final_round_picks_a_config_as_fast_as_helions_own_verification(
+def test_kilns_final_round_verifies_the_finalists_only_where_asked(
     make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch, kilns_loop: None
 ) -> None:
     """The same search through kiln's loop (effort quick: Helion's final verification, no final
-    selection), verified by Helion's own interleaved windows and by kiln's final round
-    (``KILN_HELION_FINAL_ROUND``); the picked configs' runtimes, timed here, are close."""
+    selection), verified by Helion's own interleaved windows, then by kiln's final round
+    (``KILN_HELION_FINAL_ROUND``); each pick's output matches eager PyTorch's."""
     from triton_kiln import settings as kiln_settings
     from triton_kiln.helion import finalists
 
@@ -198,13 +199,13 @@ def test_kilns_final_round_picks_a_config_as_fast_as_helions_own_verification(
     monkeypatch.setattr(finalists, "race", counted)
     previous = kiln.helion.configure(pool=make_pool(workers=8))
     try:
-        helions_ms = _picked_runtime_ms("softmax", settings)
+        helions_error = _tuned_output_error("softmax", settings)
         assert races == []  # the setting off: Helion's own final verification
         with kiln_settings.scope(helion_final_round=True):
-            kilns_ms = _picked_runtime_ms("softmax", settings)
+            kilns_error = _tuned_output_error("softmax", settings)
     finally:
         kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
     assert races == [True]  # kiln's final round verified the finalists
-    # one run each: the searches follow noisy timings, so the bar is looser than the bench's 2%
-    assert kilns_ms <= helions_ms * 1.05, (kilns_ms, helions_ms)
+    assert helions_error < 1e-2, helions_error
+    assert kilns_error < 1e-2, kilns_error
     _context_alive()

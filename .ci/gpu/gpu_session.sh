@@ -165,7 +165,7 @@ for phase in "$@"; do
       TAIL=8 run record-arm 300 python3 bench/realworld.py --ops "${RO:-liger_moe_fwd}" --arms kiln,kiln_record \
         --out "$out/record-arm.json" --md "$out/record-arm.md" ;;
     footprint)  # what kiln holds where nothing tunes, after an idle time, right after a tuning, and
-      # on a fresh cache before any call (~280 s measured without the fresh arms; ~60 s more, estimated)
+      # on a fresh cache before any call (364 s on an H100 with 5 s fresh arms; ~420 s with their 30 s)
       TAIL=14 run footprint 480 python3 bench/footprint.py --out "$out/footprint.json" ;;
     helion-split)  # Helion's autotune wall split by phase, arms fork / spawn / kiln: HK kernels
       # (matmul,layer_norm), HE effort (quick), HG generations (1); ~85 s per arm and kernel at quick
