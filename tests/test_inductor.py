@@ -387,10 +387,31 @@ def test_sandbox_benchmarks_on_a_torch_without_make_benchmark_fn_is_one_clear_er
         kiln_inductor.install(sandbox_benchmarks=True)  # checked before anything is replaced
     assert not kiln_inductor.installed()
     install_on(make_pool())  # without the sandbox: routed
-    with pytest.raises(InductorUnsupportedError, match="template benchmarks stay in this process"):
+    with pytest.raises(InductorUnsupportedError, match="template benchmarks and runtime autotunes stay"):
         kiln_inductor.install(sandbox_benchmarks=True)
     assert kiln_inductor.installed()
     assert kiln_inductor.hooks.current_benchmarks() is None
+
+
+def test_sandbox_benchmarks_on_a_torch_without_benchmark_all_configs_is_one_clear_error(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    from triton_kiln.inductor import InductorUnsupportedError
+
+    monkeypatch.delattr(CachingAutotuner, "benchmark_all_configs")
+    with pytest.raises(
+        InductorUnsupportedError, match=r"CachingAutotuner\.benchmark_all_configs.*nothing is routed"
+    ):
+        kiln_inductor.install(sandbox_benchmarks=True)
+    assert not kiln_inductor.installed()
+    install_on(make_pool())
+    with pytest.raises(InductorUnsupportedError, match="runtime autotunes stay in this process"):
+        kiln_inductor.install(sandbox_benchmarks=True)
+    assert kiln_inductor.hooks.current_runtime_autotune() is None
 
 
 def test_inductors_gpu_timings_run_with_kilns_compile_processes_held(

@@ -418,8 +418,8 @@ class Settings:
         False,
         FLAG,
         """``1`` makes :func:`triton_kiln.inductor.install` (without ``sandbox_benchmarks``) run
-        Inductor's max-autotune template benchmarks in a kiln sandbox process, each under
-        ``KILN_BENCH_TIMEOUT_S`` (docs/INDUCTOR.md).""",
+        Inductor's max-autotune template benchmarks and runtime autotunes in a kiln sandbox
+        process, each under ``KILN_BENCH_TIMEOUT_S`` (docs/INDUCTOR.md).""",
     )
     inductor_sidecar: bool = INDUCTOR.setting(
         "KILN_INDUCTOR_SIDECAR",

@@ -7,12 +7,14 @@ compile pool, so a compiler crash or hang fails one config, not the graph (docs/
     triton_kiln.inductor.install()      # or KILN_INDUCTOR=1, read at `import triton_kiln`
     model = torch.compile(model)        # codegen kernels, template choices, user Triton kernels
     triton_kiln.inductor.install(sandbox_benchmarks=True)   # or KILN_INDUCTOR_SANDBOX=1: template
-                                        # benchmarks in a kiln sandbox process (an IMA skips a choice)
+                                        # benchmarks and runtime autotunes in a kiln sandbox
+                                        # process (an IMA skips a choice or a config)
 
 Modules: :mod:`.hooks` (install/uninstall, the replaced attributes), :mod:`.process_pool` (the
 pool Inductor is given), :mod:`.config_compiler` (a kernel's configs in kiln's pool, Triton's
 cache seeded), :mod:`.sidecar` / :mod:`.sidecar_main` (kiln's Inductor sidecar process),
-:mod:`.benchmarks` (template benchmarks in a sandbox process), :mod:`.errors`. Every torch
+:mod:`.benchmarks` (template benchmarks in a sandbox process), :mod:`.runtime_autotune` (a
+kernel's runtime autotune in that process), :mod:`.errors`. Every torch
 private name is in :mod:`triton_kiln.triton_compat.inductor`.
 
 Imports: torch (through ``triton_compat.inductor``), the compile pool, the sandbox's call
@@ -25,6 +27,7 @@ from __future__ import annotations
 from triton_kiln.inductor.errors import (
     InductorConfigCrashedError,
     InductorKernelError,
+    InductorRuntimeAutotuneError,
     InductorUnsupportedError,
 )
 from triton_kiln.inductor.hooks import (
@@ -38,6 +41,7 @@ from triton_kiln.inductor.hooks import (
 __all__ = [
     "InductorConfigCrashedError",
     "InductorKernelError",
+    "InductorRuntimeAutotuneError",
     "InductorUnavailableError",
     "InductorUnsupportedError",
     "install",

@@ -49,6 +49,26 @@ class InductorKernelError(KilnError, RuntimeError):
         return (type(self), (self.kernel, self.source_file, self.failures))
 
 
+class InductorRuntimeAutotuneError(KilnError, RuntimeError):
+    """Every config of an Inductor kernel failed when its runtime autotune timed it in kiln's
+    sandbox with the call's inputs (a crash, an illegal memory access, a hang): the kernel is not
+    run in your process, whose CUDA context it would break. Names the kernel and each config's
+    failure."""
+
+    def __init__(self, kernel: str, failures: Sequence[tuple[str, str]]) -> None:
+        self.kernel = kernel
+        self.failures = tuple(failures)
+        what = "; ".join(f"config {config}: {failure}" for config, failure in self.failures)
+        super().__init__(
+            f"Inductor kernel {kernel}: every config failed when timed in kiln's sandbox with this "
+            f"call's inputs ({what}), so it was not run here. Check the inputs this call passes "
+            f"(indices in range, sizes as compiled); TORCH_LOGS=output_code shows the kernel's source."
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.kernel, self.failures))
+
+
 def _reason(failure: JobFailure) -> str:
     """kiln's headline for the failure: signal or timeout, seconds, likely cause."""
     return failure.headline()

@@ -45,11 +45,13 @@ would then pick ATen convolutions stock Inductor does not, and the compiled mode
 Each is counted on the progress line (:mod:`~triton_kiln.inductor.progress`), so while that is
 shown they are wrapped with ``KILN_INDUCTOR_QUIET_BENCHMARKS=0`` too (to count, not hold).
 
-With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) one more:
+With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) two more, in one sandbox process:
 
 * ``AlgorithmSelectorCache.make_benchmark_fn``: max-autotune's GPU template choices are timed in a
   kiln sandbox process (:mod:`~triton_kiln.inductor.benchmarks`), so an illegal memory access or a hang
-  costs one choice (time ``inf``), never the parent's CUDA context.
+  costs one choice (time ``inf``), never the parent's CUDA context;
+* ``CachingAutotuner.benchmark_all_configs``: a kernel's runtime autotune (its configs timed at its
+  first call, with its inputs) in that process (:mod:`~triton_kiln.inductor.runtime_autotune`).
 
 Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
 through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
@@ -79,6 +81,7 @@ from triton_kiln.triton_compat import inductor as compat
 
 if TYPE_CHECKING:  # the sandbox's modules load only when sandbox_benchmarks is on
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks
+    from triton_kiln.inductor.runtime_autotune import RuntimeAutotune
 
 log = logging.getLogger("kiln.inductor")
 
@@ -100,7 +103,8 @@ def _patch_points(sandboxed: bool) -> list[compat.PatchPoint]:
             compat.use_process_pool_point(),
             compat.make_precompile_fn_point(),
         ]
-        checked = [*points, compat.make_benchmark_fn_point()] if sandboxed else points
+        sandbox_points = [compat.make_benchmark_fn_point(), compat.benchmark_all_configs_point()]
+        checked = [*points, *sandbox_points] if sandboxed else points
     except ImportError as exc:  # a module or class moved
         raise InductorUnsupportedError(compat.torch_version(), [f"{exc.name or exc}"]) from exc
     _require(checked)
@@ -126,11 +130,12 @@ class _Installed:
 
 @dataclass
 class _Benchmarks:
-    """The sandbox benchmarks' patch point, what it held, and the benchmarker."""
+    """The sandbox's patch points, what each held, and the template benchmarker and runtime
+    autotune that share its process."""
 
-    point: compat.PatchPoint
-    saved: Any
+    saved: list[tuple[compat.PatchPoint, Any]]
     benchmarks: SandboxBenchmarks
+    runtime: RuntimeAutotune
 
 
 _lock = threading.Lock()
@@ -207,24 +212,30 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
 
 def _sandbox_on(timeout_s: float, compiler: ConfigCompiler, progress: InductorProgress) -> _Benchmarks:
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks, make_sandbox
+    from triton_kiln.inductor.runtime_autotune import RuntimeAutotune
 
-    point = compat.make_benchmark_fn_point()
-    # checked by the first install() too; this is for a later one turning the sandbox on
-    _require([point], "template benchmarks stay in this process (the compiles are routed)")
-    saved = point.current()
-    benchmarks = SandboxBenchmarks(make_sandbox(timeout_s), compiler.key_parts_for, progress.timed_one)
-    point.set(benchmarks.make_benchmark_fn(saved))
+    templates, runtime_autotune = compat.make_benchmark_fn_point(), compat.benchmark_all_configs_point()
+    stay = "template benchmarks and runtime autotunes stay in this process (the compiles are routed)"
+    _require([templates, runtime_autotune], stay)  # (the first install() checked: this is a later one)
+    sandbox = make_sandbox(timeout_s)  # one process, both kinds of timing (its calls take turns)
+    benchmarks = SandboxBenchmarks(sandbox, compiler.key_parts_for, progress.timed_one)
+    runtime = RuntimeAutotune(sandbox, progress.timed_one)
+    saved = [(templates, templates.current()), (runtime_autotune, runtime_autotune.current())]
+    templates.set(benchmarks.make_benchmark_fn(saved[0][1]))
+    runtime_autotune.set(runtime.benchmark_all_configs(saved[1][1]))
     log.info(
-        "kiln: Inductor's template benchmarks now run in a kiln sandbox process (%g s each at most)",
+        "kiln: Inductor's template benchmarks and runtime autotunes now run in a kiln sandbox "
+        "process (%g s each at most)",
         timeout_s,
     )
-    return _Benchmarks(point, saved, benchmarks)
+    return _Benchmarks(saved, benchmarks, runtime)
 
 
 def _sandbox_off(record: _Benchmarks) -> None:
-    record.point.set(record.saved)
+    for point, value in reversed(record.saved):
+        point.set(value)
     record.benchmarks.close()
-    log.info("kiln: Inductor's template benchmarks run where Inductor runs them again")
+    log.info("kiln: Inductor's template benchmarks and runtime autotunes run where Inductor runs them again")
 
 
 def uninstall() -> None:
@@ -273,6 +284,12 @@ def current_benchmarks() -> SandboxBenchmarks | None:
     """The sandbox benchmarker while installed with ``sandbox_benchmarks`` (for tests and benchmarks)."""
     state = _state
     return state.benchmarks.benchmarks if state is not None and state.benchmarks is not None else None
+
+
+def current_runtime_autotune() -> RuntimeAutotune | None:
+    """The sandboxed runtime autotune while installed with ``sandbox_benchmarks`` (for tests)."""
+    state = _state
+    return state.benchmarks.runtime if state is not None and state.benchmarks is not None else None
 
 
 def _kiln_pool() -> CompilePool:

@@ -34,6 +34,11 @@ What kiln uses, and where it lives in both versions:
   subprocess mode does); a choice's ``bmreq`` (its picklable ``BenchmarkRequest``, whose
   ``benchmark()`` makes its own inputs: what ``autotune_in_subproc`` ships to its subprocess), with
   the ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` Inductor sends with it;
+* ``CachingAutotuner.benchmark_all_configs`` and ``bench`` (a kernel with several configs timing
+  each with its first call's inputs: the runtime autotune, the C++ wrapper's lazy compile's
+  first run included), with ``prepare_for_pickle`` / ``__getstate__`` / ``__setstate__`` /
+  ``restore_after_unpickle`` and ``_make_launchers`` (the kernel sent to kiln's sandbox and its
+  launchers made there), and 2.13's ``benchmark_failure_reasons``;
 * ``torch._inductor.runtime.triton_lazy_compile`` (2.13; not in 2.11): the C++ wrapper's lazy
   compile. Its ``start_kernel_compile`` ``eval``s the kernel's ``async_compile.triton(...)`` on
   the module's own ``AsyncCompile()``, cached in ``_async_compile`` for the process's life; that
@@ -55,6 +60,9 @@ Version differences (each handled here, nowhere else):
   version defines);
 * the C++ wrapper's lazy compile (``triton_lazy_compile``) is 2.13's only: 2.11's C++ wrapper
   compiles and autotunes its Triton kernels at compile time, through ``AsyncCompile.triton``;
+* why a config's runtime-autotune time is ``inf`` (``benchmark_failure_reasons``,
+  ``BenchmarkFailureReason``) is 2.13's only; ``prepare_for_pickle`` saves 7 values in 2.13, 6
+  in 2.11 (kiln hands them back unread);
 * ``make_benchmark_fn``: the same signature in both; 2.13 also sends CUTLASS choices to its
   subprocess unasked (2.11 only with ``autotune_in_subproc``): kiln's sandbox takes every
   non-extern choice on a GPU in both.
@@ -441,6 +449,113 @@ def make_benchmark_fn_point() -> PatchPoint:
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
     return PatchPoint(AlgorithmSelectorCache, "make_benchmark_fn")
+
+
+# --- a codegen kernel's runtime autotune, timed in kiln's sandbox ---
+
+
+def benchmark_all_configs_point() -> PatchPoint:
+    """``CachingAutotuner.benchmark_all_configs``: a kernel with several configs times each with
+    the call's real inputs, at its first call (its ``bench`` per launcher)."""
+    return PatchPoint(caching_autotuner_class(), "benchmark_all_configs")
+
+
+def kernel_label(kernel: Any) -> str:
+    """The kernel's name as Inductor's logs give it (``triton_red_fused_sum_0``)."""
+    meta = getattr(kernel, "inductor_meta", None) or {}
+    return str(meta.get("kernel_name") or getattr(getattr(kernel, "fn", None), "__name__", "triton kernel"))
+
+
+def kernel_on_cuda(kernel: Any) -> bool:
+    props = getattr(kernel, "device_props", None)
+    return getattr(props, "type", None) == "cuda"
+
+
+def launcher_config(launcher: Any) -> Any:
+    return launcher.config
+
+
+def config_key(config: Any) -> tuple[Any, ...]:
+    """A config as a hashable key, equal in every process of one torch and Triton."""
+    kwargs = tuple(sorted((str(k), repr(v)) for k, v in config.kwargs.items()))
+    extra = tuple(
+        (name, repr(getattr(config, name, None)))
+        for name in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+    )
+    return kwargs + extra
+
+
+# Attributes the sandbox's copy of a kernel needs to make its launchers and time them; any other
+# attribute that does not pickle (hooks the parent set on it: its cache writer, its reload
+# function) is sent as None.
+_PAYLOAD_NEEDS = ("compile_results", "configs", "triton_meta", "inductor_meta", "fn", "device_props")
+
+
+def kernel_payload(kernel: Any) -> bytes | str:
+    """The kernel as the sandbox rebuilds it (pickled, launchers left out, as a compile worker
+    sends it back), or the reason it cannot be sent. The kernel is as before afterwards."""
+    import pickle
+
+    saved = kernel.prepare_for_pickle()
+    try:
+        state = kernel.__getstate__()
+        shipped: dict[str, Any] = {}
+        for name, value in state.items():
+            try:
+                pickle.dumps(value)
+            except Exception as exc:
+                if name in _PAYLOAD_NEEDS:
+                    return f"its {name} cannot be pickled ({type(exc).__name__}: {exc})"
+                shipped[name] = None
+            else:
+                shipped[name] = value
+        return pickle.dumps((type(kernel), shipped))
+    except Exception as exc:
+        return f"it cannot be pickled ({type(exc).__name__}: {exc})"
+    finally:
+        kernel.restore_after_unpickle(saved)
+
+
+def unpickle_kernel(payload: bytes) -> Any:
+    """(In the sandbox) the kernel :func:`kernel_payload` sent, without launchers, as Inductor's
+    parent has a kernel a compile worker sent back."""
+    import pickle
+
+    cls, state = pickle.loads(payload)
+    kernel = cls.__new__(cls)
+    kernel.__setstate__(state)
+    kernel.restore_after_unpickle(None)
+    kernel.launchers = []
+    return kernel
+
+
+def make_launchers(kernel: Any) -> dict[tuple[Any, ...], Any]:
+    """(In the sandbox) ``kernel``'s launchers made (its binaries loaded on its device), by
+    :func:`config_key`; a config whose binary cannot load there has none."""
+    kernel._make_launchers()
+    return {config_key(launcher.config): launcher for launcher in kernel.launchers}
+
+
+def benchmark_failure_reason(kernel: Any, launcher: Any) -> str | None:
+    """(2.13) why ``bench`` returned ``inf`` for ``launcher`` (``register_spilling``,
+    ``invalid_config``); 2.11 records no reason."""
+    reason = getattr(kernel, "benchmark_failure_reasons", {}).get(launcher)
+    return None if reason is None else str(getattr(reason, "value", reason))
+
+
+def note_benchmark_failure(kernel: Any, launcher: Any, reason: str | None) -> None:
+    """(2.13) record the sandbox's reason for ``launcher``'s ``inf`` on the parent's kernel, where
+    Inductor's log of the skipped configs reads it."""
+    reasons = getattr(kernel, "benchmark_failure_reasons", None)
+    if reason is None or reasons is None:
+        return
+    from torch._inductor.runtime import triton_heuristics
+
+    kind = getattr(triton_heuristics, "BenchmarkFailureReason", None)
+    try:
+        reasons[launcher] = kind(reason) if kind is not None else reason
+    except ValueError:  # a reason this torch does not name
+        return
 
 
 def is_extern_choice(selector_cls: Any, choice: Any) -> bool:
