@@ -18,6 +18,9 @@ and workers), each arm in a fresh process (``bench/inductor_faults_child.py``) w
   ``autotune_in_subproc``), ``kiln_sandbox`` (``install(sandbox_benchmarks=True)``);
 * ``codegen_user_autotune_abort``: a user-defined ``triton.autotune`` kernel (three configs)
   inside torch.compile (default mode); its ``num_warps=--user-warps`` (2) config aborts;
+* ``runtime_autotune_ima``: the same kernel, whose ``num_warps=--user-warps`` config compiles and
+  stores to address 0: Inductor's runtime autotune at the first call times it, an illegal
+  memory access; arms ``stock``, ``kiln_sandbox`` (its runtime autotune in kiln's sandbox);
 * ``codegen_reduction_abort``: a row sum under max-autotune-no-cudagraphs (a codegen reduction
   with several configs, then coordinate descent); its configs with ``--reduction-warps`` (8)
   abort, wherever they are compiled (Inductor's workers, its parent, kiln's pool).
@@ -82,6 +85,11 @@ CASES = {
     "codegen_user_autotune_abort": Case(
         "user_autotune", "default", "abort", ("kiln_bench_crashy",), ("stock", "kiln"), "user_warps",
         what="one config of a user-defined triton.autotune kernel inside torch.compile aborts",
+    ),
+    "runtime_autotune_ima": Case(
+        "user_autotune", "default", "ima", ("kiln_bench_crashy",), ("stock", "kiln_sandbox"), "user_warps",
+        what="one config of a user-defined triton.autotune kernel hits an illegal memory access when the "
+        "runtime autotune times it",
     ),
     "codegen_reduction_abort": Case(
         "reduction", MAX_AUTOTUNE, "abort", ("triton_red_fused", "triton_per_fused"), ("stock", "kiln"),

@@ -122,17 +122,27 @@ def run(args: argparse.Namespace, result: dict[str, Any], checkpoint: Callable[[
 
 
 def sandbox_report() -> dict[str, Any] | None:
-    """What kiln's sandbox benchmarker did: choices timed there, those skipped and why, restarts."""
-    from triton_kiln.inductor.hooks import current_benchmarks
+    """What kiln's sandbox did: template choices and runtime-autotune configs timed there, those
+    skipped and why, kernels timed here instead, restarts."""
+    from triton_kiln.inductor.hooks import current_benchmarks, current_runtime_autotune
 
-    benchmarks = current_benchmarks()
-    if benchmarks is None:
+    benchmarks, runtime = current_benchmarks(), current_runtime_autotune()
+    if benchmarks is None or runtime is None:
         return None
     stats = benchmarks.stats
     return {
         "sandboxed": stats.sandboxed,
         "in_parent": stats.in_parent,
         "skipped": [{"choice": s.choice, "reason": str(s.failure)} for s in stats.skipped],
+        "runtime_autotune": {
+            "kernels": runtime.stats.kernels,
+            "configs": runtime.stats.configs,
+            "in_parent": [{"kernel": k, "why": why} for k, why in runtime.stats.in_parent],
+            "skipped": [
+                {"kernel": s.kernel, "config": s.config, "reason": str(s.failure)}
+                for s in runtime.stats.skipped
+            ],
+        },
         "restarts": benchmarks.sandbox.restarts,
     }
 
