@@ -270,3 +270,38 @@ def test_on_a_gpu_a_config_with_an_illegal_memory_access_is_skipped_and_the_proc
     assert "num_warps: 8" in skipped[1], report
     assert "illegal memory access" in skipped[2], report
     assert report["restarts"] >= 1, report
+
+
+@pytest.mark.parametrize(
+    ("layout", "reach"),
+    [
+        ("contiguous", 48),
+        ("transposed", 48),
+        ("sliced with an offset", 1 + 2 * 8 + 3),  # rows 2-4, columns 3-6: not the 48 of its storage
+        ("expanded", 8),  # 5 rows of one 8-element row
+        ("strided gaps", 1 + 2 * 16 + 2 * 3),  # every other row, every third column, gaps between
+        ("empty", 0),
+    ],
+)
+def test_an_argument_reaches_the_sandbox_with_its_layout_and_the_elements_its_strides_reach(
+    layout: str, reach: int
+) -> None:
+    """Inductor's kernels have their arguments' strides compiled in: the copy keeps sizes and
+    strides, and holds every element those reach from the view's first one, and no more. The
+    GPU's copies go through the same two functions (here on the CPU, device "cpu")."""
+    base = torch.arange(6 * 8, dtype=torch.float32).reshape(6, 8)
+    tensors = {
+        "contiguous": base,
+        "transposed": base.t(),
+        "sliced with an offset": base[2:5, 3:7],
+        "expanded": torch.arange(8.0).expand(5, 8),
+        "strided gaps": base[::2, ::3],
+        "empty": base[:0],
+    }
+    original = tensors[layout]
+    host = runtime_autotune.to_host(original)
+    assert host.flat.numel() == reach
+    copied = runtime_autotune.from_host(host, "cpu")
+    assert copied.shape == original.shape
+    assert copied.stride() == original.stride()
+    assert torch.equal(copied, original)

@@ -240,7 +240,7 @@ class _KernelTimer:
 
 
 @dataclass(frozen=True)
-class _HostTensor:
+class HostTensor:
     """A tensor argument on the host: the memory its strides reach, flat, and its layout."""
 
     flat: Any  # a CPU tensor
@@ -253,6 +253,29 @@ class _HostTensor:
 class _HostArguments:
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
+
+
+def to_host(tensor: Any) -> HostTensor:
+    """``tensor``'s elements as its kernel reads them (every element its sizes and strides reach,
+    gaps between them included, from its first element on), copied to the host with its layout."""
+    import torch
+
+    flat = torch.as_strided(tensor.detach(), (_span(tensor),), (1,))
+    return HostTensor(flat.cpu(), tuple(tensor.shape), tuple(tensor.stride()), tensor.device.index or 0)
+
+
+def _span(tensor: Any) -> int:
+    """How many elements, from its first, ``tensor``'s sizes and strides reach."""
+    if tensor.numel() == 0:
+        return 0
+    return 1 + sum(int(n - 1) * int(s) for n, s in zip(tensor.shape, tensor.stride(), strict=True))
+
+
+def from_host(host: HostTensor, device: str) -> Any:
+    """The tensor :func:`to_host` copied, on ``device``, with its sizes and strides."""
+    import torch
+
+    return torch.as_strided(host.flat.to(device), host.size, host.stride)
 
 
 def host_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _HostArguments | str:
@@ -268,13 +291,10 @@ def host_arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> _HostArgume
         if isinstance(value, torch.Tensor):
             if value.device.type != "cuda":
                 raise _NotSendable(f"a tensor on {value.device}")
-            reach = sum((n - 1) * s for n, s in zip(value.shape, value.stride(), strict=True))
-            span = 0 if value.numel() == 0 else 1 + reach
-            total += span * value.element_size()
-            if total > MAX_ARGUMENT_BYTES:
+            total += _span(value) * value.element_size()
+            if total > MAX_ARGUMENT_BYTES:  # said before anything is copied
                 raise _NotSendable(f"its arguments exceed {MAX_ARGUMENT_BYTES >> 30} GiB")
-            flat = torch.as_strided(value.detach(), (span,), (1,))
-            return _HostTensor(flat.cpu(), tuple(value.shape), tuple(value.stride()), value.device.index or 0)
+            return to_host(value)
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
         raise _NotSendable(f"an argument of type {type(value).__name__}")
@@ -290,12 +310,7 @@ class _NotSendable(Exception):
 
 
 def _on_device(value: Any) -> Any:
-    import torch
-
-    if not isinstance(value, _HostTensor):
-        return value
-    flat = value.flat.to(f"cuda:{value.device}")
-    return torch.as_strided(flat, value.size, value.stride)
+    return from_host(value, f"cuda:{value.device}") if isinstance(value, HostTensor) else value
 
 
 # --- in the sandbox process ---
