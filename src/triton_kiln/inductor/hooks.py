@@ -53,6 +53,9 @@ With ``sandbox_benchmarks=True`` (or ``KILN_INDUCTOR_SANDBOX=1``) two more, in o
 * ``CachingAutotuner.benchmark_all_configs``: a kernel's runtime autotune (its configs timed at its
   first call, with its inputs) in that process (:mod:`~triton_kiln.inductor.runtime_autotune`).
 
+With ``KILN_REMOTE_CACHE``, ``PersistentCache.lookup``: template timings shared through the remote
+cache (:mod:`~triton_kiln.inductor.shared_timings`).
+
 Kernels and modules Inductor made before ``install()`` keep working; their later compiles go
 through kiln too (the methods are the class's). Both are logged at INFO on ``kiln.inductor``.
 """
@@ -79,9 +82,10 @@ from triton_kiln.pool import CompilePool
 from triton_kiln.pool.pause import PAUSE
 from triton_kiln.triton_compat import inductor as compat
 
-if TYPE_CHECKING:  # the sandbox's modules load only when sandbox_benchmarks is on
+if TYPE_CHECKING:  # the sandbox's modules load only with sandbox_benchmarks, the remote's with one
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks
     from triton_kiln.inductor.runtime_autotune import RuntimeAutotune
+    from triton_kiln.inductor.shared_timings import SharedTimings
 
 log = logging.getLogger("kiln.inductor")
 
@@ -125,6 +129,7 @@ class _Installed:
     pool: InductorPool
     compiler: ConfigCompiler
     progress: InductorProgress
+    shared: SharedTimings | None
     benchmarks: _Benchmarks | None = None
 
 
@@ -170,9 +175,8 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             points = _patch_points(sandboxed)  # first: an unsupported torch changes nothing
             compat.set_worker_paths()
             kiln_pool = _kiln_pool()  # not started: the first compile that reaches it starts it
-            # This process's own Triton asks for its key when Inductor loads a cached binary and
-            # when kiln computes a config's cache slot: kiln's stored key then, not a 0.3-0.8 s
-            # hash of libtriton.so (nothing is read here: the first ask reads it).
+            # Triton's key, asked for where a binary loads or a cache slot is computed: kiln's
+            # stored key, not a 0.3-0.8 s hash of libtriton.so (read at the first ask)
             triton_compat.seed_caller_triton_key(kiln_pool.settings.triton_key_dir)
             compiler = ConfigCompiler(kiln_pool)
             progress = InductorProgress(current.progress)
@@ -180,8 +184,7 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             timings = compat.benchmark_points() if hold or progress.shown else []
             saved = [(point, point.current()) for point in [*points, *timings]]
             original_pool = saved[0][1].__func__  # the lru_cache'd function inside the staticmethod
-            # Each thread waits on its kernel's compiles, and does the parent's share (module, cache,
-            # pickling) between them: twice kiln's workers keeps every worker busy.
+            # each thread waits on its kernel's compiles and does the parent's share between them
             threads = max(8, 2 * current.workers)
             use_sidecar = current.inductor_sidecar if sidecar is None else bool(sidecar)
             helper = _sidecar(threads, current.zygote_start_timeout_s) if use_sidecar else None
@@ -197,8 +200,11 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             points[6].set(_choosing_templates(saved[6][1]))
             for point, original in saved[len(points) :]:
                 point.set(_timing(original, hold, progress))
+            shared = _share_timings(current)  # KILN_REMOTE_CACHE: template timings shared
+            if shared is not None:
+                saved.append(shared[:2])
             compat.reset_ready_future()
-            _state = _Installed(saved, pool, compiler, progress)
+            _state = _Installed(saved, pool, compiler, progress, shared[2] if shared else None)
             log.info(
                 "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
                 compat.torch_version(),
@@ -208,6 +214,14 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
         elif not sandboxed and _state.benchmarks is not None:
             _sandbox_off(_state.benchmarks)
             _state.benchmarks = None
+
+
+def _share_timings(current: Any) -> tuple[compat.PatchPoint, Any, SharedTimings] | None:
+    if current.remote_cache is None:
+        return None
+    from triton_kiln.inductor import shared_timings
+
+    return shared_timings.install(current)
 
 
 def _sandbox_on(timeout_s: float, compiler: ConfigCompiler, progress: InductorProgress) -> _Benchmarks:
@@ -284,6 +298,11 @@ def current_benchmarks() -> SandboxBenchmarks | None:
     """The sandbox benchmarker while installed with ``sandbox_benchmarks`` (for tests and benchmarks)."""
     state = _state
     return state.benchmarks.benchmarks if state is not None and state.benchmarks is not None else None
+
+
+def current_shared_timings() -> SharedTimings | None:
+    """Template timings shared through the remote cache while installed with one (for tests)."""
+    return _state.shared if _state is not None else None
 
 
 def current_runtime_autotune() -> RuntimeAutotune | None:

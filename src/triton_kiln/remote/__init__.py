@@ -16,6 +16,8 @@ store, and by the autotuner, where it opens the tuning database). kiln speaks RE
     Autotuner -> RemoteTuningDatabase (tuning.py) -> local SQLite -> on a miss, Redis
     program record (triton_kiln.program) -> RemotePrograms (programs.py): published by its
         writer thread; fetched by a thread at install() where this machine has none
+    Inductor's template timings (triton_kiln.inductor.shared_timings) -> RemoteInductorTimings
+        (inductor_timings.py): fetched where Inductor's local cache misses, published once timed
 
     RedisClient (client.py): one per URL and process; kiln's own RESP2 connections
     (connection.py, resp.py): one deadline per request, values refused from their declared
@@ -26,8 +28,8 @@ store, and by the autotuner, where it opens the tuning database). kiln speaks RE
 Names in Redis: :mod:`triton_kiln.remote.names`. Set-up, what is verified, failure behaviour and
 sizes: docs/REMOTE_CACHE.md.
 
-Imports: artifacts, tuning records and the top-level settings; only the pool, the autotuner and
-the program record import this package.
+Imports: artifacts, tuning records and the top-level settings; only the pool, the autotuner, the
+program record and kiln's Inductor integration import this package.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ import threading
 from triton_kiln.remote.artifacts import RemoteArtifacts
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.health import RemoteCacheWarning
+from triton_kiln.remote.inductor_timings import RemoteInductorTimings
 from triton_kiln.remote.programs import RemotePrograms
 from triton_kiln.remote.signing import Signer
 from triton_kiln.remote.tuning import RemoteTuningDatabase
@@ -107,6 +110,16 @@ def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningData
     """``local`` with ``settings.remote_cache`` behind it."""
     return RemoteTuningDatabase(
         local,
+        client_for(settings),
+        ttl_s=_ttl_s(settings),
+        signer=_signer(settings),
+        max_entry_bytes=settings.remote_max_entry_mb << 20,
+    )
+
+
+def remote_inductor_timings(settings: Settings) -> RemoteInductorTimings:
+    """Inductor's template timings on ``settings.remote_cache``."""
+    return RemoteInductorTimings(
         client_for(settings),
         ttl_s=_ttl_s(settings),
         signer=_signer(settings),

@@ -44,3 +44,9 @@ def program_name(program: str, record_format: int) -> str:
     """The name of ``program``'s record (:mod:`triton_kiln.program.record_file`, ``record_format``)."""
     digest = hashlib.sha256(program.encode("utf-8", "surrogateescape")).hexdigest()
     return f"{NAMESPACE}:r{REMOTE_FORMAT}:program:p{record_format}:{digest}"
+
+
+def inductor_timings_name(key: str) -> str:
+    """The name of Inductor's template timings for ``key`` (:mod:`triton_kiln.remote.inductor_timings`)."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{NAMESPACE}:r{REMOTE_FORMAT}:inductor-timings:t1:{digest}"

@@ -19,13 +19,13 @@ from __future__ import annotations
 import warnings
 
 from triton_kiln.artifacts.store import CacheWarning
-from triton_kiln.remote import records
 from triton_kiln.remote.client import EntryRefused, RedisClient
 from triton_kiln.remote.names import program_name
-from triton_kiln.remote.signing import Signer, signed_value
+from triton_kiln.remote.signed_values import SignedValues
+from triton_kiln.remote.signing import Signer
 
 
-class RemotePrograms:
+class RemotePrograms(SignedValues):
     """Program records (``record_format``: the record file's format) on ``client``'s server."""
 
     def __init__(
@@ -37,24 +37,15 @@ class RemotePrograms:
         signer: Signer | None = None,
         max_entry_bytes: int = 16 << 20,
     ) -> None:
-        self.client = client
-        self.where = client.where
+        super().__init__(client, ttl_s=ttl_s, signer=signer, max_entry_bytes=max_entry_bytes)
         self.record_format = record_format
-        self.ttl_s = ttl_s
-        self.signer = signer
-        self.max_entry_bytes = max_entry_bytes
-        self.published = 0
-        """Records the server took."""
 
     def fetch(self, program: str) -> bytes | None:
         """``program``'s record as the server holds it (``None``: none, unreachable, or refused
         with one :class:`CacheWarning`: too large, a bad signature)."""
         name = program_name(program, self.record_format)
         try:
-            raw = self.client.read_value(name, self.ttl_s, self.max_entry_bytes)
-            if raw is None:
-                return None
-            payload = records.verified_payload(raw, name, self.signer)
+            return self.read(name)
         except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
             warnings.warn(
                 f"kiln: the remote cache {self.where} holds an invalid program record at {name} ({exc}); "
@@ -63,12 +54,7 @@ class RemotePrograms:
                 stacklevel=2,
             )
             return None
-        return payload
 
     def publish(self, program: str, data: bytes) -> bool:
         """Write ``program``'s record ``data``; whether the server took it."""
-        name = program_name(program, self.record_format)
-        taken = self.client.write_value(name, signed_value(self.signer, name, data), self.ttl_s)
-        if taken:
-            self.published += 1
-        return taken
+        return self.write(program_name(program, self.record_format), data)

@@ -34,6 +34,9 @@ What kiln uses, and where it lives in both versions:
   subprocess mode does); a choice's ``bmreq`` (its picklable ``BenchmarkRequest``, whose
   ``benchmark()`` makes its own inputs: what ``autotune_in_subproc`` ships to its subprocess), with
   the ``TORCHINDUCTOR_CACHE_DIR`` / ``TRITON_CACHE_DIR`` Inductor sends with it;
+* ``torch._inductor.codecache.PersistentCache.lookup`` (template timings kept on disk, keyed by
+  ``CacheBase.get_system()``'s hash, the operation, the inputs and the float32 matmul precision;
+  a choice's ``hash_key()``), the same in both: kiln's remote cache behind it;
 * ``CachingAutotuner.benchmark_all_configs`` and ``bench`` (a kernel with several configs timing
   each with its first call's inputs: the runtime autotune, the C++ wrapper's lazy compile's
   first run included), with ``prepare_for_pickle`` / ``__getstate__`` / ``__setstate__`` /
@@ -449,6 +452,34 @@ def make_benchmark_fn_point() -> PatchPoint:
     from torch._inductor.select_algorithm import AlgorithmSelectorCache
 
     return PatchPoint(AlgorithmSelectorCache, "make_benchmark_fn")
+
+
+# --- max-autotune's template timings, shared through kiln's remote cache ---
+
+
+def persistent_cache_lookup_point() -> PatchPoint:
+    """``PersistentCache.lookup(choices, op, inputs, benchmark, hint_override=None)``: the
+    template timings Inductor keeps on disk; ``benchmark(choices)`` runs where they miss."""
+    from torch._inductor.codecache import PersistentCache
+
+    return PatchPoint(PersistentCache, "lookup")
+
+
+def template_timings_key(op: str, inputs: str, hint_override: Any) -> str:
+    """What Inductor's own cache keys a choice's timing by, besides the choice: the system (GPU,
+    CUDA, torch, Triton: its system hash), the operation, its inputs' layouts (and size hint),
+    the float32 matmul precision."""
+    import torch
+    from torch._inductor.codecache import CacheBase
+
+    cache_key = f"{inputs}_{hint_override}" if hint_override is not None else inputs
+    return "|".join(
+        (str(CacheBase.get_system()["hash"]), op, cache_key, torch.get_float32_matmul_precision())
+    )
+
+
+def choice_hash(choice: Any) -> str:
+    return str(choice.hash_key())
 
 
 # --- a codegen kernel's runtime autotune, timed in kiln's sandbox ---
