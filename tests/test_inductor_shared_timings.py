@@ -26,6 +26,7 @@ pytest.importorskip("torch._inductor.codecache")
 
 from triton_kiln import settings
 from triton_kiln.artifacts.store import CacheWarning
+from triton_kiln.remote.inductor_timings import MAX_CHOICES
 from triton_kiln.remote.names import inductor_timings_name
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)")
@@ -104,6 +105,9 @@ def test_an_entry_that_is_not_kilns_is_a_miss_with_one_warning(redis_server: Red
         assert remote.publish("k", {"choice-a": 0.5, "choice-b": float("inf")})
         assert remote.fetch("k") == {"choice-a": 0.5, "choice-b": float("inf")}
         assert remote.fetch("another key") is None
+        many = {f"choice-{i}": float(i) for i in range(MAX_CHOICES + 10)}
+        assert remote.publish("many", many)
+        assert remote.fetch("many") == dict(list(many.items())[-MAX_CHOICES:])  # the last ones given
         raw = redis.Redis.from_url(redis_server.url)
         cases = [
             b'{"format": 1, "key": "k", "timings": {"choice-a": -1.0}}',  # a negative time

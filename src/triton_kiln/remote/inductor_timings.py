@@ -31,6 +31,8 @@ from triton_kiln.remote.names import inductor_timings_name
 from triton_kiln.remote.signed_values import SignedValues
 
 FORMAT = 1
+MAX_CHOICES = 4096
+"""Choices one entry holds at most; a write past it keeps the last ones given."""
 _Hash = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
@@ -42,7 +44,7 @@ class TimingsRecord(BaseModel):
 
     format: int
     key: Annotated[str, StringConstraints(min_length=1, max_length=65536)]
-    timings: Annotated[dict[_Hash, Annotated[float, Field(ge=0)] | None], Field(max_length=4096)]
+    timings: Annotated[dict[_Hash, Annotated[float, Field(ge=0)] | None], Field(max_length=MAX_CHOICES)]
 
 
 class RemoteInductorTimings(SignedValues):
@@ -71,9 +73,8 @@ class RemoteInductorTimings(SignedValues):
 
     def publish(self, key: str, timings: dict[str, float]) -> bool:
         """Write ``timings`` (``{choice hash: ms}``) for ``key``; whether the server took it."""
-        stored = {
-            choice: (None if math.isinf(ms) or math.isnan(ms) else ms) for choice, ms in timings.items()
-        }
+        kept = list(timings.items())[-MAX_CHOICES:]  # an entry over the limit would be refused when read
+        stored = {choice: (None if math.isinf(ms) or math.isnan(ms) else ms) for choice, ms in kept}
         data = json.dumps({"format": FORMAT, "key": key, "timings": stored}, sort_keys=True).encode()
         return self.write(inductor_timings_name(key), data)
 
