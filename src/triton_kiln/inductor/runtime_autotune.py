@@ -112,19 +112,14 @@ class RuntimeAutotune:
         name = compat.kernel_label(kernel)
         if not compat.kernel_on_cuda(kernel):
             return None  # kiln's sandbox is a CUDA process
-        why = None
+        payload = compat.kernel_payload(kernel)  # first: the arguments' copy is the larger cost
+        if isinstance(payload, str):
+            self._in_parent(name, f"the kernel cannot be sent: {payload}")
+            return None
         arguments = host_arguments(args, kwargs)
         if isinstance(arguments, str):
-            why = arguments
-        else:
-            payload = compat.kernel_payload(kernel)
-            if isinstance(payload, str):
-                why = f"the kernel cannot be sent: {payload}"
-        if why is not None:
-            self._in_parent(name, why)
+            self._in_parent(name, arguments)
             return None
-        assert not isinstance(arguments, str)
-        assert isinstance(payload, bytes)
         with self._lock:
             self.stats.kernels += 1
             token = f"{name}-{next(self._tokens)}"
@@ -174,7 +169,6 @@ class _KernelTimer:
         self.payload = payload
         self.arguments = arguments
         self.failures: list[SkippedConfig] = []
-        self.timed = 0
         self.held = False  # the sandbox's process holds the kernel (its last call succeeded)
 
     @property
@@ -219,7 +213,6 @@ class _KernelTimer:
             return math.inf
         ms, reason = outcome.value
         compat.note_benchmark_failure(self.kernel, launcher, reason)
-        self.timed += 1
         return float(ms)
 
     def close(self) -> None:

@@ -93,10 +93,9 @@ class SharedTimings:
 
 
 def install(settings: Any) -> tuple[compat.PatchPoint, Any, SharedTimings] | None:
-    """With ``settings.remote_cache``: ``PersistentCache.lookup`` replaced; returns the point,
-    what it held (for ``uninstall()``) and the replacement. ``None`` without a remote cache."""
-    if settings.remote_cache is None:
-        return None
+    """``PersistentCache.lookup`` replaced (``settings.remote_cache`` is set: ``install()`` of
+    :mod:`~triton_kiln.inductor.hooks` asks only then); returns the point, what it held (for
+    ``uninstall()``) and the replacement, or ``None`` on a torch without that method."""
     from triton_kiln.remote import remote_inductor_timings
 
     point = compat.persistent_cache_lookup_point()

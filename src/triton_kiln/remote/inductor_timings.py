@@ -61,7 +61,7 @@ class RemoteInductorTimings(SignedValues):
             record = TimingsRecord.model_validate_json(payload)
             if record.format != FORMAT or record.key != key:
                 raise records.BadEntry(
-                    f"format {record.format} for another key, not format {FORMAT} for this one"
+                    f"format {record.format} for key {record.key[:120]!r}, not format {FORMAT} for this key"
                 )
         except ValidationError as exc:
             self._refused(name, records.BadEntry(why(exc)))
