@@ -17,6 +17,7 @@ import os
 import pickle
 import subprocess
 import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -208,12 +209,23 @@ def test_the_payload_leaves_the_kernel_as_it_was_and_drops_only_hooks(tmp_path: 
     assert kernel.fn.fn is function
     assert callable(kernel.save_cache_hook)
     # rebuilt in another process, as the sandbox rebuilds it
+    out = unpickled_elsewhere(
+        tmp_path,
+        payload,
+        "print(sorted(r.config.num_warps for r in k.compile_results), k.launchers, k.save_cache_hook)",
+    )
+    assert out == "[4, 8] [] None"
+
+
+def unpickled_elsewhere(tmp_path: Path, payload: bytes, show: str) -> str:
+    """What ``show`` prints of the kernel ``payload`` rebuilds (``k``) in another process, as the
+    sandbox rebuilds it."""
     (tmp_path / "payload").write_bytes(payload)
     code = (
-        "import sys, pickle\n"
+        "import sys\n"
         "from triton_kiln.triton_compat import inductor as compat\n"
         "k = compat.unpickle_kernel(open(sys.argv[1], 'rb').read())\n"
-        "print(sorted(r.config.num_warps for r in k.compile_results), k.launchers, k.save_cache_hook)\n"
+        f"{show}\n"
     )
     src = str(Path(__file__).resolve().parents[1] / "src")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
@@ -226,7 +238,35 @@ def test_the_payload_leaves_the_kernel_as_it_was_and_drops_only_hooks(tmp_path: 
         check=False,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["[4,", "8]", "[]", "None"]
+    return out.stdout.strip()
+
+
+def test_a_kernel_loaded_here_is_sent_without_the_handles_only_this_process_can_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a GPU the runtime autotune's kernel has its binaries loaded here: each Triton kernel
+    holds its module and function handles and its launcher, an object of a module Triton builds
+    in this process (``__triton_launcher``), which no other process can import. Stood in here by
+    a module made in this process: the payload leaves them out and the sandbox can rebuild the
+    kernel; this process's kernel keeps them."""
+    made_here = types.ModuleType("kiln_test_launcher_made_here")
+    exec("class Launcher:\n    pass\n", made_here.__dict__)
+    monkeypatch.setitem(sys.modules, made_here.__name__, made_here)
+    kernel = two_config_kernel()
+    binaries = [result.kernel for result in kernel.compile_results]
+    for binary in binaries:
+        binary._run, binary.module, binary.function = made_here.Launcher(), 1234, 5678
+    payload = compat.kernel_payload(kernel)
+    assert isinstance(payload, bytes)
+    assert all(isinstance(b._run, made_here.Launcher) and b.module == 1234 for b in binaries)
+    assert [result.kernel for result in kernel.compile_results] == binaries
+    out = unpickled_elsewhere(
+        tmp_path,
+        payload,
+        "print(sorted(r.config.num_warps for r in k.compile_results),"
+        " {(r.kernel._run, r.kernel.module, r.kernel.function) for r in k.compile_results})",
+    )
+    assert out == "[4, 8] {(None, None, None)}"
 
 
 def test_a_kernel_whose_binaries_do_not_pickle_is_not_sent() -> None:

@@ -11,6 +11,7 @@ config is skipped in the sandbox and this process runs the other. Run as
 from __future__ import annotations
 
 import json
+import logging
 import sys
 
 import torch
@@ -20,7 +21,9 @@ import triton.language as tl
 import triton_kiln.inductor as kiln_inductor
 import triton_kiln.inductor.hooks as inductor_hooks
 
-WILD = 1 << 40  # elements past the output: no allocation of this process reaches there
+# elements past the output (no allocation of this process reaches there); a constexpr, the only
+# kind of global a Triton kernel may read
+WILD = tl.constexpr(1 << 40)
 
 
 @triton.autotune(
@@ -46,25 +49,35 @@ def scaled_plus_one(x: torch.Tensor) -> torch.Tensor:
 
 
 def main() -> int:
+    logging.basicConfig(level=logging.WARNING)  # kiln's warnings on stderr, where the test shows them
     kiln_inductor.install(sandbox_benchmarks=True)
     try:
         x = torch.randn(1 << 20, device="cuda")
-        got = torch.compile(scaled_plus_one)(x)
-        torch.cuda.synchronize()
+        error = None
+        try:
+            got = torch.compile(scaled_plus_one)(x)
+            torch.cuda.synchronize()
+        except Exception as exc:  # the report still says what kiln did, then the error is raised
+            error = exc
         runtime = inductor_hooks.current_runtime_autotune()
         assert runtime is not None
         report = {
-            "max_error": float((got - (x * 3 + 1)).abs().max()),
+            "error": None if error is None else f"{type(error).__name__}: {error}",
+            "max_error": None if error is not None else float((got - (x * 3 + 1)).abs().max()),
             "kernels": runtime.stats.kernels,
             "configs": runtime.stats.configs,
             "in_parent": runtime.stats.in_parent,
             "skipped": [[s.kernel, s.config, str(s.failure)] for s in runtime.stats.skipped],
             "restarts": runtime.sandbox.restarts,
-            "context_alive": float((torch.ones(8, device="cuda") * 2).sum()) == 16.0,
+            "context_alive": None
+            if error is not None
+            else float((torch.ones(8, device="cuda") * 2).sum()) == 16.0,
         }
+        print(json.dumps(report))
+        if error is not None:
+            raise error
     finally:
         kiln_inductor.uninstall()
-    print(json.dumps(report))
     return 0
 
 

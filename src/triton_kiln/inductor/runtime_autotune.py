@@ -40,6 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from triton_kiln import notices
 from triton_kiln.inductor.errors import InductorRuntimeAutotuneError
 from triton_kiln.sandbox.call_client import CallSandbox
 from triton_kiln.sandbox.call_messages import CallFailure, CallOutcome
@@ -131,16 +132,16 @@ class RuntimeAutotune:
     def _in_parent(self, name: str, why: str) -> None:
         with self._lock:
             self.stats.in_parent.append((name, why))
-        log.warning("kiln: %s's runtime autotune runs in this process, as Inductor runs it: %s", name, why)
+        # the user asked for the sandbox and this kernel goes without it: said even with no logging set up
+        notices.warn(log, f"kiln: {name}'s runtime autotune runs in this process, as Inductor runs it: {why}")
 
     def _skipped(self, skipped: SkippedConfig) -> None:
         with self._lock:
             self.stats.skipped.append(skipped)
-        log.warning(
-            "kiln: %s's config %s skipped in its runtime autotune (time inf): %s",
-            skipped.kernel,
-            skipped.config,
-            skipped.failure,
+        notices.warn(
+            log,
+            f"kiln: {skipped.kernel}'s config {skipped.config} skipped in its runtime autotune (time inf): "
+            f"{skipped.failure}",
         )
 
     def _timed(self) -> None:

@@ -530,6 +530,7 @@ def kernel_payload(kernel: Any) -> bytes | str:
     saved = kernel.prepare_for_pickle()
     try:
         state = kernel.__getstate__()
+        state["compile_results"] = [_unloaded(result) for result in state.get("compile_results") or []]
         shipped: dict[str, Any] = {}
         for name, value in state.items():
             try:
@@ -545,6 +546,31 @@ def kernel_payload(kernel: Any) -> bytes | str:
         return f"it cannot be pickled ({type(exc).__name__}: {exc})"
     finally:
         kernel.restore_after_unpickle(saved)
+
+
+# What Triton's ``CompiledKernel._init_handles`` sets when a binary is loaded in a process: its
+# module and function handles and its launcher, whose class lives in a module Triton builds in
+# that process (``__triton_launcher``), so no other process can unpickle it. torch's
+# ``TritonCompileResult.__getstate__`` clears ``run``, which Triton 3.5+ stores as ``_run``: a
+# kernel whose configs were loaded here (the runtime autotune's, always) pickles its launcher.
+_LOADED_HANDLES = ("module", "function", "run", "_run")
+
+
+def _unloaded(result: Any) -> Any:
+    """``result`` (a compile result), or a copy whose Triton kernel holds none of this process's
+    loaded handles; ``result`` itself is left as it is."""
+    import copy
+
+    kernel = getattr(result, "kernel", None)
+    loaded = [name for name in _LOADED_HANDLES if getattr(kernel, "__dict__", {}).get(name) is not None]
+    if not loaded:
+        return result
+    shipped_kernel = copy.copy(kernel)
+    for name in loaded:
+        setattr(shipped_kernel, name, None)
+    shipped = copy.copy(result)
+    shipped.kernel = shipped_kernel
+    return shipped
 
 
 def unpickle_kernel(payload: bytes) -> Any:
