@@ -85,6 +85,7 @@ from triton_kiln.triton_compat import inductor as compat
 if TYPE_CHECKING:  # the sandbox's modules load only with sandbox_benchmarks, the remote's with one
     from triton_kiln.inductor.benchmarks import SandboxBenchmarks
     from triton_kiln.inductor.runtime_autotune import RuntimeAutotune
+    from triton_kiln.inductor.shared_best_configs import SharedBestConfigs
     from triton_kiln.inductor.shared_timings import SharedTimings
 
 log = logging.getLogger("kiln.inductor")
@@ -130,6 +131,7 @@ class _Installed:
     compiler: ConfigCompiler
     progress: InductorProgress
     shared: SharedTimings | None
+    best_configs: SharedBestConfigs | None
     benchmarks: _Benchmarks | None = None
 
 
@@ -203,8 +205,13 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             shared = _share_timings(current)  # KILN_REMOTE_CACHE: template timings shared
             if shared is not None:
                 saved.append(shared[:2])
+            best = _share_best_configs(current)  # and the best configs of autotunes
+            if best is not None:
+                saved.extend(best[0])
             compat.reset_ready_future()
-            _state = _Installed(saved, pool, compiler, progress, shared[2] if shared else None)
+            _state = _Installed(
+                saved, pool, compiler, progress, shared[2] if shared else None, best[1] if best else None
+            )
             log.info(
                 "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
                 compat.torch_version(),
@@ -222,6 +229,14 @@ def _share_timings(current: Any) -> tuple[compat.PatchPoint, Any, SharedTimings]
     from triton_kiln.inductor import shared_timings
 
     return shared_timings.install(current)
+
+
+def _share_best_configs(current: Any) -> tuple[list[tuple[compat.PatchPoint, Any]], SharedBestConfigs] | None:
+    if current.remote_cache is None:
+        return None
+    from triton_kiln.inductor import shared_best_configs
+
+    return shared_best_configs.install(current)
 
 
 def _sandbox_on(timeout_s: float, compiler: ConfigCompiler, progress: InductorProgress) -> _Benchmarks:
@@ -303,6 +318,11 @@ def current_benchmarks() -> SandboxBenchmarks | None:
 def current_shared_timings() -> SharedTimings | None:
     """Template timings shared through the remote cache while installed with one (for tests)."""
     return _state.shared if _state is not None else None
+
+
+def current_shared_best_configs() -> SharedBestConfigs | None:
+    """Best configs shared through the remote cache while installed with one (for tests)."""
+    return _state.best_configs if _state is not None else None
 
 
 def current_runtime_autotune() -> RuntimeAutotune | None:

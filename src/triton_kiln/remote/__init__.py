@@ -18,6 +18,8 @@ store, and by the autotuner, where it opens the tuning database). kiln speaks RE
         writer thread; fetched by a thread at install() where this machine has none
     Inductor's template timings (triton_kiln.inductor.shared_timings) -> RemoteInductorTimings
         (inductor_timings.py): fetched where Inductor's local cache misses, published once timed
+    Inductor's best configs (triton_kiln.inductor.shared_best_configs) -> RemoteInductorBestConfigs
+        (inductor_best_configs.py): Inductor's remote autotune cache, read as a kernel loads
 
     RedisClient (client.py): one per URL and process; kiln's own RESP2 connections
     (connection.py, resp.py): one deadline per request, values refused from their declared
@@ -40,6 +42,7 @@ import threading
 from triton_kiln.remote.artifacts import RemoteArtifacts
 from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.health import RemoteCacheWarning
+from triton_kiln.remote.inductor_best_configs import RemoteInductorBestConfigs
 from triton_kiln.remote.inductor_timings import RemoteInductorTimings
 from triton_kiln.remote.programs import RemotePrograms
 from triton_kiln.remote.signing import Signer
@@ -120,6 +123,16 @@ def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningData
 def remote_inductor_timings(settings: Settings) -> RemoteInductorTimings:
     """Inductor's template timings on ``settings.remote_cache``."""
     return RemoteInductorTimings(
+        client_for(settings),
+        ttl_s=_ttl_s(settings),
+        signer=_signer(settings),
+        max_entry_bytes=settings.remote_max_entry_mb << 20,
+    )
+
+
+def remote_inductor_best_configs(settings: Settings) -> RemoteInductorBestConfigs:
+    """Inductor's best configs on ``settings.remote_cache``."""
+    return RemoteInductorBestConfigs(
         client_for(settings),
         ttl_s=_ttl_s(settings),
         signer=_signer(settings),

@@ -5,6 +5,8 @@
     kiln:r1:artifact:a2:<compile key>        hash {file name: bytes}: one artifact-store entry
     kiln:r1:tuning:s<schema>:<sha256>        string (JSON): one finished tuning run
     kiln:r1:program:p<format>:<sha256>       string (JSON): one program's record (its name hashed)
+    kiln:r1:inductor-timings:t1:<sha256>     string (JSON): Inductor's template timings for a key
+    kiln:r1:inductor-best-config:b1:<sha256> string (JSON): Inductor's best config of a kernel
 
 ``r1`` is this layout's version (:data:`REMOTE_FORMAT`); ``a2`` the artifact entry's format
 (:data:`~triton_kiln.artifacts.artifact.ARTIFACT_FORMAT`); ``s<schema>`` the tuning database's schema
@@ -50,3 +52,10 @@ def inductor_timings_name(key: str) -> str:
     """The name of Inductor's template timings for ``key`` (:mod:`triton_kiln.remote.inductor_timings`)."""
     digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
     return f"{NAMESPACE}:r{REMOTE_FORMAT}:inductor-timings:t1:{digest}"
+
+
+def inductor_best_config_name(key: str) -> str:
+    """The name of Inductor's best config for ``key``, its autotune cache's full key
+    (:mod:`triton_kiln.remote.inductor_best_configs`)."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{NAMESPACE}:r{REMOTE_FORMAT}:inductor-best-config:b1:{digest}"

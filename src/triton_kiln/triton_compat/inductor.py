@@ -465,6 +465,27 @@ def persistent_cache_lookup_point() -> PatchPoint:
     return PatchPoint(PersistentCache, "lookup")
 
 
+def remote_autotune_cache_points() -> tuple[PatchPoint, PatchPoint]:
+    """Inductor's remote autotune cache (a kernel's best config, read as its module loads,
+    written when its autotune or coordinate descent ends): the setting that turns it on,
+    ``config.autotune_remote_cache`` (``None`` unless the user set it), and
+    ``RemoteAutotuneCache.backend_override_cls``, the backend it uses instead of Redis (torch
+    2.11 and 2.13 have both; the generated code reads the setting when it is written)."""
+    from torch._inductor import config
+    from torch._inductor.remote_cache import RemoteAutotuneCache
+
+    return PatchPoint(config, "autotune_remote_cache"), PatchPoint(
+        RemoteAutotuneCache, "backend_override_cls"
+    )
+
+
+def remote_cache_backend_base() -> Any:
+    """Inductor's ``RemoteCacheBackend`` (``_get(key) -> bytes | None``, ``_put(key, bytes)``)."""
+    from torch._inductor.remote_cache import RemoteCacheBackend
+
+    return RemoteCacheBackend
+
+
 def template_timings_key(op: str, inputs: str, hint_override: Any) -> str:
     """What Inductor's own cache keys a choice's timing by, besides the choice: the system (GPU,
     CUDA, torch, Triton: its system hash), the operation, its inputs' layouts (and size hint),

@@ -1,0 +1,51 @@
+"""One process of ``tests/test_inductor_shared_best_configs.py``: with ``triton_kiln.inductor``
+installed on the caches and remote cache its environment names, loads the pointwise fixture's
+kernel as Inductor loads a generated kernel (its ``inductor_meta`` carrying the remote autotune
+cache setting as Inductor writes it now, and the backend hash given as the first argument: a
+GPU with its CUDA toolchain and Triton), and, with ``save`` as the second argument, saves its
+last config as Inductor does when the kernel's autotune ends. Prints one JSON line: the configs
+the kernel kept and kiln's counts."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch._inductor.config as inductor_config
+from torch._inductor.codecache import PyCodeCache
+from torch._inductor.runtime import triton_helpers
+
+import triton_kiln.inductor as kiln_inductor
+import triton_kiln.inductor.hooks as inductor_hooks
+from support.inductor_support import source
+
+FIXTURE_HASH = "B91C4F1B0CA9D0C0F2A1E2D8B7E6D9D7A3F1E0C2B4A5968778695A4B3C2D1E0F"
+
+
+def main() -> None:
+    backend_hash, save = sys.argv[1], sys.argv[2:] == ["save"]
+    triton_helpers.set_driver_to_gpu = lambda: None  # no GPU here: every compile targets sm_90
+    kiln_inductor.install(sidecar=False)
+    try:
+        name, text = source("pointwise")
+        meta = f"'autotune_remote_cache': {inductor_config.autotune_remote_cache!r}"
+        text = text.replace("'autotune_remote_cache': None", meta).replace(FIXTURE_HASH, backend_hash)
+        kernel = getattr(PyCodeCache.load(text), name)
+        kept = [str(config) for config in kernel.configs]
+        if save:
+            kernel.save_cache_hook(kernel.configs[-1], 3_000_000)  # as autotune_to_one_config does
+        shared = inductor_hooks.current_shared_best_configs()
+        report = {
+            "setting": inductor_config.autotune_remote_cache,
+            "configs": kept,
+            "saved": kept[-1] if save else None,
+            "shared": None if shared is None else vars(shared.stats),
+        }
+    finally:
+        kiln_inductor.uninstall()
+    report["setting_after_uninstall"] = inductor_config.autotune_remote_cache
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""Inductor's best configs shared through kiln's remote cache (``KILN_REMOTE_CACHE``).
+
+Machines stand as processes with caches of their own (Inductor's, Triton's, kiln's) and one real
+``redis-server``. The first loads a generated kernel with two configs, as Inductor loads it, and
+saves the one its autotune chose, as Inductor does when the autotune (or coordinate descent)
+ends; the second, on a fresh Inductor cache, loads the same kernel with only that config, so
+its first call times nothing; a third with another backend hash (another GPU architecture, CUDA
+toolchain or Triton) keeps both. An entry that is not a config Inductor wrote is a miss with one
+warning."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.redis_server import REDIS_SERVER, RedisServer, running_server
+
+pytest.importorskip("torch._inductor.remote_cache")
+
+from triton_kiln import settings
+from triton_kiln.artifacts.store import CacheWarning
+from triton_kiln.inductor import shared_best_configs
+from triton_kiln.remote.names import inductor_best_config_name
+
+pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)")
+
+TESTS = Path(__file__).resolve().parent
+FIXTURE_HASH = "B91C4F1B0CA9D0C0F2A1E2D8B7E6D9D7A3F1E0C2B4A5968778695A4B3C2D1E0F"  # the fixture's own
+OTHER_HASH = "0" * 64
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    with running_server(tmp_path / "redis") as server:
+        yield server
+
+
+def machine(
+    tmp_path: Path, name: str, remote: str, backend_hash: str, *, save: bool = False
+) -> dict[str, Any]:
+    """One process as a machine of its own (its caches under ``tmp_path/name``)."""
+    root = tmp_path / name
+    env = {
+        **os.environ,
+        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
+        "TRITON_CACHE_DIR": str(root / "triton"),
+        "KILN_CACHE_DIR": str(root / "kiln"),
+        "KILN_REMOTE_CACHE": remote,
+        "PYTHONPATH": os.pathsep.join(
+            [str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    args = [backend_hash, *(["save"] if save else [])]
+    done = subprocess.run(
+        [sys.executable, "-m", "support.shared_best_configs_child", *args],
+        cwd=TESTS,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_a_second_machine_keeps_only_the_config_the_first_chose_and_another_gpu_tunes_again(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    first = machine(tmp_path, "a", redis_server.url, FIXTURE_HASH, save=True)
+    assert first["setting"] is True, first  # kiln turned Inductor's remote autotune cache on
+    assert first["setting_after_uninstall"] is None, first  # and gave the setting back
+    assert len(first["configs"]) == 2, first  # nothing shared yet: both configs to time
+    assert first["shared"] == {"found": 0, "missed": 1, "published": 1}, first
+    second = machine(tmp_path, "b", redis_server.url, FIXTURE_HASH)
+    assert second["configs"] == [first["saved"]], second  # one config: nothing timed
+    assert second["shared"] == {"found": 1, "missed": 0, "published": 0}, second
+    other = machine(tmp_path, "c", redis_server.url, OTHER_HASH)
+    assert other["configs"] == first["configs"], other
+    assert other["shared"] == {"found": 0, "missed": 1, "published": 0}, other
+
+
+def test_an_entry_that_is_not_a_config_inductor_wrote_is_a_miss_with_one_warning(
+    redis_server: RedisServer,
+) -> None:
+    redis = pytest.importorskip("redis", reason="redis-py (the test's own view of the server)")
+
+    from triton_kiln.remote import remote_inductor_best_configs
+
+    good = {"XBLOCK": 512, "num_warps": 8, "num_stages": 1, "configs_hash": "h", "found_by_coordesc": False}
+    with settings.scope(remote_cache=redis_server.url):
+        remote = remote_inductor_best_configs(settings.current())
+        assert remote.fetch("k") is None  # nothing there yet: a miss, no warning
+        assert remote.publish("k", json.dumps(good).encode())
+        assert json.loads(remote.fetch("k") or b"") == good
+        assert remote.fetch("another key") is None
+        assert not remote.publish("bad", b'{"num_warps": "eight"}')  # what kiln would refuse is not written
+        raw = redis.Redis.from_url(redis_server.url)
+        cases = [
+            {**good, "num_warps": "8"},
+            {**good, "XBLOCK": 1 << 30},  # no block size is that large
+            {**good, "XBLOCK": -1},
+            {k: v for k, v in good.items() if k != "configs_hash"},
+            {**good, **{f"B{i}": 1 for i in range(64)}},  # over MAX_FIELDS
+            [good],
+        ]
+        for value in [*(json.dumps(case).encode() for case in cases), b"\x80\x04not json"]:
+            raw.set(inductor_best_config_name("k"), value)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                assert remote.fetch("k") is None, value
+            assert [w.category for w in caught] == [CacheWarning], value
+            assert "invalid Inductor config" in str(caught[0].message)
+
+
+@pytest.mark.parametrize("chosen", [False, True])
+def test_inductors_own_setting_chosen_by_the_user_is_left_alone(
+    chosen: bool, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torch._inductor import config
+    from torch._inductor.remote_cache import RemoteAutotuneCache
+
+    monkeypatch.setattr(config, "autotune_remote_cache", chosen)
+    with settings.scope(remote_cache=redis_server.url):
+        assert shared_best_configs.install(settings.current()) is None
+    assert config.autotune_remote_cache is chosen
+    assert RemoteAutotuneCache.backend_override_cls is None
