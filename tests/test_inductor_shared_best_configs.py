@@ -77,8 +77,7 @@ def test_a_second_machine_keeps_only_the_config_the_first_chose_and_another_gpu_
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
     first = machine(tmp_path, "a", redis_server.url, FIXTURE_HASH, save=True)
-    assert first["setting"] is True, first  # kiln turned Inductor's remote autotune cache on
-    assert first["setting_after_uninstall"] is None, first  # and gave the setting back
+    assert first["setting"] is None, first  # Inductor's setting (and the generated code) unchanged
     assert len(first["configs"]) == 2, first  # nothing shared yet: both configs to time
     assert first["shared"] == {"found": 0, "missed": 1, "published": 1}, first
     second = machine(tmp_path, "b", redis_server.url, FIXTURE_HASH)
@@ -128,9 +127,31 @@ def test_inductors_own_setting_chosen_by_the_user_is_left_alone(
 ) -> None:
     from torch._inductor import config
     from torch._inductor.remote_cache import RemoteAutotuneCache
+    from torch._inductor.runtime import autotune_cache
 
+    should_use = autotune_cache._should_use_remote_autotune_cache
     monkeypatch.setattr(config, "autotune_remote_cache", chosen)
     with settings.scope(remote_cache=redis_server.url):
         assert shared_best_configs.install(settings.current()) is None
     assert config.autotune_remote_cache is chosen
     assert RemoteAutotuneCache.backend_override_cls is None
+    assert autotune_cache._should_use_remote_autotune_cache is should_use
+
+
+def test_uninstall_gives_inductor_its_own_decision_and_backend_back(redis_server: RedisServer) -> None:
+    from torch._inductor.remote_cache import RemoteAutotuneCache
+    from torch._inductor.runtime import autotune_cache
+
+    import triton_kiln.inductor as kiln_inductor
+
+    should_use = autotune_cache._should_use_remote_autotune_cache
+    with settings.scope(remote_cache=redis_server.url):
+        kiln_inductor.install(sidecar=False)
+        try:
+            assert autotune_cache._should_use_remote_autotune_cache({"autotune_remote_cache": None})
+            assert not autotune_cache._should_use_remote_autotune_cache({"autotune_remote_cache": False})
+            assert RemoteAutotuneCache.backend_override_cls is not None
+        finally:
+            kiln_inductor.uninstall()
+    assert autotune_cache._should_use_remote_autotune_cache is should_use
+    assert not RemoteAutotuneCache.backend_override_cls

@@ -12,14 +12,17 @@ CUDA toolchain, torch and Triton ran for the same kernel.
     the kernel's runtime autotune or coordinate descent ends -> AutotuneCache.save
       -> its local file, and kiln's backend: published, for the next machine
 
-Inductor's remote autotune cache is off unless turned on (``TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE``);
-kiln turns it on with its own backend, and leaves it alone where the user set it either way. The
-remote cache never breaks a compile: a server fault, a missing or invalid entry is a miss
+Inductor's remote autotune cache is off unless turned on (``TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE``).
+kiln uses it, with its own backend, for each kernel whose generated code leaves it unset (the
+generated code is not changed: a process without kiln that loads it from Inductor's caches uses
+no remote cache), and leaves it alone where you set that setting either way. The remote cache
+never breaks a compile: a server fault, a missing or invalid entry is a miss
 (:mod:`triton_kiln.remote.inductor_best_configs`), and the kernel is tuned as without kiln.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from dataclasses import dataclass
@@ -85,23 +88,33 @@ class SharedBestConfigs:
 
 
 def install(settings: Any) -> tuple[list[tuple[compat.PatchPoint, Any]], SharedBestConfigs] | None:
-    """Inductor's remote autotune cache on, with kiln's backend (``settings.remote_cache`` is
-    set: ``install()`` of :mod:`~triton_kiln.inductor.hooks` asks only then); returns the points
-    and what they held (for ``uninstall()``) and the backend's owner, or ``None`` where the user
-    set Inductor's own ``autotune_remote_cache``."""
+    """Inductor's remote autotune cache used, with kiln's backend, by every kernel whose code
+    leaves it unset (``settings.remote_cache`` is set: ``install()`` of
+    :mod:`~triton_kiln.inductor.hooks` asks only then); returns the points and what they held
+    (for ``uninstall()``) and the backend's owner, or ``None`` where you set Inductor's own
+    ``autotune_remote_cache``."""
     from triton_kiln.remote import remote_inductor_best_configs
 
-    setting, backend = compat.remote_autotune_cache_points()
-    chosen = getattr(setting.owner, setting.name)
+    chosen = compat.autotune_remote_cache_setting()
     if chosen is not None:
         log.info(
             "kiln: Inductor's remote autotune cache is set (%s) by you: kiln does not share best configs",
             chosen,
         )
         return None
+    deciding, backend = compat.remote_autotune_cache_points()
     shared = SharedBestConfigs(remote_inductor_best_configs(settings))
-    saved = [(setting, chosen), (backend, getattr(backend.owner, backend.name))]
+    saved = [(deciding, deciding.current()), (backend, getattr(backend.owner, backend.name))]
     backend.set(shared.backend_class())
-    setting.set(True)
+    deciding.set(_unless_turned_off(saved[0][1]))
     log.info("kiln: Inductor's best configs are shared through the remote cache %s", shared.remote.where)
     return saved, shared
+
+
+def _unless_turned_off(original: Any) -> Any:
+    @functools.wraps(original)
+    def should_use_remote_autotune_cache(inductor_meta: Any) -> bool:
+        asked = compat.remote_autotune_cache_asked(inductor_meta)
+        return True if asked is None else bool(original(inductor_meta))
+
+    return should_use_remote_autotune_cache

@@ -467,16 +467,34 @@ def persistent_cache_lookup_point() -> PatchPoint:
 
 def remote_autotune_cache_points() -> tuple[PatchPoint, PatchPoint]:
     """Inductor's remote autotune cache (a kernel's best config, read as its module loads,
-    written when its autotune or coordinate descent ends): the setting that turns it on,
-    ``config.autotune_remote_cache`` (``None`` unless the user set it), and
+    written when its autotune or coordinate descent ends): ``_should_use_remote_autotune_cache``
+    of ``runtime/autotune_cache.py`` (whether a kernel, by its ``inductor_meta``, uses it: off
+    where ``autotune_remote_cache`` is unset, outside fbcode) and
     ``RemoteAutotuneCache.backend_override_cls``, the backend it uses instead of Redis (torch
-    2.11 and 2.13 have both; the generated code reads the setting when it is written)."""
-    from torch._inductor import config
+    2.11 and 2.13 have both)."""
     from torch._inductor.remote_cache import RemoteAutotuneCache
+    from torch._inductor.runtime import autotune_cache
 
-    return PatchPoint(config, "autotune_remote_cache"), PatchPoint(
-        RemoteAutotuneCache, "backend_override_cls"
+    return (
+        PatchPoint(autotune_cache, "_should_use_remote_autotune_cache"),
+        PatchPoint(RemoteAutotuneCache, "backend_override_cls"),
     )
+
+
+def autotune_remote_cache_setting() -> bool | None:
+    """Inductor's ``config.autotune_remote_cache`` (``TORCHINDUCTOR_AUTOTUNE_REMOTE_CACHE``):
+    ``None`` unless set."""
+    from torch._inductor import config
+
+    value = config.autotune_remote_cache
+    return None if value is None else bool(value)
+
+
+def remote_autotune_cache_asked(inductor_meta: dict[str, Any]) -> bool | None:
+    """What a kernel's ``inductor_meta`` (written when its code was generated) says of the remote
+    autotune cache: ``None`` where nothing."""
+    value = inductor_meta.get("autotune_remote_cache")
+    return None if value is None else bool(value)
 
 
 def remote_cache_backend_base() -> Any:
