@@ -123,17 +123,18 @@ def test_an_entry_that_is_not_a_config_inductor_wrote_is_a_miss_with_one_warning
 
 @pytest.mark.parametrize("chosen", [False, True])
 def test_inductors_own_setting_chosen_by_the_user_is_left_alone(
-    chosen: bool, redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch
+    chosen: bool, redis_server: RedisServer
 ) -> None:
     from torch._inductor import config
     from torch._inductor.remote_cache import RemoteAutotuneCache
     from torch._inductor.runtime import autotune_cache
 
     should_use = autotune_cache._should_use_remote_autotune_cache
-    monkeypatch.setattr(config, "autotune_remote_cache", chosen)
-    with settings.scope(remote_cache=redis_server.url):
+    # (Inductor's own patch: pytest's monkeypatch deletes a config it did not find in the
+    # module's __dict__, which removes the setting from torch's config)
+    with config.patch(autotune_remote_cache=chosen), settings.scope(remote_cache=redis_server.url):
         assert shared_best_configs.install(settings.current()) is None
-    assert config.autotune_remote_cache is chosen
+        assert config.autotune_remote_cache is chosen
     assert RemoteAutotuneCache.backend_override_cls is None
     assert autotune_cache._should_use_remote_autotune_cache is should_use
 
