@@ -12,7 +12,7 @@
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
 # split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
-# and the later ones documented at their case below (inductor-warm, inductor-warm-block, inductor-default,
+# and the later ones documented at their case below (runtime-autotune, inductor-warm, inductor-warm-block, inductor-default,
 # inductor-block-1, inductor-block-aa, inductor-families, gla, realworld-corpus / -mm / -dplr / -gdr
 # (the ops not in the default set, four commands), node-share, cli-tune, ray-part-a, ray-install,
 # farm, farm-tests). Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
@@ -164,6 +164,12 @@ for phase in "$@"; do
       # record, against the kiln arm (~70 s for the MoE)
       TAIL=8 run record-arm 300 python3 bench/realworld.py --ops "${RO:-liger_moe_fwd}" --arms kiln,kiln_record \
         --out "$out/record-arm.json" --md "$out/record-arm.md" ;;
+    runtime-autotune)  # the sandboxed runtime autotune on a GPU: its test, then its fault case (stock
+      # against kiln's sandbox); ~100 s on an H100, estimated, not measured
+      TAIL=6 run runtime-autotune-test 150 python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs \
+        tests/test_inductor_runtime_autotune.py
+      TAIL=6 run runtime-autotune-faults 150 python3 bench/inductor_faults.py --cases runtime_autotune_ima \
+        --out "$out/inductor-faults-runtime.json" ;;
     footprint)  # what kiln holds where nothing tunes, after an idle time, right after a tuning, and
       # on a fresh cache before any call (364 s on an H100 with 5 s fresh arms; ~420 s with their 30 s)
       TAIL=14 run footprint 480 python3 bench/footprint.py --out "$out/footprint.json" ;;
