@@ -185,13 +185,13 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
             values = _field(runs, arm, phase, field)
             row[f"{arm}_{name}"] = _median(values)
             row[f"{arm}_{name}_runs"] = values
-    # where a call's time goes (inductor_models.launch_diagnostics; runs since 2026-11-24 d): the
+    # where a call's time goes (inductor_models.launch_diagnostics; older runs lack it): the
     # GPU kernels' own time per call (host noise excluded) and the host's time to issue one call
     for arm in ARMS:
         for name, field in (
             ("gpu_kernel_ms", "gpu_kernel_ms_per_call"),
             ("host_ms", "host_ms_per_call"),
-            ("kiln_code_ms", "kiln_code_ms_per_call"),  # since 2026-11-25 (tenth session)
+            ("kiln_code_ms", "kiln_code_ms_per_call"),  # older runs lack it
         ):
             values = [
                 run.get(arm, {}).get("cold", {}).get("launch", {}).get(field)

@@ -10,7 +10,7 @@ Run from the repository root on a GPU machine::
 Each round, on fresh cache directories: one cold process per arm of ``--arms`` (default
 ``stock``, ``kiln``: ``install()``, its sidecar started when Inductor first lowers a graph, and
 ``kiln_threads``: ``install(sidecar=False)``, each job's in-process work in the caller's threads;
-also ``kiln_eager``: kiln's pool started at install, what ``install()`` did before 2026-11-25);
+also ``kiln_eager``: kiln's pool started at install rather than at the first lowered graph);
 then ``--warm-repeats`` sweeps of warm processes, one per arm in a rotating order, each on its
 arm's cold caches (``stock_pool``, stock Inductor with kiln's pool started beside it and never
 used, on stock's). Every process is ``bench/inductor_child.py`` with no runtime

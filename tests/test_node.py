@@ -133,9 +133,9 @@ def test_with_the_node_off_each_pool_compiles(make_pool: Any, tmp_path: Path) ->
     assert first.stats.dispatched + second.stats.dispatched == 2
 
 
-# The whole set: ~140 s of compiling on two quiet cores (bench/results/compile_batch-cpu-2core-
-# 2026-11-22.md). A 12-config case (every 6th config) ran beside it until 2026-11-25; it is a
-# subset of this one, and CI's time is better spent elsewhere (node_harness.py still takes EVERY).
+# The whole set: ~140 s of compiling on two quiet cores (bench/results/compile_batch-cpu2.json).
+# No smaller subset runs beside it: every subset is covered by this case (node_harness.py's
+# EVERY still picks one, for runs by hand).
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_eight_processes_compile_the_matmul_set_once_in_all(tmp_path: Path) -> None:
