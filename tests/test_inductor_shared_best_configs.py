@@ -11,9 +11,6 @@ is a miss with one warning."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +19,8 @@ from typing import Any
 import pytest
 
 from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.remote_machine import run_machine
+from support.shared_best_configs_child import FIXTURE_HASH
 
 pytest.importorskip("torch._inductor.remote_cache")
 
@@ -32,8 +31,6 @@ from triton_kiln.remote.names import inductor_best_config_name
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)")
 
-TESTS = Path(__file__).resolve().parent
-FIXTURE_HASH = "B91C4F1B0CA9D0C0F2A1E2D8B7E6D9D7A3F1E0C2B4A5968778695A4B3C2D1E0F"  # the fixture's own
 OTHER_HASH = "0" * 64
 
 
@@ -46,30 +43,8 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 def machine(tmp_path: Path, name: str, remote: str, *hashes: str, save: bool = False) -> dict[str, Any]:
     """One process as a machine of its own (its caches under ``tmp_path/name``), loading the
     kernel once per backend hash."""
-    root = tmp_path / name
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "TRITON_CACHE_DIR": str(root / "triton"),
-        "KILN_CACHE_DIR": str(root / "kiln"),
-        "KILN_REMOTE_CACHE": remote,
-        "PYTHONPATH": os.pathsep.join(
-            [str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
     args = [",".join(hashes), *(["save"] if save else [])]
-    done = subprocess.run(
-        [sys.executable, "-m", "support.shared_best_configs_child", *args],
-        cwd=TESTS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+    return run_machine(tmp_path, name, remote, "support.shared_best_configs_child", *args)
 
 
 def test_a_second_machine_keeps_only_the_config_the_first_chose_and_another_gpu_tunes_again(

@@ -9,10 +9,6 @@ miss with one warning, and the choices are timed."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +17,7 @@ from typing import Any
 import pytest
 
 from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.remote_machine import run_machine
 
 pytest.importorskip("torch._inductor.codecache")
 
@@ -31,8 +28,6 @@ from triton_kiln.remote.names import inductor_timings_name
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)")
 
-TESTS = Path(__file__).resolve().parent
-
 
 @pytest.fixture
 def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
@@ -42,29 +37,7 @@ def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
 
 def machine(tmp_path: Path, name: str, remote: str) -> dict[str, Any]:
     """One process as a machine of its own (its caches under ``tmp_path/name``)."""
-    root = tmp_path / name
-    env = {
-        **os.environ,
-        "TORCHINDUCTOR_CACHE_DIR": str(root / "inductor"),
-        "TRITON_CACHE_DIR": str(root / "triton"),
-        "KILN_CACHE_DIR": str(root / "kiln"),
-        "KILN_REMOTE_CACHE": remote,
-        "PYTHONPATH": os.pathsep.join(
-            [str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")]
-        ),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "support.shared_timings_child"],
-        cwd=TESTS,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return report
+    return run_machine(tmp_path, name, remote, "support.shared_timings_child")
 
 
 def test_a_second_machine_times_no_choice_the_first_timed(redis_server: RedisServer, tmp_path: Path) -> None:

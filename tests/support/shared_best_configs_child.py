@@ -19,6 +19,7 @@ import triton_kiln.inductor as kiln_inductor
 import triton_kiln.inductor.hooks as inductor_hooks
 from support.inductor_support import source
 
+# the pointwise fixture's own backend hash
 FIXTURE_HASH = "B91C4F1B0CA9D0C0F2A1E2D8B7E6D9D7A3F1E0C2B4A5968778695A4B3C2D1E0F"
 
 

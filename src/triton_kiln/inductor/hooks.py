@@ -202,16 +202,10 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             points[6].set(_choosing_templates(saved[6][1]))
             for point, original in saved[len(points) :]:
                 point.set(_timing(original, hold, progress))
-            shared = _share_timings(current)  # KILN_REMOTE_CACHE: template timings shared
-            if shared is not None:
-                saved.append(shared[:2])
-            best = _share_best_configs(current)  # and the best configs of autotunes
-            if best is not None:
-                saved.extend(best[0])
+            shared_saved, shared, best_configs = _share_through_remote(current)
+            saved.extend(shared_saved)
             compat.reset_ready_future()
-            _state = _Installed(
-                saved, pool, compiler, progress, shared[2] if shared else None, best[1] if best else None
-            )
+            _state = _Installed(saved, pool, compiler, progress, shared, best_configs)
             log.info(
                 "kiln: Inductor's Triton compiles (torch %s) now run in kiln's compile pool",
                 compat.torch_version(),
@@ -223,20 +217,23 @@ def install(*, sandbox_benchmarks: bool | None = None, sidecar: bool | None = No
             _state.benchmarks = None
 
 
-def _share_timings(current: Any) -> tuple[compat.PatchPoint, Any, SharedTimings] | None:
+def _share_through_remote(
+    current: Any,
+) -> tuple[list[tuple[compat.PatchPoint, Any]], SharedTimings | None, SharedBestConfigs | None]:
+    """With ``KILN_REMOTE_CACHE``: template timings and autotunes' best configs shared through it
+    (the points replaced and what they held, and each sharer where it is installed)."""
     if current.remote_cache is None:
-        return None
-    from triton_kiln.inductor import shared_timings
+        return [], None, None
+    from triton_kiln.inductor import shared_best_configs, shared_timings
 
-    return shared_timings.install(current)
-
-
-def _share_best_configs(current: Any) -> tuple[list[tuple[compat.PatchPoint, Any]], SharedBestConfigs] | None:
-    if current.remote_cache is None:
-        return None
-    from triton_kiln.inductor import shared_best_configs
-
-    return shared_best_configs.install(current)
+    saved: list[tuple[compat.PatchPoint, Any]] = []
+    timings = shared_timings.install(current)
+    if timings is not None:
+        saved.append(timings[:2])
+    best = shared_best_configs.install(current)
+    if best is not None:
+        saved.extend(best[0])
+    return saved, timings[2] if timings else None, best[1] if best else None
 
 
 def _sandbox_on(timeout_s: float, compiler: ConfigCompiler, progress: InductorProgress) -> _Benchmarks:

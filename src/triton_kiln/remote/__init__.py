@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+from typing import TypedDict
 
 from triton_kiln.remote.artifacts import RemoteArtifacts
 from triton_kiln.remote.client import RedisClient
@@ -60,6 +61,13 @@ __all__ = [
     "remote_programs",
     "remote_tuning",
 ]
+
+
+class _EntryOptions(TypedDict):
+    ttl_s: int | None
+    signer: Signer | None
+    max_entry_bytes: int
+
 
 _clients: dict[tuple[str, float, float], RedisClient] = {}
 _clients_lock = threading.Lock()
@@ -99,53 +107,35 @@ def _signer(settings: Settings) -> Signer | None:
     return None if key_file is None else Signer.from_file(key_file)
 
 
+def _entry_options(settings: Settings) -> _EntryOptions:
+    """What every kind of entry takes from the settings: its lifetime, its signer, its size limit."""
+    return {
+        "ttl_s": _ttl_s(settings),
+        "signer": _signer(settings),
+        "max_entry_bytes": settings.remote_max_entry_mb << 20,
+    }
+
+
 def remote_artifacts(settings: Settings) -> RemoteArtifacts:
     """The artifact entries of ``settings.remote_cache`` (an ``ArtifactStore``'s ``remote``)."""
-    return RemoteArtifacts(
-        client_for(settings),
-        max_entry_bytes=settings.remote_max_entry_mb << 20,
-        ttl_s=_ttl_s(settings),
-        signer=_signer(settings),
-    )
+    return RemoteArtifacts(client_for(settings), **_entry_options(settings))
 
 
 def remote_tuning(local: TuningDatabase, settings: Settings) -> RemoteTuningDatabase:
     """``local`` with ``settings.remote_cache`` behind it."""
-    return RemoteTuningDatabase(
-        local,
-        client_for(settings),
-        ttl_s=_ttl_s(settings),
-        signer=_signer(settings),
-        max_entry_bytes=settings.remote_max_entry_mb << 20,
-    )
+    return RemoteTuningDatabase(local, client_for(settings), **_entry_options(settings))
 
 
 def remote_inductor_timings(settings: Settings) -> RemoteInductorTimings:
     """Inductor's template timings on ``settings.remote_cache``."""
-    return RemoteInductorTimings(
-        client_for(settings),
-        ttl_s=_ttl_s(settings),
-        signer=_signer(settings),
-        max_entry_bytes=settings.remote_max_entry_mb << 20,
-    )
+    return RemoteInductorTimings(client_for(settings), **_entry_options(settings))
 
 
 def remote_inductor_best_configs(settings: Settings) -> RemoteInductorBestConfigs:
     """Inductor's best configs on ``settings.remote_cache``."""
-    return RemoteInductorBestConfigs(
-        client_for(settings),
-        ttl_s=_ttl_s(settings),
-        signer=_signer(settings),
-        max_entry_bytes=settings.remote_max_entry_mb << 20,
-    )
+    return RemoteInductorBestConfigs(client_for(settings), **_entry_options(settings))
 
 
 def remote_programs(settings: Settings, record_format: int) -> RemotePrograms:
     """The program records of ``settings.remote_cache`` (``record_format``: the record file's)."""
-    return RemotePrograms(
-        client_for(settings),
-        record_format,
-        ttl_s=_ttl_s(settings),
-        signer=_signer(settings),
-        max_entry_bytes=settings.remote_max_entry_mb << 20,
-    )
+    return RemotePrograms(client_for(settings), record_format, **_entry_options(settings))

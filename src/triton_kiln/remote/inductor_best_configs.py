@@ -19,15 +19,12 @@ the kernel is tuned as without kiln.
 from __future__ import annotations
 
 import json
-import warnings
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from triton_kiln.artifacts.record import why
-from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote import records
-from triton_kiln.remote.client import EntryRefused
 from triton_kiln.remote.names import inductor_best_config_name
 from triton_kiln.remote.signed_values import SignedValues
 
@@ -35,17 +32,6 @@ MAX_FIELDS = 64
 """Fields one entry holds at most (a config's block sizes and Inductor's few of its own)."""
 MAX_VALUE = 1 << 20
 """The largest integer a config's field may hold: no block size reaches it."""
-_INDUCTOR_FIELDS = {
-    "num_warps",
-    "num_stages",
-    "configs_hash",
-    "found_by_coordesc",
-    "time_taken_ms",
-    "triton_cache_hash",
-    "extra_options",
-    "num_consumer_groups",
-    "num_buffers_warp_spec",
-}
 _Name = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 _Scalar = (
     Annotated[int, Field(ge=0, le=MAX_VALUE)]
@@ -84,8 +70,9 @@ def validated(payload: bytes) -> bytes:
         raise records.BadEntry(f"not JSON ({exc})") from exc
     if not isinstance(data, dict) or len(data) > MAX_FIELDS:
         raise records.BadEntry(f"not a JSON object of at most {MAX_FIELDS} fields")
-    own = {k: v for k, v in data.items() if k in _INDUCTOR_FIELDS}
-    kwargs = {k: v for k, v in data.items() if k not in _INDUCTOR_FIELDS}
+    inductors = BestConfigRecord.model_fields.keys() - {"kwargs"}  # the rest is the config's own
+    own = {k: v for k, v in data.items() if k in inductors}
+    kwargs = {k: v for k, v in data.items() if k not in inductors}
     try:
         BestConfigRecord.model_validate({**own, "kwargs": kwargs})
     except ValidationError as exc:
@@ -99,18 +86,11 @@ class RemoteInductorBestConfigs(SignedValues):
     def fetch(self, key: str) -> bytes | None:
         """The entry for ``key`` as Inductor wrote it (JSON bytes; ``None``: none, unreachable,
         or refused with one :class:`CacheWarning`: too large, a bad signature, not a config)."""
-        name = inductor_best_config_name(key)
-        try:
-            payload = self.read(name)
-            return None if payload is None else validated(payload)
-        except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
-            warnings.warn(
-                f"kiln: the remote cache {self.where} holds an invalid Inductor config at {name} ({exc}); "
-                f"it is ignored, and the kernel is tuned here",
-                CacheWarning,
-                stacklevel=2,
-            )
-            return None
+        return self.read_checked(
+            inductor_best_config_name(key),
+            validated,
+            "an invalid Inductor config at {name} ({exc}); it is ignored, and the kernel is tuned here",
+        )
 
     def publish(self, key: str, data: bytes) -> bool:
         """Write ``data`` (Inductor's JSON of a best config) for ``key``; whether the server took

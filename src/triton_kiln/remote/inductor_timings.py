@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from triton_kiln.artifacts.record import why
-from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote import records
-from triton_kiln.remote.client import EntryRefused
 from triton_kiln.remote.names import inductor_timings_name
 from triton_kiln.remote.signed_values import SignedValues
 
@@ -53,23 +50,23 @@ class RemoteInductorTimings(SignedValues):
     def fetch(self, key: str) -> dict[str, float] | None:
         """``{choice hash: ms}`` held for ``key`` (``None``: none, unreachable, or refused with one
         :class:`CacheWarning`: too large, a bad signature, not what kiln writes)."""
-        name = inductor_timings_name(key)
-        try:
-            payload = self.read(name)
-            if payload is None:
-                return None
-            record = TimingsRecord.model_validate_json(payload)
+
+        def timings(payload: bytes) -> dict[str, float]:
+            try:
+                record = TimingsRecord.model_validate_json(payload)
+            except ValidationError as exc:
+                raise records.BadEntry(why(exc)) from exc
             if record.format != FORMAT or record.key != key:
                 raise records.BadEntry(
                     f"format {record.format} for key {record.key[:120]!r}, not format {FORMAT} for this key"
                 )
-        except ValidationError as exc:
-            self._refused(name, records.BadEntry(why(exc)))
-            return None
-        except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
-            self._refused(name, exc)
-            return None
-        return {choice: math.inf if ms is None else ms for choice, ms in record.timings.items()}
+            return {choice: math.inf if ms is None else ms for choice, ms in record.timings.items()}
+
+        return self.read_checked(
+            inductor_timings_name(key),
+            timings,
+            "invalid Inductor timings at {name} ({exc}); they are ignored, and the choices are timed here",
+        )
 
     def publish(self, key: str, timings: dict[str, float]) -> bool:
         """Write ``timings`` (``{choice hash: ms}``) for ``key``; whether the server took it."""
@@ -77,11 +74,3 @@ class RemoteInductorTimings(SignedValues):
         stored = {choice: (None if math.isinf(ms) or math.isnan(ms) else ms) for choice, ms in kept}
         data = json.dumps({"format": FORMAT, "key": key, "timings": stored}, sort_keys=True).encode()
         return self.write(inductor_timings_name(key), data)
-
-    def _refused(self, name: str, exc: Exception) -> None:
-        warnings.warn(
-            f"kiln: the remote cache {self.where} holds invalid Inductor timings at {name} ({exc}); "
-            f"they are ignored, and the choices are timed here",
-            CacheWarning,
-            stacklevel=3,
-        )

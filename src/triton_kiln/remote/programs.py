@@ -16,10 +16,7 @@ missing entry is a miss: the program runs as without a record.
 
 from __future__ import annotations
 
-import warnings
-
-from triton_kiln.artifacts.store import CacheWarning
-from triton_kiln.remote.client import EntryRefused, RedisClient
+from triton_kiln.remote.client import RedisClient
 from triton_kiln.remote.names import program_name
 from triton_kiln.remote.signed_values import SignedValues
 from triton_kiln.remote.signing import Signer
@@ -43,17 +40,11 @@ class RemotePrograms(SignedValues):
     def fetch(self, program: str) -> bytes | None:
         """``program``'s record as the server holds it (``None``: none, unreachable, or refused
         with one :class:`CacheWarning`: too large, a bad signature)."""
-        name = program_name(program, self.record_format)
-        try:
-            return self.read(name)
-        except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
-            warnings.warn(
-                f"kiln: the remote cache {self.where} holds an invalid program record at {name} ({exc}); "
-                f"it is ignored, and this run's record replaces it",
-                CacheWarning,
-                stacklevel=2,
-            )
-            return None
+        return self.read_checked(
+            program_name(program, self.record_format),
+            bytes,
+            "an invalid program record at {name} ({exc}); it is ignored, and this run's record replaces it",
+        )
 
     def publish(self, program: str, data: bytes) -> bool:
         """Write ``program``'s record ``data``; whether the server took it."""

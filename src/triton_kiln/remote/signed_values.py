@@ -3,9 +3,16 @@ back bounded and checked: what program records and Inductor's template timings s
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
+from typing import TypeVar
+
+from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote import records
-from triton_kiln.remote.client import RedisClient
+from triton_kiln.remote.client import EntryRefused, RedisClient
 from triton_kiln.remote.signing import Signer, signed_value
+
+T = TypeVar("T")
 
 
 class SignedValues:
@@ -34,6 +41,22 @@ class SignedValues:
         :class:`~triton_kiln.remote.records.BadEntry` (a malformed, missing or wrong signature)."""
         raw = self.client.read_value(name, self.ttl_s, self.max_entry_bytes)
         return None if raw is None else records.verified_payload(raw, name, self.signer)
+
+    def read_checked(self, name: str, check: Callable[[bytes], T], refused: str) -> T | None:
+        """``check(payload)`` of what :meth:`read` gives, or ``None``: nothing there, the server
+        unreachable, or refused (too large, a bad signature, or ``check`` raised a ``ValueError``)
+        with one :class:`CacheWarning` that says ``refused`` (what the entry was taken for, and
+        what happens instead)."""
+        try:
+            payload = self.read(name)
+            return None if payload is None else check(payload)
+        except (EntryRefused, ValueError) as exc:  # BadEntry is a ValueError
+            warnings.warn(
+                f"kiln: the remote cache {self.where} holds {refused.format(name=name, exc=exc)}",
+                CacheWarning,
+                stacklevel=3,
+            )
+            return None
 
     def write(self, name: str, data: bytes) -> bool:
         """Store ``data`` under ``name``, signed; whether the server took it."""
