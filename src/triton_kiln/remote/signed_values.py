@@ -1,5 +1,6 @@
 """Values kiln writes whole and signed (with ``KILN_REMOTE_KEY_FILE``) under one name, and reads
-back bounded and checked: what program records and Inductor's template timings share."""
+back bounded and checked, a refused entry one warning: what program records, Inductor's template
+timings and Inductor's best configs share."""
 
 from __future__ import annotations
 
