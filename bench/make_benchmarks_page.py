@@ -165,6 +165,12 @@ def _choice_probe(data: dict[str, Any]) -> Iterator[Row]:
         )
 
 
+def _run_of(row: dict[str, Any]) -> str:
+    """The run a row of a joined file comes from (its ``from_run``: date and commit), or ``""``."""
+    source = row.get("from_run") or {}
+    return f"{source.get('date', '')} {str(source.get('commit', ''))[:8]}".strip()
+
+
 def _faults(data: dict[str, Any]) -> Iterator[Row]:
     by_case: dict[str, dict[str, Any]] = {}
     for row in data["rows"]:
@@ -179,6 +185,7 @@ def _faults(data: dict[str, Any]) -> Iterator[Row]:
                     float(bool(row["compiled"] and row["output_right"])),
                     "stock Inductor",
                     float(bool(stock.get("compiled") and stock.get("output_right"))),
+                    _run_of(row),
                 )
 
 
@@ -243,8 +250,7 @@ def _ranks(data: dict[str, Any]) -> Iterator[Row]:
 
 def _realworld(data: dict[str, Any]) -> Iterator[Row]:
     for op in data["ops"]:
-        source = op.get("from_run") or {}
-        run = f"{source.get('date', '')} {str(source.get('commit', ''))[:8]}".strip()
+        run = _run_of(op)
         name = op["op"]
         yield Row(
             name,
