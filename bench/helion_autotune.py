@@ -97,6 +97,7 @@ Prints a table (the split per kernel and arm) and the JSON; ``--out`` also write
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import functools
 import importlib
@@ -378,8 +379,20 @@ def _child(opts: argparse.Namespace) -> None:
     import test_helion_kernels as hk
     import triton_kiln as kiln
     import triton_kiln.helion
-    from triton_kiln.helion import adapter, compat
+    from triton_kiln.helion import adapter, compat, finalists
     from triton_kiln.helion.sandbox_jobs import make_sandbox
+
+    rounds: list[dict[str, Any]] = []  # kiln's final rounds (kiln-race), each as its provider kept it
+    helions_race = finalists.race
+
+    def race_recorded(search: Any, members: Any, desc: str, target_ms: float) -> bool:
+        raced = helions_race(search, members, desc, target_ms)
+        kept = getattr(search.benchmark_provider, "final_rounds", None)
+        if raced and kept:
+            rounds.append(dataclasses.asdict(kept[-1]))
+        return raced
+
+    finalists.race = race_recorded
 
     importlib.import_module("helion.autotuner")  # every search class: the split wraps their overrides
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -439,6 +452,8 @@ def _child(opts: argparse.Namespace) -> None:
     result["configs_failed"] = sum(p.failed for p in phases)
     result.update(_split_fields(clock, wall, phases, wrapped))
     result["cuda_alive"] = _cuda_alive(torch)
+    if rounds:
+        result["final_rounds"] = rounds
     if config is not None:
         result["status"] = "ok"
         result["config"] = repr(config)

@@ -30,7 +30,8 @@ from triton_kiln import CompilePool, settings
 from triton_kiln.helion import compat, finalists
 from triton_kiln.helion.sandbox_jobs import FinalistRunsJob
 
-TARGET_MS = 5000.0  # Helion's default final-verification window per finalist
+TARGET_MS = 5000.0  # Helion's default final-verification target per finalist
+ROUND_MS = 1000.0  # what kiln's round gives a finalist racing to the end (finalists.ROUND_MS)
 
 
 @pytest.fixture
@@ -95,22 +96,43 @@ def test_the_finalists_race_and_the_slow_ones_leave_after_one_short_pass(loop: S
     picked = _verify(search, members)
     assert picked is members[0]  # the best time in the race, not the search's best
     (record,) = search.benchmark_provider.final_rounds
-    # Helion's finalist order (by search timing); the window is Helion's per finalist, in PASSES passes
+    # Helion's finalist order (by search timing); a finalist racing to the end gets ROUND_MS of
+    # runs (less than Helion's 5000 ms target), in PASSES passes
     by_config = {e.config: e for e in record.finalists}
     entries = [by_config[str(m.config)] for m in members]
     assert [e.passes for e in entries] == [finalists.PASSES, 1, 1, finalists.PASSES]
     assert [e.left_after for e in entries] == [None, 1, 1, None]
     assert record.winner == str(members[0].config)
-    # Fewer timings than Helion's fixed windows: 4 x 5000 ms there, 2 x 5000 + 2 x 1000 ms here
-    assert sum(e.window_ms for e in entries) == 2 * TARGET_MS + 2 * TARGET_MS / finalists.PASSES
+    assert (record.target_ms, record.window_ms) == (TARGET_MS, ROUND_MS)
+    pass_ms = ROUND_MS / finalists.PASSES
+    assert sum(e.window_ms for e in entries) == 2 * ROUND_MS + 2 * pass_ms
     assert len(_passes(loop)) == 2 * finalists.PASSES + 2
     first = [job.job.warmup for job in _passes(loop)]
     assert first[0] == finalists.FIRST_WARMUP_MS
     assert set(first[1:]) == {1}
-    assert {job.job.rep for job in _passes(loop)} == {int(TARGET_MS / finalists.PASSES)}
+    assert {job.job.rep for job in _passes(loop)} == {int(pass_ms)}
+    # the wall time of each finalist's passes, and of the round, as the autotuning process waited
+    assert all(e.wall_s > 0 for e in entries)
+    assert record.wall_s >= sum(e.wall_s for e in entries)
     # each finalist's time is the median of its runs, appended as Helion appends its timings
     assert [m.perf for m in members] == pytest.approx([1.0, 1.3, 2.0, 1.01])
     assert search.best_perf_so_far == pytest.approx(0.3)  # the search's best, lower than any re-timing
+    search.benchmark_provider.cleanup()
+
+
+def test_a_shorter_helion_target_is_the_rounds_window(
+    loop: StandInSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HELION_AUTOTUNE_FINAL_REBENCHMARK_TARGET_MS", "500")
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [0.3, 0.2])
+    _race_at(loop, search, members, [1.0, 1.005])  # too close to part: both race to the end
+    _verify(search, members)
+    (record,) = search.benchmark_provider.final_rounds
+    assert (record.target_ms, record.window_ms) == (500.0, 500.0)
+    assert {job.job.rep for job in _passes(loop)} == {int(500 / finalists.PASSES)}
+    assert [e.window_ms for e in record.finalists] == [500.0, 500.0]
     search.benchmark_provider.cleanup()
 
 

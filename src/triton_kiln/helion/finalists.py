@@ -2,15 +2,15 @@
 
 Helion ends a search by re-timing its finalists (``final_rebenchmark_best``, see
 :mod:`triton_kiln.helion.compat`): where its effort profile has no final selection (effort
-``quick`` on 1.5.1, every effort on 1.5.0) every finalist, up to 8 plus pinned seeds, gets a
-long fixed window (``target_ms``, 5000 ms by default) of Helion's interleaved bench in the
-autotuning process, whether it is close to the leader or far behind. With the setting on, that
-one ``rebenchmark`` call is answered by kiln's final round instead::
+``quick`` on 1.5.1, every effort on 1.5.0) every finalist, up to 8 plus pinned seeds, is timed
+in Helion's interleaved bench in the autotuning process (``target_ms``, 5000 ms by default, sizes
+its repeats), whether it is close to the leader or far behind. With the setting on, that one
+``rebenchmark`` call is answered by kiln's final round instead::
 
     Helion final_rebenchmark_best (unchanged: picks the finalists)
       self.rebenchmark(finalists, desc="Final verification top n configs", ...)  <- kiln's
         each finalist's BenchmarkJob, built by Helion                 (kiln's sandbox process)
-        pass 1: every finalist once, target_ms / PASSES ms  ------->  FinalistRunsJob: every run
+        pass 1: every finalist once, window_ms / PASSES ms  ------->  FinalistRunsJob: every run
         a finalist clearly behind the leader leaves (kiln's rule,
           triton_kiln.autotuner.final_round.Race / outpaced); a finalist that faults leaves
           with its reason, logged as Helion logs a failed finalist
@@ -19,9 +19,10 @@ one ``rebenchmark`` call is answered by kiln's final round instead::
           and _apply_rebenchmark_timings (perfs, best_perf_so_far, trace, finalist history)
       Helion picks the live finalist with the lowest perf (pinned tolerance, its log), as always
 
-A finalist that stays to the end gets ``target_ms`` of runs in all, as in Helion's window; one
-that leaves after pass ``k`` got ``k`` passes. Helion's search, effort profiles, cache and its
-final selection (1.5.1's effort ``full``, already in kiln's sandbox) are untouched. Helion's
+A finalist that stays to the end gets ``window_ms`` of runs in all (:data:`ROUND_MS`, or
+Helion's ``target_ms`` where that is shorter); one that leaves after pass ``k`` got ``k``
+passes. Helion's search, effort profiles, cache and its final selection (1.5.1's effort
+``full``, already in kiln's sandbox) are untouched. Helion's
 own final verification runs instead when the config cannot go to a worker (mutated arguments,
 unpicklable arguments, a distributed run, ``autotune_benchmark_subprocess=False``,
 ``KILN_HELION_SANDBOX=0``), when a custom ``autotune_benchmark_fn`` times configs, or with
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,8 +46,17 @@ from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
 from triton_kiln.sandbox.timing import quantiles
 
 PASSES = 5
-"""The round's pass budget: each pass times every finalist still racing for ``target_ms /
-PASSES`` ms (Helion's ``target_ms``: ``HELION_AUTOTUNE_FINAL_REBENCHMARK_TARGET_MS``)."""
+"""The round's pass budget: each pass times every finalist still racing for ``window_ms /
+PASSES`` ms."""
+
+ROUND_MS = 1000.0
+"""The runs a finalist still racing at the end gets in all (``window_ms``; Helion's ``target_ms``,
+``HELION_AUTOTUNE_FINAL_REBENCHMARK_TARGET_MS``, where that is shorter). Ten times Triton's
+``do_bench`` window: thousands of runs of a kernel under a millisecond, in passes that
+alternate between the finalists so drift hits them alike. Helion's 5000 ms sizes the repeats of
+its interleaved bench, whose sweeps are cheap; a pass of kiln's race is one sandbox call per
+finalist, and at 1000 ms a pass (Helion's 5000 ms over five) the round of a Helion matmul took
+40 s on an H100, where Helion's own verification took 13 s."""
 
 MARGIN = Timing().final_drop_margin
 """How far behind the leader (beyond both spreads) a finalist leaves: kiln's autotuner's own."""
@@ -78,6 +89,7 @@ class FinalistRecord:
     passes: int = 0  # passes it was timed in
     runs: int = 0  # do_bench runs in all
     window_ms: float = 0.0  # the passes' rep windows, summed
+    wall_s: float = 0.0  # the sandbox calls of its passes, as the autotuning process waited for them
     ms: float | None = None  # its time (median of its runs); None when it faulted
     left_after: int | None = None  # the pass after which it left the race (behind the leader)
     failure: str | None = None  # why it left the race when its timing failed
@@ -85,13 +97,16 @@ class FinalistRecord:
 
 @dataclass
 class FinalRoundRecord:
-    """One final round: ``target_ms`` (Helion's window per finalist), the pass budget, each
-    finalist's record (Helion's finalist order) and the winner's config."""
+    """One final round: ``target_ms`` (Helion's, per finalist), ``window_ms`` (the runs a
+    finalist racing to the end gets), the pass budget, each finalist's record (Helion's finalist
+    order), the winner's config and the round's wall time."""
 
     target_ms: float
+    window_ms: float
     passes: int
     finalists: list[FinalistRecord] = field(default_factory=list)
     winner: str | None = None
+    wall_s: float = 0.0
 
 
 def final_rebenchmark_best(search: Any, best: Any) -> Any:
@@ -159,14 +174,16 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
     ``rebenchmark`` would; ``False`` (nothing timed) when Helion cannot send one to a worker."""
     provider = search.benchmark_provider
     worker = provider.sandbox_worker
-    rep = max(1, int(target_ms / PASSES))
+    window_ms = min(target_ms, ROUND_MS)
+    rep = max(1, int(window_ms / PASSES))
     finalists: list[_Finalist] = []
     for index, member in enumerate(members):
         job = compat.finalist_job(provider, member.fn, rep, worker.capture)
         if job is None:
             return False
         finalists.append(_Finalist(str(index), member, job))
-    record = FinalRoundRecord(target_ms, PASSES, [FinalistRecord(str(m.config)) for m in members])
+    started = time.perf_counter()
+    record = FinalRoundRecord(target_ms, window_ms, PASSES, [FinalistRecord(str(m.config)) for m in members])
     window_s = (rep + FIRST_WARMUP_MS) / 1000
     timeout = max(float(provider.settings.autotune_benchmark_timeout), 3 * window_s + 15)
 
@@ -174,8 +191,10 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
         from triton_kiln.helion.sandbox_jobs import FinalistRunsJob
 
         job = compat.with_warmup(finalist.job, FIRST_WARMUP_MS) if warm else finalist.job
+        called = time.perf_counter()
         served = worker.call(FinalistRunsJob(job), timeout)
         entry = record.finalists[int(finalist.label)]
+        entry.wall_s += time.perf_counter() - called
         if served.error is not None:
             error = served.error
             if isinstance(error, compat.BenchmarkWorkerUnkillable):
@@ -212,9 +231,10 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
     compat.apply_final_timings(search, members, results, traced)
     timed = [e for e in record.finalists if e.ms is not None]
     record.winner = min(timed, key=lambda e: e.ms or math.inf).config if timed else None
+    record.wall_s = time.perf_counter() - started
     search.log.debug(
         f"kiln final round: {len(members)} finalists, {sum(e.passes for e in record.finalists)} passes "
-        f"of {rep} ms (Helion's window: {target_ms:.0f} ms each); "
+        f"of {rep} ms in {record.wall_s:.1f} s (Helion's target: {target_ms:.0f} ms each); "
         + "; ".join(
             f"{e.config}: {e.ms:.4f} ms"
             + (f", left after pass {e.left_after}" if e.left_after else "")
