@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from support.basics import gpu_available, wait_no_processes
+from support.redis_server import RedisServer, running_server
 from triton_kiln import CompilePool
 from triton_kiln.settings import usable_cores
 
@@ -36,6 +37,14 @@ def make_pool(tmp_path: Path) -> Iterator[Callable[..., CompilePool]]:
     for pool in pools:
         left = wait_no_processes(pool.pool_id)
         assert not left, f"processes leaked by pool {pool.pool_id}: {[(p.pid, p.name()) for p in left]}"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A fresh redis-server on 127.0.0.1 for the test; after it: stopped, and no redis-server
+    process left."""
+    with running_server(tmp_path / "redis") as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

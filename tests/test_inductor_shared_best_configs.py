@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.redis_server import REDIS_SERVER, RedisServer
 from support.remote_machine import run_machine
 from support.shared_best_configs_child import FIXTURE_HASH
 
@@ -32,12 +31,6 @@ from triton_kiln.remote.names import inductor_best_config_name
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)")
 
 OTHER_HASH = "0" * 64
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 def machine(tmp_path: Path, name: str, remote: str, *hashes: str, save: bool = False) -> dict[str, Any]:

@@ -10,13 +10,12 @@ miss with one warning, and the choices are timed."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.redis_server import REDIS_SERVER, RedisServer
 from support.remote_machine import run_machine
 
 pytest.importorskip("torch._inductor.codecache")
@@ -27,12 +26,6 @@ from triton_kiln.remote.inductor_timings import MAX_CHOICES
 from triton_kiln.remote.names import inductor_timings_name
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)")
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 def machine(tmp_path: Path, name: str, remote: str) -> dict[str, Any]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ import pytest
 
 from support.basics import SM90, add_request
 from support.lying_servers import KINDS, WRONG_TYPES, LyingServer
-from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.redis_server import REDIS_SERVER, RedisServer
 from triton_kiln import settings
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.remote.health import forget_warnings
@@ -39,12 +38,6 @@ HEALTHY_TIMEOUT_S = 5.0  # a real redis-server on a busy 2-core host: its replie
 BATCH = 6
 # distinct compile keys for every batch of a test (fresh compiles, never a hit)
 COMBOS = [(block, warps) for block in (16, 32, 64, 128, 256, 512, 1024, 2048, 4096) for warps in (1, 2, 4, 8)]
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 def remote_settings(

@@ -15,14 +15,13 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from support.basics import SM90, add_request
-from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.redis_server import REDIS_SERVER, RedisServer
 from triton_kiln import CompileRequest, settings
 
 pytest.importorskip("redis", reason="redis-py (the tests' own view of the server) is not installed")
@@ -70,12 +69,6 @@ with CompilePool(workers=2) as pool:  # KILN_CACHE_DIR and KILN_REMOTE_CACHE fro
     print(json.dumps({{"digests": digests, "dispatched": stats.dispatched, "compiled": stats.compiled,
                       "disk_hits": stats.disk_hits, "fetched": pool.store.remote.fetched}}))
 """
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 def remote_settings(url: str, cache_dir: Path, **changes: Any) -> settings.Settings:

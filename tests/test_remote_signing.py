@@ -8,14 +8,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from support.basics import add_request, wait_no_processes
-from support.redis_server import REDIS_SERVER, RedisServer, running_server
+from support.redis_server import REDIS_SERVER, RedisServer
 from triton_kiln import CompilePool, SettingsError, settings
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
@@ -27,12 +26,6 @@ pytestmark = [
     pytest.mark.skipif(REDIS_SERVER is None, reason="no redis-server (apt-get install redis-server)"),
     pytest.mark.timeout(120),
 ]
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

@@ -14,14 +14,13 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from support.basics import add_request, wait_no_processes
-from support.redis_server import REDIS_SERVER, RedisServer, free_port, running_server
+from support.redis_server import REDIS_SERVER, RedisServer, free_port
 from triton_kiln import CompilePool, SettingsError, settings
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.store import ArtifactStore, CacheWarning
@@ -35,13 +34,6 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    """A fresh redis-server for the test; after it: stopped, and no redis-server process left."""
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.fixture(scope="module")

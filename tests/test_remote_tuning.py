@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from support.redis_server import REDIS_SERVER, RedisServer, free_port, running_server
+from support.redis_server import REDIS_SERVER, RedisServer, free_port
 from triton_kiln import settings
 from triton_kiln.artifacts.store import CacheWarning
 from triton_kiln.tuning import ConfigResult, TuningDatabase
@@ -31,12 +30,6 @@ IDENTITY = {
     "capability": "9.0",
     "triton_version": "3.7.1",
 }
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with running_server(tmp_path / "redis") as server:
-        yield server
 
 
 def database(path: Path, url: str, **changes: Any) -> Any:
