@@ -26,7 +26,11 @@ outside the timed region), so the arms run side by side in one invocation:
   round; the split's ``benchmark`` phase holds the race, and the probes ``final_verification_s``
   (Helion's, any other arm) and ``kiln_final_verification_s`` (kiln-race's) time the whole
   final verification, so the two arms' difference shows; ``kiln_race_over_kiln`` compares their
-  walls and picks' runtimes). With
+  walls and picks' runtimes; each kiln-race run's ``final_rounds`` holds its rounds, each
+  finalist's passes, runs and wall time). A kiln arm's ``kiln.sandbox.kinds`` counts the
+  sandbox calls by kind of job (Helion's ``BenchmarkJob`` and ``AccuracyCheckJob``, kiln's
+  ``FinalistRunsJob``): ``seconds`` as the autotuning process waited for them,
+  ``job_seconds`` the jobs' own run in the sandbox. With
   ``--repeats N`` each arm runs N times per kernel, the arm order rotating from one round to the
   next, and the run with the median autotune wall is compared (every run is
   kept): Helion's search is seeded, but after the seeded population it follows measured
@@ -393,6 +397,16 @@ def _child(opts: argparse.Namespace) -> None:
         return raced
 
     finalists.race = race_recorded
+    from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
+
+    workers: list[Any] = []  # each search's sandbox worker: its calls by kind of job
+    helions_worker_init = KilnBenchmarkWorker.__init__
+
+    def worker_kept(self: Any, *args: Any, **kwargs: Any) -> None:
+        helions_worker_init(self, *args, **kwargs)
+        workers.append(self)
+
+    KilnBenchmarkWorker.__init__ = worker_kept  # type: ignore[method-assign]
 
     importlib.import_module("helion.autotuner")  # every search class: the split wraps their overrides
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -472,7 +486,13 @@ def _child(opts: argparse.Namespace) -> None:
         }
         pool.shutdown(wait=True, cancel_futures=True)
     if sandbox is not None:
-        result["kiln"]["sandbox"] = {"calls": sandbox.calls, "restarts": sandbox.restarts}
+        kinds: dict[str, dict[str, float]] = {}
+        for worker in workers:
+            for name, kind in worker.stats.kinds.items():
+                into = kinds.setdefault(name, {"calls": 0, "seconds": 0.0, "job_seconds": 0.0})
+                for field_name in into:
+                    into[field_name] += getattr(kind, field_name)
+        result["kiln"]["sandbox"] = {"calls": sandbox.calls, "restarts": sandbox.restarts, "kinds": kinds}
         sandbox.close()
     print(RESULT + json.dumps(result), flush=True)
 

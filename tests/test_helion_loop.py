@@ -146,6 +146,12 @@ def test_each_config_is_benchmarked_as_its_compile_lands(loop: StandInSandbox) -
     assert stats.streamed >= 1
     assert stats.taken_from_stream == stats.streamed
     assert loop.threads.count("kiln-helion-stream") == stats.streamed
+    # by kind: a timing and an accuracy check per config, each call's wait counted
+    assert {name: kind.calls for name, kind in stats.kinds.items()} == {
+        "BenchmarkJob": 5,
+        "AccuracyCheckJob": 5,
+    }
+    assert sum(kind.seconds for kind in stats.kinds.values()) == pytest.approx(stats.seconds)
     provider.cleanup()
 
 
@@ -230,6 +236,10 @@ def test_real_sandbox_values_and_the_jobs_own_error(real_worker: KilnBenchmarkWo
     real_worker.shutdown()
     assert not real_worker.alive()
     assert real_worker.run(sandboxes.returns_latency, timeout=30) == sandboxes.LATENCY_MS
+    # each kind's calls, their waits here and the jobs' own run there (a job ran shorter than its call)
+    kinds = real_worker.stats.kinds
+    assert {name: kind.calls for name, kind in kinds.items()} == {"function": 3}
+    assert 0 < kinds["function"].job_seconds < kinds["function"].seconds
 
 
 def test_real_sandbox_crash_hang_and_sticky_error_are_helions_worker_errors(

@@ -22,6 +22,7 @@ process-wide one (:func:`triton_kiln.helion.config.sandbox`).
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,9 +33,12 @@ from triton_kiln.sandbox.call_messages import is_sticky
 
 @dataclass(frozen=True)
 class JobReturned:
-    """The job returned ``value`` (a latency in ms, an ``AccuracyCheckResult``, ``None``...)."""
+    """The job returned ``value`` (a latency in ms, an ``AccuracyCheckResult``, ``None``...);
+    ``seconds``: how long the job ran in the sandbox (its load of Helion's generated code and its
+    timing loop, without the call's transport)."""
 
     value: Any
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -44,16 +48,17 @@ class JobRaised:
 
     error: BaseException | None
     text: str
+    seconds: float = 0.0
 
     @classmethod
-    def of(cls, error: Exception) -> JobRaised:
+    def of(cls, error: Exception, seconds: float = 0.0) -> JobRaised:
         error.__traceback__ = None  # it pins the job's tensors
         text = f"{type(error).__module__}.{type(error).__qualname__}: {error}"
         try:
             pickle.dumps(error)
         except Exception:
-            return cls(None, text)
-        return cls(error, text)
+            return cls(None, text, seconds)
+        return cls(error, text, seconds)
 
 
 @dataclass(frozen=True)
@@ -63,13 +68,14 @@ class HelionJob:
     job: Callable[[], Any]
 
     def __call__(self) -> JobReturned | JobRaised:
+        started = time.perf_counter()
         try:
             value = self.job()
         except Exception as exc:
             if is_sticky(f"{type(exc).__name__}: {exc}"):
                 raise  # this process's CUDA context is gone: the call worker replies, then exits
-            return JobRaised.of(exc)
-        return JobReturned(value)
+            return JobRaised.of(exc, time.perf_counter() - started)
+        return JobReturned(value, time.perf_counter() - started)
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,16 @@ class SkippedJob:
 
 
 @dataclass
+class JobKindStats:
+    """The sandbox calls of one kind of job (Helion's ``BenchmarkJob``, ``AccuracyCheckJob``,
+    kiln's ``FinalistRunsJob``...)."""
+
+    calls: int = 0
+    seconds: float = 0.0  # the calls as this process waited for them (transport and start-ups included)
+    job_seconds: float = 0.0  # the jobs' own run in the sandbox (calls that came back with one)
+
+
+@dataclass
 class SandboxStats:
     """What the worker did (for tests, benchmarks and the bench's split)."""
 
@@ -96,6 +106,7 @@ class SandboxStats:
     taken_from_stream: int = 0  # Helion's requests answered by a job run ahead
     seconds: float = 0.0  # in sandbox calls, start-up waits included
     skipped: list[SkippedJob] = field(default_factory=list)
+    kinds: dict[str, JobKindStats] = field(default_factory=dict)  # by the job's type name
 
 
 class _Speculated(Exception):
@@ -252,9 +263,14 @@ class KilnBenchmarkWorker:
         label = compat.job_label(job)
         env = {_CACHE_VARIABLE: os.environ[_CACHE_VARIABLE]} if _CACHE_VARIABLE in os.environ else {}
         outcome = self.sandbox.call(HelionJob(job), label=label, env=env, timeout_s=timeout)
+        ran = outcome.value.seconds if isinstance(outcome.value, JobReturned | JobRaised) else 0.0
         with self._lock:
             self.stats.jobs += 1
             self.stats.seconds += outcome.seconds
+            kind = self.stats.kinds.setdefault(type(job).__name__, JobKindStats())
+            kind.calls += 1
+            kind.seconds += outcome.seconds
+            kind.job_seconds += ran
             self._used = True
         if outcome.failure is None:
             value = outcome.value
