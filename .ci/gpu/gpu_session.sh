@@ -56,9 +56,10 @@ run() {  # run NAME SECONDS CMD...: a phase step with a limit, output to $out/NA
   tail -n "${TAIL:-6}" "$out/$name.log"
 }
 
-helion_bench() {  # helion_bench NAME SKIP KERNELS: one bench/helion_autotune.py run (HR, HO, HB as above)
+helion_bench() {  # helion_bench NAME SKIP KERNELS: one bench/helion_autotune.py run (HR, HO, HB as above;
+  # HA: the arms, the bench's default when unset)
   TAIL=24 run "$1" 590 python3 bench/helion_autotune.py --skip "$2" --kernels "$3" --repeats "${HR:-1}" \
-    --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" --out "$out/$1.json"
+    --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" ${HA:+--arms "$HA"} --out "$out/$1.json"
 }
 
 for phase in "$@"; do
@@ -110,7 +111,8 @@ for phase in "$@"; do
       run helion-tests 240 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
       TAIL=12 run helion-spawn 130 env HELION_AUTOTUNE_LOG_LEVEL=DEBUG python3 bench/helion_autotune.py \
         --child --arm spawn --kernel softmax --effort quick --generations 1 --seed 1234 ;;
-    helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag
+    helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag,
+      # HA arms (e.g. fork,kiln,kiln-race; ~70 s a run at effort quick on an H100, spawn ~2x)
       helion_bench "helion-$HT" fault,ctrl-c "$HK" ;;
     helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
       if [ -n "${HK:-}" ]; then helion_bench helion-faults none "$HK"; else helion_bench helion-faults compare add; fi ;;
