@@ -7,6 +7,7 @@ Helion's SM count. The worker's crash table runs in real sandbox processes (no G
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -209,8 +210,14 @@ def test_a_failure_in_the_sandbox_is_one_config_helion_skips(
     assert [math.isfinite(r.perf) for r in results] == [True] * 3 + [False]
     assert getattr(provider._autotune_metrics, metric) == before + 1  # Helion's own record
     assert loop.starts == starts + 1  # the replacement process was started at once
-    # the failed config's accuracy check was not run
-    assert sum(isinstance(j, compat.AccuracyCheckJob) for j in loop.jobs) == 3
+    # the failed config's accuracy check was not run (each check named by its config's source, the
+    # faulty one marked, and the thread that ran it)
+    checks = [
+        (hashlib.sha256(job_source(job).encode()).hexdigest()[:8], _is_faulty(job), thread)
+        for job, thread in zip(loop.jobs, loop.threads, strict=True)
+        if isinstance(job, compat.AccuracyCheckJob)
+    ]
+    assert len(checks) == 3, checks
     skipped = provider.sandbox_worker.stats.skipped
     assert len(skipped) == 1
     assert reason in skipped[0].reason
