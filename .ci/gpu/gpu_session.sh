@@ -175,11 +175,13 @@ for phase in "$@"; do
     footprint)  # what kiln holds where nothing tunes, after an idle time, right after a tuning, and
       # on a fresh cache before any call (364 s on an H100 with 5 s fresh arms; ~420 s with their 30 s)
       TAIL=14 run footprint 480 python3 bench/footprint.py --out "$out/footprint.json" ;;
-    helion-split)  # Helion's autotune wall split by phase, arms fork / spawn / kiln: HK kernels
-      # (matmul,layer_norm), HE effort (quick), HG generations (1); ~85 s per arm and kernel at quick
+    helion-split)  # Helion's autotune wall split by phase, HA arms (fork,spawn,kiln): HK kernels
+      # (matmul,layer_norm), HE effort (quick), HG generations (1); 50-95 s per arm and kernel at
+      # quick on an H100 (spawn slower), 478 s for fork,kiln,kiln-race over matmul and layer_norm
       TAIL=30 run helion-split 590 python3 bench/helion_autotune.py --skip fault,ctrl-c \
         --kernels "${HK:-matmul,layer_norm}" --effort "${HE:-quick}" --generations "${HG:-1}" --repeats 1 \
-        --budget-s 570 --min-start-s 110 --run-timeout-s 200 --out "$out/helion-split-${HT:-a}.json" ;;
+        --arms "${HA:-fork,spawn,kiln}" --budget-s 570 --min-start-s 110 --run-timeout-s 200 \
+        --out "$out/helion-split-${HT:-a}.json" ;;
     record)  # a tuning run as a user sees it (tmux, or script(1)): docs/tuning-recording.txt
       TAIL=40 run record 130 bash bench/record_tuning.sh matmul ;;
     devcheck)  # the output check on the GPU, the sandbox and the autotuner's GPU tests
