@@ -896,6 +896,21 @@ def _print_table(report: dict[str, Any]) -> None:
             )
             if r.get("split_not_measured"):
                 print(f"{'':12}   not measured: {', '.join(r['split_not_measured'])}")
+            for kept in r.get("final_rounds") or []:
+                entries = kept.get("finalists") or []
+                print(
+                    f"{'':12}   kiln's final round: {len(entries)} finalists, "
+                    f"{sum(e.get('passes', 0) for e in entries)} passes, {f(kept.get('wall_s'))} s"
+                )
+            kinds = ((r.get("kiln") or {}).get("sandbox") or {}).get("kinds") or {}
+            if kinds:
+                print(
+                    f"{'':12}   sandbox calls: "
+                    + ", ".join(
+                        f"{name} {int(k['calls'])} in {k['seconds']:.1f} s (jobs {k['job_seconds']:.1f} s)"
+                        for name, k in kinds.items()
+                    )
+                )
         ratios = "  ".join(
             f"{arm}/{other} autotune {f(row.get(f'{name}_over_{other}'), '{:.3f}')} "
             f"runtime {f(row.get(f'runtime_{name}_over_{other}'), '{:.3f}')}"
