@@ -91,7 +91,8 @@ def _passes(loop: StandInSandbox) -> list[Any]:
 def test_the_finalists_race_and_the_slow_ones_leave_after_one_short_pass(loop: StandInSandbox) -> None:
     with settings.scope(helion_final_round=True):
         search = _quick_search()
-    members = _finalists(search, [0.5, 0.4, 0.3, 0.45])  # the search's timings rank them 2, 1, 3, 0
+    # the search's timings rank them 2, 1, 3, 0, all within 10% of the fastest: all four race
+    members = _finalists(search, [1.04, 1.02, 1.0, 1.03])
     _race_at(loop, search, members, [1.0, 1.3, 2.0, 1.01])
     picked = _verify(search, members)
     assert picked is members[0]  # the best time in the race, not the search's best
@@ -116,7 +117,46 @@ def test_the_finalists_race_and_the_slow_ones_leave_after_one_short_pass(loop: S
     assert record.wall_s >= sum(e.wall_s for e in entries)
     # each finalist's time is the median of its runs, appended as Helion appends its timings
     assert [m.perf for m in members] == pytest.approx([1.0, 1.3, 2.0, 1.01])
-    assert search.best_perf_so_far == pytest.approx(0.3)  # the search's best, lower than any re-timing
+    assert search.best_perf_so_far == pytest.approx(1.0)
+    assert all(e.raced for e in entries)
+    search.benchmark_provider.cleanup()
+
+
+def test_finalists_well_behind_in_the_search_do_not_race(loop: StandInSandbox) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [1.0, 1.3, 2.0, 1.01])  # two more than 10% behind the fastest
+    _race_at(loop, search, members, [1.0, 1.3, 2.0, 1.01])
+    assert _verify(search, members) is members[0]
+    (record,) = search.benchmark_provider.final_rounds
+    by_config = {e.config: e for e in record.finalists}  # the record is in Helion's finalist order
+    entries = [by_config[str(m.config)] for m in members]
+    assert [e.raced for e in entries] == [True, False, False, True]
+    assert [e.passes for e in entries] == [finalists.PASSES, 0, 0, finalists.PASSES]
+    assert [e.search_ms for e in entries] == [1.0, 1.3, 2.0, 1.01]
+    assert len(_passes(loop)) == 2 * finalists.PASSES  # no job for the two left out
+    # the two that did not race keep Helion's state as the search left it
+    assert [len(m.perfs) for m in members] == [2, 1, 1, 2]
+    search.benchmark_provider.cleanup()
+
+
+def test_a_finalist_left_out_races_the_winner_when_its_search_time_beats_the_raced_time(
+    loop: StandInSandbox,
+) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    # the search ranks 0 and 1 first; both run slower in the race than 2's and 3's search timings
+    members = _finalists(search, [1.0, 1.02, 1.5, 1.2])
+    _race_at(loop, search, members, [1.6, 1.7, 1.3, 2.0])
+    assert _verify(search, members) is members[2]
+    (record,) = search.benchmark_provider.final_rounds
+    by_config = {e.config: e for e in record.finalists}
+    entries = [by_config[str(m.config)] for m in members]
+    assert all(e.raced for e in entries)
+    # 0 and 1 race (1 leaves), then 0, the winner so far, races 2 and 3, and 2 wins
+    assert [e.passes for e in entries] == [2, 1, 1, 1]
+    assert record.winner == str(members[2].config)
+    assert [m.perf for m in members] == pytest.approx([1.6, 1.7, 1.3, 2.0])
     search.benchmark_provider.cleanup()
 
 
@@ -139,7 +179,7 @@ def test_a_shorter_helion_target_is_the_rounds_window(
 def test_the_round_ends_when_one_finalist_is_left(loop: StandInSandbox) -> None:
     with settings.scope(helion_final_round=True):
         search = _quick_search()
-    members = _finalists(search, [0.3, 0.2, 0.25])
+    members = _finalists(search, [1.05, 1.0, 1.08])  # all within 10%: all race
     _race_at(loop, search, members, [2.0, 1.0, 1.5])
     assert _verify(search, members) is members[1]
     assert len(_passes(loop)) == 3  # one pass each: the two behind left, one was left

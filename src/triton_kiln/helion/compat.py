@@ -357,6 +357,13 @@ def is_final_verification(desc: str) -> bool:
     return desc.startswith(FINAL_VERIFICATION_DESC)
 
 
+def is_pinned_finalist(search: Any, member: Any) -> bool:
+    """Whether ``member`` is a pinned seed's (``PopulationBasedSearch._pinned_finalist_configs``,
+    1.5.0 and 1.5.1: the configs ``final_rebenchmark_best`` always verifies, and picks within
+    its pinned tolerance of the fastest)."""
+    return member.config in getattr(search, "_pinned_finalist_configs", ())
+
+
 HELION_FINAL_REBENCHMARK_BEST: Callable[[Any, Any], Any] = PopulationBasedSearch.__dict__[
     "final_rebenchmark_best"
 ]

@@ -10,13 +10,18 @@ its repeats), whether it is close to the leader or far behind. With the setting 
     Helion final_rebenchmark_best (unchanged: picks the finalists)
       self.rebenchmark(finalists, desc="Final verification top n configs", ...)  <- kiln's
         each finalist's BenchmarkJob, built by Helion                 (kiln's sandbox process)
-        pass 1: every finalist once, window_ms / PASSES ms  ------->  FinalistRunsJob: every run
+        the contenders race: search timing within 10% of the fastest's (kiln's autotuner's
+          contenders), the pinned seeds, at least two
+        pass 1: each contender once, window_ms / PASSES ms  ------->  FinalistRunsJob: every run
         a finalist clearly behind the leader leaves (kiln's rule,
           triton_kiln.autotuner.final_round.Race / outpaced); a finalist that faults leaves
           with its reason, logged as Helion logs a failed finalist
         pass 2 ... until one is left or PASSES passes are spent
-        each finalist's time (median of its runs) -> Helion's _resolve_isolated_rebenchmark_results
-          and _apply_rebenchmark_timings (perfs, best_perf_so_far, trace, finalist history)
+        a finalist left out whose search timing is not above the winner's raced time races
+          the winner in a further round, until none is
+        each raced finalist's time (median of its runs) -> Helion's
+          _resolve_isolated_rebenchmark_results and _apply_rebenchmark_timings (perfs,
+          best_perf_so_far, trace, finalist history); one left out keeps its search timing
       Helion picks the live finalist with the lowest perf (pinned tolerance, its log), as always
 
 A finalist that stays to the end gets ``window_ms`` of runs in all (:data:`ROUND_MS`, or
@@ -61,6 +66,12 @@ finalist, and at 1000 ms a pass (Helion's 5000 ms over five) the round of a Heli
 MARGIN = Timing().final_drop_margin
 """How far behind the leader (beyond both spreads) a finalist leaves: kiln's autotuner's own."""
 
+CONTEND_MARGIN = Timing().final_margin
+"""Which finalists race: those whose search timing is within this much of the fastest one's
+(kiln's autotuner's contenders), the pinned seeds, and at least :data:`LEAST_RACED`."""
+
+LEAST_RACED = Timing().final_top_k[0]
+
 FIRST_WARMUP_MS = 25
 """do_bench's warm-up before the round's first run (the GPU's clocks up); later passes warm up
 with one call, the GPU busy back to back."""
@@ -86,11 +97,13 @@ class FinalistRecord:
     """What the round did with one finalist."""
 
     config: str
+    search_ms: float  # its timing in Helion's search (``member.perf`` as the round began)
+    raced: bool = False  # False: its search timing left it out (behind the fastest and the winner)
     passes: int = 0  # passes it was timed in
     runs: int = 0  # do_bench runs in all
     window_ms: float = 0.0  # the passes' rep windows, summed
     wall_s: float = 0.0  # the sandbox calls of its passes, as the autotuning process waited for them
-    ms: float | None = None  # its time (median of its runs); None when it faulted
+    ms: float | None = None  # its time (median of its runs); None when it faulted or did not race
     left_after: int | None = None  # the pass after which it left the race (behind the leader)
     failure: str | None = None  # why it left the race when its timing failed
 
@@ -169,9 +182,28 @@ def _rebenchmark(search: Any, helions: Callable[..., None], members: list[Any], 
         helions(members, **kwargs)
 
 
+def contenders(perfs: Sequence[float], pinned: Sequence[bool]) -> list[int]:
+    """The finalists that race (indices, in order): each whose search timing is within
+    :data:`CONTEND_MARGIN` of the fastest one's, the pinned seeds, and at least
+    :data:`LEAST_RACED` (the fastest); every finalist where none has a finite timing."""
+    finite = sorted((i for i, perf in enumerate(perfs) if math.isfinite(perf)), key=lambda i: perfs[i])
+    if not finite:
+        return list(range(len(perfs)))
+    best = perfs[finite[0]]
+    close = [i for i in finite if perfs[i] <= best * (1 + CONTEND_MARGIN)]
+    chosen = set(finite[: max(LEAST_RACED, len(close))])
+    chosen.update(i for i, is_pinned in enumerate(pinned) if is_pinned)
+    return sorted(chosen)
+
+
 def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bool:
     """Race ``members`` (Helion's finalists) in kiln's sandbox and set their timings as Helion's
-    ``rebenchmark`` would; ``False`` (nothing timed) when Helion cannot send one to a worker."""
+    ``rebenchmark`` would; ``False`` (nothing timed) when Helion cannot send one to a worker.
+
+    The :func:`contenders` race first. A finalist left out whose search timing is not above the
+    winner's raced time then races the winner in a further round, until none is: Helion picks by
+    ``perf``, and a finalist that did not race keeps its search timing there (its ``perf`` and
+    history untouched)."""
     provider = search.benchmark_provider
     worker = provider.sandbox_worker
     window_ms = min(target_ms, ROUND_MS)
@@ -183,7 +215,9 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
             return False
         finalists.append(_Finalist(str(index), member, job))
     started = time.perf_counter()
-    record = FinalRoundRecord(target_ms, window_ms, PASSES, [FinalistRecord(str(m.config)) for m in members])
+    searched = [float(m.perf) for m in members]
+    entries = [FinalistRecord(str(m.config), ms) for m, ms in zip(members, searched, strict=True)]
+    record = FinalRoundRecord(target_ms, window_ms, PASSES, entries)
     window_s = (rep + FIRST_WARMUP_MS) / 1000
     timeout = max(float(provider.settings.autotune_benchmark_timeout), 3 * window_s + 15)
 
@@ -214,37 +248,57 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
         entry.window_ms += rep
         return _Timed("ok"), quantiles(runs, (0.5, 0.2, 0.8)), runs
 
-    contest: Race[_Finalist, _Timed] = Race(finalists, PASSES, MARGIN)
-    contest.run(time_one)
+    failed: dict[int, _Timed] = {}
+    to_race = contenders(searched, [compat.is_pinned_finalist(search, m) for m in members])
+    while to_race:
+        contest: Race[_Finalist, _Timed] = Race([finalists[i] for i in to_race], PASSES, MARGIN)
+        contest.run(time_one)
+        for i in to_race:
+            entry = record.finalists[i]
+            entry.raced = True
+            label = finalists[i].label
+            if label in contest.failed:
+                failed[i] = contest.failed[label]
+                entry.ms = None
+                continue
+            entry.ms = contest.estimate(label)[0]
+            entry.left_after = contest.left.get(label)
+        live = [i for i, e in enumerate(record.finalists) if e.ms is not None]
+        if not live:
+            break
+        winner = min(live, key=lambda i: record.finalists[i].ms or math.inf)
+        lead = record.finalists[winner].ms or math.inf
+        late = [i for i, e in enumerate(record.finalists) if not e.raced and searched[i] <= lead]
+        to_race = sorted([winner, *late]) if late else []
+    raced = [i for i, e in enumerate(record.finalists) if e.raced]
     results: list[Any] = []
     traced: list[Any] = []
-    for finalist, entry in zip(finalists, record.finalists, strict=True):
-        failed = contest.failed.get(finalist.label)
-        if failed is not None:
+    for i in raced:
+        if i in failed:
             results.append(compat.IsolatedBenchmarkFailure("error"))  # out of the pick, as Helion's error
-            traced.append(compat.IsolatedBenchmarkFailure(failed.status))
+            traced.append(compat.IsolatedBenchmarkFailure(failed[i].status))
             continue
-        entry.ms = contest.estimate(finalist.label)[0]
-        entry.left_after = contest.left.get(finalist.label)
-        results.append(entry.ms)
-        traced.append(entry.ms)
-    compat.apply_final_timings(search, members, results, traced)
+        results.append(record.finalists[i].ms)
+        traced.append(record.finalists[i].ms)
+    compat.apply_final_timings(search, [members[i] for i in raced], results, traced)
     timed = [e for e in record.finalists if e.ms is not None]
     record.winner = min(timed, key=lambda e: e.ms or math.inf).config if timed else None
     record.wall_s = time.perf_counter() - started
     search.log.debug(
-        f"kiln final round: {len(members)} finalists, {sum(e.passes for e in record.finalists)} passes "
-        f"of {rep} ms in {record.wall_s:.1f} s (Helion's target: {target_ms:.0f} ms each); "
-        + "; ".join(
-            f"{e.config}: {e.ms:.4f} ms"
-            + (f", left after pass {e.left_after}" if e.left_after else "")
-            + (f", failed: {e.failure}" if e.failure else "")
-            if e.ms is not None
-            else f"{e.config}: failed: {e.failure}"
-            for e in record.finalists
-        )
+        f"kiln final round: {len(members)} finalists, {len(raced)} raced, "
+        f"{sum(e.passes for e in record.finalists)} passes of {rep} ms in {record.wall_s:.1f} s "
+        f"(Helion's target: {target_ms:.0f} ms each); " + "; ".join(_described(e) for e in record.finalists)
     )
     rounds = getattr(provider, "final_rounds", None)
     if isinstance(rounds, list):
         rounds.append(record)
     return True
+
+
+def _described(entry: FinalistRecord) -> str:
+    if not entry.raced:
+        return f"{entry.config}: not raced (search: {entry.search_ms:.4f} ms)"
+    if entry.ms is None:
+        return f"{entry.config}: failed: {entry.failure}"
+    left = f", left after pass {entry.left_after}" if entry.left_after else ""
+    return f"{entry.config}: {entry.ms:.4f} ms{left}"
