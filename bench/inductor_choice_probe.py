@@ -1,11 +1,12 @@
 """Why max-autotune picks differ between stock Inductor and kiln: every template
 autotune's choices and timings, in both arms, from fresh caches, side by side.
 
-On ResNet-50 max-autotune (2026-11-25, H100) kiln's compiled model made 13 extern (ATen) calls
-where stock's made 1; its GPU kernels were 2-7% faster and its wall time 16-20% slower (the
-paired runtime), because an ATen convolution costs the host more than a Triton launch. This
-script records, in one cold process per arm on a part of the model (``--layers``: the stem and
-the first N of ResNet-50's four stages), for every ``InductorBenchmarker.benchmark_gpu`` call:
+Where kiln's compiled model makes other extern (ATen) calls than stock's (on ResNet-50
+max-autotune, H100, a kiln build made 13 where stock made 1: GPU kernels 2-7% faster, wall time
+16-20% slower in the paired runtime, an ATen convolution costing the host more than a Triton
+launch), this script shows why. It records, in one cold process per arm on a part of the
+model (``--layers``: the stem and the first N of ResNet-50's four stages), for every
+``InductorBenchmarker.benchmark_gpu`` call:
 
 * what was timed (the choice's kernel name and its launchers' class for a Triton template, or
   the extern call), the time Inductor got (ms), the host's time to issue 10 calls of it with no
@@ -18,7 +19,7 @@ Then per op: each arm's pick, and for choices present in both (matched by descri
 time over stock's, split into Triton templates and extern calls, and the op's shift (the median
 of those ratios within the op).
 
-Added 2026-11-25, for the per-op shift the hold left and the compiled model that ran slower:
+For the per-op shifts and a compiled model that runs slower, it also records:
 
 * per benchmark: the op it belongs to, the ``ptxas`` processes alive among this process's
   descendants, the GPU's SM clock (MHz, NVML) before and after, and the compile results' classes

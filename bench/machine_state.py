@@ -63,9 +63,9 @@ def snapshot(sample_s: float = 0.5) -> dict[str, Any]:
 
 def host() -> dict[str, Any]:
     """The host, recorded in a benchmark's meta so that runs on different machines can be told
-    apart: its CPU model (two H200 hosts' compile floors differed by 28-51% on 2026-11-28, and
-    the runs did not say which CPUs they had), logical CPUs, current frequency, and the load
-    averages as the run starts (another job on a shared host shows there)."""
+    apart: its CPU model (two H200 hosts' compile floors can differ by 28-51%), logical CPUs,
+    current frequency, and the load averages as the run starts (another job on a shared host
+    shows there)."""
     model = None
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():

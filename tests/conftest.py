@@ -80,7 +80,7 @@ def suite_processes(config: pytest.Config) -> int:
     its cores, at most ``SUITE_PROCESSES_MAX``, file by file (``--dist loadfile``: a file's
     module-scoped servers and pools start once). Many tests wait (a hang killed at its timeout, a
     server or a torch import starting) rather than compute, so on CI's 2 cores two processes take
-    the suite from ~21 to ~13 minutes (2026-11-28). Never where a GPU is (its tests share one
+    the suite from ~21 to ~13 minutes. Never where a GPU is (its tests share one
     device and time it), nor when the run names files, ``-n``/``--dist`` itself, ``--pdb``,
     ``--collect-only``, or ``PYTEST_XDIST_AUTO_NUM_WORKERS=0``."""
     option = config.option

@@ -1,5 +1,5 @@
-"""The benches record the host they ran on (``bench/machine_state.host``): on 2026-11-28 two
-H200 hosts' compile floors differed by 28-51% and the runs could not say whose CPU was whose."""
+"""The benches record the host they ran on (``bench/machine_state.host``): two H200 hosts'
+compile floors can differ by 28-51%, and a run that does not name its CPU cannot be compared."""
 
 from __future__ import annotations
 

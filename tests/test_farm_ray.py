@@ -361,11 +361,11 @@ def test_a_lost_nodes_jobs_run_again_on_another_node(tmp_path: Path, monkeypatch
 
 @pytest.mark.timeout(120)
 def test_a_call_to_a_node_actor_whose_node_is_gone_means_the_node_was_lost(cluster: LocalRayCluster) -> None:
-    """CI, 2026-11-28: in test_a_lost_nodes_jobs_run_again_on_another_node a call to the killed
-    node's actor came back from Ray as ``ActorUnschedulableError`` ("the node specified via
-    NodeAffinitySchedulingStrategy doesn't exist any more"), which the farm took for the job's own
-    failure: the job was skipped rather than run again on the node left. An actor pinned to a
-    node that does not exist gets that error on every call."""
+    """A call to a killed node's actor can come back from Ray as ``ActorUnschedulableError``
+    ("the node specified via NodeAffinitySchedulingStrategy doesn't exist any more"), not as a
+    lost actor: the farm takes it for a lost node, so the job runs again on the node left rather
+    than being skipped as the job's own failure. An actor pinned to a node that does not exist
+    gets that error on every call."""
     from triton_kiln.farm import ray_api
 
     connected = ray_api.connect(cluster.address, {})

@@ -30,8 +30,9 @@ from triton_kiln.inductor import InductorConfigCrashedError, InductorKernelError
 PRELOAD = (
     "support.inductor_faults_preload"  # the workers' compiler faults on kilnfault_<mode> kernels, num_warps=8
 )
-# Long enough for the good compiles beside the hang on a busy 2-core machine: they passed at 10 s
-# with one CPU hog beside the test, and one ran past 10 s with two (2026-11-25).
+# Every compile of the pool has this limit, the good choices' beside the hang too: long enough
+# for them on a busy 2-core machine, where one CPU hog beside the test leaves them under 10 s and
+# two can push one past it.
 HANG_TIMEOUT_S = 15.0
 MODES = ("abort", "segv", "hang")
 SIGNAL = {"abort": "SIGABRT", "segv": "SIGSEGV"}

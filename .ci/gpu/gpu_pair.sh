@@ -8,10 +8,10 @@
 # for both sides by process id (a `pgrep -f` on a phase's script also matches the command that
 # waits, and never returns), then prints both sides' output. Exit status: 0 if both sides did.
 # Files back from the device: each side's device.txt, logs and JSON count towards its 8-file limit.
-# Compile-bound figures are not those of a one-GPU machine here: on 2026-11-28, Liger MoE's kiln
-# first call took 11.5-13.3 s beside another job against 9.2 s alone on a one-GPU H200 (its
-# compiles and plain-JIT compiles 28-51% slower; docs/BENCHMARKS.md, fifteenth session). Pair
-# runs whose ratio is not compile-bound, or take a first-call target from a one-GPU machine.
+# Compile-bound figures are not those of a one-GPU machine here: Liger MoE's kiln first call
+# takes 11.5-13.3 s beside another job against 9.2 s alone on a one-GPU H200 (its compiles and
+# plain-JIT compiles 28-51% slower). Pair runs whose ratio is not compile-bound, or take a
+# first-call target from a one-GPU machine.
 set -uo pipefail
 if [ $# -ne 2 ]; then
   echo "usage: [A_ENV=...] [B_ENV=...] bash .ci/gpu/gpu_pair.sh 'PHASES for GPU 0' 'PHASES for GPU 1'" >&2
