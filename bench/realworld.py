@@ -60,12 +60,14 @@ take here: per kiln tuning run the longest compile or the sum of compiles over t
 whichever is larger, plus the final round; summed) and ``kiln_first_over_limit``,
 ``outputs_match`` (kiln's outputs against Triton's, with
 tolerances by dtype), ``kiln_statuses`` (config status -> count over kiln's tuning runs),
-``kiln_time_split`` (each kiln tuning run's report: each config's result and the run's time
-split; a library's own search through kiln's ``_bench``, FlagGems' ``LibTuner``, has a report of
-the same shape marked ``"search": "library"``, with no split, and its limit counts the compiles
-only: the library times its configs itself, one by one), ``kiln_left_on_triton`` (kernels the
-op launched through Triton's autotuner in the kiln arm, with the reason), ``errors`` (arm ->
-error; a failed arm is data) and ``arms`` (everything each arm reported). Budget (estimated
+``kiln_first_split`` (kiln's first call split: its tuning runs, the op's plain
+``@triton.jit`` compiles, the rest; :func:`first_call_split`), ``kiln_time_split`` (each kiln
+tuning run's report: each config's result and the run's time split; a library's own search
+through kiln's ``_bench``, FlagGems' ``LibTuner``, has a report of the same shape marked
+``"search": "library"``, with no split, and its limit counts the compiles only: the library
+times its configs itself, one by one), ``kiln_left_on_triton`` (kernels the op launched
+through Triton's autotuner in the kiln arm, with the reason), ``errors`` (arm -> error; a
+failed arm is data) and ``arms`` (everything each arm reported). Budget (estimated
 from earlier H100 runs, not measured): Triton's first calls alone are ~100 s for the MoE and
 ~95 s for ``chunk_gla``, and until kiln routes FLA's ``CachedAutotuner`` every kiln arm of
 ``chunk_gla`` pays most of that too; where a command may take at most 10 minutes, run the Liger
@@ -401,6 +403,7 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "kernels_same_config": field("harness", "kernels_same_config"),
         "limit_s": limit,
         "kiln_first_over_limit": kiln_first / limit if isinstance(kiln_first, float) and limit else None,
+        "kiln_first_split": first_call_split(kiln_first, runs, kiln.get("first_call_jit")),
         "outputs_match": outputs.get("kiln", {}).get("match"),
         "kiln_statuses": kiln.get("kiln_statuses"),
         "kiln_time_split": kiln.get("kiln_runs"),
@@ -410,6 +413,18 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         "outputs": outputs,
         "arms": arms,
     }
+
+
+def first_call_split(first: Any, runs: list[dict[str, Any]], jit: Any) -> dict[str, float] | None:
+    """Where kiln's first call went: ``tuning_s`` (its tuning runs' walls, summed),
+    ``jit_compile_s`` (the op's thread in Triton's JIT compile entry: plain ``@triton.jit``
+    compiles, which no tuning overlaps and the limit leaves out) and ``other_s`` (the rest: the
+    op's own work, launches, loading binaries); ``None`` without the first call's time."""
+    if not isinstance(first, float):
+        return None
+    tuning = sum(float((r.get("run", r).get("wall_s")) or 0.0) for r in runs)
+    compiling = float((jit or {}).get("seconds") or 0.0)
+    return {"tuning_s": tuning, "jit_compile_s": compiling, "other_s": first - tuning - compiling}
 
 
 def _over(numerator: Any, denominator: Any) -> float | None:
@@ -444,6 +459,7 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
         "op-level",
         "limit s",
         "kiln/limit",
+        "kiln: tuning/jit/other s",
         "outputs",
         "kiln statuses",
         "errors",
@@ -474,6 +490,10 @@ def table(ops: list[dict[str, Any]], markdown: bool = False) -> str:
                 f"{_num(r.get('triton_choice_ms_triton_harness_op_level'), '.3f')}",
                 _num(r.get("limit_s"), ".2f"),
                 _num(r.get("kiln_first_over_limit"), ".2f"),
+                "/".join(
+                    _num((r.get("kiln_first_split") or {}).get(f"{part}_s"), ".2f")
+                    for part in ("tuning", "jit_compile", "other")
+                ),
                 {True: "match", False: "DIFFER", None: "-"}[r.get("outputs_match")],
                 " ".join(f"{k}:{v}" for k, v in sorted(statuses.items())) or "-",
                 "; ".join(f"{a}: {e[:80]}" for a, e in r.get("errors", {}).items()) or "-",

@@ -31,12 +31,14 @@ today) is left on Triton's autotuner and listed with the reason, unless ``--stri
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
 import platform
 import statistics
 import sys
+import threading
 import time
 import traceback
 from collections import Counter
@@ -352,6 +354,47 @@ def run_harness(args: argparse.Namespace, tuners: list[Any], op: Any, result: di
     result["harness_runs_op_level"] = timed
 
 
+class JitClock:
+    """The time this thread spends in Triton's JIT compile entry (``JITFunction._do_compile``,
+    kiln's routing wrapper included where kiln is installed), outermost calls only: plain
+    ``@triton.jit`` compiles the op waits for, and in Triton's own arms each autotuned config's
+    compile too. Other threads' calls are not counted."""
+
+    def __init__(self) -> None:
+        self.compiles = 0
+        self.seconds = 0.0
+        self._thread = threading.get_ident()
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def timing(self) -> Iterator[JitClock]:
+        from triton.runtime.jit import JITFunction
+
+        original = JITFunction._do_compile
+
+        @functools.wraps(original)
+        def timed(fn: Any, *args: Any, **kwargs: Any) -> Any:
+            if threading.get_ident() != self._thread or self._depth:
+                return original(fn, *args, **kwargs)
+            self._depth += 1
+            started = time.perf_counter()
+            try:
+                return original(fn, *args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - started
+                self.compiles += 1
+                self._depth -= 1
+
+        JITFunction._do_compile = timed
+        try:
+            yield self
+        finally:
+            JITFunction._do_compile = original
+
+    def report(self) -> dict[str, Any]:
+        return {"compiles": self.compiles, "seconds": self.seconds}
+
+
 def run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     if args.arm != PARALLEL:
         _run_arm(args, result)
@@ -416,9 +459,11 @@ def _run_arm(args: argparse.Namespace, result: dict[str, Any]) -> None:
     started = time.perf_counter()
     if args.arm in KILN_ARMS:
         result["program_replay"] = _replay_state(installed_at, started)
-    case.run()
-    torch.cuda.synchronize()
+    with JitClock().timing() as jit:
+        case.run()
+        torch.cuda.synchronize()
     result["first_s"] = time.perf_counter() - started
+    result["first_call_jit"] = jit.report()
     invoked = _invoked(tuners)
     result["kernels"] = [_kernel_record(t) for t in invoked]
     result["configs"] = sum(len(t.configs) for t in invoked)

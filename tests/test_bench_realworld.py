@@ -280,3 +280,49 @@ def test_a_library_driven_search_gives_the_row_its_split_and_its_limit(
     assert [name for name in COMPLETE_ROW if row.get(name) in (None, {}, [])] == []
     assert row["kiln_time_split"][name][0]["search"] == "library"
     assert row["limit_s"] == 4.0  # the longest compile; the library's timings have no final round
+
+
+def test_a_row_splits_kilns_first_call_into_tuning_plain_jit_compiles_and_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(realworld.os, "sched_getaffinity", lambda pid: set(range(16)))
+    runs = {
+        "lib.a": [{"run": {"wall_s": 1.5, "results": [{"compile_s": 1.0}], "split": {"final_s": 0.2}}}],
+        "lib.b": [{"run": {"wall_s": 3.5, "results": [{"compile_s": 3.0}], "split": {"final_s": 0.1}}}],
+    }
+    arms = _arms(runs)
+    arms["kiln"].update(first_s=10.0, first_call_jit={"compiles": 4, "seconds": 3.25})
+    row = realworld.summarize("liger_moe_fwd", arms, tmp_path)
+    assert row["kiln_first_split"] == {"tuning_s": 5.0, "jit_compile_s": 3.25, "other_s": 1.75}
+    assert "5.00/3.25/1.75" in realworld.table([row])
+    assert row["limit_s"] == pytest.approx(4.3)  # the tunings' limit: plain-JIT compiles are outside it
+    del arms["kiln"]["first_s"]
+    assert realworld.summarize("liger_moe_fwd", arms, tmp_path)["kiln_first_split"] is None
+
+
+def test_the_first_calls_jit_clock_counts_this_threads_outermost_compiles_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+    import time
+
+    from triton.runtime.jit import JITFunction
+
+    import realworld_child
+
+    def compile_(fn: Any, nested: bool = False) -> str:
+        time.sleep(0.05)
+        if nested:
+            JITFunction._do_compile(fn)  # a compile inside a compile: counted once, with its caller
+        return "kernel"
+
+    monkeypatch.setattr(JITFunction, "_do_compile", compile_)
+    with realworld_child.JitClock().timing() as clock:
+        assert JITFunction._do_compile(object()) == "kernel"
+        JITFunction._do_compile(object(), nested=True)
+        other = threading.Thread(target=JITFunction._do_compile, args=(object(),))  # another thread's
+        other.start()
+        other.join()
+    assert JITFunction._do_compile is compile_  # Triton's own entry is back
+    assert clock.report()["compiles"] == 2
+    assert 0.15 <= clock.report()["seconds"] < 1.0
