@@ -35,6 +35,11 @@ output against the same run's stock output by ``torch._dynamo.utils.same`` with 
 output as reference, Inductor's own accuracy rule; ``None`` when an arm is missing), medians over
 runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medians over runs:
 ``dynamo_timed`` phases, ``calculate_time_spent``, counters, ``torch._inductor.metrics``);
+``stock_limit_s`` / ``kiln_limit_s`` (the cold process's limit, median over runs: the compile
+work, the CPU seconds of the processes below it and of its threads other than the main one,
+over its cores, plus the wall time of Inductor's GPU benchmarks; the main thread's lowering is
+outside it, and each cold result's ``first_call_work`` says how much it was) and
+``stock_first_over_limit`` / ``kiln_first_over_limit``;
 ``<field>_runs`` (the per-run lists), ``ratios``, ``compare`` (per run), ``errors`` and ``runs``
 (everything each process reported).
 

@@ -205,11 +205,17 @@ def run(args: argparse.Namespace, result: dict[str, Any]) -> None:
     # after kiln's install (which wraps the same method): every coordinate descent, either arm
     coordesc, stop_recording = inductor_models.record_coordinate_descent()
     cache_events, stop_cache_events = inductor_models.record_cache_events()
+    work = inductor_models.FirstCallWork()
+    work.start()
     compiled = torch.compile(model, mode=None if args.mode == "default" else args.mode)
     with torch.no_grad():
         out = compiled(*inputs)
     inductor_models.sync(device)
     result["first_s"] = time.perf_counter() - started
+    # the compile work and the choices' timings, and the limit they make (the main thread's
+    # lowering is outside it)
+    result["first_call_work"] = work.stop(len(os.sched_getaffinity(0)))
+    result["limit_s"] = result["first_call_work"]["limit_s"]
     stop_cache_events()
     result["cache_events"] = cache_events  # why a graph was lowered again (a warm process's)
     # CPU seconds this process's threads spent in the first call, summed by thread family (the

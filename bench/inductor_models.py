@@ -549,6 +549,93 @@ def process_cpu_s(pid: int | None) -> float | None:
     return float(times.user + times.system)
 
 
+def descendants_cpu_s() -> dict[int, float]:
+    """CPU seconds (user + system) of each process below this one now (every level: Inductor's
+    compile pool and its sidecar, kiln's sidecar, zygotes and workers), by pid."""
+    import psutil
+
+    found: dict[int, float] = {}
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        found[child.pid] = times.user + times.system
+    return found
+
+
+class FirstCallWork:
+    """What a first call's compile asked of the machine, for its limit (:meth:`limit_s`): the
+    CPU seconds of the processes below this one (compile work: what they spent since
+    :meth:`start`, a process started since counting from zero) and of this process's threads
+    other than the main one, and the wall time of Inductor's GPU benchmarks
+    (``InductorBenchmarker.benchmark_gpu``, outermost calls per thread: the choices' timings)."""
+
+    def __init__(self) -> None:
+        self.benchmark_s = 0.0
+        self.benchmarks = 0
+        self._children: dict[int, float] = {}
+        self._threads: dict[str, float] = {}
+        self._undo: Callable[[], None] | None = None
+
+    def start(self) -> None:
+        import threading
+
+        self._children = descendants_cpu_s()
+        self._threads = thread_cpu_s()
+        try:
+            from torch._inductor.runtime import benchmarking
+        except ImportError:
+            return
+        owner = benchmarking.InductorBenchmarker
+        original = owner.benchmark_gpu
+        local = threading.local()
+        lock = threading.Lock()
+
+        def benchmark_gpu(bencher: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(local, "inside", False):
+                return original(bencher, *args, **kwargs)
+            local.inside = True
+            started = time.perf_counter()
+            try:
+                return original(bencher, *args, **kwargs)
+            finally:
+                local.inside = False
+                with lock:
+                    self.benchmark_s += time.perf_counter() - started
+                    self.benchmarks += 1
+
+        owner.benchmark_gpu = benchmark_gpu
+
+        def undo() -> None:
+            owner.benchmark_gpu = original
+
+        self._undo = undo
+
+    def stop(self, cores: int) -> dict[str, Any]:
+        """The first call's work since :meth:`start` and its ``limit_s``: the compile work over
+        ``cores``, plus the benchmarks' wall time. The main thread's own lowering and code
+        generation, which no pool spreads, is outside it (``main_thread_cpu_s`` says how much)."""
+        if self._undo is not None:
+            self._undo()
+            self._undo = None
+        now = descendants_cpu_s()
+        children = sum(max(0.0, cpu - self._children.get(pid, 0.0)) for pid, cpu in now.items())
+        spent = cpu_since(self._threads)
+        main = sum(v for name, v in spent.items() if name.startswith("MainThread"))
+        threads = sum(spent.values()) - main
+        work = children + threads
+        return {
+            "children_cpu_s": children,
+            "threads_cpu_s": threads,
+            "main_thread_cpu_s": main,
+            "benchmark_gpu_s": self.benchmark_s,
+            "benchmarks": self.benchmarks,
+            "cores": cores,
+            "limit_s": work / max(1, cores) + self.benchmark_s,
+        }
+
+
 def thread_cpu_s() -> dict[str, float]:
     """CPU seconds (user + system) of each OS thread of this process, by ``name[tid]``: the
     Python thread's name where it is one, else the OS's (``/proc/self/task``; empty without it)."""

@@ -141,6 +141,8 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
     per_run: dict[str, list[Any]] = {}
     for arm in ARMS:
         per_run[f"{arm}_first_s"] = _field(runs, arm, "cold", "first_s")
+        # the cold process's limit: its compile work over the cores plus its choices' timings
+        per_run[f"{arm}_limit_s"] = _field(runs, arm, "cold", "limit_s")
         per_run[f"{arm}_warm_s"] = _field(runs, arm, "warm", "first_s")
         # the paired runtime where the run has one (both arms' blocks on one core, in turn), else
         # the cold process's blocks (every run before the paired runtime was built)
@@ -157,6 +159,11 @@ def summarize(model: str, mode: str, runs: list[dict[str, Any]]) -> dict[str, An
     for key in ROW_KEYS[2:-1]:
         row[key] = _median(per_run[key])
     row["outputs_match"] = None if not matches or None in matches else all(matches)
+    for arm in ARMS:
+        limits = [v for v in per_run[f"{arm}_limit_s"] if isinstance(v, float)]
+        row[f"{arm}_limit_s"] = _median(limits) if limits else None
+        first, limit = row.get(f"{arm}_first_s"), row[f"{arm}_limit_s"]
+        row[f"{arm}_first_over_limit"] = first / limit if isinstance(first, float) and limit else None
     row.update({f"{key}_runs": values for key, values in per_run.items()})
     for arm in ARMS:
         row[f"{arm}_warm_matches_cold_runs"] = [
@@ -270,8 +277,8 @@ def grid(head: list[str], rows: list[list[str]]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ["model", "mode", "first s stock", "kiln", "x", "warm s stock", "kiln", "runtime ms stock", "kiln"]
-    head += ["x", "paired x", "outputs", "runs", "errors"]
+    head = ["model", "mode", "first s stock", "kiln", "x", "limit s stock", "kiln", "warm s stock", "kiln"]
+    head += ["runtime ms stock", "kiln", "x", "paired x", "outputs", "runs", "errors"]
     lines = []
     for r in rows:
         ratios = r.get("ratios", {})
@@ -282,6 +289,8 @@ def table(rows: list[dict[str, Any]]) -> str:
                 _num(r.get("stock_first_s"), ".1f"),
                 _num(r.get("kiln_first_s"), ".1f"),
                 _num(ratios.get("kiln/stock first_s"), ".2f"),
+                _num(r.get("stock_limit_s"), ".1f"),
+                _num(r.get("kiln_limit_s"), ".1f"),
                 _num(r.get("stock_warm_s"), ".2f"),
                 _num(r.get("kiln_warm_s"), ".2f"),
                 _num(r.get("stock_runtime_ms"), ".3f"),

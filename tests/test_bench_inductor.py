@@ -67,6 +67,16 @@ def test_smoke_stock_arm_writes_rows(tmp_path: Path) -> None:
     assert row["stock_runtime_wall_ms"] > 0  # the per-call synchronized measure, kept beside it
     assert row["stock_warm_runtime_ms"] > 0  # the warm process measures its runtime too
     assert row["kiln_first_s"] is None  # no kiln arm ran
+    # the cold process's limit: its compile work over its cores plus its GPU benchmarks (none here)
+    (cold,) = [run["stock"]["cold"] for run in row["runs"]]
+    work = cold["first_call_work"]
+    assert work["benchmark_gpu_s"] == 0.0
+    assert work["limit_s"] == pytest.approx((work["children_cpu_s"] + work["threads_cpu_s"]) / work["cores"])
+    assert row["stock_limit_s"] == pytest.approx(work["limit_s"])
+    assert work["main_thread_cpu_s"] > 0  # the lowering, outside the limit
+    # (the tiny CPU model may leave no work to a pool: then the ratio has no limit to divide by)
+    expected = row["stock_first_s"] / work["limit_s"] if work["limit_s"] else None
+    assert row["stock_first_over_limit"] == pytest.approx(expected)
     assert row["outputs_match"] is None
     assert len(row["stock_first_s_runs"]) == 1
     assert row["stock_warm_matches_cold_runs"] == [True]
