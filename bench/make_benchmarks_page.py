@@ -116,28 +116,21 @@ def _farm(data: dict[str, Any]) -> Iterator[Row]:
 
 
 def _helion(data: dict[str, Any]) -> Iterator[Row]:
+    measures = (("autotune wall (s)", "autotune_s"), ("chosen config runtime (ms)", "runtime_ms"))
     for row in data["compare"]:
         fork = row.get("fork") or {}
         # kiln's loop, then (where the run has it) the loop with kiln's final round
-        for arm, name in (("kiln", ""), ("kiln-race", ", kiln's final round")):
-            kiln = row.get(arm)
-            if arm != "kiln" and not kiln:
-                continue
-            kiln = kiln or {}
-            yield Row(
-                row["kernel"],
-                f"autotune wall (s){name}",
-                _num(kiln.get("autotune_s")),
-                "Helion fork precompile",
-                _num(fork.get("autotune_s")),
-            )
-            yield Row(
-                row["kernel"],
-                f"chosen config runtime (ms){name}",
-                _num(kiln.get("runtime_ms")),
-                "Helion fork precompile",
-                _num(fork.get("runtime_ms")),
-            )
+        arms = [("kiln", "")] + ([("kiln-race", ", kiln's final round")] if row.get("kiln-race") else [])
+        for arm, name in arms:
+            kiln = row.get(arm) or {}
+            for measure, key in measures:
+                yield Row(
+                    row["kernel"],
+                    f"{measure}{name}",
+                    _num(kiln.get(key)),
+                    "Helion fork precompile",
+                    _num(fork.get(key)),
+                )
 
 
 def _inductor(data: dict[str, Any]) -> Iterator[Row]:
