@@ -84,6 +84,13 @@ def _copies(members: Sequence[Any]) -> list[Any]:
     return [dataclasses.replace(m, perfs=list(m.perfs)) for m in members]
 
 
+def _entries(record: finalists.FinalRoundRecord, members: Sequence[Any]) -> list[finalists.FinalistRecord]:
+    """The round's record of each of ``members``, in their order (the record is in Helion's
+    finalist order)."""
+    by_config = {e.config: e for e in record.finalists}
+    return [by_config[str(m.config)] for m in members]
+
+
 def _passes(loop: StandInSandbox) -> list[Any]:
     return [job for job in loop.jobs if isinstance(job, FinalistRunsJob)]
 
@@ -99,8 +106,7 @@ def test_the_finalists_race_and_the_slow_ones_leave_after_one_short_pass(loop: S
     (record,) = search.benchmark_provider.final_rounds
     # Helion's finalist order (by search timing); a finalist racing to the end gets ROUND_MS of
     # runs (less than Helion's 5000 ms target), in PASSES passes
-    by_config = {e.config: e for e in record.finalists}
-    entries = [by_config[str(m.config)] for m in members]
+    entries = _entries(record, members)
     assert [e.passes for e in entries] == [finalists.PASSES, 1, 1, finalists.PASSES]
     assert [e.left_after for e in entries] == [None, 1, 1, None]
     assert record.winner == str(members[0].config)
@@ -129,8 +135,7 @@ def test_finalists_well_behind_in_the_search_do_not_race(loop: StandInSandbox) -
     _race_at(loop, search, members, [1.0, 1.3, 2.0, 1.01])
     assert _verify(search, members) is members[0]
     (record,) = search.benchmark_provider.final_rounds
-    by_config = {e.config: e for e in record.finalists}  # the record is in Helion's finalist order
-    entries = [by_config[str(m.config)] for m in members]
+    entries = _entries(record, members)
     assert [e.raced for e in entries] == [True, False, False, True]
     assert [e.passes for e in entries] == [finalists.PASSES, 0, 0, finalists.PASSES]
     assert [e.search_ms for e in entries] == [1.0, 1.3, 2.0, 1.01]
@@ -150,8 +155,7 @@ def test_a_finalist_left_out_races_the_winner_when_its_search_time_beats_the_rac
     _race_at(loop, search, members, [1.6, 1.7, 1.3, 2.0])
     assert _verify(search, members) is members[2]
     (record,) = search.benchmark_provider.final_rounds
-    by_config = {e.config: e for e in record.finalists}
-    entries = [by_config[str(m.config)] for m in members]
+    entries = _entries(record, members)
     assert all(e.raced for e in entries)
     # 0 and 1 race (1 leaves), then 0, the winner so far, races 2 and 3, and 2 wins
     assert [e.passes for e in entries] == [2, 1, 1, 1]
