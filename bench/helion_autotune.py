@@ -387,10 +387,10 @@ def _child(opts: argparse.Namespace) -> None:
     from triton_kiln.helion.sandbox_jobs import make_sandbox
 
     rounds: list[dict[str, Any]] = []  # kiln's final rounds (kiln-race), each as its provider kept it
-    helions_race = finalists.race
+    kilns_race = finalists.race
 
     def race_recorded(search: Any, members: Any, desc: str, target_ms: float) -> bool:
-        raced = helions_race(search, members, desc, target_ms)
+        raced = kilns_race(search, members, desc, target_ms)
         kept = getattr(search.benchmark_provider, "final_rounds", None)
         if raced and kept:
             rounds.append(dataclasses.asdict(kept[-1]))
@@ -400,10 +400,10 @@ def _child(opts: argparse.Namespace) -> None:
     from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
 
     workers: list[Any] = []  # each search's sandbox worker: its calls by kind of job
-    helions_worker_init = KilnBenchmarkWorker.__init__
+    worker_init = KilnBenchmarkWorker.__init__
 
     def worker_kept(self: Any, *args: Any, **kwargs: Any) -> None:
-        helions_worker_init(self, *args, **kwargs)
+        worker_init(self, *args, **kwargs)
         workers.append(self)
 
     KilnBenchmarkWorker.__init__ = worker_kept  # type: ignore[method-assign]
