@@ -565,11 +565,12 @@ def descendants_cpu_s() -> dict[int, float]:
 
 
 class FirstCallWork:
-    """What a first call's compile asked of the machine, for its limit (:meth:`limit_s`): the
-    CPU seconds of the processes below this one (compile work: what they spent since
-    :meth:`start`, a process started since counting from zero) and of this process's threads
-    other than the main one, and the wall time of Inductor's GPU benchmarks
-    (``InductorBenchmarker.benchmark_gpu``, outermost calls per thread: the choices' timings)."""
+    """What a first call's compile asked of the machine, for its limit (``limit_s`` of
+    :meth:`stop`): the CPU seconds of the processes below this one (compile work: what they spent
+    since :meth:`start`, a process started since counting from zero) and of this process's
+    threads other than the main one, and the wall time of Inductor's GPU benchmarks in this
+    process (``InductorBenchmarker.benchmark_gpu``, outermost calls per thread: the choices'
+    timings; with ``--kiln-sandbox`` kiln times them in its sandbox, whose wall is not counted)."""
 
     def __init__(self) -> None:
         self.benchmark_s = 0.0
