@@ -37,9 +37,10 @@ runs; ``stock_split`` / ``kiln_split`` (the cold processes' Inductor split, medi
 ``dynamo_timed`` phases, ``calculate_time_spent``, counters, ``torch._inductor.metrics``);
 ``stock_limit_s`` / ``kiln_limit_s`` (the cold process's limit, median over runs: the compile
 work, the CPU seconds of the processes below it and of its threads other than the main one,
-over its cores, plus the wall time of Inductor's GPU benchmarks; the main thread's lowering is
-outside it, and each cold result's ``first_call_work`` says how much it was) and
-``stock_first_over_limit`` / ``kiln_first_over_limit``;
+over its cores, plus the wall time of Inductor's GPU benchmarks in its process (not those of
+kiln's sandbox under ``--kiln-sandbox``); the main thread's lowering is outside it, and each
+cold result's ``first_call_work`` says how much it was) and ``stock_first_over_limit`` /
+``kiln_first_over_limit``;
 ``<field>_runs`` (the per-run lists), ``ratios``, ``compare`` (per run), ``errors`` and ``runs``
 (everything each process reported).
 
