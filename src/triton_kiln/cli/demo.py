@@ -27,7 +27,8 @@ import click
     "timeout_s",
     type=float,
     default=None,
-    help="Seconds before a compile counts as hung [default: KILN_JOB_TIMEOUT_S, else 5].",
+    help="Seconds before the hanging job is killed [default: KILN_JOB_TIMEOUT_S, else 5]; "
+    "the good kernels get kiln's usual limit, at least as long.",
 )
 def demo_command(arch: int, workers: int | None, timeout_s: float | None) -> None:
     """Compile real kernels through the pool; one aborts, one hangs. Exits 0 when all end as expected."""
