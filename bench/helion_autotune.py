@@ -27,10 +27,12 @@ outside the timed region), so the arms run side by side in one invocation:
   (Helion's, any other arm) and ``kiln_final_verification_s`` (kiln-race's) time the whole
   final verification, so the two arms' difference shows; ``kiln_race_over_kiln`` compares their
   walls and picks' runtimes; each kiln-race run's ``final_rounds`` holds its rounds, each
-  finalist's passes, runs and wall time). A kiln arm's ``kiln.sandbox.kinds`` counts the
-  sandbox calls by kind of job (Helion's ``BenchmarkJob`` and ``AccuracyCheckJob``, kiln's
-  ``FinalistRunsJob``): ``seconds`` as the autotuning process waited for them,
-  ``job_seconds`` the jobs' own run in the sandbox. With
+  finalist's passes, runs and wall time) and ``kiln-screen`` (kiln-race with
+  ``KILN_HELION_SCREEN_MS=10``: each streamed search timing 10 ms rather than Helion's 50;
+  ``kiln.sandbox.screened`` counts them; ``kiln_screen_over_kiln_race`` compares the two). A
+  kiln arm's ``kiln.sandbox.kinds`` counts the sandbox calls by kind of job (Helion's
+  ``BenchmarkJob`` and ``AccuracyCheckJob``, kiln's ``FinalistRunsJob``): ``seconds`` as the
+  autotuning process waited for them, ``job_seconds`` the jobs' own run in the sandbox. With
   ``--repeats N`` each arm runs N times per kernel, the arm order rotating from one round to the
   next, and the run with the median autotune wall is compared (every run is
   kept): Helion's search is seeded, but after the seeded population it follows measured
@@ -123,9 +125,10 @@ from typing import Any, NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
-ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-race")
+ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-race", "kiln-screen")
 DEFAULT_ARMS = ("fork", "spawn", "kiln")
-KILN_ARMS = ("kiln", "kiln-compile", "kiln-race")
+KILN_ARMS = ("kiln", "kiln-compile", "kiln-race", "kiln-screen")
+SCREEN_MS = 10  # kiln-screen's window for a search timing: kiln's own autotuner's screening
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
     "crashy_add": [(4096, 4096), (4096, 4096)],
@@ -364,14 +367,23 @@ def _split_fields(
     }
 
 
+def arm_settings(arm: str) -> dict[str, str]:
+    """The ``KILN_*`` variables a kiln arm's process runs with."""
+    if arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
+        return {"KILN_HELION_SANDBOX": "0"}
+    env: dict[str, str] = {}
+    if arm in ("kiln", "kiln-race", "kiln-screen"):  # kiln's loop: Helion's jobs in kiln's sandbox
+        env["KILN_HELION_SANDBOX"] = "1"
+    if arm in ("kiln-race", "kiln-screen"):  # and its final round verifying Helion's finalists
+        env["KILN_HELION_FINAL_ROUND"] = "1"
+    if arm == "kiln-screen":  # and its screening of the search's timings
+        env["KILN_HELION_SCREEN_MS"] = str(SCREEN_MS)
+    return env
+
+
 def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
-    if opts.arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
-        os.environ["KILN_HELION_SANDBOX"] = "0"
-    if opts.arm in ("kiln", "kiln-race"):  # kiln's loop: Helion's jobs in kiln's sandbox
-        os.environ["KILN_HELION_SANDBOX"] = "1"
-    if opts.arm == "kiln-race":  # and its final round verifying Helion's finalists
-        os.environ["KILN_HELION_FINAL_ROUND"] = "1"
+    os.environ.update(arm_settings(opts.arm))
     import torch
 
     if opts.faults:
@@ -487,12 +499,18 @@ def _child(opts: argparse.Namespace) -> None:
         pool.shutdown(wait=True, cancel_futures=True)
     if sandbox is not None:
         kinds: dict[str, dict[str, float]] = {}
+        screened = sum(worker.stats.screened for worker in workers)
         for worker in workers:
             for name, kind in worker.stats.kinds.items():
                 into = kinds.setdefault(name, {"calls": 0, "seconds": 0.0, "job_seconds": 0.0})
                 for field_name in into:
                     into[field_name] += getattr(kind, field_name)
-        result["kiln"]["sandbox"] = {"calls": sandbox.calls, "restarts": sandbox.restarts, "kinds": kinds}
+        result["kiln"]["sandbox"] = {
+            "calls": sandbox.calls,
+            "restarts": sandbox.restarts,
+            "kinds": kinds,
+            "screened": screened,
+        }
         sandbox.close()
     print(RESULT + json.dumps(result), flush=True)
 
@@ -637,10 +655,12 @@ def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             if other.get("status") == "ok" and kiln_.get("status") == "ok":
                 row[f"{name}_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
                 row[f"runtime_{name}_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
-    race, loop = chosen.get("kiln-race", {}), chosen.get("kiln", {})
-    if race.get("status") == "ok" and loop.get("status") == "ok":
-        row["kiln_race_over_kiln"] = race["autotune_s"] / loop["autotune_s"]
-        row["runtime_kiln_race_over_kiln"] = race["runtime_ms"] / loop["runtime_ms"]
+    for arm, base in (("kiln-race", "kiln"), ("kiln-screen", "kiln-race")):
+        mine, theirs = chosen.get(arm, {}), chosen.get(base, {})
+        if mine.get("status") == "ok" and theirs.get("status") == "ok":
+            name = f"{arm}_over_{base}".replace("-", "_")
+            row[name] = mine["autotune_s"] / theirs["autotune_s"]
+            row[f"runtime_{name}"] = mine["runtime_ms"] / theirs["runtime_ms"]
     if "kiln_over_fork" in row:  # the names of the fork-only comparison, kept for its readers
         row["autotune_ratio"] = row["kiln_over_fork"]
         row["runtime_ratio"] = row["runtime_kiln_over_fork"]
@@ -666,6 +686,8 @@ def _geomeans(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "geomean_kiln_compile_over_fork": _geomean(rows, "kiln_compile_over_fork"),
         "geomean_kiln_race_over_fork": _geomean(rows, "kiln_race_over_fork"),
         "geomean_kiln_race_over_kiln": _geomean(rows, "kiln_race_over_kiln"),
+        "geomean_kiln_screen_over_fork": _geomean(rows, "kiln_screen_over_fork"),
+        "geomean_kiln_screen_over_kiln_race": _geomean(rows, "kiln_screen_over_kiln_race"),
     }
 
 
@@ -689,9 +711,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--arms",
         default=",".join(DEFAULT_ARMS),
-        help="comma list of: fork, spawn, kiln, kiln-compile, kiln-race (the compare arms; kiln-compile: "
-        "kiln's compiles with Helion's own benchmark worker; kiln-race: kiln's loop with "
-        "KILN_HELION_FINAL_ROUND=1)",
+        help="comma list of: fork, spawn, kiln, kiln-compile, kiln-race, kiln-screen (the compare arms; "
+        "kiln-compile: kiln's compiles with Helion's own benchmark worker; kiln-race: kiln's loop with "
+        f"KILN_HELION_FINAL_ROUND=1; kiln-screen: kiln-race with KILN_HELION_SCREEN_MS={SCREEN_MS})",
     )
     parser.add_argument(
         "--effort", choices=("quick", "full"), default="quick", help="Helion's autotune_effort"
@@ -929,7 +951,13 @@ def _print_table(report: dict[str, Any]) -> None:
                 for r in runs[arm]
             )
             print(f"{'':12}   {arm} runs (autotune s / configs compiled): {walls}")
-    for key in ("geomean_kiln_over_fork", "geomean_kiln_over_spawn", "geomean_kiln_compile_over_fork"):
+    for key in (
+        "geomean_kiln_over_fork",
+        "geomean_kiln_over_spawn",
+        "geomean_kiln_compile_over_fork",
+        "geomean_kiln_race_over_fork",
+        "geomean_kiln_screen_over_fork",
+    ):
         if key in report:
             print(f"{key}: {f(report.get(key), '{:.3f}')}")
     for name, r in report.get("fault", {}).items():

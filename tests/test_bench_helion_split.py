@@ -406,3 +406,31 @@ def test_the_kiln_race_arm_is_compared_to_kilns_loop_and_the_helion_arms() -> No
     assert phases["race"] == "benchmark"
     assert bench.PROBES["final_rebenchmark_best"] == "kiln_final_verification_s"
     assert bench.PROBES["PopulationBasedSearch.final_rebenchmark_best"] == "final_verification_s"
+
+
+def test_the_kiln_screen_arm_is_kiln_race_with_kilns_screening_and_is_compared_to_it() -> None:
+    bench = _bench()
+    assert bench.arm_settings("kiln-screen") == {
+        "KILN_HELION_SANDBOX": "1",
+        "KILN_HELION_FINAL_ROUND": "1",
+        "KILN_HELION_SCREEN_MS": "10",
+    }
+    assert bench.arm_settings("kiln-race") == {"KILN_HELION_SANDBOX": "1", "KILN_HELION_FINAL_ROUND": "1"}
+    assert bench.arm_settings("kiln") == {"KILN_HELION_SANDBOX": "1"}
+    assert bench.arm_settings("kiln-compile") == {"KILN_HELION_SANDBOX": "0"}
+    assert bench.arm_settings("fork") == {}
+    row = bench._row(
+        "mm",
+        {
+            "fork": [_run("fork", 10.0)],
+            "kiln-race": [_run("kiln-race", 5.0)],
+            "kiln-screen": [_run("kiln-screen", 4.0)],
+        },
+    )
+    assert row["kiln_screen_over_fork"] == pytest.approx(0.4)
+    assert row["kiln_screen_over_kiln_race"] == pytest.approx(0.8)
+    assert row["runtime_kiln_screen_over_kiln_race"] == pytest.approx(1.0)
+    geomeans = bench._geomeans([row])
+    assert geomeans["geomean_kiln_screen_over_fork"] == pytest.approx(0.4)
+    assert geomeans["geomean_kiln_screen_over_kiln_race"] == pytest.approx(0.8)
+    assert bench._options(["--arms", "fork,kiln-screen"]).arms == "fork,kiln-screen"

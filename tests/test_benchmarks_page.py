@@ -64,3 +64,20 @@ def test_the_triton_parallel_arm_is_a_row_only_where_a_run_measured_it() -> None
     sets = {"matmul": {"kiln": {"first_result_s": 2.0}, "triton_parallel": {"first_result_s": 4.0}}}
     (row,) = [row for row in page._autotune({"sets": sets}) if row.baseline_name == page.PARALLEL]
     assert page._ratio(row) == "0.50"
+
+
+def test_helions_kiln_arms_are_rows_only_where_a_run_measured_them() -> None:
+    page = _generator()
+    arm = {"autotune_s": 4.0, "runtime_ms": 0.2}
+    compare = [
+        {"kernel": "mm", "fork": {"autotune_s": 10.0, "runtime_ms": 0.2}, "kiln": arm, "kiln-screen": arm},
+        {"kernel": "ln", "fork": {"autotune_s": 10.0, "runtime_ms": 0.2}, "kiln": arm},
+    ]
+    measures = [(row.case, row.measure) for row in page._helion({"compare": compare})]
+    assert [m for case, m in measures if case == "mm"] == [
+        "autotune wall (s)",
+        "chosen config runtime (ms)",
+        "autotune wall (s), kiln's final round and screening",
+        "chosen config runtime (ms), kiln's final round and screening",
+    ]
+    assert [m for case, m in measures if case == "ln"] == ["autotune wall (s)", "chosen config runtime (ms)"]

@@ -7,6 +7,7 @@ Helion's SM count. The worker's crash table runs in real sandbox processes (no G
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
@@ -165,6 +166,60 @@ def test_without_streaming_helion_runs_the_jobs_after_its_barrier(loop: StandInS
     assert set(loop.threads) == {"MainThread"}
     assert provider.sandbox_worker.stats.streamed == 0
     provider.cleanup()
+
+
+def test_screening_times_each_streamed_config_briefly_and_helion_reads_that_timing(
+    loop: StandInSandbox,
+) -> None:
+    """``KILN_HELION_SCREEN_MS``: a search timing run ahead of Helion gets the short window, and
+    Helion's request for its own job (50 ms) is answered with it; a timing Helion's thread runs
+    itself keeps Helion's window."""
+    loop.latency = lambda job: job.rep / 100 if isinstance(job, compat.BenchmarkJob) else 0.0
+    with settings.scope(helion_screen_ms=10):
+        search = _search()
+    provider = search.benchmark_provider
+    results = provider.benchmark(_configs(search, 5))
+    stats = provider.sandbox_worker.stats
+    timings = [
+        (thread, job.rep)
+        for job, thread in zip(loop.jobs, loop.threads, strict=True)
+        if isinstance(job, compat.BenchmarkJob)
+    ]
+    assert len(timings) == 5
+    streamed = [rep for thread, rep in timings if thread == "kiln-helion-stream"]
+    assert stats.screened == len(streamed) >= 1  # the timings run ahead, not the accuracy checks
+    assert set(streamed) == {10}
+    assert {rep for thread, rep in timings if thread != "kiln-helion-stream"} <= {50}
+    # Helion's results: 0.1 ms where the screening timed the config, 0.5 ms where Helion did
+    assert sorted(r.perf for r in results) == sorted(rep / 100 for _, rep in timings)
+    assert all(job.warmup == 1 for job in loop.jobs if isinstance(job, compat.BenchmarkJob))
+    provider.cleanup()
+
+
+def test_screening_needs_the_stream_and_leaves_other_jobs_alone(loop: StandInSandbox) -> None:
+    with settings.scope(helion_screen_ms=10, helion_stream=False):
+        search = _search()
+    assert search.benchmark_provider.sandbox_worker.screen_ms is None  # nothing runs ahead to screen
+    search.benchmark_provider.cleanup()
+    timing = next(iter(_timing_jobs(loop, 1)))
+    assert compat.screened(timing, 10).rep == 10
+    assert compat.screened(timing, 50) is None  # no longer than Helion's own window
+    assert compat.screened(dataclasses.replace(timing, fixed_repetitions=3), 10) is None  # sized by count
+    assert compat.screened(sandboxes.returns_latency, 10) is None  # not a timing
+    worker = KilnBenchmarkWorker(loop, screen_ms=10)
+    loop.jobs.clear()
+    worker.run(timing, timeout=5)  # Helion's own request (a re-benchmark, a final verification)
+    assert [job.rep for job in loop.jobs] == [50]
+    assert worker.stats.screened == 0
+
+
+def _timing_jobs(loop: StandInSandbox, count: int) -> list[Any]:
+    """``count`` of Helion's search timings, built by Helion for a batch of configs."""
+    search = _search()
+    provider = search.benchmark_provider
+    provider.benchmark(_configs(search, count))
+    provider.cleanup()
+    return [job for job in loop.jobs if isinstance(job, compat.BenchmarkJob)]
 
 
 def _crashed(job: Any, label: str) -> CallFailure:

@@ -79,6 +79,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_HELION_SANDBOX": "1",
         "KILN_HELION_STREAM": "0",
         "KILN_HELION_FINAL_ROUND": "1",
+        "KILN_HELION_SCREEN_MS": "10",
         "KILN_ROUTE_JIT": "0",
         "KILN_PREBUILD_LAUNCHERS": "0",
         "KILN_PREWARM": "1",
@@ -111,6 +112,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert (current.program_record, current.program, current.program_record_max) == (False, "train", 16)
     assert current.job_timeout_s == 2.5
     assert (current.helion_sandbox, current.helion_stream, current.helion_final_round) == (True, False, True)
+    assert current.helion_screen_ms == 10
     assert current.debug is True
     assert current.memory_limit_mb == 1024
     assert current.memory_poll_s == 0.2

@@ -456,6 +456,16 @@ class Settings:
         the sandbox as soon as its compile lands, while the rest of its batch compiles; ``0``
         benchmarks after the batch's last compile, in Helion's order (docs/HELION.md).""",
     )
+    helion_screen_ms: int | None = HELION.setting(
+        "KILN_HELION_SCREEN_MS",
+        None,
+        integer(1, 60_000, "milliseconds"),
+        """under :mod:`triton_kiln.helion` with ``KILN_HELION_SANDBOX`` and ``KILN_HELION_STREAM``,
+        each streamed config's search timing runs for this many ms instead of Helion's 50 (kiln's
+        screening: short runs for the search, the finalists timed again in Helion's final
+        verification or kiln's final round); unset keeps Helion's window (docs/HELION.md).""",
+        none="unset (Helion's window)",
+    )
     helion_final_round: bool = HELION.setting(
         "KILN_HELION_FINAL_ROUND",
         False,

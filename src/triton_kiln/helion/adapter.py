@@ -147,7 +147,8 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         self._helion_worker: Any = None
         self.sandbox_worker: KilnBenchmarkWorker | None = None
         if current.helion_sandbox:
-            self.sandbox_worker = KilnBenchmarkWorker(kiln_config.sandbox())
+            screen_ms = current.helion_screen_ms if current.helion_stream else None
+            self.sandbox_worker = KilnBenchmarkWorker(kiln_config.sandbox(), screen_ms)
             self.sandbox_worker.sandbox.start()  # it warms up while Helion computes its baseline
         self._stream_batches = current.helion_stream
         self._stream: BenchmarkStream | None = None

@@ -78,7 +78,8 @@ kiln does with each (the same in 1.5.0 and 1.5.1 unless a difference is named):
   ``helion.autotuner.benchmark_job``'s module globals ``do_bench`` and ``do_bench_generic``
   (what ``BenchmarkJob.__call__`` times with, ``return_mode="median"``), which kiln's finalist
   job (:class:`~triton_kiln.helion.sandbox_jobs.FinalistRunsJob`) asks for every run instead;
-  ``BenchmarkJob``'s ``warmup`` field.
+  ``BenchmarkJob``'s ``warmup`` field; its ``rep`` and ``fixed_repetitions`` fields, which
+  kiln's screening (``KILN_HELION_SCREEN_MS``) reads and shortens for a streamed search timing.
 * public: ``helion.autotuner.logger``'s ``classify_triton_exception``,
   ``match_unrecoverable_runtime_error``, ``maybe_dump_triton_failure``;
   ``helion.runtime.settings.default_autotuner_fn``;
@@ -397,6 +398,16 @@ def with_warmup(job: Any, warmup_ms: int) -> Any:
     import dataclasses
 
     return dataclasses.replace(job, warmup=warmup_ms)
+
+
+def screened(job: Any, rep_ms: int) -> Any | None:
+    """``job`` timed with a window of ``rep_ms`` (kiln's screening), where it is a search timing
+    (Helion's ``BenchmarkJob`` sized by time) with a longer one; else ``None``."""
+    import dataclasses
+
+    if not isinstance(job, BenchmarkJob) or job.fixed_repetitions is not None or job.rep <= rep_ms:
+        return None
+    return dataclasses.replace(job, rep=rep_ms)
 
 
 @contextlib.contextmanager

@@ -27,7 +27,10 @@ The ledger lets kiln run a job before Helion asks for it: :meth:`speculate` runs
 job-building methods with this thread marked, and :meth:`run` keeps the outcome (keyed by the
 pickled job: the same config, repetitions and arguments) for the one request of Helion's that
 matches it; a request that comes while the job runs waits for it. :meth:`forget` drops what
-Helion did not ask for.
+Helion did not ask for. With ``screen_ms`` (``KILN_HELION_SCREEN_MS``), a search timing run
+ahead is timed for that many ms rather than the job's own window, and its outcome answers
+Helion's request for the job as built (kiln's screening; Helion's re-benchmarks and final
+verification, never run ahead, keep their windows).
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ class SandboxStats:
 
     jobs: int = 0  # run in the sandbox
     streamed: int = 0  # of those, run ahead of Helion's request
+    screened: int = 0  # of those, search timings run with the screening's shorter window
     taken_from_stream: int = 0  # Helion's requests answered by a job run ahead
     seconds: float = 0.0  # in sandbox calls, start-up waits included
     skipped: list[SkippedJob] = field(default_factory=list)
@@ -149,8 +153,11 @@ class _Marks(threading.local):
 class KilnBenchmarkWorker:
     """Helion's ``BenchmarkWorker`` interface on a kiln sandbox (see the module docstring)."""
 
-    def __init__(self, sandbox: BenchmarkSandbox) -> None:
+    def __init__(self, sandbox: BenchmarkSandbox, screen_ms: int | None = None) -> None:
+        """``screen_ms``: the window (ms) of a search timing run ahead of Helion (``None``: the
+        job's own)."""
         self.sandbox = sandbox
+        self.screen_ms = screen_ms
         self.stats = SandboxStats()
         self._lock = threading.Lock()
         self._ledger: dict[bytes, _Entry] = {}
@@ -189,7 +196,7 @@ class KilnBenchmarkWorker:
         if mine:
             served = Served(error=RuntimeError("kiln's benchmark job did not finish"))
             try:
-                served = self._execute(job, timeout)
+                served = self._execute(self._screened(job) if speculating else job, timeout)
             finally:
                 entry.set(served)
         else:
@@ -258,6 +265,18 @@ class KilnBenchmarkWorker:
             self._served.clear()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _screened(self, job: Callable[[], Any]) -> Callable[[], Any]:
+        """The job to run ahead of Helion for ``job``: its screening where it is a search timing
+        with a longer window than ``screen_ms``, else ``job`` itself."""
+        if self.screen_ms is None:
+            return job
+        short: Callable[[], Any] | None = compat.screened(job, self.screen_ms)
+        if short is None:
+            return job
+        with self._lock:
+            self.stats.screened += 1
+        return short
 
     def _execute(self, job: Callable[[], Any], timeout: float) -> Served:
         label = compat.job_label(job)
