@@ -178,9 +178,11 @@ def test_kilns_final_round_verifies_the_finalists_only_where_asked(
 ) -> None:
     """The same search through kiln's loop (effort quick: Helion's final verification, no final
     selection), verified by Helion's own interleaved windows, then by kiln's final round
-    (``KILN_HELION_FINAL_ROUND``); each pick's output matches eager PyTorch's."""
+    (``KILN_HELION_FINAL_ROUND``) with kiln's screening of the search's timings
+    (``KILN_HELION_SCREEN_MS``, as the bench's kiln-screen arm); each pick's output matches
+    eager PyTorch's."""
     from triton_kiln import settings as kiln_settings
-    from triton_kiln.helion import finalists
+    from triton_kiln.helion import compat, finalists
 
     settings: dict[str, Any] = {
         "autotuner_fn": kiln.helion.autotuner_fn,
@@ -196,16 +198,28 @@ def test_kilns_final_round_verifies_the_finalists_only_where_asked(
         races.append(race(*args, **kwargs))
         return races[-1]
 
+    windows: list[int] = []  # the screened search timings' windows (ms)
+    screened = compat.screened
+
+    def seen(job: Any, rep_ms: int) -> Any:
+        short = screened(job, rep_ms)
+        if short is not None:
+            windows.append(short.rep)
+        return short
+
     monkeypatch.setattr(finalists, "race", counted)
+    monkeypatch.setattr(compat, "screened", seen)
     previous = kiln.helion.configure(pool=make_pool(workers=8))
     try:
         helions_error = _tuned_output_error("softmax", settings)
-        assert races == []  # the setting off: Helion's own final verification
-        with kiln_settings.scope(helion_final_round=True):
+        assert races == []  # the settings off: Helion's own final verification and windows
+        assert windows == []
+        with kiln_settings.scope(helion_final_round=True, helion_screen_ms=10):
             kilns_error = _tuned_output_error("softmax", settings)
     finally:
         kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
     assert races == [True]  # kiln's final round verified the finalists
+    assert set(windows) == {10}  # the search's streamed timings were screened, and some were
     assert helions_error < 1e-2, helions_error
     assert kilns_error < 1e-2, kilns_error
     _context_alive()
