@@ -32,7 +32,8 @@ outside the timed region), so the arms run side by side in one invocation:
   ``kiln.sandbox.screened`` counts them; ``kiln_screen_over_kiln_race`` compares the two). A
   kiln arm's ``kiln.sandbox.kinds`` counts the sandbox calls by kind of job (Helion's
   ``BenchmarkJob`` and ``AccuracyCheckJob``, kiln's ``FinalistRunsJob``): ``seconds`` as the
-  autotuning process waited for them, ``job_seconds`` the jobs' own run in the sandbox. With
+  autotuning process waited for them, ``job_seconds`` the jobs' own run in the sandbox;
+  ``kiln.compile_failures`` counts its failed compiles by error type. With
   ``--repeats N`` each arm runs N times per kernel, the arm order rotating from one round to the
   next, and the run with the median autotune wall is compared (every run is
   kept): Helion's search is seeded, but after the seeded population it follows measured
@@ -103,6 +104,7 @@ Prints a table (the split per kernel and arm) and the JSON; ``--out`` also write
 from __future__ import annotations
 
 import argparse
+import collections
 import dataclasses
 import datetime as dt
 import functools
@@ -419,6 +421,14 @@ def _child(opts: argparse.Namespace) -> None:
         workers.append(self)
 
     KilnBenchmarkWorker.__init__ = worker_kept  # type: ignore[method-assign]
+    providers: list[Any] = []  # each search's kiln provider: its failed compiles by type
+    provider_init = adapter.KilnBenchmarkProvider.__init__
+
+    def provider_kept(self: Any, *args: Any, **kwargs: Any) -> None:
+        provider_init(self, *args, **kwargs)
+        providers.append(self)
+
+    adapter.KilnBenchmarkProvider.__init__ = provider_kept  # type: ignore[method-assign]
 
     importlib.import_module("helion.autotuner")  # every search class: the split wraps their overrides
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -495,6 +505,7 @@ def _child(opts: argparse.Namespace) -> None:
             "failed": stats.failed,
             "worker_deaths": stats.worker_deaths,
             "zygote_ready_s": stats.zygote_ready_s,
+            "compile_failures": dict(sum((p.compile_failures for p in providers), collections.Counter())),
         }
         pool.shutdown(wait=True, cancel_futures=True)
     if sandbox is not None:
@@ -923,6 +934,12 @@ def _print_table(report: dict[str, Any]) -> None:
                 print(
                     f"{'':12}   kiln's final round: {len(entries)} finalists, "
                     f"{sum(e.get('passes', 0) for e in entries)} passes, {f(kept.get('wall_s'))} s"
+                )
+            failures = (r.get("kiln") or {}).get("compile_failures") or {}
+            if failures:
+                print(
+                    f"{'':12}   failed compiles: "
+                    + ", ".join(f"{name} {count}" for name, count in sorted(failures.items()))
                 )
             kinds = ((r.get("kiln") or {}).get("sandbox") or {}).get("kinds") or {}
             if kinds:

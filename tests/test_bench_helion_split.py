@@ -317,19 +317,20 @@ def test_three_arms_merge_to_kiln_over_fork_and_spawn_with_split_medians(tmp_pat
     bench._print_table(merged)  # the table reads every field it prints without failing
 
 
-def test_the_table_shows_kilns_final_rounds_and_sandbox_calls(
+def test_the_table_shows_kilns_final_rounds_sandbox_calls_and_failed_compiles(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bench = _bench()
     race = _run("kiln-race", 5.0, _split(1.0, 5.0))
     race["final_rounds"] = [{"finalists": [{"passes": 5}, {"passes": 1}, {"passes": 5}], "wall_s": 2.5}]
     race["kiln"] = {
+        "compile_failures": {"OutOfResources": 18, "WorkerCrashedError": 1},
         "sandbox": {
             "kinds": {
                 "BenchmarkJob": {"calls": 40, "seconds": 6.0, "job_seconds": 5.5},
                 "FinalistRunsJob": {"calls": 11, "seconds": 2.4, "job_seconds": 2.3},
             }
-        }
+        },
     }
     part = tmp_path / "a.json"
     part.write_text(
@@ -344,6 +345,7 @@ def test_the_table_shows_kilns_final_rounds_and_sandbox_calls(
     out = capsys.readouterr().out
     assert "kiln's final round: 3 finalists, 11 passes, 2.5 s" in out
     assert "BenchmarkJob 40 in 6.0 s (jobs 5.5 s), FinalistRunsJob 11 in 2.4 s (jobs 2.3 s)" in out
+    assert "failed compiles: OutOfResources 18, WorkerCrashedError 1" in out
 
 
 def test_a_runs_split_fields_carry_counts_and_probes() -> None:

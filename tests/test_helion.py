@@ -168,6 +168,7 @@ def test_crash_reaches_helions_result_record(helion_pool: CompilePool) -> None:
     assert "kiln-injected" in (error.captured_output or "")
     assert error.classification == "warn"
     assert future.failure_reason == "error"
+    assert provider.compile_failures == {"WorkerCrashedError": 1}  # by type, for the bench's split
     provider.cleanup()
 
 
@@ -204,6 +205,7 @@ def test_compile_timeout_is_helions_timeout(
     holder.append(precompile)
     assert adapter.PrecompileFuture.wait_for_all([precompile]) == [False]
     assert precompile.failure_reason == "timeout"
+    assert provider.compile_failures == {"CompileTimeoutError": 1}
     provider.cleanup()
 
 

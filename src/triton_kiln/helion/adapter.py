@@ -38,6 +38,7 @@ and its benchmark sandbox in the background.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import threading
@@ -153,6 +154,7 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         self._stream_batches = current.helion_stream
         self._stream: BenchmarkStream | None = None
         self.final_rounds: list[FinalRoundRecord] = []  # kiln's final rounds (KILN_HELION_FINAL_ROUND)
+        self.compile_failures: collections.Counter[str] = collections.Counter()  # by error type
         super().__init__(*args, **kwargs)
 
     def benchmark_worker(self) -> Any:
@@ -240,6 +242,8 @@ class KilnBenchmarkProvider(compat.LocalProvider):
                     place_in_triton_cache(launch, future.result())
             except OSError as exc:
                 error = exc
+        if error is not None:
+            self.compile_failures[type(error).__name__] += 1
         if isinstance(error, JobFailure) and not self.settings.autotune_ignore_errors:
             self.log.warning(f"kiln: {error}")
         if isinstance(error, CompileTimeoutError):
