@@ -383,6 +383,20 @@ def arm_settings(arm: str) -> dict[str, str]:
     return env
 
 
+def _instances(cls: type) -> list[Any]:
+    """Every instance of ``cls`` made from now on in this process, in order (its ``__init__``
+    wrapped to keep each)."""
+    made: list[Any] = []
+    init = cls.__init__  # type: ignore[misc]
+
+    def kept(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    cls.__init__ = kept  # type: ignore[misc]
+    return made
+
+
 def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
     os.environ.update(arm_settings(opts.arm))
@@ -413,22 +427,8 @@ def _child(opts: argparse.Namespace) -> None:
     finalists.race = race_recorded
     from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
 
-    workers: list[Any] = []  # each search's sandbox worker: its calls by kind of job
-    worker_init = KilnBenchmarkWorker.__init__
-
-    def worker_kept(self: Any, *args: Any, **kwargs: Any) -> None:
-        worker_init(self, *args, **kwargs)
-        workers.append(self)
-
-    KilnBenchmarkWorker.__init__ = worker_kept  # type: ignore[method-assign]
-    providers: list[Any] = []  # each search's kiln provider: its failed compiles by type
-    provider_init = adapter.KilnBenchmarkProvider.__init__
-
-    def provider_kept(self: Any, *args: Any, **kwargs: Any) -> None:
-        provider_init(self, *args, **kwargs)
-        providers.append(self)
-
-    adapter.KilnBenchmarkProvider.__init__ = provider_kept  # type: ignore[method-assign]
+    workers = _instances(KilnBenchmarkWorker)  # each search's sandbox worker: its calls by kind of job
+    providers = _instances(adapter.KilnBenchmarkProvider)  # each search's provider: its failed compiles
 
     importlib.import_module("helion.autotuner")  # every search class: the split wraps their overrides
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -436,3 +436,16 @@ def test_the_kiln_screen_arm_is_kiln_race_with_kilns_screening_and_is_compared_t
     assert geomeans["geomean_kiln_screen_over_fork"] == pytest.approx(0.4)
     assert geomeans["geomean_kiln_screen_over_kiln_race"] == pytest.approx(0.8)
     assert bench._options(["--arms", "fork,kiln-screen"]).arms == "fork,kiln-screen"
+
+
+def test_the_child_keeps_every_instance_made_of_a_class_it_watches() -> None:
+    bench = _bench()
+
+    class Made:
+        def __init__(self, value: int) -> None:
+            self.value = value
+
+    made = bench._instances(Made)
+    first, second = Made(1), Made(2)
+    assert made == [first, second]
+    assert [m.value for m in made] == [1, 2]  # each still made by its own __init__
