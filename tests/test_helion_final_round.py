@@ -145,6 +145,24 @@ def test_finalists_well_behind_in_the_search_do_not_race(loop: StandInSandbox) -
     search.benchmark_provider.cleanup()
 
 
+def test_at_most_five_finalists_within_the_margin_race(loop: StandInSandbox) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    # seven finalists within 1% of each other in the search, as a memory-bound kernel's are
+    searched = [1.0 + 0.001 * k for k in range(7)]
+    members = _finalists(search, searched)
+    _race_at(loop, search, members, searched)
+    assert _verify(search, members) is members[0]
+    (record,) = search.benchmark_provider.final_rounds
+    entries = _entries(record, members)
+    # the five fastest in the search race; the two left out are slower in the search than
+    # the winner's raced time, so they never race it
+    assert [e.raced for e in entries] == [True] * 5 + [False] * 2
+    assert finalists.MOST_RACED == 5
+    assert [len(m.perfs) for m in members] == [2] * 5 + [1] * 2
+    search.benchmark_provider.cleanup()
+
+
 def test_a_finalist_left_out_races_the_winner_when_its_search_time_beats_the_raced_time(
     loop: StandInSandbox,
 ) -> None:

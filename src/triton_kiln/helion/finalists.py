@@ -10,8 +10,8 @@ its repeats), whether it is close to the leader or far behind. With the setting 
     Helion final_rebenchmark_best (unchanged: picks the finalists)
       self.rebenchmark(finalists, desc="Final verification top n configs", ...)  <- kiln's
         each finalist's BenchmarkJob, built by Helion                 (kiln's sandbox process)
-        the contenders race: search timing within 10% of the fastest's (kiln's autotuner's
-          contenders), the pinned seeds, at least two
+        the contenders race: search timing within 10% of the fastest's, at least two and at
+          most five, fastest first (kiln's autotuner's contenders), and the pinned seeds
         pass 1: each contender once, window_ms / PASSES ms  ------->  FinalistRunsJob: every run
         a finalist clearly behind the leader leaves (kiln's rule,
           triton_kiln.autotuner.final_round.Race / outpaced); a finalist that faults leaves
@@ -68,9 +68,14 @@ MARGIN = Timing().final_drop_margin
 
 CONTEND_MARGIN = Timing().final_margin
 """Which finalists race: those whose search timing is within this much of the fastest one's
-(kiln's autotuner's contenders), the pinned seeds, and at least :data:`LEAST_RACED`."""
+(kiln's autotuner's contenders), at least :data:`LEAST_RACED` and at most :data:`MOST_RACED`
+of them, and the pinned seeds."""
 
-LEAST_RACED = Timing().final_top_k[0]
+LEAST_RACED, MOST_RACED = Timing().final_top_k
+"""The bounds of kiln's autotuner's contenders. Where a kernel has many configs within the
+margin (a memory-bound kernel's finalists often all are), the cap keeps the round to five
+finalists' runs; one left out still races the winner where its search timing beats the
+winner's raced time (:func:`race`)."""
 
 FIRST_WARMUP_MS = 25
 """do_bench's warm-up before the round's first run (the GPU's clocks up); later passes warm up
@@ -183,15 +188,16 @@ def _rebenchmark(search: Any, helions: Callable[..., None], members: list[Any], 
 
 
 def contenders(perfs: Sequence[float], pinned: Sequence[bool]) -> list[int]:
-    """The finalists that race (indices, in order): each whose search timing is within
-    :data:`CONTEND_MARGIN` of the fastest one's, the pinned seeds, and at least
-    :data:`LEAST_RACED` (the fastest); every finalist where none has a finite timing."""
+    """The finalists that race (indices, in order): those whose search timing is within
+    :data:`CONTEND_MARGIN` of the fastest one's, at least :data:`LEAST_RACED` and at most
+    :data:`MOST_RACED` of them, fastest first, and the pinned seeds; every finalist where none
+    has a finite timing."""
     finite = sorted((i for i, perf in enumerate(perfs) if math.isfinite(perf)), key=lambda i: perfs[i])
     if not finite:
         return list(range(len(perfs)))
     best = perfs[finite[0]]
     close = [i for i in finite if perfs[i] <= best * (1 + CONTEND_MARGIN)]
-    chosen = set(finite[: max(LEAST_RACED, len(close))])
+    chosen = set(finite[: max(LEAST_RACED, min(MOST_RACED, len(close)))])
     chosen.update(i for i, is_pinned in enumerate(pinned) if is_pinned)
     return sorted(chosen)
 
