@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,16 @@ def _no_program_record(monkeypatch: pytest.MonkeyPatch) -> None:
     # kiln.install() kept would start compiles in another's. tests/test_program_record.py turns
     # it on where it tests it.
     monkeypatch.setenv("KILN_PROGRAM_RECORD", "0")
+
+
+@pytest.fixture(autouse=True)
+def _no_remote_client_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process keeps one remote-cache client, with its circuit breaker, per URL. A test's
+    # server listens on an ephemeral port that a later test's server can be given again, and
+    # would then meet the earlier server's open breaker: each test starts with no client.
+    remote = sys.modules.get("triton_kiln.remote")
+    if remote is not None:
+        monkeypatch.setattr(remote, "_clients", {})
 
 
 @pytest.fixture(params=["cpu", pytest.param("gpu", marks=pytest.mark.gpu)])

@@ -472,6 +472,22 @@ def test_who_leaves_the_race(behind: tuple[float, float, float], leaves: bool) -
     assert outpaced({"alone": [1.0, 1.0, 1.0]}, 0.02) == set()
 
 
+@pytest.mark.parametrize(
+    ("medians", "tied_"),
+    [
+        ((1.0, 1.004, 1.005), True),  # every median within 0.5% of the leader's
+        ((1.0, 1.004, 1.006), False),  # one just beyond it
+        ((1.0,), True),
+    ],
+)
+def test_when_the_finalists_left_are_tied(medians: tuple[float, ...], tied_: bool) -> None:
+    from triton_kiln.autotuner.final_round import tied
+
+    estimates = {str(i): [m, m * 0.99, m * 1.01] for i, m in enumerate(medians)}
+    assert tied(estimates, 0.005) is tied_
+    assert tied({}, 0.005) is False
+
+
 class SampledBench(TwoPhaseBench):
     """The final round's passes send every run back (as both sandboxes do when asked)."""
 

@@ -140,8 +140,27 @@ def test_finalists_well_behind_in_the_search_do_not_race(loop: StandInSandbox) -
     assert [e.passes for e in entries] == [finalists.PASSES, 0, 0, finalists.PASSES]
     assert [e.search_ms for e in entries] == [1.0, 1.3, 2.0, 1.01]
     assert len(_passes(loop)) == 2 * finalists.PASSES  # no job for the two left out
-    # the two that did not race keep Helion's state as the search left it
-    assert [len(m.perfs) for m in members] == [2, 1, 1, 2]
+    # the two that did not race leave Helion's pick, as a finalist whose recheck fails does
+    assert [m.perf for m in members] == pytest.approx([1.0, math.inf, math.inf, 1.01])
+    assert [m.status for m in members] == ["ok"] * 4
+    search.benchmark_provider.cleanup()
+
+
+def test_a_search_timing_never_competes_with_a_raced_time(loop: StandInSandbox) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    # every config runs 20% slower in the race than in the search's short window, as a
+    # compute-bound kernel on a cool GPU does; 2 is 15% behind 0 in the search
+    members = _finalists(search, [1.0, 1.01, 1.15])
+    _race_at(loop, search, members, [1.2, 1.21, 1.38])
+    # 2's search timing beats the raced ones, but not 0's search timing: it does not race,
+    # and Helion's pick, which compares perfs, does not take it on its search timing
+    assert _verify(search, members) is members[0]
+    (record,) = search.benchmark_provider.final_rounds
+    entries = _entries(record, members)
+    assert [e.raced for e in entries] == [True, True, False]
+    assert [e.passes for e in entries] == [finalists.PASSES, finalists.PASSES, 0]
+    assert math.isinf(members[2].perf)
     search.benchmark_provider.cleanup()
 
 
@@ -156,29 +175,43 @@ def test_at_most_five_finalists_within_the_margin_race(loop: StandInSandbox) -> 
     (record,) = search.benchmark_provider.final_rounds
     entries = _entries(record, members)
     # the five fastest in the search race; the two left out are slower in the search than
-    # the winner's raced time, so they never race it
+    # the winner, so they never race it, and they leave Helion's pick
     assert [e.raced for e in entries] == [True] * 5 + [False] * 2
     assert finalists.MOST_RACED == 5
-    assert [len(m.perfs) for m in members] == [2] * 5 + [1] * 2
+    assert [math.isfinite(m.perf) for m in members] == [True] * 5 + [False] * 2
     search.benchmark_provider.cleanup()
 
 
-def test_a_finalist_left_out_races_the_winner_when_its_search_time_beats_the_raced_time(
+def test_a_finalist_left_out_races_the_winner_where_its_search_timing_is_not_above_the_winners(
     loop: StandInSandbox,
 ) -> None:
     with settings.scope(helion_final_round=True):
         search = _quick_search()
-    # the search ranks 0 and 1 first; both run slower in the race than 2's and 3's search timings
-    members = _finalists(search, [1.0, 1.02, 1.5, 1.2])
-    _race_at(loop, search, members, [1.6, 1.7, 1.3, 2.0])
-    assert _verify(search, members) is members[2]
+    # seven finalists tied in the search: the first five race, tie (the round settles after
+    # two passes) and 0 wins; 5 and 6, as fast as 0 in the search, then race 0, and 6 wins
+    members = _finalists(search, [1.0] * 7)
+    _race_at(loop, search, members, [1.3] * 6 + [1.1])
+    assert _verify(search, members) is members[6]
     (record,) = search.benchmark_provider.final_rounds
     entries = _entries(record, members)
     assert all(e.raced for e in entries)
-    # 0 and 1 race (1 leaves), then 0, the winner so far, races 2 and 3, and 2 wins
-    assert [e.passes for e in entries] == [2, 1, 1, 1]
-    assert record.winner == str(members[2].config)
-    assert [m.perf for m in members] == pytest.approx([1.6, 1.7, 1.3, 2.0])
+    assert [e.passes for e in entries] == [3, 2, 2, 2, 2, 1, 1]
+    assert [e.left_after for e in entries] == [1, None, None, None, None, 1, None]
+    assert record.winner == str(members[6].config)
+    assert [m.perf for m in members] == pytest.approx([1.3] * 6 + [1.1])
+    search.benchmark_provider.cleanup()
+
+
+def test_the_round_ends_once_the_finalists_left_are_tied(loop: StandInSandbox) -> None:
+    with settings.scope(helion_final_round=True):
+        search = _quick_search()
+    members = _finalists(search, [1.0, 1.01, 1.02])
+    _race_at(loop, search, members, [1.0, 1.003, 1.5])  # 0 and 1 within 0.5%: tied
+    assert _verify(search, members) is members[0]
+    (record,) = search.benchmark_provider.final_rounds
+    # 2 leaves after the first pass; 0 and 1 stop after the second, not the fifth
+    assert [e.passes for e in _entries(record, members)] == [2, 2, 1]
+    assert finalists.SETTLED == 0.005
     search.benchmark_provider.cleanup()
 
 
@@ -189,7 +222,7 @@ def test_a_shorter_helion_target_is_the_rounds_window(
     with settings.scope(helion_final_round=True):
         search = _quick_search()
     members = _finalists(search, [0.3, 0.2])
-    _race_at(loop, search, members, [1.0, 1.005])  # too close to part: both race to the end
+    _race_at(loop, search, members, [1.0, 1.012])  # too close to part, not tied: both race to the end
     _verify(search, members)
     (record,) = search.benchmark_provider.final_rounds
     assert (record.target_ms, record.window_ms) == (500.0, 500.0)
@@ -215,7 +248,7 @@ def test_helions_state_after_the_race_is_what_its_own_verification_sets_for_that
 ) -> None:
     with settings.scope(helion_final_round=True):
         search = _quick_search()
-    members = _finalists(search, [0.5, 0.4, 0.3])
+    members = _finalists(search, [0.3, 0.31, 0.32])  # all within 10%: all race
     helions_members = _copies(members)
     _race_at(loop, search, members, [1.2, 1.0, 1.8])
     kilns = _verify(search, members)
@@ -249,7 +282,7 @@ def test_a_finalist_that_faults_in_the_sandbox_leaves_the_race_with_its_reason(
 ) -> None:
     with settings.scope(helion_final_round=True):
         search = _quick_search()
-    members = _finalists(search, [0.5, 0.4, 0.3])
+    members = _finalists(search, [0.31, 0.32, 0.3])  # all within 10%: all race
     _race_at(loop, search, members, [1.0, 1.01, 0.5])  # the faulting one (16 warps) would win
     loop.fail = lambda job, label: (
         _crashed(job, label) if isinstance(job, FinalistRunsJob) and _is_faulty(job) else None

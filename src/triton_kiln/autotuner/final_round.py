@@ -98,6 +98,14 @@ def outpaced(estimates: Mapping[str, Sequence[float]], margin: float) -> set[str
     }
 
 
+def tied(estimates: Mapping[str, Sequence[float]], within: float) -> bool:
+    """Whether the finalists (label -> ``[median, p20, p80]`` so far) are all within ``within``
+    of the leader's median: more passes could only reorder them by less than that, so any of
+    them is as good a pick as the round could make."""
+    medians = [estimate[0] for estimate in estimates.values()]
+    return bool(medians) and max(medians) <= min(medians) * (1 + within)
+
+
 def left_race_note(passes: int, of: int, margin: float) -> str:
     """The note on a finalist that left the race after ``passes`` of the round's ``of`` passes
     (an ``ok`` config's ``reason`` carries notes: the reports show it)."""
@@ -135,7 +143,9 @@ finalist; ``warm`` asks for do_bench's warm-up (the round's first call that runs
 class Race(Generic[F, R]):
     """A final round's passes over its ``finalists``, fastest first: ``passes_n`` alternating
     passes; after each but the last, the finalists :func:`outpaced` by more than ``margin`` leave
-    it (``left``: label -> the passes it ran), and it ends when one is left. ``failed`` holds
+    it (``left``: label -> the passes it ran), and it ends when one is left, or, with
+    ``settled``, from the second pass on when those still racing are :func:`tied` within it
+    (``settled_after``: the passes run). ``failed`` holds
     the outcomes of finalists whose timing failed; :meth:`estimate` is a finalist's time.
     kiln's autotuner races its :class:`Candidate` configs (:func:`final_round`); kiln's Helion
     adapter races Helion's finalists with the same rule."""
@@ -143,10 +153,12 @@ class Race(Generic[F, R]):
     finalists: Sequence[F]
     passes_n: int
     margin: float
+    settled: float | None = None
     passes: dict[str, list[list[float]]] = field(init=False)
     runs: dict[str, list[float] | None] = field(init=False)
     failed: dict[str, R] = field(default_factory=dict)
     left: dict[str, int] = field(default_factory=dict)
+    settled_after: int | None = None
 
     def __post_init__(self) -> None:
         self.passes = {c.label: [] for c in self.finalists}
@@ -168,10 +180,18 @@ class Race(Generic[F, R]):
             racing = [c for c in racing if c.label not in self.failed]
             if round_ == self.passes_n - 1:
                 return
-            behind = outpaced({c.label: self.estimate(c.label) for c in racing}, self.margin)
+            estimates = {c.label: self.estimate(c.label) for c in racing}
+            behind = outpaced(estimates, self.margin)
             self.left.update((label, round_ + 1) for label in behind)
             racing = [c for c in racing if c.label not in behind]
             if len(racing) < 2:
+                return
+            if (
+                round_ >= 1
+                and self.settled is not None
+                and tied({c.label: estimates[c.label] for c in racing}, self.settled)
+            ):
+                self.settled_after = round_ + 1
                 return
 
     def estimate(self, label: str) -> list[float]:

@@ -16,20 +16,27 @@ its repeats), whether it is close to the leader or far behind. With the setting 
         a finalist clearly behind the leader leaves (kiln's rule,
           triton_kiln.autotuner.final_round.Race / outpaced); a finalist that faults leaves
           with its reason, logged as Helion logs a failed finalist
-        pass 2 ... until one is left or PASSES passes are spent
-        a finalist left out whose search timing is not above the winner's raced time races
-          the winner in a further round, until none is
+        pass 2 ... until one is left, those left are tied within SETTLED, or PASSES passes
+          are spent
+        a finalist left out whose search timing is not above the winner's search timing races
+          the winner in a further round, until none is (like with like: a search timing,
+          taken in a short window on a cool GPU, can read well below the same config's raced
+          time, 10% on an H100's matmul)
         each raced finalist's time (median of its runs) -> Helion's
           _resolve_isolated_rebenchmark_results and _apply_rebenchmark_timings (perfs,
-          best_perf_so_far, trace, finalist history); one left out keeps its search timing
+          best_perf_so_far, trace, finalist history); one that did not race leaves Helion's
+          ranking as a finalist whose recheck fails does (an infinite timing, its benchmark
+          status and the trace untouched), so the pick compares raced times only
       Helion picks the live finalist with the lowest perf (pinned tolerance, its log), as always
 
 A finalist that stays to the end gets ``window_ms`` of runs in all (:data:`ROUND_MS`, or
 Helion's ``target_ms`` where that is shorter); one that leaves after pass ``k`` got ``k``
-passes. Helion's search, effort profiles, cache and its final selection (1.5.1's effort
-``full``, already in kiln's sandbox) are untouched. Helion's
-own final verification runs instead when the config cannot go to a worker (mutated arguments,
-unpicklable arguments, a distributed run, ``autotune_benchmark_subprocess=False``,
+passes. Where no raced finalist gets a time (each faulted), the finalists that did not race
+keep their search timings and Helion picks among them. Helion's search, effort profiles,
+cache and its final selection (1.5.1's effort ``full``, already in kiln's sandbox) are
+untouched. Helion's own final verification runs instead when the config cannot go to a
+worker (mutated arguments, unpicklable arguments, a distributed run,
+``autotune_benchmark_subprocess=False``,
 ``KILN_HELION_SANDBOX=0``), when a custom ``autotune_benchmark_fn`` times configs, or with
 ``HELION_AUTOTUNE_FINAL_REBENCHMARK_ISOLATED=1`` (a fresh process per finalist, Helion's).
 """
@@ -77,6 +84,10 @@ margin (a memory-bound kernel's finalists often all are), the cap keeps the roun
 finalists' runs; one left out still races the winner where its search timing beats the
 winner's raced time (:func:`race`)."""
 
+SETTLED = 0.005
+"""From the second pass on, the round ends when the finalists still racing are all within this
+of the leader's time: more passes would only reorder them by less (the pick's bar is 2%)."""
+
 FIRST_WARMUP_MS = 25
 """do_bench's warm-up before the round's first run (the GPU's clocks up); later passes warm up
 with one call, the GPU busy back to back."""
@@ -103,7 +114,7 @@ class FinalistRecord:
 
     config: str
     search_ms: float  # its timing in Helion's search (``member.perf`` as the round began)
-    raced: bool = False  # False: its search timing left it out (behind the fastest and the winner)
+    raced: bool = False  # False: its search timing left it out, and with it Helion's pick
     passes: int = 0  # passes it was timed in
     runs: int = 0  # do_bench runs in all
     window_ms: float = 0.0  # the passes' rep windows, summed
@@ -207,9 +218,9 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
     ``rebenchmark`` would; ``False`` (nothing timed) when Helion cannot send one to a worker.
 
     The :func:`contenders` race first. A finalist left out whose search timing is not above the
-    winner's raced time then races the winner in a further round, until none is: Helion picks by
-    ``perf``, and a finalist that did not race keeps its search timing there (its ``perf`` and
-    history untouched)."""
+    winner's then races the winner in a further round, until none is. Helion picks by ``perf``:
+    a finalist that did not race leaves its ranking (an infinite timing, as Helion removes a
+    finalist whose recheck fails), unless no raced finalist got a time."""
     provider = search.benchmark_provider
     worker = provider.sandbox_worker
     window_ms = min(target_ms, ROUND_MS)
@@ -257,7 +268,7 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
     failed: dict[int, _Timed] = {}
     to_race = contenders(searched, [compat.is_pinned_finalist(search, m) for m in members])
     while to_race:
-        contest: Race[_Finalist, _Timed] = Race([finalists[i] for i in to_race], PASSES, MARGIN)
+        contest: Race[_Finalist, _Timed] = Race([finalists[i] for i in to_race], PASSES, MARGIN, SETTLED)
         contest.run(time_one)
         for i in to_race:
             entry = record.finalists[i]
@@ -273,20 +284,24 @@ def race(search: Any, members: Sequence[Any], desc: str, target_ms: float) -> bo
         if not live:
             break
         winner = min(live, key=lambda i: record.finalists[i].ms or math.inf)
-        lead = record.finalists[winner].ms or math.inf
-        late = [i for i, e in enumerate(record.finalists) if not e.raced and searched[i] <= lead]
+        late = [i for i, e in enumerate(record.finalists) if not e.raced and searched[i] <= searched[winner]]
         to_race = sorted([winner, *late]) if late else []
-    raced = [i for i, e in enumerate(record.finalists) if e.raced]
+    timed_any = any(e.ms is not None for e in record.finalists)
+    answered = [i for i, e in enumerate(record.finalists) if e.raced or timed_any]
     results: list[Any] = []
     traced: list[Any] = []
-    for i in raced:
-        if i in failed:
+    for i in answered:
+        if not record.finalists[i].raced:
+            results.append(math.inf)  # out of the pick; no trace entry: it was not timed
+            traced.append(None)
+        elif i in failed:
             results.append(compat.IsolatedBenchmarkFailure("error"))  # out of the pick, as Helion's error
             traced.append(compat.IsolatedBenchmarkFailure(failed[i].status))
-            continue
-        results.append(record.finalists[i].ms)
-        traced.append(record.finalists[i].ms)
-    compat.apply_final_timings(search, [members[i] for i in raced], results, traced)
+        else:
+            results.append(record.finalists[i].ms)
+            traced.append(record.finalists[i].ms)
+    compat.apply_final_timings(search, [members[i] for i in answered], results, traced)
+    raced = [i for i, e in enumerate(record.finalists) if e.raced]
     timed = [e for e in record.finalists if e.ms is not None]
     record.winner = min(timed, key=lambda e: e.ms or math.inf).config if timed else None
     record.wall_s = time.perf_counter() - started
