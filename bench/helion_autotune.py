@@ -17,17 +17,20 @@ outside the timed region), so the arms run side by side in one invocation:
   (``LFBOTreeSearch``) at the same effort (``--effort quick|full``), seed and generation cap
   (``--generations``), once per arm (``--arms``, default ``fork,spawn,kiln``): ``fork`` (Helion's
   ``autotune_precompile="fork"``, its default), ``spawn`` (``autotune_precompile="spawn"``),
-  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn``: kiln's loop, compiles in kiln's pool and
-  Helion's benchmark jobs in kiln's sandbox, streamed as the compiles land; it creates its pool
-  and sandbox just before binding the kernel, as ``kiln.helion.install()`` at import time would,
-  so what is left of their start-up counts) and ``kiln-compile`` (the same with
-  ``KILN_HELION_SANDBOX=0``: kiln's compiles, Helion's own benchmark worker) and ``kiln-race``
-  (kiln's loop with ``KILN_HELION_FINAL_ROUND=1``: Helion's final verification is kiln's final
-  round; the split's ``benchmark`` phase holds the race, and the probes ``final_verification_s``
-  (Helion's, any other arm) and ``kiln_final_verification_s`` (kiln-race's) time the whole
-  final verification, so the two arms' difference shows; ``kiln_race_over_kiln`` compares their
-  walls and picks' runtimes; each kiln-race run's ``final_rounds`` holds its rounds, each
-  finalist's passes, runs and wall time) and ``kiln-screen`` (kiln-race with
+  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn`` with kiln's defaults, every
+  ``KILN_HELION_*`` variable of the bench's environment dropped: kiln's loop, compiles in kiln's
+  pool and Helion's benchmark jobs in kiln's sandbox, streamed as the compiles land, and kiln's
+  final round; it creates its pool and sandbox just before binding the kernel, as
+  ``kiln.helion.install()`` at import time would, so what is left of their start-up counts),
+  ``kiln-compile`` (``KILN_HELION_SANDBOX=0``: kiln's compiles, Helion's own benchmark worker),
+  ``kiln-verify`` (kiln's loop with ``KILN_HELION_FINAL_ROUND=0``: Helion's own final
+  verification, in the autotuning process), ``kiln-race`` (kiln's loop with
+  ``KILN_HELION_FINAL_ROUND=1``, set whatever the default: Helion's final verification is
+  kiln's final round; the split's ``benchmark`` phase holds the race, and the probes
+  ``final_verification_s`` (Helion's) and ``kiln_final_verification_s`` (kiln's) time the whole
+  final verification, so the two arms' difference shows; ``kiln_race_over_kiln_verify``
+  compares their walls and picks' runtimes; each run with kiln's round has ``final_rounds``:
+  its rounds, each finalist's passes, runs and wall time) and ``kiln-screen`` (kiln-race with
   ``KILN_HELION_SCREEN_MS=10``: each streamed search timing 10 ms rather than Helion's 50;
   ``kiln.sandbox.screened`` counts them; ``kiln_screen_over_kiln_race`` compares the two). A
   kiln arm's ``kiln.sandbox.kinds`` counts the sandbox calls by kind of job (Helion's
@@ -127,9 +130,9 @@ from typing import Any, NamedTuple
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
-ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-race", "kiln-screen")
+ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-verify", "kiln-race", "kiln-screen")
 DEFAULT_ARMS = ("fork", "spawn", "kiln")
-KILN_ARMS = ("kiln", "kiln-compile", "kiln-race", "kiln-screen")
+KILN_ARMS = ("kiln", "kiln-compile", "kiln-verify", "kiln-race", "kiln-screen")
 SCREEN_MS = 10  # kiln-screen's window for a search timing: kiln's own autotuner's screening
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
@@ -370,13 +373,16 @@ def _split_fields(
 
 
 def arm_settings(arm: str) -> dict[str, str]:
-    """The ``KILN_*`` variables a kiln arm's process runs with."""
+    """The ``KILN_HELION_*`` variables a kiln arm's process runs with (``kiln``: none, kiln's
+    defaults; the child drops the bench's own first)."""
     if arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
         return {"KILN_HELION_SANDBOX": "0"}
     env: dict[str, str] = {}
-    if arm in ("kiln", "kiln-race", "kiln-screen"):  # kiln's loop: Helion's jobs in kiln's sandbox
+    if arm in ("kiln-verify", "kiln-race", "kiln-screen"):  # kiln's loop: Helion's jobs in kiln's sandbox
         env["KILN_HELION_SANDBOX"] = "1"
-    if arm in ("kiln-race", "kiln-screen"):  # and its final round verifying Helion's finalists
+    if arm == "kiln-verify":  # with Helion's own final verification
+        env["KILN_HELION_FINAL_ROUND"] = "0"
+    if arm in ("kiln-race", "kiln-screen"):  # with kiln's final round verifying Helion's finalists
         env["KILN_HELION_FINAL_ROUND"] = "1"
     if arm == "kiln-screen":  # and its screening of the search's timings
         env["KILN_HELION_SCREEN_MS"] = str(SCREEN_MS)
@@ -399,6 +405,8 @@ def _instances(cls: type) -> list[Any]:
 
 def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
+    for name in [name for name in os.environ if name.startswith("KILN_HELION_")]:
+        del os.environ[name]
     os.environ.update(arm_settings(opts.arm))
     import torch
 
@@ -666,7 +674,7 @@ def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             if other.get("status") == "ok" and kiln_.get("status") == "ok":
                 row[f"{name}_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
                 row[f"runtime_{name}_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
-    for arm, base in (("kiln-race", "kiln"), ("kiln-screen", "kiln-race")):
+    for arm, base in (("kiln-race", "kiln-verify"), ("kiln-screen", "kiln-race")):
         mine, theirs = chosen.get(arm, {}), chosen.get(base, {})
         if mine.get("status") == "ok" and theirs.get("status") == "ok":
             name = f"{arm}_over_{base}".replace("-", "_")
@@ -696,7 +704,7 @@ def _geomeans(rows: list[dict[str, Any]]) -> dict[str, float | None]:
         "geomean_kiln_over_spawn": _geomean(rows, "kiln_over_spawn"),
         "geomean_kiln_compile_over_fork": _geomean(rows, "kiln_compile_over_fork"),
         "geomean_kiln_race_over_fork": _geomean(rows, "kiln_race_over_fork"),
-        "geomean_kiln_race_over_kiln": _geomean(rows, "kiln_race_over_kiln"),
+        "geomean_kiln_race_over_kiln_verify": _geomean(rows, "kiln_race_over_kiln_verify"),
         "geomean_kiln_screen_over_fork": _geomean(rows, "kiln_screen_over_fork"),
         "geomean_kiln_screen_over_kiln_race": _geomean(rows, "kiln_screen_over_kiln_race"),
     }
@@ -722,9 +730,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--arms",
         default=",".join(DEFAULT_ARMS),
-        help="comma list of: fork, spawn, kiln, kiln-compile, kiln-race, kiln-screen (the compare arms; "
-        "kiln-compile: kiln's compiles with Helion's own benchmark worker; kiln-race: kiln's loop with "
-        f"KILN_HELION_FINAL_ROUND=1; kiln-screen: kiln-race with KILN_HELION_SCREEN_MS={SCREEN_MS})",
+        help="comma list of: fork, spawn, kiln, kiln-compile, kiln-verify, kiln-race, kiln-screen (the "
+        "compare arms; kiln: kiln's defaults; kiln-compile: kiln's compiles with Helion's own benchmark "
+        "worker; kiln-verify: kiln's loop with Helion's own final verification; kiln-race: kiln's loop "
+        f"with KILN_HELION_FINAL_ROUND=1; kiln-screen: kiln-race with KILN_HELION_SCREEN_MS={SCREEN_MS})",
     )
     parser.add_argument(
         "--effort", choices=("quick", "full"), default="quick", help="Helion's autotune_effort"
@@ -899,6 +908,8 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
                 merged[key] = part[key]
     merged["compare"] = [_row(kernel, arm_runs) for kernel, arm_runs in runs.items()]
     merged.update(_geomeans(merged["compare"]))
+    # each part's own command is in merged_from
+    merged["command"] = "python bench/helion_autotune.py --merge <the runs in 'merged_from'>"
     return merged
 
 

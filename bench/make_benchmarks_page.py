@@ -119,14 +119,15 @@ def _helion(data: dict[str, Any]) -> Iterator[Row]:
     measures = (("autotune wall (s)", "autotune_s"), ("chosen config runtime (ms)", "runtime_ms"))
     for row in data["compare"]:
         fork = row.get("fork") or {}
-        # kiln's loop, then (where the run has them) the loop with kiln's final round, and with
-        # its screening too
+        # the kiln arms the run has: kiln's defaults, then its loop with Helion's own final
+        # verification, with kiln's final round, and with its screening too
         named = (
             ("kiln", ""),
+            ("kiln-verify", ", Helion's final verification"),
             ("kiln-race", ", kiln's final round"),
             ("kiln-screen", ", kiln's final round and screening"),
         )
-        arms = [(arm, name) for arm, name in named if arm == "kiln" or row.get(arm)]
+        arms = [(arm, name) for arm, name in named if row.get(arm)]
         for arm, name in arms:
             kiln = row.get(arm) or {}
             for measure, key in measures:

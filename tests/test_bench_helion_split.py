@@ -386,22 +386,22 @@ def test_the_kiln_compile_arm_is_compared_to_the_helion_arms_beside_kilns_loop()
     ]
 
 
-def test_the_kiln_race_arm_is_compared_to_kilns_loop_and_the_helion_arms() -> None:
+def test_the_kiln_race_arm_is_compared_to_kilns_loop_with_helions_verification_and_the_helion_arms() -> None:
     bench = _bench()
     row = bench._row(
         "mm",
         {
             "fork": [_run("fork", 10.0)],
-            "kiln": [_run("kiln", 5.0)],
+            "kiln-verify": [_run("kiln-verify", 5.0)],
             "kiln-race": [_run("kiln-race", 4.0)],
         },
     )
     assert row["kiln_race_over_fork"] == pytest.approx(0.4)
-    assert row["kiln_race_over_kiln"] == pytest.approx(0.8)
-    assert row["runtime_kiln_race_over_kiln"] == pytest.approx(1.0)
+    assert row["kiln_race_over_kiln_verify"] == pytest.approx(0.8)
+    assert row["runtime_kiln_race_over_kiln_verify"] == pytest.approx(1.0)
     geomeans = bench._geomeans([row])
-    assert geomeans["geomean_kiln_race_over_kiln"] == pytest.approx(0.8)
-    assert bench._options(["--arms", "kiln,kiln-race"]).arms == "kiln,kiln-race"
+    assert geomeans["geomean_kiln_race_over_kiln_verify"] == pytest.approx(0.8)
+    assert bench._options(["--arms", "kiln-verify,kiln-race"]).arms == "kiln-verify,kiln-race"
     assert "kiln-race" in bench.KILN_ARMS
     # the split times kiln's race as benchmarking, and the whole final verification in either arm
     phases = {target.qualname: target.phase for target in bench.TARGETS}
@@ -418,7 +418,8 @@ def test_the_kiln_screen_arm_is_kiln_race_with_kilns_screening_and_is_compared_t
         "KILN_HELION_SCREEN_MS": "10",
     }
     assert bench.arm_settings("kiln-race") == {"KILN_HELION_SANDBOX": "1", "KILN_HELION_FINAL_ROUND": "1"}
-    assert bench.arm_settings("kiln") == {"KILN_HELION_SANDBOX": "1"}
+    assert bench.arm_settings("kiln-verify") == {"KILN_HELION_SANDBOX": "1", "KILN_HELION_FINAL_ROUND": "0"}
+    assert bench.arm_settings("kiln") == {}  # kiln's defaults
     assert bench.arm_settings("kiln-compile") == {"KILN_HELION_SANDBOX": "0"}
     assert bench.arm_settings("fork") == {}
     row = bench._row(

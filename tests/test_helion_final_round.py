@@ -310,13 +310,14 @@ def test_with_the_setting_off_helions_final_verification_runs_untouched(
     loop: StandInSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     original = PopulationBasedSearch.__dict__["final_rebenchmark_best"]
-    search = _quick_search()  # KILN_HELION_FINAL_ROUND's default: off
-    assert "final_rebenchmark_best" not in search.__dict__
-    kiln.helion.install()
-    try:
-        assert PopulationBasedSearch.__dict__["final_rebenchmark_best"] is original
-    finally:
-        kiln.helion.uninstall()
+    with settings.scope(helion_final_round=False):  # KILN_HELION_FINAL_ROUND=0
+        search = _quick_search()
+        assert "final_rebenchmark_best" not in search.__dict__
+        kiln.helion.install()
+        try:
+            assert PopulationBasedSearch.__dict__["final_rebenchmark_best"] is original
+        finally:
+            kiln.helion.uninstall()
     calls: list[dict[str, Any]] = []
 
     def interleaved(fns: list[Any], **kwargs: Any) -> list[float]:

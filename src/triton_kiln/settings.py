@@ -442,11 +442,11 @@ class Settings:
     # --- Helion -------------------------------------------------------------------------------
     helion_sandbox: bool = HELION.setting(
         "KILN_HELION_SANDBOX",
-        False,
+        True,
         FLAG,
-        """under :mod:`triton_kiln.helion`, ``1``: Helion's benchmark jobs (timing, accuracy check,
-        final selection) run in kiln's call sandbox; off until it is measured on a GPU: Helion's
-        own benchmark worker runs them and kiln serves the compiles (docs/HELION.md).""",
+        """under :mod:`triton_kiln.helion`, Helion's benchmark jobs (timing, accuracy check, final
+        selection) run in kiln's call sandbox, each config as its compile lands; ``0``: Helion's
+        own benchmark worker runs them and kiln serves the compiles only (docs/HELION.md).""",
     )
     helion_stream: bool = HELION.setting(
         "KILN_HELION_STREAM",
@@ -468,13 +468,14 @@ class Settings:
     )
     helion_final_round: bool = HELION.setting(
         "KILN_HELION_FINAL_ROUND",
-        False,
+        True,
         FLAG,
         """under :mod:`triton_kiln.helion` with ``KILN_HELION_SANDBOX``, Helion's final verification
         of its finalists (where its effort profile has no final selection) is kiln's final round in
-        the sandbox: short passes, a finalist clearly slower than the leader leaves, the round ends
-        when one is left; off by default until measured on a GPU (docs/HELION.md). Read when kiln
-        is put in a search (``autotuner_fn``) or installed (``install()``).""",
+        the sandbox: the contenders only, in short passes, a finalist clearly slower than the
+        leader leaves, the round ends when one is left or those left are tied; ``0``: Helion's own
+        verification (docs/HELION.md). Read when kiln is put in a search (``autotuner_fn``) or
+        installed (``install()``).""",
     )
 
     # --- one node, many processes -----------------------------------------------------------

@@ -1,5 +1,5 @@
-"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool and, with
-``KILN_HELION_SANDBOX=1`` (opt-in until measured on a GPU), every benchmark in kiln's sandbox process.
+"""kiln inside Helion: every config's Triton compile in kiln's crash-isolated pool and (unless
+``KILN_HELION_SANDBOX=0``) every benchmark in kiln's sandbox process.
 
 One line turns it on::
 
@@ -12,7 +12,7 @@ One line turns it on::
 
 Helion still generates the code, searches, builds its benchmark jobs and classifies failures;
 kiln replaces its precompile step (a fork per config), compiles the reference config (the
-accuracy baseline) before Helion runs it in-process, and, with ``KILN_HELION_SANDBOX=1``, runs
+accuracy baseline) before Helion runs it in-process, and (unless ``KILN_HELION_SANDBOX=0``) runs
 Helion's benchmark jobs (timing, accuracy check against Helion's baseline output, final
 selection) in kiln's call sandbox, each config as soon as its compile lands. A C++ ``abort()`` in
 Triton's compiler (and, in the sandbox, an illegal memory access or a hang) then fails one

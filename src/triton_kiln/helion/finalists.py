@@ -1,4 +1,4 @@
-"""kiln's final round for Helion's finalists (``KILN_HELION_FINAL_ROUND=1``; off by default).
+"""kiln's final round for Helion's finalists (``KILN_HELION_FINAL_ROUND``, on by default).
 
 Helion ends a search by re-timing its finalists (``final_rebenchmark_best``, see
 :mod:`triton_kiln.helion.compat`): where its effort profile has no final selection (effort
