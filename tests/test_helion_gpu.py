@@ -33,6 +33,10 @@ def _cuda_args(name: str) -> tuple[object, ...]:
 
 
 def test_autotune_through_kiln_skips_an_aborting_config(make_pool: Callable[..., CompilePool]) -> None:
+    """kiln's compiles with Helion's own benchmark worker (``KILN_HELION_SANDBOX=0``; the loop's
+    faults are the next tests')."""
+    from triton_kiln import settings as kiln_settings
+
     pool = make_pool(workers=8, preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool)
     try:
@@ -44,10 +48,11 @@ def test_autotune_through_kiln_skips_an_aborting_config(make_pool: Callable[...,
             "autotune_random_seed": 5,
             "autotune_progress_bar": False,
         }
-        crash = hk.make("crashy_add", **settings).bind(args).config_spec.default_config()
-        crash.config["num_warps"] = helion_faults.ABORT_NUM_WARPS
-        bound = hk.make("crashy_add", autotune_seed_configs=[crash], **settings).bind(args)
-        config = bound.autotune(args, force=True)
+        with kiln_settings.scope(helion_sandbox=False):
+            crash = hk.make("crashy_add", **settings).bind(args).config_spec.default_config()
+            crash.config["num_warps"] = helion_faults.ABORT_NUM_WARPS
+            bound = hk.make("crashy_add", autotune_seed_configs=[crash], **settings).bind(args)
+            config = bound.autotune(args, force=True)
         assert config.config["num_warps"] != helion_faults.ABORT_NUM_WARPS
         assert pool.stats.worker_deaths >= 1  # the seeded config really aborted, in a worker
         out = bound(*args)
@@ -211,8 +216,9 @@ def test_kilns_final_round_verifies_the_finalists_only_where_asked(
     monkeypatch.setattr(compat, "screened", seen)
     previous = kiln.helion.configure(pool=make_pool(workers=8))
     try:
-        helions_error = _tuned_output_error("softmax", settings)
-        assert races == []  # the settings off: Helion's own final verification and windows
+        with kiln_settings.scope(helion_final_round=False):
+            helions_error = _tuned_output_error("softmax", settings)
+        assert races == []  # the round off: Helion's own final verification and windows
         assert windows == []
         with kiln_settings.scope(helion_final_round=True, helion_screen_ms=10):
             kilns_error = _tuned_output_error("softmax", settings)
