@@ -112,7 +112,8 @@ for phase in "$@"; do
       TAIL=12 run helion-spawn 130 env HELION_AUTOTUNE_LOG_LEVEL=DEBUG python3 bench/helion_autotune.py \
         --child --arm spawn --kernel softmax --effort quick --generations 1 --seed 1234 ;;
     helion-part)  # one part of a split comparison: HK kernels, HR repeats, HO repeat offset, HT tag,
-      # HA arms (e.g. fork,kiln,kiln-race; ~70 s a run at effort quick on an H100, spawn ~2x)
+      # HA arms (e.g. fork,spawn,kiln; at effort quick on an H100 fork ran 54-76 s a kernel and
+      # kiln 29-35 s, spawn ~2x fork; fork,kiln-race,kiln-screen over two kernels: 324-337 s)
       helion_bench "helion-$HT" fault,ctrl-c "$HK" ;;
     helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
       if [ -n "${HK:-}" ]; then helion_bench helion-faults none "$HK"; else helion_bench helion-faults compare add; fi ;;
