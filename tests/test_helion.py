@@ -242,6 +242,44 @@ def test_install_and_autotuner_fn_select_kilns_provider(helion_pool: CompilePool
     )
 
 
+def _ended(pid: int, within_s: float) -> bool:
+    from triton_kiln.sandbox.call_client import spawned_alive
+
+    deadline = time.monotonic() + within_s
+    while spawned_alive([pid]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not spawned_alive([pid])
+
+
+def test_a_sandbox_started_at_install_closes_when_no_search_calls_it(helion_pool: CompilePool) -> None:
+    from triton_kiln.sandbox.call_client import CallSandbox
+
+    box = CallSandbox(timeout_s=30)
+    previous = kiln.helion.configure(sandbox=box)
+    try:
+        with kiln_settings.scope(idle_s=0.5):
+            kiln.helion.install()  # starts it ahead of any search
+            kiln.helion.uninstall()
+            pid = box.pid
+            assert pid is not None
+            assert psutil.pid_exists(pid)
+            assert _ended(pid, 15.0)  # nothing called it within KILN_IDLE_S
+            assert box.pid is None
+            kiln.helion.install()
+            kiln.helion.uninstall()
+            assert box.call(int, label="a search's job").value == 0  # called before the idle time
+            time.sleep(1.0)
+            assert box.pid is not None  # a search uses it: it stays until Helion's cleanup closes it
+        box.close()
+        with kiln_settings.scope(idle_s=0):
+            kiln.helion.install()  # KILN_IDLE_S=0: nothing starts ahead
+            kiln.helion.uninstall()
+        assert box.pid is None
+    finally:
+        box.close()
+        kiln.helion.configure(sandbox=previous.sandbox)
+
+
 def test_classification_of_kilns_failures() -> None:
     from triton_kiln.errors import (
         CompileTimeoutError,
