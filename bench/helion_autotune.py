@@ -17,8 +17,8 @@ outside the timed region), so the arms run side by side in one invocation:
   (``LFBOTreeSearch``) at the same effort (``--effort quick|full``), seed and generation cap
   (``--generations``), once per arm (``--arms``, default ``fork,spawn,kiln``): ``fork`` (Helion's
   ``autotune_precompile="fork"``, its default), ``spawn`` (``autotune_precompile="spawn"``),
-  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn`` with kiln's defaults, every
-  ``KILN_HELION_*`` variable of the bench's environment dropped: kiln's loop, compiles in kiln's
+  ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn`` with kiln's defaults, the bench's own
+  Helion settings dropped (``HELION_SETTINGS``): kiln's loop, compiles in kiln's
   pool and Helion's benchmark jobs in kiln's sandbox, streamed as the compiles land, and kiln's
   final round; it creates its pool and sandbox just before binding the kernel, as
   ``kiln.helion.install()`` at import time would, so what is left of their start-up counts),
@@ -133,6 +133,12 @@ KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
 ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-verify", "kiln-race", "kiln-screen")
 DEFAULT_ARMS = ("fork", "spawn", "kiln")
 KILN_ARMS = ("kiln", "kiln-compile", "kiln-verify", "kiln-race", "kiln-screen")
+HELION_SETTINGS = (
+    "KILN_HELION_SANDBOX",
+    "KILN_HELION_STREAM",
+    "KILN_HELION_SCREEN_MS",
+    "KILN_HELION_FINAL_ROUND",
+)
 SCREEN_MS = 10  # kiln-screen's window for a search timing: kiln's own autotuner's screening
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
@@ -373,8 +379,8 @@ def _split_fields(
 
 
 def arm_settings(arm: str) -> dict[str, str]:
-    """The ``KILN_HELION_*`` variables a kiln arm's process runs with (``kiln``: none, kiln's
-    defaults; the child drops the bench's own first)."""
+    """The Helion settings (``HELION_SETTINGS``) a kiln arm's process runs with (``kiln``: none,
+    kiln's defaults; the child drops the bench's own first)."""
     if arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
         return {"KILN_HELION_SANDBOX": "0"}
     env: dict[str, str] = {}
@@ -405,8 +411,8 @@ def _instances(cls: type) -> list[Any]:
 
 def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
-    for name in [name for name in os.environ if name.startswith("KILN_HELION_")]:
-        del os.environ[name]
+    for name in HELION_SETTINGS:  # the bench's own, if set: each arm says what it runs with
+        os.environ.pop(name, None)
     os.environ.update(arm_settings(opts.arm))
     import torch
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from support.module_files import load_bench
+from triton_kiln import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -420,6 +421,8 @@ def test_the_kiln_screen_arm_is_kiln_race_with_kilns_screening_and_is_compared_t
     assert bench.arm_settings("kiln-race") == {"KILN_HELION_SANDBOX": "1", "KILN_HELION_FINAL_ROUND": "1"}
     assert bench.arm_settings("kiln-verify") == {"KILN_HELION_SANDBOX": "1", "KILN_HELION_FINAL_ROUND": "0"}
     assert bench.arm_settings("kiln") == {}  # kiln's defaults
+    helions = {name for name in settings.variables().values() if name.split("_")[1] == "HELION"}
+    assert set(bench.HELION_SETTINGS) == helions  # the child drops each before its arm's
     assert bench.arm_settings("kiln-compile") == {"KILN_HELION_SANDBOX": "0"}
     assert bench.arm_settings("fork") == {}
     row = bench._row(

@@ -351,34 +351,13 @@ def install() -> None:
 
 
 def _start_services() -> None:
-    """kiln's pool and (``KILN_HELION_SANDBOX``) its benchmark sandbox, started in the background.
-
-    The sandbox is started ahead of any search, so it closes again when no search has called it
-    within ``KILN_IDLE_S`` (a process that installs kiln and runs no autotune holds no CUDA
-    context); with ``KILN_IDLE_S=0`` it is not started ahead. A search's provider starts it
-    anyway, and Helion's cleanup at the end of the search closes it."""
+    """kiln's pool and (``KILN_HELION_SANDBOX``) its benchmark sandbox, started in the background
+    (the sandbox as :func:`~triton_kiln.helion.config.start_sandbox_ahead` says)."""
     from triton_kiln import settings
 
     kiln_config.pool()
-    current = settings.current()
-    if current.helion_sandbox and current.idle_s > 0:
-        box = kiln_config.sandbox()
-        box.start()
-        _close_unused(box, current.idle_s)
-
-
-def _close_unused(box: kiln_config.BenchmarkSandbox, idle_s: float) -> None:
-    """Close ``box`` after ``idle_s`` unless it has been called by then."""
-    calls = getattr(box, "calls", None)
-
-    def close_if_unused() -> None:
-        if calls is not None and getattr(box, "calls", None) == calls:
-            box.close()
-
-    timer = threading.Timer(idle_s, close_if_unused)
-    timer.daemon = True
-    timer.name = "kiln-helion-sandbox-idle"
-    timer.start()
+    if settings.current().helion_sandbox:
+        kiln_config.start_sandbox_ahead(settings.current().idle_s)
 
 
 def uninstall() -> None:

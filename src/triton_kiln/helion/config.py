@@ -90,6 +90,27 @@ def sandbox() -> BenchmarkSandbox:
         return _default_sandbox
 
 
+def start_sandbox_ahead(idle_s: float) -> None:
+    """Start the sandbox in force ahead of any search. It closes again when no search has called
+    it within ``idle_s`` (``KILN_IDLE_S``), so a process that installs kiln and autotunes
+    nothing holds no CUDA context; with ``idle_s`` 0 nothing starts. A search's provider starts
+    it anyway, and Helion's cleanup at the end of the search closes it."""
+    if idle_s <= 0:
+        return
+    box = sandbox()
+    box.start()
+    calls = getattr(box, "calls", None)  # None: a sandbox that does not count its calls stays
+
+    def close_if_unused() -> None:
+        if calls is not None and getattr(box, "calls", None) == calls:
+            box.close()
+
+    timer = threading.Timer(idle_s, close_if_unused)
+    timer.daemon = True
+    timer.name = "kiln-helion-sandbox-idle"
+    timer.start()
+
+
 def _close_default_sandbox() -> None:
     global _default_sandbox
     with _lock:
