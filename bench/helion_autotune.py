@@ -18,7 +18,7 @@ outside the timed region), so the arms run side by side in one invocation:
   (``--generations``), once per arm (``--arms``, default ``fork,spawn,kiln``): ``fork`` (Helion's
   ``autotune_precompile="fork"``, its default), ``spawn`` (``autotune_precompile="spawn"``),
   ``kiln`` (``autotuner_fn=kiln.helion.autotuner_fn`` with kiln's defaults, the bench's own
-  Helion settings dropped (``HELION_SETTINGS``): kiln's loop, compiles in kiln's
+  Helion settings dropped (``helion_settings()``): kiln's loop, compiles in kiln's
   pool and Helion's benchmark jobs in kiln's sandbox, streamed as the compiles land, and kiln's
   final round; it creates its pool and sandbox just before binding the kernel, as
   ``kiln.helion.install()`` at import time would, so what is left of their start-up counts),
@@ -133,12 +133,6 @@ KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
 ARMS = ("fork", "spawn", "kiln", "kiln-compile", "kiln-verify", "kiln-race", "kiln-screen")
 DEFAULT_ARMS = ("fork", "spawn", "kiln")
 KILN_ARMS = ("kiln", "kiln-compile", "kiln-verify", "kiln-race", "kiln-screen")
-HELION_SETTINGS = (
-    "KILN_HELION_SANDBOX",
-    "KILN_HELION_STREAM",
-    "KILN_HELION_SCREEN_MS",
-    "KILN_HELION_FINAL_ROUND",
-)
 SCREEN_MS = 10  # kiln-screen's window for a search timing: kiln's own autotuner's screening
 GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
     "add": [(8192, 8192), (8192, 8192)],
@@ -379,8 +373,8 @@ def _split_fields(
 
 
 def arm_settings(arm: str) -> dict[str, str]:
-    """The Helion settings (``HELION_SETTINGS``) a kiln arm's process runs with (``kiln``: none,
-    kiln's defaults; the child drops the bench's own first)."""
+    """The Helion settings (:func:`helion_settings`) a kiln arm's process runs with (``kiln``:
+    none, kiln's defaults; the child drops the bench's own first)."""
     if arm == "kiln-compile":  # kiln's compiles only: Helion's own benchmark worker
         return {"KILN_HELION_SANDBOX": "0"}
     env: dict[str, str] = {}
@@ -393,6 +387,15 @@ def arm_settings(arm: str) -> dict[str, str]:
     if arm == "kiln-screen":  # and its screening of the search's timings
         env["KILN_HELION_SCREEN_MS"] = str(SCREEN_MS)
     return env
+
+
+def helion_settings() -> list[str]:
+    """The variables of kiln's Helion settings (its settings page's Helion area)."""
+    from triton_kiln import settings
+
+    return [
+        declared.variable for declared in settings.declarations().values() if declared.area is settings.HELION
+    ]
 
 
 def _instances(cls: type) -> list[Any]:
@@ -411,7 +414,7 @@ def _instances(cls: type) -> list[Any]:
 
 def _child(opts: argparse.Namespace) -> None:
     sys.path.insert(0, str(TESTS))
-    for name in HELION_SETTINGS:  # the bench's own, if set: each arm says what it runs with
+    for name in helion_settings():  # the bench's own, if set: each arm says what it runs with
         os.environ.pop(name, None)
     os.environ.update(arm_settings(opts.arm))
     import torch

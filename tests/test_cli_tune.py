@@ -251,10 +251,7 @@ def test_with_a_remote_cache_the_output_says_runs_go_there_too(
 @pytest.mark.usefixtures("fake_gpu")
 def test_a_remote_cache_needs_no_redis_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """kiln speaks RESP2 itself: ``KILN_REMOTE_CACHE`` works on a machine without redis-py."""
-    from triton_kiln import remote
-
     monkeypatch.setitem(sys.modules, "redis", None)  # import redis: ModuleNotFoundError
-    monkeypatch.setattr(remote, "_clients", {})
     monkeypatch.setenv("KILN_REMOTE_CACHE", "redis://kiln:s3cret@127.0.0.1:1/0")
     result = _tune(
         "support.tune_workloads:write_runs", "--no-install", "--cache-dir", str(tmp_path / "cache")

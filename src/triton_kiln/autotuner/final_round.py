@@ -144,8 +144,8 @@ class Race(Generic[F, R]):
     """A final round's passes over its ``finalists``, fastest first: ``passes_n`` alternating
     passes; after each but the last, the finalists :func:`outpaced` by more than ``margin`` leave
     it (``left``: label -> the passes it ran), and it ends when one is left, or, with
-    ``settled``, from the second pass on when those still racing are :func:`tied` within it
-    (``settled_after``: the passes run). ``failed`` holds
+    ``settled``, from the second pass on when those still racing are :func:`tied` within it.
+    ``failed`` holds
     the outcomes of finalists whose timing failed; :meth:`estimate` is a finalist's time.
     kiln's autotuner races its :class:`Candidate` configs (:func:`final_round`); kiln's Helion
     adapter races Helion's finalists with the same rule."""
@@ -158,7 +158,6 @@ class Race(Generic[F, R]):
     runs: dict[str, list[float] | None] = field(init=False)
     failed: dict[str, R] = field(default_factory=dict)
     left: dict[str, int] = field(default_factory=dict)
-    settled_after: int | None = None
 
     def __post_init__(self) -> None:
         self.passes = {c.label: [] for c in self.finalists}
@@ -191,7 +190,6 @@ class Race(Generic[F, R]):
                 and self.settled is not None
                 and tied({c.label: estimates[c.label] for c in racing}, self.settled)
             ):
-                self.settled_after = round_ + 1
                 return
 
     def estimate(self, label: str) -> list[float]:

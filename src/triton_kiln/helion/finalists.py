@@ -81,8 +81,8 @@ of them, and the pinned seeds."""
 LEAST_RACED, MOST_RACED = Timing().final_top_k
 """The bounds of kiln's autotuner's contenders. Where a kernel has many configs within the
 margin (a memory-bound kernel's finalists often all are), the cap keeps the round to five
-finalists' runs; one left out still races the winner where its search timing beats the
-winner's raced time (:func:`race`)."""
+finalists' runs; one left out still races the winner where its search timing is not above the
+winner's (:func:`race`)."""
 
 SETTLED = 0.005
 """From the second pass on, the round ends when the finalists still racing are all within this
