@@ -775,6 +775,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--skip", default="", help="comma list of: compare, fault, ctrl-c")
     parser.add_argument(
+        "--commit",
+        default=None,
+        help="the commit of the code this run measures, written into its JSON (default: the "
+        "checkout's HEAD, where git can read one; a copy without .git names it here)",
+    )
+    parser.add_argument(
         "--plan", action="store_true", help="print the compare runs' commands in order and run nothing"
     )
     parser.add_argument(
@@ -836,6 +842,7 @@ def main(argv: list[str] | None = None) -> None:
         "bench": "helion",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "commit": opts.commit or _head_commit(),
         "settings": {"effort": opts.effort, "generations": opts.generations, "seed": opts.seed},
         "shapes": {k: GPU_SHAPES[k] for k in GPU_SHAPES},
     }
@@ -875,6 +882,19 @@ def main(argv: list[str] | None = None) -> None:
     _write(report, opts.out)
 
 
+def _head_commit() -> str | None:
+    """The checkout's HEAD, or None where there is no git repository (a copied tree)."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if done.returncode != 0:
+        return None
+    return done.stdout.strip() or None
+
+
 def _write(report: dict[str, Any], out: Path | None) -> None:
     _print_table(report)
     text = json.dumps(report, indent=2)
@@ -899,6 +919,7 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
             {
                 "file": str(path),
                 "date": part.get("date"),
+                "commit": part.get("commit"),
                 "command": part.get("command"),
                 "bench_s": part.get("bench_s"),
             }

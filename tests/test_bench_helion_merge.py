@@ -42,7 +42,8 @@ def _row(
 
 def _part(tmp: Path, name: str, rows: list[dict[str, Any]], device: str = "GPU") -> Path:
     path = tmp / f"{name}.json"
-    path.write_text(json.dumps({"bench": "helion", "device": device, "date": name, "compare": rows}))
+    part = {"bench": "helion", "device": device, "date": name, "commit": f"c-{name}", "compare": rows}
+    path.write_text(json.dumps(part))
     return path
 
 
@@ -64,6 +65,7 @@ def test_runs_of_one_kernel_are_pooled_across_parts(tmp_path: Path) -> None:
     assert mm["runtime_ratio"] == pytest.approx(1.05)
     assert merged["geomean_autotune_ratio"] == pytest.approx(math.sqrt(9.0 / 11.0 * 0.5))
     assert [m["date"] for m in merged["merged_from"]] == ["a", "b", "c"]
+    assert [m["commit"] for m in merged["merged_from"]] == ["c-a", "c-b", "c-c"]
 
 
 def test_a_kernel_without_a_good_run_in_one_arm_has_no_ratio(tmp_path: Path) -> None:
