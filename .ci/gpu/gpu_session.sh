@@ -58,9 +58,9 @@ run() {  # run NAME SECONDS CMD...: a phase step with a limit, output to $out/NA
 
 helion_bench() {  # helion_bench NAME SKIP KERNELS: one bench/helion_autotune.py run (HR, HO, HB as above;
   # HA: the arms, the bench's default when unset; HC: the commit the copied tree is, which it
-  # cannot read without .git)
+  # cannot read without .git; HM: the bench's --min-start-s)
   TAIL=24 run "$1" 590 python3 bench/helion_autotune.py --skip "$2" --kernels "$3" --repeats "${HR:-1}" \
-    --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" ${HA:+--arms "$HA"} ${HC:+--commit "$HC"} \
+    --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" ${HA:+--arms "$HA"} ${HC:+--commit "$HC"} ${HM:+--min-start-s "$HM"} \
     --out "$out/$1.json"
 }
 
