@@ -68,6 +68,18 @@ def test_runs_of_one_kernel_are_pooled_across_parts(tmp_path: Path) -> None:
     assert [m["commit"] for m in merged["merged_from"]] == ["c-a", "c-b", "c-c"]
 
 
+def test_the_runtime_bar_reads_the_median_runtime_over_the_runs(tmp_path: Path) -> None:
+    """The median-wall run's pick may be slower than the arm's usual pick: the row also gives the
+    ratio of the runtimes' medians over each arm's runs."""
+    bench = _bench()
+    a = _part(tmp_path, "a", [_row("mm", 50.0, 30.0, (0.200, 0.196))])
+    b = _part(tmp_path, "b", [_row("mm", 55.0, 28.0, (0.201, 0.207))])  # kiln's median-wall run
+    c = _part(tmp_path, "c", [_row("mm", 60.0, 25.0, (0.202, 0.197))])
+    (mm,) = bench._merge([a, b, c])["compare"]
+    assert mm["runtime_kiln_over_fork"] == pytest.approx(0.207 / 0.201)
+    assert mm["runtime_median_kiln_over_fork"] == pytest.approx(0.197 / 0.201)
+
+
 def test_a_kernel_without_a_good_run_in_one_arm_has_no_ratio(tmp_path: Path) -> None:
     bench = _bench()
     a = _part(tmp_path, "a", [_row("add", None, 9.0)])
