@@ -54,6 +54,22 @@ def _fresh_triton_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None
 
 
 @pytest.fixture(autouse=True)
+def _own_process_pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # kiln's process-wide pool (get_pool(): kiln.install(), kiln.inductor.install(), ...) takes
+    # the KILN_* settings of its first use and is kept for the process. Made by one test, it
+    # served a later one from that test's cache: the user's own ~/.cache/kiln where the first set
+    # no KILN_CACHE_DIR, whose binaries (the module's path is in their line info, not in the key)
+    # were an earlier run's. Each test starts with none; the one it made is shut down after.
+    from triton_kiln.pool import pool as pool_mod
+
+    monkeypatch.setattr(pool_mod, "_DEFAULT_POOL", None)
+    yield
+    made = pool_mod._DEFAULT_POOL
+    if made is not None and not made.closing:
+        made.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(autouse=True)
 def _no_program_record(monkeypatch: pytest.MonkeyPatch) -> None:
     # Every test of a run is one program (pytest) on one cache directory: a record one test's
     # kiln.install() kept would start compiles in another's. tests/test_program_record.py turns
