@@ -22,6 +22,7 @@ import ast
 import json
 import math
 import re
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -128,16 +129,37 @@ def _helion(data: dict[str, Any]) -> Iterator[Row]:
             ("kiln-screen", ", kiln's final round and screening"),
         )
         arms = [(arm, name) for arm, name in named if row.get(arm)]
+        runs = row.get("runs") or {}
         for arm, name in arms:
             kiln = row.get(arm) or {}
+            # with several runs per arm, each arm's median-wall run is compared, and its pick's
+            # runtime beside the median of the picks' runtimes over the runs
+            of = {
+                "autotune_s": f", median of {kiln.get('median_of')}/{fork.get('median_of')} runs",
+                "runtime_ms": ", in the median-wall run",
+            }
             for measure, key in measures:
                 yield Row(
                     row["kernel"],
-                    f"{measure}{name}",
+                    f"{measure}{name}{of[key] if runs else ''}",
                     _num(kiln.get(key)),
                     "Helion fork precompile",
                     _num(fork.get(key)),
                 )
+            if runs.get(arm) and runs.get("fork"):
+                yield Row(
+                    row["kernel"],
+                    f"chosen config runtime (ms){name}, median over the runs",
+                    _num(_median_ok(runs[arm], "runtime_ms")),
+                    "Helion fork precompile",
+                    _num(_median_ok(runs["fork"], "runtime_ms")),
+                )
+
+
+def _median_ok(runs: list[dict[str, Any]], key: str) -> float | None:
+    """The median of ``key`` over the ok runs, or None without one."""
+    values = [r[key] for r in runs if r.get("status") == "ok" and isinstance(r.get(key), int | float)]
+    return float(statistics.median(values)) if values else None
 
 
 def _inductor(data: dict[str, Any]) -> Iterator[Row]:

@@ -81,3 +81,25 @@ def test_helions_kiln_arms_are_rows_only_where_a_run_measured_them() -> None:
         "chosen config runtime (ms), kiln's final round and screening",
     ]
     assert [m for case, m in measures if case == "ln"] == ["autotune wall (s)", "chosen config runtime (ms)"]
+
+
+def test_helions_repeated_runs_give_the_median_wall_run_and_the_median_runtime() -> None:
+    page = _generator()
+
+    def run(wall: float, runtime: float) -> dict[str, object]:
+        return {"status": "ok", "autotune_s": wall, "runtime_ms": runtime}
+
+    fork_runs = [run(50.0, 0.200), run(55.0, 0.201), run(60.0, 0.202)]
+    kiln_runs = [run(30.0, 0.196), run(28.0, 0.207), run(25.0, 0.197)]
+    row = {
+        "kernel": "mm",
+        "fork": {**fork_runs[1], "median_of": 3},
+        "kiln": {**kiln_runs[1], "median_of": 3},
+        "runs": {"fork": fork_runs, "kiln": kiln_runs},
+    }
+    rows = {row.measure: (row.kiln, row.baseline) for row in page._helion({"compare": [row]})}
+    assert rows == {
+        "autotune wall (s), median of 3/3 runs": (28.0, 55.0),
+        "chosen config runtime (ms), in the median-wall run": (0.207, 0.201),
+        "chosen config runtime (ms), median over the runs": (0.197, 0.201),
+    }
