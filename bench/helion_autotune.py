@@ -4,7 +4,9 @@ Run from the repository root on a machine with a GPU (Helion 1.5.0 or 1.5.1 inst
 
     python bench/helion_autotune.py --skip fault,ctrl-c --kernels matmul,layer_norm --out a.json
     python bench/helion_autotune.py --skip fault,ctrl-c --kernels add,softmax --out b.json
-    python bench/helion_autotune.py --merge a.json b.json --out all.json    # parts of one session
+    python bench/helion_autotune.py --merge a.json b.json --out all.json    # parts of one run
+    python bench/helion_autotune.py --skip compare,abort,ctrl-c --out f.json  # the three faults only
+    python bench/helion_autotune.py --merge all.json f.json --out all2.json  # a merge joins on
     python bench/helion_autotune.py --kernels matmul --plan                 # the runs, nothing run
     python bench/helion_autotune.py --skip fault,ctrl-c --kernels matmul --effort full \
         --arms kiln,fork --budget-s 560 --run-timeout-s 280 --out full.json
@@ -48,7 +50,9 @@ outside the timed region), so the arms run side by side in one invocation:
   ``faulty_add`` with three seed configs (``helion_faults.FAULTY_CONFIGS``: one aborts in the
   compiler, one makes an illegal memory access, one never finishes; a 10 s benchmark timeout) in
   one autotune per arm (kiln, fork, spawn), each run's ``cuda_alive`` saying whether its CUDA
-  context still runs a kernel afterwards.
+  context still runs a kernel afterwards. ``--skip abort`` leaves out the abort runs,
+  ``--skip three-faults`` the three-fault runs; a merge keeps each fault run by name, a later
+  part's over an earlier one's.
 * ``ctrl-c``: SIGINT to a process in the middle of a matmul autotune's precompile phase
   (each arm), then a count of the processes it had started that are still alive.
 
@@ -785,7 +789,13 @@ def _parser() -> argparse.ArgumentParser:
         default=0,
         help="shift the rotating arm order (for repeats split over several invocations)",
     )
-    parser.add_argument("--skip", default="", help="comma list of: compare, fault, ctrl-c")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma list of: compare, fault (every fault run), abort (the fault runs of one "
+        "aborting config or reference config), three-faults (the three faults in one autotune), "
+        "ctrl-c",
+    )
     parser.add_argument(
         "--commit",
         default=None,
@@ -867,20 +877,22 @@ def main(argv: list[str] | None = None) -> None:
         report["versions"] = {p: md.version(p) for p in ("helion", "torch", "triton")}
     except Exception as error:
         report["device"] = f"unknown ({error})"
-    if "fault" not in skip:
-        report["fault"] = {
-            "config_abort_kiln": run("kiln", "crashy_add", faults=True, seed_abort=True),
-            "config_abort_fork": run("fork", "crashy_add", faults=True, seed_abort=True),
+    fault: dict[str, Any] = {}
+    if not skip & {"fault", "abort"}:
+        fault.update(
+            config_abort_kiln=run("kiln", "crashy_add", faults=True, seed_abort=True),
+            config_abort_fork=run("fork", "crashy_add", faults=True, seed_abort=True),
             # Helion with its precompile off compiles in the autotuning process itself
-            "config_abort_no_precompile": run("none", "crashy_add", faults=True, seed_abort=True),
-            "baseline_abort_kiln": run("kiln", "crashall_add", faults=True),
-            "baseline_abort_fork": run("fork", "crashall_add", faults=True),
-            # an abort, an illegal memory access and a hang, seeded into one autotune
-            **{
-                f"three_faults_{arm}": run(arm, "faulty_add", faults=True, seed_faults=True)
-                for arm in ("kiln", "fork", "spawn")
-            },
-        }
+            config_abort_no_precompile=run("none", "crashy_add", faults=True, seed_abort=True),
+            baseline_abort_kiln=run("kiln", "crashall_add", faults=True),
+            baseline_abort_fork=run("fork", "crashall_add", faults=True),
+        )
+    if not skip & {"fault", "three-faults"}:
+        # an abort, an illegal memory access and a hang, seeded into one autotune
+        for arm in ("kiln", "fork", "spawn"):
+            fault[f"three_faults_{arm}"] = run(arm, "faulty_add", faults=True, seed_faults=True)
+    if fault:
+        report["fault"] = fault
     if "ctrl-c" not in skip:
         report["ctrl_c"] = [_ctrl_c(opts, arm, _env(scratch)) for arm in ("kiln", "fork")]
     if "compare" not in skip:
@@ -927,15 +939,21 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
         raise SystemExit(f"refusing to merge runs from different devices: {sorted(map(str, devices))}")
     merged: dict[str, Any] = {
         **{k: v for k, v in parts[0].items() if k not in ("compare", "fault", "ctrl_c", "bench_s")},
+        # a part that is itself a merge (a committed result joined with later runs) brings its
+        # own parts
         "merged_from": [
-            {
-                "file": str(path),
-                "date": part.get("date"),
-                "commit": part.get("commit"),
-                "command": part.get("command"),
-                "bench_s": part.get("bench_s"),
-            }
+            entry
             for path, part in zip(paths, parts, strict=True)
+            for entry in part.get("merged_from")
+            or [
+                {
+                    "file": str(path),
+                    "date": part.get("date"),
+                    "commit": part.get("commit"),
+                    "command": part.get("command"),
+                    "bench_s": part.get("bench_s"),
+                }
+            ]
         ],
     }
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # kernel -> arm -> runs, in run order
@@ -945,9 +963,10 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
             source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}
             for arm, arm_runs in source.items():
                 into.setdefault(arm, []).extend(arm_runs)
-        for key in ("fault", "ctrl_c"):
-            if key in part:
-                merged[key] = part[key]
+        if "fault" in part:  # each fault run by its name, a later part's over an earlier one's
+            merged["fault"] = {**merged.get("fault", {}), **part["fault"]}
+        if "ctrl_c" in part:
+            merged["ctrl_c"] = part["ctrl_c"]
     merged["compare"] = [_row(kernel, arm_runs) for kernel, arm_runs in runs.items()]
     merged.update(_geomeans(merged["compare"]))
     # each part's own command is in merged_from

@@ -110,3 +110,42 @@ def test_the_committed_h100_comparison_is_its_per_kernel_ratios() -> None:
         assert value == pytest.approx(math.exp(sum(math.log(r) for r in ratios) / len(ratios))), key
     sources = committed.get("merged_from") or [committed["command"]]
     assert all("bench/helion_autotune.py" in str(source) for source in sources)
+
+
+def test_a_merge_joins_a_merged_file_and_later_fault_runs(tmp_path: Path) -> None:
+    """A committed (merged) result joined with a later part keeps every run's source, and fault
+    runs of separate parts are kept by name, a later part's over an earlier one's."""
+    bench = _bench()
+    a = _part(tmp_path, "a", [_row("add", 10.0, 9.0)])
+    b = _part(tmp_path, "b", [_row("add", 12.0, 8.0)])
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps({**bench._merge([a, b]), "fault": {"config_abort_kiln": {"status": "ok"}}}))
+    faults = tmp_path / "faults.json"
+    three = {"three_faults_kiln": {"status": "ok"}, "config_abort_kiln": {"status": "later"}}
+    faults.write_text(
+        json.dumps({"bench": "helion", "device": "GPU", "date": "f", "commit": "c-f", "fault": three})
+    )
+    merged = bench._merge([first, faults])
+    assert [m["commit"] for m in merged["merged_from"]] == ["c-a", "c-b", "c-f"]
+    assert merged["fault"] == {
+        "config_abort_kiln": {"status": "later"},
+        "three_faults_kiln": {"status": "ok"},
+    }
+    assert [r.get("autotune_s") for r in merged["compare"][0]["runs"]["fork"]] == [10.0, 12.0]
+
+
+def test_skip_abort_runs_only_the_three_faults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = _bench()
+    ran: list[tuple[str, str]] = []
+
+    def fake_run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+        ran.append((cmd[cmd.index("--arm") + 1], cmd[cmd.index("--kernel") + 1]))
+        return {"status": "ok"}
+
+    monkeypatch.setattr(bench, "_run", fake_run)
+    out = tmp_path / "f.json"
+    bench.main(["--skip", "compare,abort,ctrl-c", "--out", str(out)])
+    assert ran == [("kiln", "faulty_add"), ("fork", "faulty_add"), ("spawn", "faulty_add")]
+    assert set(json.loads(out.read_text())["fault"]) == {
+        f"three_faults_{a}" for a in ("kiln", "fork", "spawn")
+    }

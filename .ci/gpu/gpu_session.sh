@@ -10,7 +10,7 @@
 # autotune split by phase, three arms), helion
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
 # diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
-# split over several commands, joined with --merge), helion-faults, demo, suite (every GPU test),
+# split over several commands, joined with --merge), helion-faults, helion-three-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (runtime-autotune, inductor-warm, inductor-warm-block, inductor-default,
 # inductor-block-1, inductor-block-aa, inductor-families, gla, realworld-corpus / -mm / -dplr / -gdr
@@ -119,6 +119,9 @@ for phase in "$@"; do
       helion_bench "helion-$HT" fault,ctrl-c "$HK" ;;
     helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
       if [ -n "${HK:-}" ]; then helion_bench helion-faults none "$HK"; else helion_bench helion-faults compare add; fi ;;
+    helion-three-faults)  # only the three faults (abort, illegal memory access, hang) in one
+      # autotune, per arm (kiln, fork, spawn)
+      helion_bench helion-three-faults compare,abort,ctrl-c add ;;
     helion-inprocess)  # one config aborting with Helion's precompile off (compiles in-process)
       TAIL=8 run helion-inprocess 120 python3 bench/helion_autotune.py --child --arm none --kernel crashy_add \
         --faults --seed-abort --effort quick --generations 1 --seed 1234 ;;
