@@ -698,3 +698,52 @@ def test_the_split_breaks_the_checked_run_down_where_the_sandbox_says() -> None:
     older.saw(NativeBenchOutcome("ok", [1.0, 1.0, 1.0], sandbox={"via": "native", "check_s": 0.02}), 0.05)
     breakdown = {"sandbox_check_run_s", "sandbox_check_compare_s", "sandbox_check_fingerprint_s"}
     assert breakdown.isdisjoint(older.as_dict(time.monotonic(), 1.0))
+
+
+@pytest.mark.parametrize(
+    ("given", "in_process", "owns_timing"),
+    [
+        ({}, False, True),  # the sandbox, kiln's lengths
+        ({"config_pre_hook": True}, True, True),  # hooks: in-process, still kiln's lengths
+        ({"pre_hook": True}, True, True),
+        ({"do_bench": True}, True, False),  # the user's timing: once per config, theirs
+        ({"config_pre_hook": True, "do_bench": True}, True, False),
+    ],
+)
+def test_hooks_keep_a_run_in_process_but_leave_its_timing_to_kiln(
+    make_pool: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    given: dict[str, bool],
+    in_process: bool,
+    owns_timing: bool,
+) -> None:
+    """Hooks (a config's ``pre_hook``, the tuner's ``pre_hook``/``post_hook``) must run in the
+    caller's process, but they do not decide how long a config is timed: kiln screens with short
+    runs and races the contenders there too. A custom ``do_bench`` decides it: each config is
+    timed once, with it, as ``triton.autotune`` does."""
+    from triton_kiln.autotuner import bench as bench_module
+
+    def hook(nargs: dict[str, Any]) -> None:
+        return None
+
+    chosen = [
+        kiln.Config({"BLOCK": 64}, num_warps=4, pre_hook=hook if given.get("config_pre_hook") else None)
+    ]
+    extra: dict[str, Any] = {}
+    if given.get("pre_hook"):
+        extra["pre_hook"] = hook
+    if given.get("do_bench"):
+        extra["do_bench"] = lambda fn, quantiles=None: [1.0, 1.0, 1.0]
+    tuner, _ = make_tuner(make_pool, tmp_path, chosen, by_block({64: 1.0}), sandbox=True, **extra)
+    monkeypatch.setattr(bench_module, "require_gpu", lambda *args: None)  # no GPU is asked for here
+    if not in_process:
+        monkeypatch.setattr(bench_module, "SandboxBencher", lambda *args, **kwargs: "sandbox")
+    made = bench_module.make_bencher(tuner._plan, tuner._services, [], {})
+    if not in_process:
+        assert made == "sandbox"
+        return
+    assert isinstance(made, bench_module.InProcessBencher)
+    assert made.user_code
+    assert made.owns_timing is owns_timing
+    assert made.snapshot is None  # no output check where user code runs in the loop

@@ -182,3 +182,39 @@ def test_the_sandbox_gives_back_its_gpu_memory_once_idle_and_restarts(make_pool:
     assert tuned.last_run.best_label is not None
     assert all(r.status == "ok" for r in tuned.last_run.results)
     _caller_context_works()
+
+
+def test_a_kernel_with_a_config_pre_hook_is_screened_and_raced_in_process(make_pool: Any) -> None:
+    """A config's ``pre_hook`` (Liger's SwiGLU matmul sets its TMA descriptors' block shapes this way)
+    keeps the benchmarks in the caller's process, but not at Triton's full length per config:
+    every config is screened with kiln's short runs, the contenders raced, each launch wrapped in
+    the hook."""
+    import triton
+
+    import triton_kiln as kiln
+    from support import kernels
+
+    calls: list[int] = []
+
+    def hook(nargs: dict[str, Any]) -> None:
+        calls.append(nargs["BLOCK"])
+
+    pool = make_pool(workers=4)
+    configs = [
+        kiln.Config({"BLOCK": b}, num_warps=w, pre_hook=hook) for b in (128, 512, 1024) for w in (2, 4)
+    ]
+    tuned = kiln.autotune(configs, key=["n"], pool=pool)(kernels.add_kernel)
+    n = 1_000_003
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    out = torch.full_like(x, float("nan"))
+    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * x + y)
+    run = tuned.last_run
+    assert [r.status for r in run.results] == ["ok"] * len(configs)
+    raced = [r for r in run.results if r.screen_ms is not None]  # timed in the final round too
+    assert 2 <= len(raced) <= 5
+    assert run.split["final_s"] > 0
+    assert set(calls) == {128, 512, 1024}  # the hook ran around the configs' launches
+    _caller_context_works()

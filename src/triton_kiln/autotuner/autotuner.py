@@ -178,6 +178,7 @@ class Autotuner(_TritonAutotuner):  # type: ignore[misc]
                 or self.user_defined_pre_hook
                 or self.user_defined_post_hook
             ),
+            user_timing=bool(do_bench is not None or use_cuda_graph),
             own_device=target is None,  # tunes on this machine's GPU: prewarm.py starts its parts
             settings=self._settings,
         )

@@ -77,6 +77,15 @@ def runs_user_code(plan: TuningPlan, configs: Sequence[Any], *, lengths_in_calle
     )
 
 
+def user_times(plan: TuningPlan, *, lengths_in_caller: bool = True) -> bool:
+    """Whether the user decided how a config is timed (a custom ``do_bench``, ``use_cuda_graph``,
+    Triton's deprecated ``warmup``/``rep`` unless ``lengths_in_caller`` is off): then every
+    config is timed that way, once, as ``triton.autotune`` times it. Hooks alone do not decide
+    it: they run around each launch of kiln's own timing loop, short screening and final round
+    included."""
+    return plan.user_timing or (lengths_in_caller and plan.timing.lengths_given)
+
+
 def make_bencher(
     plan: TuningPlan,
     services: Services,
@@ -103,7 +112,15 @@ def make_bencher(
             "the caller's process",
             plan.name,
         )
-    return InProcessBencher(plan, services, args, kwargs, user_code, checks=checks)
+    return InProcessBencher(
+        plan,
+        services,
+        args,
+        kwargs,
+        user_code,
+        owns_timing=not user_times(plan, lengths_in_caller=not library_search),
+        checks=checks,
+    )
 
 
 def user_reference(
@@ -246,10 +263,13 @@ def ended(bencher: Bencher) -> int | None:
 
 
 class InProcessBencher:
-    """Benchmarks in the caller's process, exactly as ``triton.autotune`` does (hooks included).
+    """Benchmarks in the caller's process, as ``triton.autotune`` does (hooks included).
 
     Output checks need kiln to own every run of the kernel, so they are off when the kernel has
-    user hooks or a custom ``do_bench`` (those see exactly the calls Triton would make).
+    user hooks or a custom ``do_bench``. Where the user decides how a config is timed
+    (``owns_timing`` off: :func:`user_times`), each config is timed once with the tuner's own
+    ``do_bench``; otherwise, hooks or not, with kiln's lengths (a short screening, then the final
+    round), each launch wrapped in the hooks as Triton wraps it.
     """
 
     def __init__(
@@ -260,6 +280,7 @@ class InProcessBencher:
         kwargs: Mapping[str, Any],
         user_code: bool,
         *,
+        owns_timing: bool | None = None,
         checks: bool = True,
     ) -> None:
         import torch
@@ -272,7 +293,7 @@ class InProcessBencher:
         self.kwargs = dict(kwargs)
         self.snapshot: dict[str, Any] | None = None
         self.user_code = user_code
-        self.owns_timing = not user_code
+        self.owns_timing = not user_code if owns_timing is None else owns_timing
         if plan.checks.outputs and checks and not user_code:
             named = dict(zip(self.arg_names, args, strict=False))
             self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
@@ -323,7 +344,7 @@ class InProcessBencher:
                 torch.cuda.synchronize()
                 outputs = {k: v.clone() for k, v in full_nargs.items() if isinstance(v, torch.Tensor)}
                 self._restore()
-            if self.user_code:
+            if not self.owns_timing:
                 timings = tuner.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
             else:
                 import triton.testing

@@ -70,6 +70,8 @@ class TuningPlan:
 
     ``user_hooks``: the user gave a ``do_bench`` (or ``use_cuda_graph``), a ``pre_hook`` or a
     ``post_hook``, which run in the benchmark loop, so benchmarks run in the caller's process;
+    ``user_timing``: of those, the ones that decide how a config is timed (``do_bench``,
+    ``use_cuda_graph``): hooks alone leave the timing's lengths to kiln;
     ``sandbox``: benchmarks in the GPU sandbox are wanted (``sandbox=`` or ``KILN_SANDBOX``);
     ``own_device``: it tunes on this machine's GPU (no ``target=``), so a run's first miss
     starts the sandbox and the pool (:mod:`.prewarm`)."""
@@ -82,6 +84,7 @@ class TuningPlan:
     checks: Checks
     sandbox: bool
     user_hooks: bool
+    user_timing: bool
     own_device: bool
     settings: Settings
 
@@ -110,7 +113,7 @@ class Phase:
 class Bencher(Protocol):
     """Benchmarks the configs of one tuning run."""
 
-    owns_timing: bool  # kiln times the kernel itself (no user do_bench or hooks in the loop)
+    owns_timing: bool  # kiln chooses how long a config is timed (no user do_bench or lengths)
 
     def bench(
         self, candidate: Candidate, artifact: CompiledArtifact, grid: tuple[int, ...], phase: Phase
