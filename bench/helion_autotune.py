@@ -99,7 +99,8 @@ Helion's precompile verdicts; ``configs_benchmarked`` / ``benchmark_failed``: ca
 alone), ``config``, ``num_warps``, ``max_abs_error`` and ``runtime_ms`` (the chosen config,
 ``triton.testing.do_bench`` median), ``helion_version``, ``kiln`` (the pool's stats), and for
 the median run ``median_of`` (ok runs), ``split_median`` / ``counts_median`` (per-field medians
-over the arm's ok runs; they need not sum to a wall). Per kernel: ``kiln_over_fork``,
+over the arm's ok runs; they need not sum to a wall) and ``runtime_ms_median`` (the chosen
+configs' runtimes' median over those runs). Per kernel: ``kiln_over_fork``,
 ``kiln_over_spawn`` (autotune wall ratios of the median runs), ``runtime_kiln_over_fork``,
 ``runtime_kiln_over_spawn`` (the chosen configs' runtimes in those runs),
 ``runtime_median_kiln_over_fork`` / ``_over_spawn`` (the medians of the chosen configs'
@@ -661,6 +662,11 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     chosen = dict(ok[(len(ok) - 1) // 2])
     if len(runs) > 1:
         chosen["median_of"] = len(ok)
+    # the runtime bar reads the chosen configs' runtimes over the runs, not only the runtime of
+    # whichever run had the median wall
+    runtimes = [r["runtime_ms"] for r in ok if isinstance(r.get("runtime_ms"), int | float)]
+    if runtimes:
+        chosen["runtime_ms_median"] = float(statistics.median(runtimes))
     for key in ("split", "counts"):
         fields = [r[key] for r in ok if isinstance(r.get(key), dict)]
         if fields:
@@ -689,11 +695,9 @@ def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             if other.get("status") == "ok" and kiln_.get("status") == "ok":
                 row[f"{name}_over_{helion_arm}"] = kiln_["autotune_s"] / other["autotune_s"]
                 row[f"runtime_{name}_over_{helion_arm}"] = kiln_["runtime_ms"] / other["runtime_ms"]
-                # the runtime bar is on the chosen configs' runtimes over the runs, not on the
-                # runtime of whichever run had the median wall
-                row[f"runtime_median_{name}_over_{helion_arm}"] = _median_runtime(
-                    runs[kiln_arm]
-                ) / _median_runtime(runs[helion_arm])
+                row[f"runtime_median_{name}_over_{helion_arm}"] = (
+                    kiln_["runtime_ms_median"] / other["runtime_ms_median"]
+                )
     for arm, base in (("kiln-race", "kiln-verify"), ("kiln-screen", "kiln-race")):
         mine, theirs = chosen.get(arm, {}), chosen.get(base, {})
         if mine.get("status") == "ok" and theirs.get("status") == "ok":
@@ -704,11 +708,6 @@ def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         row["autotune_ratio"] = row["kiln_over_fork"]
         row["runtime_ratio"] = row["runtime_kiln_over_fork"]
     return row
-
-
-def _median_runtime(runs: list[dict[str, Any]]) -> float:
-    """The median of the ok runs' chosen configs' runtimes (the caller knows one run is ok)."""
-    return float(statistics.median(r["runtime_ms"] for r in runs if r.get("status") == "ok"))
 
 
 def _geomean(rows: list[dict[str, Any]], key: str) -> float | None:

@@ -22,7 +22,6 @@ import ast
 import json
 import math
 import re
-import statistics
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -150,16 +149,10 @@ def _helion(data: dict[str, Any]) -> Iterator[Row]:
                 yield Row(
                     row["kernel"],
                     f"chosen config runtime (ms){name}, median over the runs",
-                    _num(_median_ok(runs[arm], "runtime_ms")),
+                    _num(kiln.get("runtime_ms_median")),
                     "Helion fork precompile",
-                    _num(_median_ok(runs["fork"], "runtime_ms")),
+                    _num(fork.get("runtime_ms_median")),
                 )
-
-
-def _median_ok(runs: list[dict[str, Any]], key: str) -> float | None:
-    """The median of ``key`` over the ok runs, or None without one."""
-    values = [r[key] for r in runs if r.get("status") == "ok" and isinstance(r.get(key), int | float)]
-    return float(statistics.median(values)) if values else None
 
 
 def _inductor(data: dict[str, Any]) -> Iterator[Row]:

@@ -23,23 +23,34 @@ def _caller_context_works() -> None:
     assert value == 4.0
 
 
-@pytest.mark.parametrize("sandbox", [True, False])
-def test_tunes_and_runs_correctly(make_pool: Any, sandbox: bool) -> None:
+def _add_call(tuned: Any, n: int = 1_000_003) -> Any:
+    """A call of ``tuned`` (``support.kernels.add_kernel``): each launches it on the same inputs
+    into an output of NaN, waits for it and checks ``2 * x + y``."""
     import triton
 
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    out = torch.empty_like(x)
+
+    def call() -> None:
+        out.fill_(float("nan"))
+        tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(out, 2 * x + y)
+
+    return call
+
+
+@pytest.mark.parametrize("sandbox", [True, False])
+def test_tunes_and_runs_correctly(make_pool: Any, sandbox: bool) -> None:
     import triton_kiln as kiln
     from support import kernels
 
     pool = make_pool(workers=4)
     configs = [kiln.Config({"BLOCK": b}, num_warps=w) for b in (128, 512, 1024) for w in (2, 4)]
     tuned = kiln.autotune(configs, key=["n"], pool=pool, sandbox=sandbox)(kernels.add_kernel)
-    n = 1_000_003
-    x = torch.randn(n, device="cuda")
-    y = torch.randn(n, device="cuda")
-    out = torch.full_like(x, float("nan"))
-    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out, 2 * x + y)
+    call = _add_call(tuned)
+    call()
     run = tuned.last_run
     assert run is not None
     assert [r.status for r in run.results] == ["ok"] * len(configs)
@@ -47,9 +58,7 @@ def test_tunes_and_runs_correctly(make_pool: Any, sandbox: bool) -> None:
     assert tuned.best_config in configs
     assert len(tuned.configs_timings) == len(configs)
     # The second call with the same key runs the tuned binary without tuning again.
-    out.fill_(float("nan"))
-    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
-    torch.testing.assert_close(out, 2 * x + y)
+    call()
     _caller_context_works()
 
 
@@ -189,8 +198,6 @@ def test_a_kernel_with_a_config_pre_hook_is_screened_and_raced_in_process(make_p
     keeps the benchmarks in the caller's process, but not at Triton's full length per config:
     every config is screened with kiln's short runs, the contenders raced, each launch wrapped in
     the hook."""
-    import triton
-
     import triton_kiln as kiln
     from support import kernels
 
@@ -204,13 +211,7 @@ def test_a_kernel_with_a_config_pre_hook_is_screened_and_raced_in_process(make_p
         kiln.Config({"BLOCK": b}, num_warps=w, pre_hook=hook) for b in (128, 512, 1024) for w in (2, 4)
     ]
     tuned = kiln.autotune(configs, key=["n"], pool=pool)(kernels.add_kernel)
-    n = 1_000_003
-    x = torch.randn(n, device="cuda")
-    y = torch.randn(n, device="cuda")
-    out = torch.full_like(x, float("nan"))
-    tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
-    torch.cuda.synchronize()
-    torch.testing.assert_close(out, 2 * x + y)
+    _add_call(tuned)()
     run = tuned.last_run
     assert [r.status for r in run.results] == ["ok"] * len(configs)
     raced = [r for r in run.results if r.screen_ms is not None]  # timed in the final round too

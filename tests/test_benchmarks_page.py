@@ -93,8 +93,8 @@ def test_helions_repeated_runs_give_the_median_wall_run_and_the_median_runtime()
     kiln_runs = [run(30.0, 0.196), run(28.0, 0.207), run(25.0, 0.197)]
     row = {
         "kernel": "mm",
-        "fork": {**fork_runs[1], "median_of": 3},
-        "kiln": {**kiln_runs[1], "median_of": 3},
+        "fork": {**fork_runs[1], "median_of": 3, "runtime_ms_median": 0.201},
+        "kiln": {**kiln_runs[1], "median_of": 3, "runtime_ms_median": 0.197},
         "runs": {"fork": fork_runs, "kiln": kiln_runs},
     }
     rows = {row.measure: (row.kiln, row.baseline) for row in page._helion({"compare": [row]})}

@@ -72,7 +72,7 @@ def runs_user_code(plan: TuningPlan, configs: Sequence[Any], *, lengths_in_calle
     (a library's own search: kiln's bencher times with exactly those lengths)."""
     return bool(
         plan.user_hooks
-        or (lengths_in_caller and plan.timing.lengths_given)
+        or user_times(plan, lengths_in_caller=lengths_in_caller)
         or any(c.pre_hook for c in configs)
     )
 
@@ -280,7 +280,7 @@ class InProcessBencher:
         kwargs: Mapping[str, Any],
         user_code: bool,
         *,
-        owns_timing: bool | None = None,
+        owns_timing: bool,
         checks: bool = True,
     ) -> None:
         import torch
@@ -293,7 +293,7 @@ class InProcessBencher:
         self.kwargs = dict(kwargs)
         self.snapshot: dict[str, Any] | None = None
         self.user_code = user_code
-        self.owns_timing = not user_code if owns_timing is None else owns_timing
+        self.owns_timing = owns_timing
         if plan.checks.outputs and checks and not user_code:
             named = dict(zip(self.arg_names, args, strict=False))
             self.snapshot = {k: v.clone() for k, v in named.items() if isinstance(v, torch.Tensor)}
