@@ -48,7 +48,8 @@ outside the timed region), so the arms run side by side in one invocation:
   Helion's precompile off (``autotune_precompile=None``: compiles in the autotuning process); then
   ``crashall_add``, whose reference config (Helion's accuracy baseline) aborts; then
   ``faulty_add`` with three seed configs (``helion_faults.FAULTY_CONFIGS``: one aborts in the
-  compiler, one makes an illegal memory access, one never finishes; a 10 s benchmark timeout) in
+  compiler, one makes an illegal memory access, one never finishes; Helion's default benchmark
+  timeout, 30 s, which its respawned benchmark worker's start-up counts against) in
   one autotune per arm (kiln, fork, spawn), each run's ``cuda_alive`` saying whether its CUDA
   context still runs a kernel afterwards. ``--skip abort`` leaves out the abort runs,
   ``--skip three-faults`` the three-fault runs; a merge keeps each fault run by name, a later
@@ -153,6 +154,8 @@ GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
 }
 RESULT = "KILN-BENCH-RESULT "
 PRECOMPILE = "KILN-BENCH-PRECOMPILE "
+SKIPPED = "skipped (bench budget spent)"
+CUT = "cut short (bench budget spent)"
 
 
 # ----------------------------------------------------------------------------- the split
@@ -488,8 +491,9 @@ def _child(opts: argparse.Namespace) -> None:
             seed = probe.config_spec.default_config()
             seed.config.update(num_warps=warps, num_stages=stages)
             seeds.append(seed)
+        # Helion's own benchmark timeout stays: a shorter one fails every config after the hang,
+        # as each respawned worker's start-up (spawn, torch, CUDA) counts against it
         settings["autotune_seed_configs"] = seeds
-        settings["autotune_benchmark_timeout"] = 10
     bound = hk.make(opts.kernel, **settings).bind(args)
 
     def started(n: int) -> None:
@@ -660,8 +664,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     if not ok:
         return runs[0]
     chosen = dict(ok[(len(ok) - 1) // 2])
-    if len(runs) > 1:
-        chosen["median_of"] = len(ok)
+    chosen["median_of"] = len(ok)
     # the runtime bar reads the chosen configs' runtimes over the runs, not only the runtime of
     # whichever run had the median wall
     runtimes = [r["runtime_ms"] for r in ok if isinstance(r.get("runtime_ms"), int | float)]
@@ -675,6 +678,12 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return chosen
 
 
+def _measured(run: dict[str, Any]) -> bool:
+    """Whether a run measured its arm: one the bench budget left out or cut short did not (a run
+    that reached ``--run-timeout-s`` did: the arm took longer than that)."""
+    return run.get("status") not in (SKIPPED, CUT)
+
+
 def _arms_of(runs: dict[str, Any]) -> list[str]:
     return [arm for arm in ARMS if arm in runs] + sorted(arm for arm in runs if arm not in ARMS)
 
@@ -682,11 +691,15 @@ def _arms_of(runs: dict[str, Any]) -> list[str]:
 def _row(kernel: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """One kernel's comparison: each arm's median run, kiln's ratios to the Helion arms, and
     (with more than one run per arm) every run under ``runs``."""
+    not_measured = {arm: n for arm, rs in runs.items() if (n := sum(not _measured(r) for r in rs))}
+    runs = {arm: [r for r in rs if _measured(r)] for arm, rs in runs.items()}
     arms = _arms_of(runs)
     chosen = {arm: _median_run(runs[arm]) for arm in arms if runs[arm]}
     row: dict[str, Any] = {"kernel": kernel, **chosen}
     if max(len(r) for r in runs.values()) > 1:
         row["runs"] = runs
+    if not_measured:
+        row["runs_not_measured"] = not_measured
     for kiln_arm in KILN_ARMS:
         kiln_ = chosen.get(kiln_arm, {})
         name = kiln_arm.replace("-", "_")
@@ -855,9 +868,13 @@ def main(argv: list[str] | None = None) -> None:
 
     def run(arm: str, kernel: str, **kw: bool) -> dict[str, Any]:
         if left() < opts.min_start_s:  # a run cut short by the budget would be a lost run
-            return {"arm": arm, "kernel": kernel, "status": "skipped (bench budget spent)"}
+            return {"arm": arm, "kernel": kernel, "status": SKIPPED}
         timeout = max(30.0, min(opts.run_timeout_s, left()))
-        return _run(_command(opts, arm, kernel, **kw), _env(scratch), timeout=timeout)
+        result = _run(_command(opts, arm, kernel, **kw), _env(scratch), timeout=timeout)
+        if result.get("status") == "bench-timeout" and timeout < opts.run_timeout_s:
+            # stopped by what was left of the budget, not by the run limit: nothing measured
+            result.update(arm=arm, kernel=kernel, status=CUT)
+        return result
 
     report: dict[str, Any] = {
         "bench": "helion",
@@ -962,8 +979,12 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
             source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}
             for arm, arm_runs in source.items():
                 into.setdefault(arm, []).extend(arm_runs)
-        if "fault" in part:  # each fault run by its name, a later part's over an earlier one's
-            merged["fault"] = {**merged.get("fault", {}), **part["fault"]}
+        # each fault run by its name, a later part's over an earlier one's, unless the later was
+        # not measured
+        for name, fault in part.get("fault", {}).items():
+            kept = merged.setdefault("fault", {})
+            if _measured(fault) or name not in kept:
+                kept[name] = fault
         if "ctrl_c" in part:
             merged["ctrl_c"] = part["ctrl_c"]
     merged["compare"] = [_row(kernel, arm_runs) for kernel, arm_runs in runs.items()]

@@ -117,42 +117,46 @@ def _farm(data: dict[str, Any]) -> Iterator[Row]:
 
 def _helion(data: dict[str, Any]) -> Iterator[Row]:
     measures = (("autotune wall (s)", "autotune_s"), ("chosen config runtime (ms)", "runtime_ms"))
+    # the kiln arms the run has: kiln's defaults, then its loop with Helion's own final
+    # verification, with kiln's final round, and with its screening too
+    named = (
+        ("kiln", ""),
+        ("kiln-verify", ", Helion's final verification"),
+        ("kiln-race", ", kiln's final round"),
+        ("kiln-screen", ", kiln's final round and screening"),
+    )
+    baselines = (("fork", "Helion fork precompile"), ("spawn", "Helion spawn precompile"))
     for row in data["compare"]:
-        fork = row.get("fork") or {}
-        # the kiln arms the run has: kiln's defaults, then its loop with Helion's own final
-        # verification, with kiln's final round, and with its screening too
-        named = (
-            ("kiln", ""),
-            ("kiln-verify", ", Helion's final verification"),
-            ("kiln-race", ", kiln's final round"),
-            ("kiln-screen", ", kiln's final round and screening"),
-        )
-        arms = [(arm, name) for arm, name in named if row.get(arm)]
         runs = row.get("runs") or {}
-        for arm, name in arms:
-            kiln = row.get(arm) or {}
-            # with several runs per arm, each arm's median-wall run is compared, and its pick's
-            # runtime beside the median of the picks' runtimes over the runs
-            of = {
-                "autotune_s": f", median of {kiln.get('median_of')}/{fork.get('median_of')} runs",
-                "runtime_ms": ", in the median-wall run",
-            }
-            for measure, key in measures:
-                yield Row(
-                    row["kernel"],
-                    f"{measure}{name}{of[key] if runs else ''}",
-                    _num(kiln.get(key)),
-                    "Helion fork precompile",
-                    _num(fork.get(key)),
-                )
-            if runs.get(arm) and runs.get("fork"):
-                yield Row(
-                    row["kernel"],
-                    f"chosen config runtime (ms){name}, median over the runs",
-                    _num(kiln.get("runtime_ms_median")),
-                    "Helion fork precompile",
-                    _num(fork.get("runtime_ms_median")),
-                )
+        arms = [(arm, name) for arm, name in named if row.get(arm)]
+        for base, base_name in baselines:
+            helion = row.get(base)
+            if not helion:
+                continue
+            for arm, name in arms:
+                kiln = row.get(arm) or {}
+                # with several runs per arm, each arm's median-wall run is compared, and its
+                # pick's runtime beside the median of the picks' runtimes over the runs
+                of = {
+                    "autotune_s": f", median of {kiln.get('median_of')}/{helion.get('median_of')} runs",
+                    "runtime_ms": ", in the median-wall run",
+                }
+                for measure, key in measures:
+                    yield Row(
+                        row["kernel"],
+                        f"{measure}{name}{of[key] if runs else ''}",
+                        _num(kiln.get(key)),
+                        base_name,
+                        _num(helion.get(key)),
+                    )
+                if runs.get(arm) and runs.get(base):
+                    yield Row(
+                        row["kernel"],
+                        f"chosen config runtime (ms){name}, median over the runs",
+                        _num(kiln.get("runtime_ms_median")),
+                        base_name,
+                        _num(helion.get("runtime_ms_median")),
+                    )
 
 
 def _inductor(data: dict[str, Any]) -> Iterator[Row]:

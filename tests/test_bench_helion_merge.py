@@ -149,3 +149,53 @@ def test_skip_abort_runs_only_the_three_faults(tmp_path: Path, monkeypatch: pyte
     assert set(json.loads(out.read_text())["fault"]) == {
         f"three_faults_{a}" for a in ("kiln", "fork", "spawn")
     }
+
+
+def test_runs_the_budget_left_out_or_cut_short_are_not_runs_of_the_arm(tmp_path: Path) -> None:
+    """A run the bench budget skipped or stopped early measured nothing: it neither counts among
+    the arm's runs nor replaces an earlier fault run of the same name; a run that reached the run
+    limit did measure (the arm took longer) and stays."""
+    bench = _bench()
+    skipped = {"arm": "spawn", "kernel": "add", "status": bench.SKIPPED}
+    cut = {"arm": "spawn", "kernel": "add", "status": bench.CUT, "timeout_s": 52.0}
+    over = {"arm": "spawn", "kernel": "add", "status": "bench-timeout", "timeout_s": 240.0}
+    a = _part(tmp_path, "a", [{**_row("add", 10.0, 5.0), "spawn": _run("spawn", "add", 20.0)}])
+    b = _part(tmp_path, "b", [{"kernel": "add", "spawn": skipped}])
+    c = _part(tmp_path, "c", [{"kernel": "add", "spawn": over}])
+    d = tmp_path / "d.json"
+    d.write_text(
+        json.dumps({"bench": "helion", "device": "GPU", "compare": [{"kernel": "add", "spawn": cut}]})
+    )
+    (add,) = bench._merge([a, b, c, d])["compare"]
+    assert [r["status"] for r in add["runs"]["spawn"]] == ["ok", "bench-timeout"]
+    assert add["runs_not_measured"] == {"spawn": 2}
+    assert (add["spawn"]["autotune_s"], add["spawn"]["median_of"]) == (20.0, 1)
+    assert add["kiln_over_spawn"] == pytest.approx(0.25)
+
+    faults = {"three_faults_fork": {"status": "ok", "autotune_s": 80.0}}
+    later = {"three_faults_fork": cut, "three_faults_spawn": cut}
+    e, f = tmp_path / "e.json", tmp_path / "f.json"
+    e.write_text(json.dumps({"bench": "helion", "device": "GPU", "fault": faults}))
+    f.write_text(json.dumps({"bench": "helion", "device": "GPU", "fault": later}))
+    merged = bench._merge([e, f])
+    assert merged["fault"] == {"three_faults_fork": faults["three_faults_fork"], "three_faults_spawn": cut}
+
+
+def test_a_run_the_budget_stops_early_is_marked_cut_not_timed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bench = _bench()
+    timeouts: list[float] = []
+
+    def fake_run(cmd: list[str], env: dict[str, str], timeout: float) -> dict[str, Any]:
+        timeouts.append(timeout)
+        return {"status": "bench-timeout", "timeout_s": timeout}
+
+    monkeypatch.setattr(bench, "_run", fake_run)
+    out = tmp_path / "f.json"
+    bench.main(
+        ["--skip", "compare,abort,ctrl-c", "--budget-s", "100", "--min-start-s", "10", "--out", str(out)]
+    )
+    fault = json.loads(out.read_text())["fault"]
+    assert timeouts[0] == pytest.approx(100.0, abs=5.0)  # what was left of the budget, under 240 s
+    assert fault["three_faults_kiln"]["status"] == bench.CUT
