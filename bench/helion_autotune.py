@@ -948,7 +948,9 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
     """One report from several runs: per kernel, every part's runs of each arm pooled and the
     median run compared (so repeats and arms may be split over several invocations), the fault
     and Ctrl-C arms (a later run's replace an earlier one's), the geomeans over every kernel, and
-    each part's command, date and device (which must all be one device)."""
+    each part's command, date and device (which must all be one device). A part at other
+    settings than the first's (``--effort``, ``--generations``) gives rows of their own, named
+    with those settings and carrying them, outside the geomeans."""
     parts = [json.loads(path.read_text()) for path in paths]
     devices = {part.get("device") for part in parts}
     if len(devices) != 1:
@@ -973,9 +975,18 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
         ],
     }
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # kernel -> arm -> runs, in run order
+    base = parts[0].get("settings")
+    own_settings: dict[str, dict[str, Any]] = {}  # the rows measured at other settings than base
     for part in parts:
+        settings = part.get("settings")
         for row in part.get("compare", []):
-            into = runs.setdefault(row["kernel"], {})
+            kernel = row["kernel"]
+            if row.get("settings"):  # a merged part's row with settings of its own
+                own_settings[kernel] = row["settings"]
+            elif settings != base and settings:
+                kernel = f"{kernel}, effort {settings['effort']}, {settings['generations']} generations"
+                own_settings[kernel] = settings
+            into = runs.setdefault(kernel, {})
             source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}
             for arm, arm_runs in source.items():
                 into.setdefault(arm, []).extend(arm_runs)
@@ -987,8 +998,13 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
                 kept[name] = fault
         if "ctrl_c" in part:
             merged["ctrl_c"] = part["ctrl_c"]
-    merged["compare"] = [_row(kernel, arm_runs) for kernel, arm_runs in runs.items()]
-    merged.update(_geomeans(merged["compare"]))
+    merged["compare"] = [
+        {**_row(kernel, arm_runs), **({"settings": own_settings[kernel]} if kernel in own_settings else {})}
+        for kernel, arm_runs in runs.items()
+    ]
+    # the geomeans are over the kernels at the file's settings; a row at other settings (a longer
+    # search of one kernel) stands on its own
+    merged.update(_geomeans([row for row in merged["compare"] if "settings" not in row]))
     # each part's own command is in merged_from
     merged["command"] = "python bench/helion_autotune.py --merge <the runs in 'merged_from'>"
     return merged

@@ -199,3 +199,31 @@ def test_a_run_the_budget_stops_early_is_marked_cut_not_timed_out(
     fault = json.loads(out.read_text())["fault"]
     assert timeouts[0] == pytest.approx(100.0, abs=5.0)  # what was left of the budget, under 240 s
     assert fault["three_faults_kiln"]["status"] == bench.CUT
+
+
+def test_a_part_at_other_settings_gives_rows_of_its_own_outside_the_geomeans(tmp_path: Path) -> None:
+    """One kernel at effort full beside the quick comparison: its runs are never pooled with the
+    quick runs of the same kernel, and a later merge of the merged file keeps them apart."""
+    bench = _bench()
+    quick = {"effort": "quick", "generations": 1, "seed": 1234}
+    full = {"effort": "full", "generations": 2, "seed": 1234}
+    a = _part(tmp_path, "a", [_row("mm", 50.0, 25.0)])
+    b = _part(tmp_path, "b", [_row("mm", 300.0, 100.0)])
+    for path, settings in ((a, quick), (b, full)):
+        path.write_text(json.dumps({**json.loads(path.read_text()), "settings": settings}))
+    merged = bench._merge([a, b])
+    by_kernel = {row["kernel"]: row for row in merged["compare"]}
+    assert set(by_kernel) == {"mm", "mm, effort full, 2 generations"}
+    assert by_kernel["mm, effort full, 2 generations"]["settings"] == full
+    assert by_kernel["mm, effort full, 2 generations"]["kiln_over_fork"] == pytest.approx(1 / 3)
+    assert "settings" not in by_kernel["mm"]
+    assert merged["geomean_kiln_over_fork"] == pytest.approx(0.5)
+
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(merged))
+    c = _part(tmp_path, "c", [_row("mm", 320.0, 110.0)])
+    c.write_text(json.dumps({**json.loads(c.read_text()), "settings": full}))
+    again = {row["kernel"]: row for row in bench._merge([first, c])["compare"]}
+    fork_runs = again["mm, effort full, 2 generations"]["runs"]["fork"]
+    assert [r["autotune_s"] for r in fork_runs] == [300.0, 320.0]
+    assert "runs" not in again["mm"]

@@ -59,10 +59,11 @@ run() {  # run NAME SECONDS CMD...: a phase step with a limit, output to $out/NA
 helion_bench() {  # helion_bench NAME SKIP KERNELS: one bench/helion_autotune.py run (HR, HO, HB as above;
   # HA: the arms, the bench's default when unset; HC: the commit the copied tree is, which it
   # cannot read without .git; HM: the bench's --min-start-s; HRT: its --run-timeout-s, which a
-  # spawn run of layer_norm at effort quick on an H100 can pass at the default 240 s)
+  # spawn run of layer_norm at effort quick on an H100 can pass at the default 240 s; HE, HG: the
+  # effort and generation cap, quick and 1 unless set, a merge keeping other settings' rows apart)
   TAIL=24 run "$1" 590 python3 bench/helion_autotune.py --skip "$2" --kernels "$3" --repeats "${HR:-1}" \
     --repeat-offset "${HO:-0}" --budget-s "${HB:-570}" ${HA:+--arms "$HA"} ${HC:+--commit "$HC"} ${HM:+--min-start-s "$HM"} \
-    ${HRT:+--run-timeout-s "$HRT"} \
+    ${HRT:+--run-timeout-s "$HRT"} ${HE:+--effort "$HE"} ${HG:+--generations "$HG"} \
     --out "$out/$1.json"
 }
 
