@@ -154,6 +154,8 @@ GPU_SHAPES: dict[str, list[tuple[int, ...]]] = {
 }
 RESULT = "KILN-BENCH-RESULT "
 PRECOMPILE = "KILN-BENCH-PRECOMPILE "
+SECTIONS = ("compare", "fault", "abort", "three-faults", "ctrl-c", "none")
+"""What ``--skip`` names (``none``: nothing, as gpu_session's helion-faults passes it)."""
 SKIPPED = "skipped (bench budget spent)"
 CUT = "cut short (bench budget spent)"
 
@@ -806,7 +808,7 @@ def _parser() -> argparse.ArgumentParser:
         default="",
         help="comma list of: compare, fault (every fault run), abort (the fault runs of one "
         "aborting config or reference config), three-faults (the three faults in one autotune), "
-        "ctrl-c",
+        "none (run every section), ctrl-c",
     )
     parser.add_argument(
         "--commit",
@@ -842,6 +844,9 @@ def _options(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = {k for k in opts.kernels.split(",") if k} - set(GPU_SHAPES)
     if unknown:
         parser.error(f"--kernels: unknown {sorted(unknown)}; known: {', '.join(KERNELS)}")
+    unknown = {k for k in opts.skip.split(",") if k} - set(SECTIONS)
+    if unknown:  # a misspelt section would otherwise run everything
+        parser.error(f"--skip: unknown {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     if opts.repeats < 1 or opts.generations < 1:
         parser.error("--repeats and --generations are at least 1")
     return opts

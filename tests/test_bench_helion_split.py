@@ -226,7 +226,15 @@ def test_options_refuse_unknown_arms_efforts_and_kernels() -> None:
     assert "layer_norm" in opts.kernels.split(",")
     assert (opts.effort, opts.generations) == ("quick", 1)
     assert bench._options(["--effort", "full", "--generations", "3"]).effort == "full"
-    for argv in (["--effort", "medium"], ["--arms", "fork,none"], ["--kernels", "conv"], ["--repeats", "0"]):
+    assert bench._options(["--skip", "compare,abort,ctrl-c"]).skip == "compare,abort,ctrl-c"
+    assert bench._options(["--skip", "none"]).skip == "none"  # gpu_session's helion-faults
+    for argv in (
+        ["--effort", "medium"],
+        ["--arms", "fork,none"],
+        ["--kernels", "conv"],
+        ["--repeats", "0"],
+        ["--skip", "compare,three_faults"],  # a misspelt section
+    ):
         with pytest.raises(SystemExit):
             bench._options(argv)
 
