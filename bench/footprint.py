@@ -53,6 +53,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import machine_state
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CHILD = HERE / "footprint_child.py"
@@ -263,19 +265,6 @@ def slug(name: str) -> str:
     return words[0] if words else "gpu"
 
 
-def commit() -> str:
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=False
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return head + ("-dirty" if dirty.strip() else "")
-
-
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         f"{'scenario':<14} {'kiln MiB':>9} {'kiln procs':>10} {'first s':>8} {'op ms':>8} "
@@ -348,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "device": device,
         "date": f"{date:%Y-%m-%d}",
-        "commit": commit(),
+        "commit": machine_state.commit(mark_dirty=True) or "unknown",
         "command": shlex.join([Path(sys.executable).name, *sys.argv]),
         "date_utc": date.isoformat(timespec="seconds"),
         "op": "liger_dyt_fwdbwd_16384x4096 (kiln.install()); inductor: the same DyT under torch.compile",

@@ -135,6 +135,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import machine_state
+
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ROOT / "tests"
 KERNELS = ("add", "softmax", "matmul", "layer_norm", "many_configs")
@@ -885,7 +887,7 @@ def main(argv: list[str] | None = None) -> None:
         "bench": "helion",
         "date": dt.datetime.now().isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "commit": opts.commit or _head_commit(),
+        "commit": opts.commit or machine_state.commit(),
         "settings": {"effort": opts.effort, "generations": opts.generations, "seed": opts.seed},
         "shapes": {k: GPU_SHAPES[k] for k in GPU_SHAPES},
     }
@@ -925,19 +927,6 @@ def main(argv: list[str] | None = None) -> None:
         report.update(_geomeans(report["compare"]))
     report["bench_s"] = time.perf_counter() - begin
     _write(report, opts.out)
-
-
-def _head_commit() -> str | None:
-    """The checkout's HEAD, or None where there is no git repository (a copied tree)."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if done.returncode != 0:
-        return None
-    return done.stdout.strip() or None
 
 
 def _write(report: dict[str, Any], out: Path | None) -> None:

@@ -1,5 +1,6 @@
 """What else the machine is doing when a benchmark process starts (bench/inductor_child.py),
-and which host a benchmark ran on (:func:`host`: bench/realworld.py, autotune.py, ranks.py).
+which host a benchmark ran on (:func:`host`: bench/realworld.py, autotune.py, ranks.py) and
+which commit it measured (:func:`commit`).
 
 A warm ResNet-50 process with kiln imported torch more slowly than stock's in all 7 runs on the
 H100 (median 1.17x), before kiln was imported at all. This records, before ``import torch``,
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -79,3 +81,24 @@ def host() -> dict[str, Any]:
         "cpu_mhz": round(freq.current, 1) if freq else None,
         "load_avg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def commit(*, mark_dirty: bool = False) -> str | None:
+    """The checkout's HEAD (with ``-dirty`` appended when ``mark_dirty`` and the tree has
+    changes), or None where there is no git repository, such as a tree copied to a GPU machine,
+    whose runs name their commit with an option instead."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=root, capture_output=True, text=True, timeout=10, check=False
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    if head and mark_dirty and git("status", "--porcelain"):
+        return f"{head}-dirty"
+    return head or None

@@ -22,13 +22,14 @@ import ast
 import json
 import math
 import re
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+import machine_state
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -450,9 +451,7 @@ def add(output: Path, device: str) -> Path:
     found = re.search(r"bench/(\w+)\.py", command or "")
     if found is None or found[1] not in EXTRACTORS:
         raise SystemExit(f"{output}: its command ({command!r}) names no benchmark script of bench/")
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    commit = machine_state.commit()
     when = str(data.get("date") or meta.get("date_utc") or datetime.now(timezone.utc).date())[:10]
     stamped = {
         "device": data.get("device") or meta.get("device") or device,

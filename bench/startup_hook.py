@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import machine_state
 from machine_state import host
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,12 +80,6 @@ def arm(plain: Path, hook: Path, env: dict[str, str], runs: int) -> dict[str, An
     }
 
 
-def commit() -> str | None:
-    command = ["git", "rev-parse", "HEAD"]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
-    return result.stdout.strip() or None
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200, help="pairs of interpreter starts per arm")
@@ -105,7 +100,7 @@ def main() -> None:
         "machine": host(),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": commit(),
+        "commit": machine_state.commit(),
         "command": " ".join(["python", "bench/startup_hook.py", *sys.argv[1:]]),
         "arms": arms,
     }

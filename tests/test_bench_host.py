@@ -4,8 +4,13 @@ compile floors can differ by 28-51%, and a run that does not name its CPU cannot
 from __future__ import annotations
 
 import argparse
+import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -29,3 +34,24 @@ def test_realworlds_meta_carries_the_host() -> None:
     meta = realworld.meta(argparse.Namespace(repeats=1, dry_run=True, baseline_src=None))
     assert meta["host"]["logical_cpus"] == machine_state.host()["logical_cpus"]
     assert meta["cores"] >= 1
+
+
+def test_the_commit_is_the_checkouts_head_or_none_in_a_copied_tree(tmp_path: Path) -> None:
+    """A run names the commit it measured; a tree copied without ``.git`` (the GPU machine's)
+    names none rather than a wrong one, and its runs pass ``--commit``."""
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=BENCH.parent, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not head:
+        pytest.skip("the checkout is not a git repository")
+    assert machine_state.commit() == head
+    assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", machine_state.commit(mark_dirty=True) or "")
+    copy = tmp_path / "tree" / "bench"
+    copy.parent.mkdir()
+    shutil.copytree(BENCH, copy, ignore=shutil.ignore_patterns("results", "__pycache__"))
+    script = (
+        f"import sys; sys.path.insert(0, {str(copy)!r}); import machine_state; print(machine_state.commit())"
+    )
+    env = {"PATH": "/usr/bin:/bin", "GIT_CEILING_DIRECTORIES": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "None"
