@@ -116,6 +116,13 @@ def _farm(data: dict[str, Any]) -> Iterator[Row]:
             )
 
 
+def _ok_runs(median_run: dict[str, Any], runs: list[dict[str, Any]] | None) -> str:
+    """How many runs an arm's median is of: ``3``, or ``1 of 2`` where a run failed or passed the
+    bench's run limit."""
+    ok = median_run.get("median_of")
+    return f"{ok} of {len(runs)}" if runs and ok != len(runs) else str(ok)
+
+
 def _helion(data: dict[str, Any]) -> Iterator[Row]:
     measures = (("autotune wall (s)", "autotune_s"), ("chosen config runtime (ms)", "runtime_ms"))
     # the kiln arms the run has: kiln's defaults, then its loop with Helion's own final
@@ -139,7 +146,8 @@ def _helion(data: dict[str, Any]) -> Iterator[Row]:
                 # with several runs per arm, each arm's median-wall run is compared, and its
                 # pick's runtime beside the median of the picks' runtimes over the runs
                 of = {
-                    "autotune_s": f", median of {kiln.get('median_of')}/{helion.get('median_of')} runs",
+                    "autotune_s": f", median of runs: kiln {_ok_runs(kiln, runs.get(arm))}, "
+                    f"Helion {_ok_runs(helion, runs.get(base))}",
                     "runtime_ms": ", in the median-wall run",
                 }
                 for measure, key in measures:

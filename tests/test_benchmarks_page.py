@@ -99,7 +99,39 @@ def test_helions_repeated_runs_give_the_median_wall_run_and_the_median_runtime()
     }
     rows = {row.measure: (row.kiln, row.baseline) for row in page._helion({"compare": [row]})}
     assert rows == {
-        "autotune wall (s), median of 3/3 runs": (28.0, 55.0),
+        "autotune wall (s), median of runs: kiln 3, Helion 3": (28.0, 55.0),
         "chosen config runtime (ms), in the median-wall run": (0.207, 0.201),
         "chosen config runtime (ms), median over the runs": (0.197, 0.201),
+    }
+
+
+def test_helions_spawn_arm_is_a_baseline_of_its_own_and_a_failed_run_is_counted() -> None:
+    """With fork and spawn runs, kiln is compared with each; an arm whose median is of fewer runs
+    than it has (one failed, or passed the bench's run limit) says so."""
+    page = _generator()
+
+    def run(wall: float | None) -> dict[str, object]:
+        if wall is None:
+            return {"status": "bench-timeout", "timeout_s": 240.0}
+        return {"status": "ok", "autotune_s": wall, "runtime_ms": 0.05}
+
+    runs = {"fork": [run(50.0), run(55.0)], "spawn": [run(222.0), run(None)], "kiln": [run(30.0), run(25.0)]}
+    row = {
+        "kernel": "ln",
+        "fork": {**runs["fork"][0], "median_of": 2, "runtime_ms_median": 0.05},
+        "spawn": {**runs["spawn"][0], "median_of": 1, "runtime_ms_median": 0.05},
+        "kiln": {**runs["kiln"][1], "median_of": 2, "runtime_ms_median": 0.05},
+        "runs": runs,
+    }
+    walls = {
+        (r.baseline_name, r.measure): (r.kiln, r.baseline)
+        for r in page._helion({"compare": [row]})
+        if r.measure.startswith("autotune wall")
+    }
+    assert walls == {
+        ("Helion fork precompile", "autotune wall (s), median of runs: kiln 2, Helion 2"): (25.0, 50.0),
+        ("Helion spawn precompile", "autotune wall (s), median of runs: kiln 2, Helion 1 of 2"): (
+            25.0,
+            222.0,
+        ),
     }

@@ -24,5 +24,9 @@ def load_file(path: Path, name: str) -> ModuleType:
 
 
 def load_bench(script: str, name: str | None = None) -> ModuleType:
-    """``bench/<script>.py`` as module ``name`` (default: the script's name)."""
+    """``bench/<script>.py`` as module ``name`` (default: the script's name), with ``bench/`` on
+    ``sys.path`` as when Python runs the script, so its imports of the other benches' modules
+    resolve."""
+    if str(BENCH) not in sys.path:
+        sys.path.append(str(BENCH))
     return load_file(BENCH / f"{script}.py", name or script)
