@@ -98,7 +98,9 @@ Helion's precompile verdicts; ``configs_benchmarked`` / ``benchmark_failed``: ca
 ``other_s``), ``calls`` (per wrapped name), ``split_not_measured``, ``precompile_s`` /
 ``precompile_phases`` / ``configs_compiled`` / ``configs_failed`` (the ``wait_for_all`` phases
 alone), ``config``, ``num_warps``, ``max_abs_error`` and ``runtime_ms`` (the chosen config,
-``triton.testing.do_bench`` median), ``helion_version``, ``kiln`` (the pool's stats), and for
+``triton.testing.do_bench`` median), ``helion_version``, ``kiln`` (the pool's stats),
+``timeline`` (kiln's loop: the sandbox's busy seconds, the autotuning thread's benchmark phase
+with a sandbox call running and with none, the sandbox's longest idle stretches; :func:`timeline`), and for
 the median run ``median_of`` (ok runs), ``split_median`` / ``counts_median`` (per-field medians
 over the arm's ok runs; they need not sum to a wall) and ``runtime_ms_median`` (the chosen
 configs' runtimes' median over those runs). Per kernel: ``kiln_over_fork``,
@@ -245,14 +247,19 @@ class PhaseClock:
         self.configs_seen: set[str] = set()
         self._stack: list[tuple[str, str]] = []  # (phase, target) of the calls under way
         self._mark = 0.0
+        self.segments: list[tuple[str, float, float]] = []  # (phase, start, end), in clock order
 
     def bump(self, name: str, by: int = 1) -> None:
         self.counts[name] = self.counts.get(name, 0) + by
 
+    def _attribute(self, phase: str, now: float) -> None:
+        self.seconds[phase] += now - self._mark
+        self.segments.append((phase, self._mark, now))
+
     def enter(self, phase: str, target: str) -> None:
         now = self.clock()
         if self._stack:
-            self.seconds[self._stack[-1][0]] += now - self._mark
+            self._attribute(self._stack[-1][0], now)
         if all(name != target for _, name in self._stack):  # a call, not an override's super()
             self.calls[target] = self.calls.get(target, 0) + 1
         self._stack.append((phase, target))
@@ -261,7 +268,7 @@ class PhaseClock:
     def leave(self) -> None:
         now = self.clock()
         phase, _ = self._stack.pop()
-        self.seconds[phase] += now - self._mark
+        self._attribute(phase, now)
         self._mark = now
 
     def split(self, wall: float) -> dict[str, float]:
@@ -383,6 +390,49 @@ def _split_fields(
         "probes": {label: clock.probes.get(name, 0.0) for name, label in PROBES.items()},
         "calls": clock.calls,
         "split_not_measured": wrapped["not_measured"],
+    }
+
+
+def _busy(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of ``spans`` as disjoint intervals, in order."""
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _overlap(segment: tuple[float, float], busy: list[tuple[float, float]]) -> float:
+    start, end = segment
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in busy)
+
+
+def timeline(
+    spans: list[tuple[float, float]], segments: list[tuple[str, float, float]], t0: float, wall: float
+) -> dict[str, Any]:
+    """Where the kiln arm's sandbox and autotuning thread were at once: ``spans`` are the sandbox
+    calls (start, end), ``segments`` the thread's phases (:attr:`PhaseClock.segments`), all on
+    one clock, the autotune from ``t0`` for ``wall`` s. ``benchmark_sandbox_idle_s`` is the
+    thread's benchmark phase while no sandbox call ran: time kiln's loop neither timed a config
+    nor waited for one that was being timed (Helion's in-process work there, or a wait for a
+    compile). ``idle_gaps`` are the longest stretches with no sandbox call between the first
+    call and the autotune's end (start from ``t0`` and length, s)."""
+    inside = [(max(a, t0), min(b, t0 + wall)) for a, b in spans if b > t0 and a < t0 + wall]
+    busy = _busy(inside)
+    bench = [(a, b) for phase, a, b in segments if phase == "benchmark" and b > a]
+    with_sandbox = sum(_overlap(segment, busy) for segment in bench)
+    gaps = [(busy[i][1], busy[i + 1][0]) for i in range(len(busy) - 1)]
+    if busy:
+        gaps.append((busy[-1][1], t0 + wall))
+    longest = sorted(gaps, key=lambda g: g[1] - g[0], reverse=True)[:8]
+    return {
+        "sandbox_busy_s": sum(b - a for a, b in busy),
+        "first_call_s": busy[0][0] - t0 if busy else None,
+        "benchmark_sandbox_busy_s": with_sandbox,
+        "benchmark_sandbox_idle_s": sum(b - a for a, b in bench) - with_sandbox,
+        "idle_gaps": [[round(a - t0, 3), round(b - a, 3)] for a, b in sorted(longest)],
     }
 
 
@@ -554,6 +604,8 @@ def _child(opts: argparse.Namespace) -> None:
             "kinds": kinds,
             "screened": screened,
         }
+        spans = [(span.start, span.end) for worker in workers for span in worker.stats.spans]
+        result["timeline"] = timeline(spans, clock.segments, t0, wall)
         sandbox.close()
     print(RESULT + json.dumps(result), flush=True)
 
@@ -1051,6 +1103,14 @@ def _print_table(report: dict[str, Any]) -> None:
                         f"{name} {int(k['calls'])} in {k['seconds']:.1f} s (jobs {k['job_seconds']:.1f} s)"
                         for name, k in kinds.items()
                     )
+                )
+            line = r.get("timeline")
+            if line:
+                print(
+                    f"{'':12}   sandbox busy {f(line['sandbox_busy_s'])} s; benchmark phase "
+                    f"{f(line['benchmark_sandbox_busy_s'])} s with a call running, "
+                    f"{f(line['benchmark_sandbox_idle_s'])} s with none; longest idle stretches "
+                    + ", ".join(f"{length:.1f} s at {start:.1f} s" for start, length in line["idle_gaps"][:4])
                 )
         ratios = "  ".join(
             f"{arm}/{other} autotune {f(row.get(f'{name}_over_{other}'), '{:.3f}')} "

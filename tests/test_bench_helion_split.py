@@ -140,6 +140,11 @@ def test_the_phases_partition_the_wall_with_nested_calls_counted_once(
         "Provider.check": 4,
     }
     assert len(split_clock.configs_seen) == 2  # "a" twice, "b"
+    # the segments are the split in time: each phase's add up to its seconds, in clock order
+    for phase in bench.PHASES:
+        seconds = sum(end - begin for name, begin, end in split_clock.segments if name == phase)
+        assert seconds == pytest.approx(split[f"{phase}_s"])
+    assert [begin for _, begin, _ in split_clock.segments] == sorted(b for _, b, _ in split_clock.segments)
     assert split_clock.counts == {
         "configs_benchmarked": 4,
         "benchmark_failed": 1,
@@ -461,3 +466,26 @@ def test_the_child_keeps_every_instance_made_of_a_class_it_watches() -> None:
     first, second = Made(1), Made(2)
     assert made == [first, second]
     assert [m.value for m in made] == [1, 2]  # each still made by its own __init__
+
+
+def test_the_timeline_splits_the_benchmark_phase_by_whether_the_sandbox_ran() -> None:
+    """The kiln arm's benchmark phase is split into time with a sandbox call running (timing a
+    config, or the thread waiting on one) and time with none (Helion's in-process work, a wait
+    for a compile); the sandbox's longest idle stretches are listed."""
+    bench = _bench()
+    t0 = 100.0
+    spans = [(101.0, 102.0), (101.5, 103.0), (106.0, 107.0), (99.0, 100.5)]  # two overlap; one before t0
+    segments = [
+        ("precompile", 100.0, 101.0),
+        ("benchmark", 101.0, 105.0),  # sandbox busy 101-103, idle 103-105
+        ("codegen", 105.0, 106.0),
+        ("benchmark", 106.0, 108.0),  # busy 106-107, idle 107-108
+    ]
+    line = bench.timeline(spans, segments, t0, wall=10.0)
+    assert line["sandbox_busy_s"] == pytest.approx(0.5 + 2.0 + 1.0)
+    assert line["first_call_s"] == pytest.approx(0.0)
+    assert line["benchmark_sandbox_busy_s"] == pytest.approx(3.0)
+    assert line["benchmark_sandbox_idle_s"] == pytest.approx(3.0)
+    # gaps: 100.5-101, 103-106, and after the last call to the autotune's end (107-110)
+    assert line["idle_gaps"] == [[0.5, 0.5], [3.0, 3.0], [7.0, 3.0]]
+    assert bench.timeline([], [], t0, wall=1.0)["first_call_s"] is None

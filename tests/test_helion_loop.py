@@ -154,6 +154,11 @@ def test_each_config_is_benchmarked_as_its_compile_lands(loop: StandInSandbox) -
         "AccuracyCheckJob": 5,
     }
     assert sum(kind.seconds for kind in stats.kinds.values()) == pytest.approx(stats.seconds)
+    # each call's span, in the order calls ended, those run ahead marked so
+    assert len(stats.spans) == stats.jobs
+    assert sum(span.ahead for span in stats.spans) == stats.streamed
+    assert all(span.start <= span.end for span in stats.spans)
+    assert sorted(span.end for span in stats.spans) == [span.end for span in stats.spans]
     provider.cleanup()
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,6 +101,16 @@ class JobKindStats:
     job_seconds: float = 0.0  # the jobs' own run in the sandbox (calls that came back with one)
 
 
+@dataclass(frozen=True)
+class JobSpan:
+    """When one sandbox call ran, as this process waited for it (``time.perf_counter``)."""
+
+    kind: str  # the job's type name
+    ahead: bool  # run ahead of Helion's request (the stream), not at it
+    start: float
+    end: float
+
+
 @dataclass
 class SandboxStats:
     """What the worker did (for tests, benchmarks and the bench's split)."""
@@ -111,6 +122,7 @@ class SandboxStats:
     seconds: float = 0.0  # in sandbox calls, start-up waits included
     skipped: list[SkippedJob] = field(default_factory=list)
     kinds: dict[str, JobKindStats] = field(default_factory=dict)  # by the job's type name
+    spans: list[JobSpan] = field(default_factory=list)  # every call, in the order they ended
 
 
 class _Speculated(Exception):
@@ -196,7 +208,10 @@ class KilnBenchmarkWorker:
         if mine:
             served = Served(error=RuntimeError("kiln's benchmark job did not finish"))
             try:
-                served = self._execute(self._screened(job) if speculating else job, timeout)
+                if speculating:
+                    served = self._execute(self._screened(job), timeout, ahead=True)
+                else:
+                    served = self._execute(job, timeout)
             finally:
                 entry.set(served)
         else:
@@ -278,12 +293,15 @@ class KilnBenchmarkWorker:
             self.stats.screened += 1
         return short
 
-    def _execute(self, job: Callable[[], Any], timeout: float) -> Served:
+    def _execute(self, job: Callable[[], Any], timeout: float, *, ahead: bool = False) -> Served:
         label = compat.job_label(job)
         env = {_CACHE_VARIABLE: os.environ[_CACHE_VARIABLE]} if _CACHE_VARIABLE in os.environ else {}
+        started = time.perf_counter()
         outcome = self.sandbox.call(HelionJob(job), label=label, env=env, timeout_s=timeout)
+        ended = time.perf_counter()
         ran = outcome.value.seconds if isinstance(outcome.value, JobReturned | JobRaised) else 0.0
         with self._lock:
+            self.stats.spans.append(JobSpan(type(job).__name__, ahead, started, ended))
             self.stats.jobs += 1
             self.stats.seconds += outcome.seconds
             kind = self.stats.kinds.setdefault(type(job).__name__, JobKindStats())
