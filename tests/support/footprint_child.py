@@ -92,7 +92,16 @@ def _call(tuner: Any, n: int, dtype: Any = torch.float32) -> None:
 
 
 def _children() -> list[str]:
-    return [f"{p.pid} {p.name()}" for p in psutil.Process().children(recursive=True) if p.is_running()]
+    """This process's descendants (an exited one not yet reaped included); one that is gone
+    while they are listed (a worker closing after its idle time) is not one."""
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.is_running():
+                alive.append(f"{child.pid} {child.name()}")
+        except psutil.Error:
+            continue
+    return alive
 
 
 def _wait_no_children(timeout: float) -> list[str]:
