@@ -29,8 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import machine_state
-from machine_state import host
+from machine_state import commit, host
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOK_FILES = ("triton_kiln.pth", "_triton_kiln_startup.py")
@@ -100,7 +99,7 @@ def main() -> None:
         "machine": host(),
         "python": sys.version.split()[0],
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-        "commit": machine_state.commit(),
+        "commit": commit(),
         "command": " ".join(["python", "bench/startup_hook.py", *sys.argv[1:]]),
         "arms": arms,
     }

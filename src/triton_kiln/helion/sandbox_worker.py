@@ -208,10 +208,8 @@ class KilnBenchmarkWorker:
         if mine:
             served = Served(error=RuntimeError("kiln's benchmark job did not finish"))
             try:
-                if speculating:
-                    served = self._execute(self._screened(job), timeout, ahead=True)
-                else:
-                    served = self._execute(job, timeout)
+                ran = self._screened(job) if speculating else job
+                served = self._execute(ran, timeout, ahead=speculating)
             finally:
                 entry.set(served)
         else:
