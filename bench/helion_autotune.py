@@ -40,9 +40,9 @@ outside the timed region), so the arms run side by side in one invocation:
   autotuning process waited for them, ``job_seconds`` the jobs' own run in the sandbox;
   ``kiln.compile_failures`` counts its failed compiles by error type. With
   ``--repeats N`` each arm runs N times per kernel, the arm order rotating from one round to the
-  next, and the run with the median autotune wall is compared (every run is
-  kept): Helion's search is seeded, but after the seeded population it follows measured
-  timings, so the arms compile different configs.
+  next, and the run with the median autotune wall is compared (a run past ``--run-timeout-s``
+  ranking as the longest; every run is kept): Helion's search is seeded, but after the seeded
+  population it follows measured timings, so the arms compile different configs.
 * ``fault``: ``crashy_add`` with a seed config that aborts in Triton's compiler (the hook of
   ``tests/support/helion_faults.py``: ``num_warps == 2``), through kiln, with fork and with
   Helion's precompile off (``autotune_precompile=None``: compiles in the autotuning process); then
@@ -50,8 +50,9 @@ outside the timed region), so the arms run side by side in one invocation:
   ``faulty_add`` with three seed configs (``helion_faults.FAULTY_CONFIGS``: one aborts in the
   compiler, one makes an illegal memory access, one never finishes; Helion's default benchmark
   timeout, 30 s, which its respawned benchmark worker's start-up counts against) in
-  one autotune per arm (kiln, fork, spawn), each run's ``cuda_alive`` saying whether its CUDA
-  context still runs a kernel afterwards. ``--skip abort`` leaves out the abort runs,
+  one autotune per arm (kiln, fork, spawn; kiln's workers preload the fault hook, fork's children
+  inherit it, spawn's install it on start, see ``FAULTS_ENV``), each run's ``cuda_alive`` saying
+  whether its CUDA context still runs a kernel afterwards. ``--skip abort`` leaves out the abort runs,
   ``--skip three-faults`` the three-fault runs; a merge keeps each fault run by name, a later
   part's over an earlier one's.
 * ``ctrl-c``: SIGINT to a process in the middle of a matmul autotune's precompile phase
@@ -162,6 +163,17 @@ SECTIONS = ("compare", "fault", "abort", "three-faults", "ctrl-c", "none")
 """What ``--skip`` names (``none``: nothing, as gpu_session's helion-faults passes it)."""
 SKIPPED = "skipped (bench budget spent)"
 CUT = "cut short (bench budget spent)"
+FAULTS_ENV = "KILN_BENCH_HELION_FAULTS"
+"""Set by a fault run's child for its own children: a spawned one installs the fault hook."""
+
+if __name__ == "__mp_main__" and os.environ.get(FAULTS_ENV):
+    # Helion's spawn mode starts its precompile and benchmark workers with multiprocessing's
+    # spawn, which imports this script as ``__mp_main__`` in each: the hook a fork child inherits
+    # from the fault run's child is installed here, so the faults reach spawn's compiles too
+    sys.path.insert(0, str(TESTS))
+    from support import helion_faults
+
+    helion_faults.install()
 
 
 # ----------------------------------------------------------------------------- the split
@@ -486,7 +498,8 @@ def _child(opts: argparse.Namespace) -> None:
     if opts.faults:
         from support import helion_faults
 
-        helion_faults.install()  # the abort hook, inherited by fork children
+        helion_faults.install()  # the fault hook, inherited by fork children
+        os.environ[FAULTS_ENV] = "1"  # and installed by spawn children (see FAULTS_ENV)
     from triton.testing import do_bench
 
     import test_helion_kernels as hk
@@ -714,13 +727,17 @@ def _ctrl_c(opts: argparse.Namespace, arm: str, env: dict[str, str]) -> dict[str
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """The run with the median autotune wall among the successful ones (the lower median of an
-    even count), else the first; with one run, that run. Every run stays in the row's ``runs``."""
+    """The run with the median autotune wall (the lower median of an even count) among the
+    successful runs and those that reached the run limit, which rank as the longest (their wall
+    is at least the limit), else the first; with one run, that run. A median that falls on a run
+    past the limit is that run: the arm's median is longer than the limit. Every run stays in
+    the row's ``runs``."""
     ok = sorted((r for r in runs if r.get("status") == "ok"), key=lambda r: float(r["autotune_s"]))
-    if not ok:
+    ranked = ok + [r for r in runs if r.get("status") == "bench-timeout"]
+    if not ranked:
         return runs[0]
-    chosen = dict(ok[(len(ok) - 1) // 2])
-    chosen["median_of"] = len(ok)
+    chosen = dict(ranked[(len(ranked) - 1) // 2])
+    chosen["median_of"] = len(ranked)
     # the runtime bar reads the chosen configs' runtimes over the runs, not only the runtime of
     # whichever run had the median wall
     runtimes = [r["runtime_ms"] for r in ok if isinstance(r.get("runtime_ms"), int | float)]
@@ -824,7 +841,8 @@ def _parser() -> argparse.ArgumentParser:
         "--arms",
         default=",".join(DEFAULT_ARMS),
         help="comma list of: fork, spawn, kiln, kiln-compile, kiln-verify, kiln-race, kiln-screen (the "
-        "compare arms; kiln: kiln's defaults; kiln-compile: kiln's compiles with Helion's own benchmark "
+        "compare arms, and which of kiln, fork and spawn the three-fault runs use; kiln: kiln's "
+        "defaults; kiln-compile: kiln's compiles with Helion's own benchmark "
         "worker; kiln-verify: kiln's loop with Helion's own final verification; kiln-race: kiln's loop "
         f"with KILN_HELION_FINAL_ROUND=1; kiln-screen: kiln-race with KILN_HELION_SCREEN_MS={SCREEN_MS})",
     )
@@ -963,8 +981,9 @@ def main(argv: list[str] | None = None) -> None:
             baseline_abort_fork=run("fork", "crashall_add", faults=True),
         )
     if not skip & {"fault", "three-faults"}:
-        # an abort, an illegal memory access and a hang, seeded into one autotune
-        for arm in ("kiln", "fork", "spawn"):
+        # an abort, an illegal memory access and a hang, seeded into one autotune, in each of
+        # kiln, fork and spawn that --arms names (by default all three)
+        for arm in (a for a in ("kiln", "fork", "spawn") if a in opts.arms.split(",")):
             fault[f"three_faults_{arm}"] = run(arm, "faulty_add", faults=True, seed_faults=True)
     if fault:
         report["fault"] = fault

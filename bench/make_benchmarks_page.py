@@ -117,8 +117,8 @@ def _farm(data: dict[str, Any]) -> Iterator[Row]:
 
 
 def _ok_runs(median_run: dict[str, Any], runs: list[dict[str, Any]] | None) -> str:
-    """How many runs an arm's median is of: ``3``, or ``1 of 2`` where a run failed or passed the
-    bench's run limit."""
+    """How many runs an arm's median is of: ``3``, or ``1 of 2`` where a run failed (a run past
+    the bench's run limit counts, as the longest)."""
     ok = median_run.get("median_of")
     return f"{ok} of {len(runs)}" if runs and ok != len(runs) else str(ok)
 

@@ -57,13 +57,13 @@ def test_runs_of_one_kernel_are_pooled_across_parts(tmp_path: Path) -> None:
     assert (add["kernel"], mm["kernel"]) == ("add", "mm")
     assert [r.get("autotune_s") for r in add["runs"]["fork"]] == [10.0, 12.0, 11.0]
     assert add["fork"]["autotune_s"] == 11.0  # the median of three
-    # kiln: 9 and 13 ok, one lost to the budget: the lower median of the two ok runs
-    assert (add["kiln"]["autotune_s"], add["kiln"]["median_of"]) == (9.0, 2)
-    assert add["autotune_ratio"] == pytest.approx(9.0 / 11.0)
+    # kiln: 9 and 13 ok, one past the run limit, which ranks as the longest: 13 is the median
+    assert (add["kiln"]["autotune_s"], add["kiln"]["median_of"]) == (13.0, 3)
+    assert add["autotune_ratio"] == pytest.approx(13.0 / 11.0)
     assert "runs" not in mm  # one run per arm
     assert mm["autotune_ratio"] == pytest.approx(0.5)
     assert mm["runtime_ratio"] == pytest.approx(1.05)
-    assert merged["geomean_autotune_ratio"] == pytest.approx(math.sqrt(9.0 / 11.0 * 0.5))
+    assert merged["geomean_autotune_ratio"] == pytest.approx(math.sqrt(13.0 / 11.0 * 0.5))
     assert [m["date"] for m in merged["merged_from"]] == ["a", "b", "c"]
     assert [m["commit"] for m in merged["merged_from"]] == ["c-a", "c-b", "c-c"]
 
@@ -149,6 +149,11 @@ def test_skip_abort_runs_only_the_three_faults(tmp_path: Path, monkeypatch: pyte
     assert set(json.loads(out.read_text())["fault"]) == {
         f"three_faults_{a}" for a in ("kiln", "fork", "spawn")
     }
+    # --arms picks which of them run (one arm's run again, as a part to merge)
+    ran.clear()
+    bench.main(["--skip", "compare,abort,ctrl-c", "--arms", "spawn", "--out", str(out)])
+    assert ran == [("spawn", "faulty_add")]
+    assert set(json.loads(out.read_text())["fault"]) == {"three_faults_spawn"}
 
 
 def test_runs_the_budget_left_out_or_cut_short_are_not_runs_of_the_arm(tmp_path: Path) -> None:
@@ -169,7 +174,8 @@ def test_runs_the_budget_left_out_or_cut_short_are_not_runs_of_the_arm(tmp_path:
     (add,) = bench._merge([a, b, c, d])["compare"]
     assert [r["status"] for r in add["runs"]["spawn"]] == ["ok", "bench-timeout"]
     assert add["runs_not_measured"] == {"spawn": 2}
-    assert (add["spawn"]["autotune_s"], add["spawn"]["median_of"]) == (20.0, 1)
+    # the lower median of the two measured runs, the one past the limit ranking as the longer
+    assert (add["spawn"]["autotune_s"], add["spawn"]["median_of"]) == (20.0, 2)
     assert add["kiln_over_spawn"] == pytest.approx(0.25)
 
     faults = {"three_faults_fork": {"status": "ok", "autotune_s": 80.0}}
@@ -227,3 +233,20 @@ def test_a_part_at_other_settings_gives_rows_of_its_own_outside_the_geomeans(tmp
     fork_runs = again["mm, effort full, 2 generations"]["runs"]["fork"]
     assert [r["autotune_s"] for r in fork_runs] == [300.0, 320.0]
     assert "runs" not in again["mm"]
+
+
+def test_a_run_past_the_run_limit_ranks_as_the_longest_in_the_median() -> None:
+    """A run that reached ``--run-timeout-s`` took longer than the limit: left out of the median,
+    it would make the arm look faster than its runs were (spawn's layer_norm on an H100: 222 s,
+    past 240 s and 116 s has the median 222 s, not 116 s)."""
+    bench = _bench()
+    spawn = [_run("spawn", "ln", 222.2), _run("spawn", "ln", None), _run("spawn", "ln", 115.6)]
+    row = bench._row("ln", {"kiln": [_run("kiln", "ln", 30.0)], "spawn": spawn})
+    assert (row["spawn"]["autotune_s"], row["spawn"]["median_of"]) == (222.2, 3)
+    assert row["kiln_over_spawn"] == pytest.approx(30.0 / 222.2)
+    # two of three past the limit: the median is past the limit, and no ratio is claimed
+    spawn = [_run("spawn", "ln", None), _run("spawn", "ln", 100.0), _run("spawn", "ln", None)]
+    row = bench._row("ln", {"kiln": [_run("kiln", "ln", 30.0)], "spawn": spawn})
+    assert (row["spawn"]["status"], row["spawn"]["median_of"]) == ("bench-timeout", 3)
+    assert "kiln_over_spawn" not in row
+    assert row["spawn"]["runtime_ms_median"] == pytest.approx(0.1)  # of the run that finished

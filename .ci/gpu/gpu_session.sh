@@ -123,7 +123,7 @@ for phase in "$@"; do
     helion-faults)  # the fault and Ctrl-C arms, then (HK set) a comparison part as in helion-part
       if [ -n "${HK:-}" ]; then helion_bench helion-faults none "$HK"; else helion_bench helion-faults compare add; fi ;;
     helion-three-faults)  # only the three faults (abort, illegal memory access, hang) in one
-      # autotune, per arm (kiln, fork, spawn)
+      # autotune, per arm (kiln, fork, spawn; HA picks some)
       helion_bench helion-three-faults compare,abort,ctrl-c add ;;
     helion-inprocess)  # one config aborting with Helion's precompile off (compiles in-process)
       TAIL=8 run helion-inprocess 120 python3 bench/helion_autotune.py --child --arm none --kernel crashy_add \
