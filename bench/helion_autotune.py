@@ -1049,7 +1049,9 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
             if row.get("settings"):  # a merged part's row with settings of its own
                 own_settings[kernel] = row["settings"]
             elif settings != base and settings:
-                kernel = f"{kernel}, effort {settings['effort']}, {settings['generations']} generations"
+                generations = settings["generations"]
+                plural = "" if generations == 1 else "s"
+                kernel = f"{kernel}, effort {settings['effort']}, {generations} generation{plural}"
                 own_settings[kernel] = settings
             into = runs.setdefault(kernel, {})
             source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}
