@@ -448,6 +448,57 @@ def timeline(
     }
 
 
+class Compile(NamedTuple):
+    """One compile a kiln arm sent to its pool: when it was sent and when it landed (the
+    process's ``perf_counter``; ``None``: it had not), the compile's own seconds in its worker
+    (``None``: it failed or did not land) and how it ended (``ok``, the error's type name,
+    ``cancelled``)."""
+
+    sent: float
+    landed: float | None
+    compile_s: float | None
+    outcome: str
+
+
+def compile_timeline(
+    compiles: list[Compile], phases: list[tuple[float, float]], t0: float
+) -> list[dict[str, Any]]:
+    """What each precompile phase (``phases``: Helion's ``wait_for_all``, its start and seconds)
+    of a kiln arm waited for: the compiles that landed during it, the one that landed last (the
+    phase's end), and of all compiles sent before the phase ended, how many were still out when
+    it began. A compile's ``wall`` less its ``compile_s`` is its time in kiln's queue (and the
+    trip to and from a worker): a phase that outlasts its compiles' own seconds waited for a
+    worker, not for Triton. Times from ``t0``, s."""
+    out: list[dict[str, Any]] = []
+    for start, seconds in phases:
+        end = start + seconds
+        during = [c for c in compiles if c.landed is not None and start <= c.landed <= end + 1e-3]
+        pending = [c for c in compiles if c.sent <= start and (c.landed is None or c.landed > start)]
+        row: dict[str, Any] = {
+            "start_s": round(start - t0, 3),
+            "seconds": round(seconds, 3),
+            "landed": len(during),
+            "out_at_start": len(pending),
+        }
+        if during:
+            last = max(during, key=lambda c: c.landed or 0.0)
+            assert last.landed is not None
+            row["last"] = {
+                "sent_s": round(last.sent - t0, 3),
+                "wall_s": round(last.landed - last.sent, 3),
+                "compile_s": None if last.compile_s is None else round(last.compile_s, 3),
+                "outcome": last.outcome,
+            }
+            done = [c for c in during if c.compile_s is not None and c.landed is not None]
+            if done:
+                row["queued_s_max"] = round(
+                    max((c.landed or 0.0) - c.sent - (c.compile_s or 0.0) for c in done), 3
+                )
+                row["compile_s_max"] = round(max(c.compile_s or 0.0 for c in done), 3)
+        out.append(row)
+    return out
+
+
 def arm_settings(arm: str) -> dict[str, str]:
     """The Helion settings (:func:`helion_settings`) a kiln arm's process runs with (``kiln``:
     none, kiln's defaults; the child drops the bench's own first)."""
@@ -563,8 +614,35 @@ def _child(opts: argparse.Namespace) -> None:
         settings["autotune_seed_configs"] = seeds
     bound = hk.make(opts.kernel, **settings).bind(args)
 
+    phase_starts: list[float] = []
+
     def started(n: int) -> None:
+        phase_starts.append(time.perf_counter())
         print(f"{PRECOMPILE}{n}", flush=True)
+
+    compiles: list[Compile] = []
+    if pool is not None:  # each compile kiln's loop sends, timed (compile_timeline)
+        send = pool.submit
+
+        def timed_submit(request: Any, *a: Any, **kw: Any) -> Any:
+            sent = time.perf_counter()
+            future = send(request, *a, **kw)
+            at = len(compiles)
+            compiles.append(Compile(sent, None, None, "out"))
+
+            def landed(done: Any) -> None:
+                now = time.perf_counter()
+                if done.cancelled():
+                    compiles[at] = Compile(sent, now, None, "cancelled")
+                elif done.exception() is not None:
+                    compiles[at] = Compile(sent, now, None, type(done.exception()).__name__)
+                else:
+                    compiles[at] = Compile(sent, now, float(done.result().compile_s), "ok")
+
+            future.add_done_callback(landed)
+            return future
+
+        pool.submit = timed_submit  # type: ignore[method-assign]
 
     result: dict[str, Any] = {"arm": opts.arm, "kernel": opts.kernel, "helion_version": compat.VERSION}
     clock = PhaseClock()
@@ -601,6 +679,11 @@ def _child(opts: argparse.Namespace) -> None:
             "worker_deaths": stats.worker_deaths,
             "zygote_ready_s": stats.zygote_ready_s,
             "compile_failures": dict(sum((p.compile_failures for p in providers), collections.Counter())),
+            "workers": pool.settings.workers,
+            "replacement_s_max": max(stats.replacement_s, default=None),
+            "compile_phases": compile_timeline(
+                compiles, [(a, p.seconds) for a, p in zip(phase_starts, phases, strict=False)], t0
+            ),
         }
         pool.shutdown(wait=True, cancel_futures=True)
     if sandbox is not None:
@@ -1124,6 +1207,15 @@ def _print_table(report: dict[str, Any]) -> None:
                         f"{name} {int(k['calls'])} in {k['seconds']:.1f} s (jobs {k['job_seconds']:.1f} s)"
                         for name, k in kinds.items()
                     )
+                )
+            for i, phase in enumerate((r.get("kiln") or {}).get("compile_phases") or []):
+                last = phase.get("last") or {}
+                print(
+                    f"{'':12}   precompile phase {i + 1}: {f(phase['seconds'])} s "
+                    f"at {f(phase['start_s'])} s, "
+                    f"{phase['landed']} landed; the last sent at {f(last.get('sent_s'))} s, "
+                    f"{f(last.get('wall_s'))} s out, compiling {f(last.get('compile_s'))} s, "
+                    f"{last.get('outcome', '-')}"
                 )
             line = r.get("timeline")
             if line:

@@ -491,6 +491,38 @@ def test_the_timeline_splits_the_benchmark_phase_by_whether_the_sandbox_ran() ->
     assert bench.timeline([], [], t0, wall=1.0)["first_call_s"] is None
 
 
+def test_the_compile_timeline_names_what_each_precompile_phase_waited_for() -> None:
+    """Each phase says which compile landed last (its end), how long that one sat in kiln's queue
+    beside its own compile time, and how many compiles were still out when the phase began."""
+    bench = _bench()
+    c = bench.Compile
+    t0 = 10.0
+    compiles = [
+        c(10.0, 12.0, 1.5, "ok"),  # phase 1 (10-20): lands at 12
+        c(10.0, 20.0, None, "CompileTimeoutError"),  # ...and its last, a timeout at 20
+        c(19.0, 30.0, 2.0, "ok"),  # sent before phase 2 (21-31) began, landed in it after a wait
+        c(22.0, 24.0, 1.0, "ok"),
+        c(22.0, None, None, "out"),  # never landed
+    ]
+    first, second = bench.compile_timeline(compiles, [(10.0, 10.0), (21.0, 10.0)], t0)
+    assert (first["start_s"], first["seconds"], first["landed"]) == (0.0, 10.0, 2)
+    assert first["last"] == {
+        "sent_s": 0.0,
+        "wall_s": 10.0,
+        "compile_s": None,
+        "outcome": "CompileTimeoutError",
+    }
+    assert first["compile_s_max"] == 1.5
+    assert first["queued_s_max"] == pytest.approx(0.5)
+    assert (second["landed"], second["out_at_start"]) == (2, 1)
+    assert second["last"]["sent_s"] == 9.0
+    assert second["last"]["wall_s"] == 11.0
+    assert second["queued_s_max"] == pytest.approx(9.0)  # 11 s out, 2 s of it compiling
+    assert bench.compile_timeline([], [(10.0, 1.0)], t0) == [
+        {"start_s": 0.0, "seconds": 1.0, "landed": 0, "out_at_start": 0}
+    ]
+
+
 @pytest.mark.parametrize("fault_run", [True, False])
 def test_a_spawned_child_of_a_fault_run_installs_the_fault_hook(fault_run: bool) -> None:
     """Helion's spawn mode starts its precompile and benchmark workers with multiprocessing's
