@@ -163,7 +163,7 @@ SECTIONS = ("compare", "fault", "abort", "three-faults", "ctrl-c", "none")
 """What ``--skip`` names (``none``: nothing, as gpu_session's helion-faults passes it)."""
 SKIPPED = "skipped (bench budget spent)"
 CUT = "cut short (bench budget spent)"
-FAULTS_ENV = "KILN_BENCH_HELION_FAULTS"
+FAULTS_ENV = "BENCH_HELION_FAULTS"
 """Set by a fault run's child for its own children: a spawned one installs the fault hook."""
 
 if __name__ == "__mp_main__" and os.environ.get(FAULTS_ENV):
