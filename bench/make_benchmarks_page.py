@@ -123,6 +123,19 @@ def _ok_runs(median_run: dict[str, Any], runs: list[dict[str, Any]] | None) -> s
     return f"{ok} of {len(runs)}" if runs and ok != len(runs) else str(ok)
 
 
+def _stamp(data: dict[str, Any]) -> str:
+    """The date and commit a file names: its own, or for a file joining runs that each name
+    theirs (``merged_from``), the span of their dates and every commit in order."""
+    runs = [run for run in data.get("merged_from") or [] if isinstance(run, dict)]
+    dates = sorted({str(run["date"])[:10] for run in runs if run.get("date")})
+    commits = list(dict.fromkeys(str(run["commit"])[:12] for run in runs if run.get("commit")))
+    if len(dates) <= 1 and len(commits) <= 1:
+        return f"date: {data['date']}; commit: `{data['commit'][:12]}`"
+    span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    named = ", ".join(f"`{commit}`" for commit in commits)
+    return f"dates: {span}; commits: {named} ({len(runs)} runs joined, each in `merged_from`)"
+
+
 def _helion(data: dict[str, Any]) -> Iterator[Row]:
     measures = (("autotune wall (s)", "autotune_s"), ("chosen config runtime (ms)", "runtime_ms"))
     # the kiln arms the run has: kiln's defaults, then its loop with Helion's own final
@@ -431,9 +444,7 @@ def render() -> str:
         parts.append(f"\n## {benchmark} on {data['device']}\n")
         parts.append(f"{summary_of(ROOT / 'bench' / f'{benchmark}.py')}\n")
         parts.append(f"- file: [`bench/results/{path.name}`]({BLOB}/bench/results/{path.name})")
-        parts.append(
-            f"- device: {data['device']} (`{device}`); date: {data['date']}; commit: `{data['commit'][:12]}`"
-        )
+        parts.append(f"- device: {data['device']} (`{device}`); {_stamp(data)}")
         parts.append(f"- command: `{data['command']}`\n")
         head = "| case | measure | kiln | baseline | baseline value | ratio |"
         rule = "|---|---|---:|---|---:|---:|"

@@ -135,3 +135,24 @@ def test_helions_spawn_arm_is_a_baseline_of_its_own_and_a_failed_run_is_counted(
             222.0,
         ),
     }
+
+
+def test_a_joined_file_is_stamped_with_every_commit_and_the_span_of_dates_of_its_runs() -> None:
+    """A file joining runs made at several commits names them all in the page's header, not only
+    the first run's; a file of one run, or of runs at one commit on one day, names its own."""
+    page = _generator()
+    own = {"date": "2026-12-07", "commit": "a" * 40}
+    assert page._stamp(own) == f"date: 2026-12-07; commit: `{'a' * 12}`"
+    runs = [
+        {"date": "2026-12-06T10:00:00", "commit": "a" * 40},
+        {"date": "2026-12-07T09:00:00", "commit": "b" * 40},
+        {"date": "2026-12-07T11:00:00", "commit": "a" * 40},
+    ]
+    assert page._stamp({**own, "merged_from": runs}) == (
+        f"dates: 2026-12-06 to 2026-12-07; commits: `{'a' * 12}`, `{'b' * 12}` "
+        "(3 runs joined, each in `merged_from`)"
+    )
+    one = [{"date": "2026-12-07T10:00:00", "commit": "a" * 40}] * 2
+    assert page._stamp({**own, "merged_from": one}) == page._stamp(own)
+    named = {**own, "merged_from": ["part-a.json", "part-b.json"]}  # files named, not runs
+    assert page._stamp(named) == page._stamp(own)
