@@ -451,7 +451,8 @@ def timeline(
 class Compile(NamedTuple):
     """One compile a kiln arm sent to its pool: when it was sent and when it landed (the
     process's ``perf_counter``; ``None``: it had not), the compile's own seconds in its worker
-    (``None``: it failed or did not land) and how it ended (``ok``, the error's type name,
+    (``None``: it failed, did not land, or another compile served it) and how it ended (``ok``,
+    ``cached``: served by kiln's cache or an identical compile in flight, the error's type name,
     ``cancelled``)."""
 
     sent: float
@@ -636,6 +637,10 @@ def _child(opts: argparse.Namespace) -> None:
                     compiles[at] = Compile(sent, now, None, "cancelled")
                 elif done.exception() is not None:
                     compiles[at] = Compile(sent, now, None, type(done.exception()).__name__)
+                elif float(done.result().compile_s) > now - sent:
+                    # served by a compile this request did not start (kiln's cache, or an
+                    # identical request's compile in flight): its seconds are not this wait's
+                    compiles[at] = Compile(sent, now, None, "cached")
                 else:
                     compiles[at] = Compile(sent, now, float(done.result().compile_s), "ok")
 
