@@ -461,6 +461,38 @@ class Compile(NamedTuple):
     outcome: str
 
 
+def record_compiles(pool: Any, compiles: list[Compile]) -> None:
+    """From now on, each compile sent to ``pool`` (its ``submit``) is appended to ``compiles``
+    and, when it lands, replaced by its outcome (see :class:`Compile`)."""
+    send = pool.submit
+    lock = threading.Lock()  # Helion's thread and kiln's may both send
+
+    def timed_submit(request: Any, *a: Any, **kw: Any) -> Any:
+        sent = time.perf_counter()
+        future = send(request, *a, **kw)
+        with lock:
+            at = len(compiles)
+            compiles.append(Compile(sent, None, None, "out"))
+
+        def landed(done: Any) -> None:
+            now = time.perf_counter()
+            if done.cancelled():
+                compiles[at] = Compile(sent, now, None, "cancelled")
+            elif done.exception() is not None:
+                compiles[at] = Compile(sent, now, None, type(done.exception()).__name__)
+            elif float(done.result().compile_s) > now - sent:
+                # served by a compile this request did not start (kiln's cache, or an
+                # identical request's compile in flight): its seconds are not this wait's
+                compiles[at] = Compile(sent, now, None, "cached")
+            else:
+                compiles[at] = Compile(sent, now, float(done.result().compile_s), "ok")
+
+        future.add_done_callback(landed)
+        return future
+
+    pool.submit = timed_submit
+
+
 def compile_timeline(
     compiles: list[Compile], phases: list[tuple[float, float]], t0: float
 ) -> list[dict[str, Any]]:
@@ -623,31 +655,7 @@ def _child(opts: argparse.Namespace) -> None:
 
     compiles: list[Compile] = []
     if pool is not None:  # each compile kiln's loop sends, timed (compile_timeline)
-        send = pool.submit
-
-        def timed_submit(request: Any, *a: Any, **kw: Any) -> Any:
-            sent = time.perf_counter()
-            future = send(request, *a, **kw)
-            at = len(compiles)
-            compiles.append(Compile(sent, None, None, "out"))
-
-            def landed(done: Any) -> None:
-                now = time.perf_counter()
-                if done.cancelled():
-                    compiles[at] = Compile(sent, now, None, "cancelled")
-                elif done.exception() is not None:
-                    compiles[at] = Compile(sent, now, None, type(done.exception()).__name__)
-                elif float(done.result().compile_s) > now - sent:
-                    # served by a compile this request did not start (kiln's cache, or an
-                    # identical request's compile in flight): its seconds are not this wait's
-                    compiles[at] = Compile(sent, now, None, "cached")
-                else:
-                    compiles[at] = Compile(sent, now, float(done.result().compile_s), "ok")
-
-            future.add_done_callback(landed)
-            return future
-
-        pool.submit = timed_submit  # type: ignore[method-assign]
+        record_compiles(pool, compiles)
 
     result: dict[str, Any] = {"arm": opts.arm, "kernel": opts.kernel, "helion_version": compat.VERSION}
     clock = PhaseClock()

@@ -11,6 +11,7 @@ import json
 import math
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 from types import ModuleType
@@ -548,3 +549,28 @@ def test_a_spawned_child_of_a_fault_run_installs_the_fault_hook(fault_run: bool)
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"HOOK {fault_run}" in done.stdout
+
+
+def test_a_kiln_runs_compiles_are_recorded_as_they_land(make_pool: Any) -> None:
+    """The bench times each compile kiln's loop sends to its pool: a real compile lands ``ok``
+    with its own seconds; the same request again is served without a compile (``cached``)."""
+    from support.basics import add_request
+
+    bench = _bench()
+    pool = make_pool()
+    compiles: list[Any] = []
+    bench.record_compiles(pool, compiles)
+    pool.submit(add_request(block=256)).result(timeout=120)
+    pool.submit(add_request(block=256)).result(timeout=120)
+    deadline = time.monotonic() + 10  # a future's callbacks run just after its waiters wake
+    while any(c.outcome == "out" for c in compiles) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    first, again = compiles
+    assert first.outcome == "ok"
+    assert first.compile_s is not None
+    assert 0 < first.compile_s <= first.landed - first.sent
+    assert (again.outcome, again.compile_s) == ("cached", None)
+    assert (
+        bench.compile_timeline(compiles, [(first.sent, again.landed - first.sent)], first.sent)[0]["landed"]
+        == 2
+    )
