@@ -461,6 +461,13 @@ class Compile(NamedTuple):
     outcome: str
 
 
+def ptxas_running() -> list[int]:
+    """The ``ptxas`` processes running on this machine now (any process's), by pid."""
+    import psutil
+
+    return [p.pid for p in psutil.process_iter(["name"]) if (p.info.get("name") or "").startswith("ptxas")]
+
+
 def record_compiles(pool: Any, compiles: list[Compile]) -> None:
     """From now on, each compile sent to ``pool`` (its ``submit``) is appended to ``compiles``
     and, when it lands, replaced by its outcome (see :class:`Compile`)."""
@@ -648,9 +655,11 @@ def _child(opts: argparse.Namespace) -> None:
     bound = hk.make(opts.kernel, **settings).bind(args)
 
     phase_starts: list[float] = []
+    ptxas_at_start: list[int] = []  # ptxas processes on the machine as each phase begins
 
     def started(n: int) -> None:
         phase_starts.append(time.perf_counter())
+        ptxas_at_start.append(len(ptxas_running()))
         print(f"{PRECOMPILE}{n}", flush=True)
 
     compiles: list[Compile] = []
@@ -669,6 +678,8 @@ def _child(opts: argparse.Namespace) -> None:
         wall = time.perf_counter() - t0
     result["autotune_s"] = wall
     result["precompile_phases"] = [vars(p) for p in phases]
+    # compiles a timeout should have ended still running would hold cores from the next phase
+    result["ptxas_at_phase_start"] = ptxas_at_start
     result["precompile_s"] = sum(p.seconds for p in phases)  # the waits alone (``wait_for_all``)
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
@@ -1221,6 +1232,9 @@ def _print_table(report: dict[str, Any]) -> None:
                         for name, k in kinds.items()
                     )
                 )
+            if any(r.get("ptxas_at_phase_start") or []):
+                counts = ", ".join(str(n) for n in r["ptxas_at_phase_start"])
+                print(f"{'':12}   ptxas running as each precompile phase began: {counts}")
             for i, phase in enumerate((r.get("kiln") or {}).get("compile_phases") or []):
                 last = phase.get("last") or {}
                 print(

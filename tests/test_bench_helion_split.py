@@ -574,3 +574,22 @@ def test_a_kiln_runs_compiles_are_recorded_as_they_land(make_pool: Any) -> None:
         bench.compile_timeline(compiles, [(first.sent, again.landed - first.sent)], first.sent)[0]["landed"]
         == 2
     )
+
+
+def test_ptxas_processes_on_the_machine_are_counted(tmp_path: Path) -> None:
+    """The count the bench takes as each precompile phase begins sees a running ``ptxas``."""
+    import shutil
+    import subprocess
+
+    bench = _bench()
+    fake = tmp_path / "ptxas"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", fake)
+    process = subprocess.Popen([str(fake), "30"])
+    try:
+        deadline = time.monotonic() + 5
+        while process.pid not in bench.ptxas_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.pid in bench.ptxas_running()
+    finally:
+        process.kill()
+        process.wait()
