@@ -462,10 +462,15 @@ class Compile(NamedTuple):
 
 
 def ptxas_running() -> list[int]:
-    """The ``ptxas`` processes running on this machine now (any process's), by pid."""
+    """The ``ptxas`` processes running on this machine now (any process's; a killed one its
+    parent has not reaped yet is not running), by pid."""
     import psutil
 
-    return [p.pid for p in psutil.process_iter(["name"]) if (p.info.get("name") or "").startswith("ptxas")]
+    return [
+        p.pid
+        for p in psutil.process_iter(["name", "status"])
+        if (p.info.get("name") or "").startswith("ptxas") and p.info.get("status") != psutil.STATUS_ZOMBIE
+    ]
 
 
 def record_compiles(pool: Any, compiles: list[Compile]) -> None:

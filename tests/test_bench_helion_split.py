@@ -590,6 +590,11 @@ def test_ptxas_processes_on_the_machine_are_counted(tmp_path: Path) -> None:
         while process.pid not in bench.ptxas_running() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert process.pid in bench.ptxas_running()
+        process.kill()  # killed, not yet reaped: no longer running
+        deadline = time.monotonic() + 5
+        while process.pid in bench.ptxas_running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.pid not in bench.ptxas_running()
     finally:
         process.kill()
         process.wait()
