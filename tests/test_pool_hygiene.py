@@ -140,6 +140,44 @@ def test_shutdown_reaps_every_worker_under_a_subreaper(tmp_path: Path) -> None:
     assert out.stdout.strip() == "[]", f"left under the subreaper: {out.stdout}"
 
 
+ORPHAN_SCRIPT = textwrap.dedent(
+    """
+    import ctypes, shutil, sys, time
+    sys.path[:0] = {paths!r}
+    import psutil
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER: orphans come here unless reaped below
+    from support import faults
+    from support.basics import SM90
+    from triton_kiln import CompilePool, CompileRequest
+    ptxas = {tmp!r} + "/ptxas"
+    shutil.copy(shutil.which("sleep"), ptxas)
+    pool = CompilePool(workers=1, job_timeout_s=2.0, cache_dir={tmp!r} + "/cache")
+    request = CompileRequest(
+        faults.slow_kernel, {{"x_ptr": "*fp32"}}, {{"BLOCK": faults.ChildInWorker(ptxas, "60")}}, target=SM90
+    )
+    error = pool.submit(request).exception(timeout=60)
+    time.sleep(1.0)
+    me = psutil.Process()
+    print(type(error).__name__, [(c.pid, c.status()) for c in me.children() if c.name() == "ptxas"])
+    pool.shutdown(wait=True)
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_ptxas_killed_with_its_timed_out_worker_is_reaped_by_the_zygote(tmp_path: Path) -> None:
+    """A compile that times out in ptxas: the worker's process group is killed, ptxas with it.
+    Its parent gone, the dead ptxas goes to the nearest subreaper, and one that never reaps it
+    (PID 1 in a container whose first process is the user's program) keeps a zombie for each
+    such timeout: the zygote is that subreaper, and reaps it."""
+    script = ORPHAN_SCRIPT.format(paths=[TESTS_DIR, *sys.path], tmp=str(tmp_path))
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=110, check=True
+    )
+    assert out.stdout.strip() == "CompileTimeoutError []", out.stdout + out.stderr[-2000:]
+
+
 CTRL_C_SCRIPT = textwrap.dedent(
     """
     import sys, time

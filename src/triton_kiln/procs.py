@@ -16,6 +16,7 @@ from typing import Any
 from triton_kiln.child_env import CHILD_FD_VARIABLES
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 # Variables that stop BLAS/OpenMP runtimes from starting thread pools on import. numpy and
 # torch start one otherwise, and a process with threads must not fork.
@@ -47,6 +48,16 @@ def set_parent_death_signal(expected_parent: int, sig: int = signal.SIGKILL) -> 
         raise OSError(errno, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}")
     if os.getppid() != expected_parent:
         os._exit(0)  # the parent died before the signal was armed
+
+
+def become_child_subreaper() -> None:
+    """Make this process the parent of its descendants that lose theirs (``prctl(2)``
+    ``PR_SET_CHILD_SUBREAPER``), so it can reap them. Linux only; a kernel that refuses it
+    leaves the orphans to the next subreaper up, or PID 1, as before."""
+    if not sys.platform.startswith("linux"):  # pragma: no cover - kiln runs on Linux
+        return
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def parent_channel(

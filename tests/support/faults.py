@@ -121,6 +121,31 @@ class TempMarker:
         return (temp_marker, (self.report, self.mode, self.value))
 
 
+def run_child(program: str, seconds: str, value: int) -> int:
+    """Run ``program seconds`` to its end as Triton runs ptxas (a blocking child of the worker,
+    in its process group), then return ``value``."""
+    import subprocess
+
+    subprocess.run([program, seconds], check=True, close_fds=False)
+    return value
+
+
+class ChildInWorker:
+    """A constexpr value whose unpickling in a worker runs :func:`run_child` (a stand-in for a
+    long ptxas: a copy of ``sleep`` named ``ptxas``)."""
+
+    def __init__(self, program: str, seconds: str, value: int = 64) -> None:
+        self.program = program
+        self.seconds = seconds
+        self.value = value
+
+    def __repr__(self) -> str:
+        return f"ChildInWorker({self.program!r}, {self.seconds!r}, {self.value})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (run_child, (self.program, self.seconds, self.value))
+
+
 class ResultBomb(Exception):
     """An exception whose pickling (in the worker, when sending the result) detonates."""
 

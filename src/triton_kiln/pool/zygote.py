@@ -27,7 +27,9 @@ Rules it keeps:
 * **It is the only reaper of its workers**, so it alone kills them: a ``kill`` for a pid it
   has already reaped is ignored, and a late timeout can never hit a recycled pid.
 * **It reaps what it kills.** Every worker's process group is killed (so ptxas goes with its
-  worker) and the worker reaped, also at shutdown, so no zombie is left for PID 1 or a subreaper.
+  worker) and the worker reaped, also at shutdown. It is a child subreaper, so a ptxas whose
+  worker died first comes to it and is reaped too: no zombie is left for PID 1 (which, in a
+  container whose first process is the user's program, never reaps it) or another subreaper.
 * **Each worker has a private temp directory** (``TMPDIR``, where Triton writes ptxas's
   ``.ptx``/``.o`` files), removed when the zygote reaps the worker, however it died.
 * **Nothing outlives the parent**: the zygote gets SIGTERM when the parent's manager thread
@@ -88,6 +90,7 @@ class _Zygote:
         self.ctl.send(pack(message))
 
     def serve(self) -> None:
+        procs.become_child_subreaper()  # a killed worker's ptxas comes here to be reaped (reap())
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: self.shutdown())  # the parent died
         signal.set_wakeup_fd(self.wake_w)
@@ -197,15 +200,16 @@ class _Zygote:
                 return
             if pid == 0:
                 return
+            if pid not in self.children:
+                continue  # a killed worker's child that came to this subreaper: reaped, no more
             # The group may still hold the worker's children (ptxas): end them too. Safe: no
             # new worker (with a new group) is forked between this reap and this kill.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
             self._remove_tmpdir(pid)
-            if pid in self.children:
-                self.children.discard(pid)
-                with contextlib.suppress(OSError):
-                    self.send(Exited(pid, procs.status_from_wait(status)))
+            self.children.discard(pid)
+            with contextlib.suppress(OSError):
+                self.send(Exited(pid, procs.status_from_wait(status)))
 
     def _remove_tmpdir(self, pid: int) -> None:
         tmpdir = self.tmpdirs.pop(pid, None)
@@ -233,6 +237,18 @@ class _Zygote:
                 time.sleep(0.01)
         for pid in list(self.tmpdirs):
             self._remove_tmpdir(pid)
+        self._reap_orphans(deadline=time.monotonic() + 0.5)
+
+    def _reap_orphans(self, deadline: float) -> None:
+        """Reap the killed workers' children that came to this subreaper (their groups were
+        killed above), until none is left or ``deadline``; one still running stays for PID 1."""
+        while time.monotonic() < deadline:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                time.sleep(0.01)
         if self.tmp_root is not None and os.getppid() != self.parent:
             with contextlib.suppress(OSError):
                 os.rmdir(self.tmp_root)  # the parent is gone and cannot remove it (if empty)
