@@ -344,3 +344,31 @@ def test_zygote_installs_the_stored_key(make_pool: Any) -> None:
     pool.wait_ready()
     assert pool.zygote_info["key_seeded"] is True
     assert is_cubin(pool.submit(add_request()).result(timeout=120).binary)
+
+
+@pytest.mark.parametrize("parent_gone", [False, True])
+def test_zygote_shutdown_exits_the_process_and_removes_its_folder_once_the_parent_is_gone(
+    tmp_path: Path, parent_gone: bool
+) -> None:
+    """``shutdown()`` (on the parent's SIGTERM or the socket's EOF) ends the zygote with status 0
+    after reaping, and removes its pool folder when the parent is gone; it never returns to the
+    serving loop. Run in a forked process standing in for the zygote."""
+    import socket
+
+    from triton_kiln.pool import zygote
+
+    root = tmp_path / "kiln-pool-test"
+    root.mkdir()
+    ours, theirs = socket.socketpair()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            parent = -1 if parent_gone else os.getppid()
+            zygote._Zygote(theirs, str(root), parent).shutdown()
+        finally:
+            os._exit(7)  # reached only if shutdown() returned
+    _, status = os.waitpid(pid, 0)
+    ours.close()
+    theirs.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert root.exists() is not parent_gone

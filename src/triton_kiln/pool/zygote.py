@@ -238,8 +238,13 @@ class _Zygote:
         for pid in list(self.tmpdirs):
             self._remove_tmpdir(pid)
         self._reap_orphans(deadline=time.monotonic() + 0.5)
+        if self.tmp_root is not None and os.getppid() != self.parent:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.tmp_root)  # the parent is gone and cannot remove it (if empty)
+        os._exit(0)
 
-    def _reap_orphans(self, deadline: float) -> None:
+    @staticmethod
+    def _reap_orphans(deadline: float) -> None:
         """Reap the killed workers' children that came to this subreaper (their groups were
         killed above), until none is left or ``deadline``; one still running stays for PID 1."""
         while time.monotonic() < deadline:
@@ -249,10 +254,6 @@ class _Zygote:
                 return
             if pid == 0:
                 time.sleep(0.01)
-        if self.tmp_root is not None and os.getppid() != self.parent:
-            with contextlib.suppress(OSError):
-                os.rmdir(self.tmp_root)  # the parent is gone and cannot remove it (if empty)
-        os._exit(0)
 
 
 def preload(modules: list[str]) -> dict[str, str | None]:
