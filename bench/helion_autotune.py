@@ -728,6 +728,10 @@ def _child(opts: argparse.Namespace) -> None:
             "restarts": sandbox.restarts,
             "kinds": kinds,
             "screened": screened,
+            # Helion's re-benchmarks run ahead while a batch waited for a compile, and of them those
+            # Helion's re-benchmark took (KILN_HELION_VERIFY_AHEAD)
+            "verified_ahead": sum(worker.stats.verified_ahead for worker in workers),
+            "verified_taken": sum(worker.stats.verified_taken for worker in workers),
         }
         spans = [(span.start, span.end) for worker in workers for span in worker.stats.spans]
         result["timeline"] = timeline(spans, clock.segments, t0, wall)
@@ -1237,6 +1241,10 @@ def _print_table(report: dict[str, Any]) -> None:
                         for name, k in kinds.items()
                     )
                 )
+            ahead = ((r.get("kiln") or {}).get("sandbox") or {}).get("verified_ahead")
+            if ahead:
+                taken = r["kiln"]["sandbox"].get("verified_taken", 0)
+                print(f"{'':12}   re-benchmarks run ahead: {ahead}, taken by Helion's re-benchmark: {taken}")
             if any(r.get("ptxas_at_phase_start") or []):
                 counts = ", ".join(str(n) for n in r["ptxas_at_phase_start"])
                 print(f"{'':12}   ptxas running as each precompile phase began: {counts}")

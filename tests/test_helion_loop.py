@@ -45,7 +45,9 @@ def loop(make_pool: Callable[..., CompilePool], monkeypatch: pytest.MonkeyPatch)
     sandbox = StandInSandbox()
     pool = make_pool(preload=[helion_faults.PRELOAD])
     previous = kiln.helion.configure(pool=pool, target=SM90, sandbox=sandbox)
-    with settings.scope(helion_sandbox=True):  # kiln's loop (KILN_HELION_SANDBOX)
+    # kiln's loop (KILN_HELION_SANDBOX); the re-benchmarks run ahead only where a test asks, so
+    # the others count Helion's own jobs
+    with settings.scope(helion_sandbox=True, helion_verify_ahead=False):
         yield sandbox
     kiln.helion.configure(pool=previous.pool, target=previous.target, sandbox=previous.sandbox)
 
@@ -368,3 +370,92 @@ def test_the_gpu_fault_configs_compile_where_their_fault_is_at_launch(loop: Stan
     search.benchmark_provider.cleanup()
     ptx = ".visible .entry k(\n\t.param .u64 p\n)\n.maxntid 128\n{\n\tret;\n}"
     assert "st.volatile.global.u32" in helion_faults.at_entry(ptx, helion_faults.BAD_STORE)
+
+
+def _slow_batch(search: Any, warps_stages: tuple[tuple[int, int], ...]) -> list[Any]:
+    """Members of ``faulty_add`` with these ``(num_warps, num_stages)``, as Helion's searches make
+    them (``make_unbenchmarked``)."""
+    members = []
+    for warps, stages in warps_stages:
+        config = search.config_spec.default_config()
+        config.config.update(num_warps=warps, num_stages=stages)
+        members.append(search.make_unbenchmarked(search.config_gen.flatten(config)))
+    return members
+
+
+def _rebenchmarks(loop: StandInSandbox) -> list[tuple[str, str]]:
+    """Each re-benchmark job the sandbox ran (Helion's window: 200 ms): its config's warps, the thread."""
+    return [
+        (f"num_warps={job_source(job).split('num_warps=')[1].split(',')[0]}", thread)
+        for job, thread in zip(loop.jobs, loop.threads, strict=True)
+        if isinstance(job, compat.BenchmarkJob) and job.rep == 200
+    ]
+
+
+def _fast_at_4_warps(job: Any) -> float:
+    return sandboxes.LATENCY_MS * (4 if "num_warps=2" in job_source(job) else 1)
+
+
+def test_helions_rebenchmark_runs_while_a_slow_compile_holds_the_batch(loop: StandInSandbox) -> None:
+    """Effort full re-benchmarks a batch's best configs after it; while one config still compiles
+    (here 4 s), the GPU would idle: kiln runs those re-benchmarks then, and Helion's own
+    re-benchmark takes their outcomes. The 2-warp configs time 4x the best: outside Helion's
+    threshold (1.5) once the 4-warp ones have landed, so Helion re-benchmarks them not; kiln may
+    have, if one landed first (the best it had seen then), in time the GPU had free."""
+    loop.latency = _fast_at_4_warps
+    with settings.scope(helion_verify_ahead=True):  # the default
+        search = _search("faulty_add", autotune_rebenchmark_threshold=1.5)
+    members = _slow_batch(search, ((4, 1), (4, 2), (2, 1), (2, 2), helion_faults.SLOW_CONFIG))
+    search.benchmark_population(members)
+    ahead = _rebenchmarks(loop)
+    assert {thread for _, thread in ahead} == {"kiln-helion-stream"}
+    assert [warps for warps, _ in ahead].count("num_warps=4") == 2  # during the slow compile
+    search.rebenchmark_population(members)
+    done = [warps for warps, _ in _rebenchmarks(loop)]
+    # each 4- and 8-warp config re-benchmarked once (the 8-warp one landed last: the stream or
+    # Helion ran it), Helion taking what ran ahead
+    assert (done.count("num_warps=4"), done.count("num_warps=8")) == (2, 1)
+    stats = search.benchmark_provider.sandbox_worker.stats
+    assert stats.verified_taken >= 2
+    assert stats.verified_ahead - stats.verified_taken == done.count("num_warps=2") <= 2
+    assert [len(m.perfs) for m in members] == [2, 2, 1, 1, 2]  # Helion's timings, then its re-benchmark's
+    search.benchmark_provider.cleanup()
+
+
+@pytest.mark.parametrize(
+    "scope",
+    [{"helion_verify_ahead": False}, {"helion_verify_ahead": True}],
+    ids=["setting-off", "effort-quick"],
+)
+def test_no_rebenchmark_runs_ahead_when_off_or_where_helion_re_benchmarks_nothing(
+    loop: StandInSandbox, scope: dict[str, Any]
+) -> None:
+    loop.latency = _fast_at_4_warps
+    with settings.scope(**scope):
+        # effort full re-benchmarks within 1.5x of the best; effort quick's threshold (0.9) none
+        off = not scope["helion_verify_ahead"]
+        effort = {"autotune_rebenchmark_threshold": 1.5} if off else {"autotune_effort": "quick"}
+        search = _search("faulty_add", **effort)
+    members = _slow_batch(search, ((4, 1), (4, 2), (2, 1), helion_faults.SLOW_CONFIG))
+    search.benchmark_population(members)
+    assert _rebenchmarks(loop) == []
+    search.rebenchmark_population(members)
+    expected = [("num_warps=4", "MainThread")] * 2 + [("num_warps=8", "MainThread")] if off else []
+    assert sorted(_rebenchmarks(loop)) == sorted(expected)
+    assert search.benchmark_provider.sandbox_worker.stats.verified_ahead == 0
+    search.benchmark_provider.cleanup()
+
+
+def test_a_rebenchmark_run_ahead_and_not_taken_is_dropped_at_the_next_batch(loop: StandInSandbox) -> None:
+    loop.latency = _fast_at_4_warps
+    with settings.scope(helion_verify_ahead=True):
+        search = _search("faulty_add", autotune_rebenchmark_threshold=1.5)
+    first = _slow_batch(search, ((4, 1), (4, 2), helion_faults.SLOW_CONFIG))
+    search.benchmark_population(first)
+    assert len(_rebenchmarks(loop)) >= 2  # run ahead, kept past the batch
+    search.benchmark_population(_slow_batch(search, ((4, 3), (2, 3))))  # Helion moved on
+    ran = len(_rebenchmarks(loop))
+    search.rebenchmark_population(first)  # a later re-benchmark of the first batch: measured anew
+    assert len(_rebenchmarks(loop)) - ran >= 2
+    assert search.benchmark_provider.sandbox_worker.stats.verified_taken == 0
+    search.benchmark_provider.cleanup()

@@ -78,6 +78,7 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
         "KILN_INDUCTOR_QUIET_BENCHMARKS": "0",
         "KILN_HELION_SANDBOX": "0",
         "KILN_HELION_STREAM": "0",
+        "KILN_HELION_VERIFY_AHEAD": "0",
         "KILN_HELION_FINAL_ROUND": "0",
         "KILN_HELION_SCREEN_MS": "10",
         "KILN_ROUTE_JIT": "0",
@@ -111,8 +112,13 @@ def test_every_variable_parses(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) 
     assert current.workers == 3
     assert (current.program_record, current.program, current.program_record_max) == (False, "train", 16)
     assert current.job_timeout_s == 2.5
-    helion = (current.helion_sandbox, current.helion_stream, current.helion_final_round)
-    assert helion == (False, False, False)
+    helion = (
+        current.helion_sandbox,
+        current.helion_stream,
+        current.helion_verify_ahead,
+        current.helion_final_round,
+    )
+    assert helion == (False, False, False, False)
     assert current.helion_screen_ms == 10
     assert current.debug is True
     assert current.memory_limit_mb == 1024

@@ -456,6 +456,15 @@ class Settings:
         the sandbox as soon as its compile lands, while the rest of its batch compiles; ``0``
         benchmarks after the batch's last compile, in Helion's order (docs/HELION.md).""",
     )
+    helion_verify_ahead: bool = HELION.setting(
+        "KILN_HELION_VERIFY_AHEAD",
+        True,
+        FLAG,
+        """under :mod:`triton_kiln.helion` with ``KILN_HELION_SANDBOX`` and ``KILN_HELION_STREAM``,
+        where the search re-benchmarks its best configs after each batch (effort full), the
+        stream runs those re-benchmarks while the batch still waits for a compile, so Helion's
+        re-benchmark finds them done; ``0``: Helion runs them after the batch (docs/HELION.md).""",
+    )
     helion_screen_ms: int | None = HELION.setting(
         "KILN_HELION_SCREEN_MS",
         None,

@@ -8,7 +8,8 @@ protocol) on top of the one ``faults`` installs: the compile of a Helion kernel 
 ``crashall_*`` kernel always aborts; a ``faulty_*`` kernel's config whose ``(num_warps,
 num_stages)`` is in :data:`FAULTY_CONFIGS` gets that fault: ``abort`` in the compiler, ``ima`` (a
 store to address 0 added to its PTX: the binary compiles, its launch is an illegal memory access)
-or ``hang`` (a branch to itself added to its PTX: its launch never finishes). Importing this
+or ``hang`` (a branch to itself added to its PTX: its launch never finishes), or ``slow`` (its
+compile sleeps :data:`SLOW_COMPILE_S` before ptxas: a batch's barrier held by one config). Importing this
 module changes nothing; kiln's zygote gets the hook by preloading :mod:`helion_faults_preload`
 (``CompilePool(preload=[PRELOAD])``), so its workers carry it; a process that calls
 :func:`install` and then forks (Helion's fork precompile) passes it to its children. The ``ima``
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,9 @@ from bench_fault import BAD_STORE, at_entry
 ABORT_NUM_WARPS = int(os.environ.get("KILN_TEST_HELION_ABORT_WARPS", "2"))
 FAULTY_CONFIGS = {(1, 7): "abort", (2, 7): "ima", (4, 7): "hang"}
 """``(num_warps, num_stages)`` -> fault, for ``faulty_*`` kernels (7 stages: rare in a search)."""
+SLOW_CONFIG = (8, 7)
+"""``(num_warps, num_stages)`` of a ``faulty_*`` kernel's config that compiles slowly (``slow``)."""
+SLOW_COMPILE_S = 4.0
 PRELOAD = "support.helion_faults_preload"
 """The module to name in ``CompilePool(preload=[...])``: importing it calls :func:`install`."""
 
@@ -56,10 +61,12 @@ def should_abort(kernel_name: str, num_warps: int) -> bool:
 
 
 def fault_of(kernel_name: str, num_warps: int, num_stages: int) -> str | None:
-    """The fault a compile gets: ``abort``, ``ima``, ``hang``, or ``None``."""
+    """The fault a compile gets: ``abort``, ``ima``, ``hang``, ``slow``, or ``None``."""
     if should_abort(kernel_name, num_warps):
         return "abort"
     if kernel_name.startswith("_helion_faulty"):
+        if (num_warps, num_stages) == SLOW_CONFIG:
+            return "slow"
         return FAULTY_CONFIGS.get((num_warps, num_stages))
     return None
 
@@ -76,6 +83,8 @@ def _edit(backend: Any, stages: dict[str, Any], options: Any, language: Any, cap
             src = at_entry(src, BAD_STORE)
         elif fault == "hang":
             src = at_entry(src, SPIN)
+        elif fault == "slow":
+            time.sleep(SLOW_COMPILE_S)
         return make_cubin(src, metadata)
 
     stages["cubin"] = cubin_stage

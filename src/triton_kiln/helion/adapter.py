@@ -66,7 +66,7 @@ from triton_kiln.helion.finalists import FinalRoundRecord
 from triton_kiln.helion.process import KilnCompileProcess
 from triton_kiln.helion.requests import LaunchCompile, launch_compile, place_in_triton_cache
 from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
-from triton_kiln.helion.stream import BenchmarkStream
+from triton_kiln.helion.stream import BenchmarkStream, Verify
 
 # Helion's own clock on a kiln-backed future only guards against a lost job: kiln enforces
 # ``autotune_compile_timeout`` per compile from the moment a worker takes it.
@@ -152,6 +152,8 @@ class KilnBenchmarkProvider(compat.LocalProvider):
             self.sandbox_worker = KilnBenchmarkWorker(kiln_config.sandbox(), screen_ms)
             self.sandbox_worker.sandbox.start()  # it warms up while Helion computes its baseline
         self._stream_batches = current.helion_stream
+        self._verify_ahead = current.helion_verify_ahead
+        self._verify: Verify | None = None  # made at the first batch (Helion's settings are set by then)
         self._stream: BenchmarkStream | None = None
         self.final_rounds: list[FinalRoundRecord] = []  # kiln's final rounds (KILN_HELION_FINAL_ROUND)
         self.compile_failures: collections.Counter[str] = collections.Counter()  # by error type
@@ -170,11 +172,15 @@ class KilnBenchmarkProvider(compat.LocalProvider):
     def benchmark(self, configs: list[Any], **kwargs: Any) -> Any:
         """Helion's ``benchmark``, with each config benchmarked in kiln's sandbox as its compile lands."""
         worker = self.sandbox_worker
+        if worker is not None:
+            worker.forget(kept=True)  # the last batch's re-benchmarks run ahead, if Helion left any
         if worker is not None and self._stream_batches and compat.subprocess_benchmark_enabled(self):
             check = (
                 functools.partial(compat.run_accuracy_job, self) if compat.accuracy_check_on(self) else None
             )
-            self._stream = BenchmarkStream(worker, functools.partial(compat.run_benchmark_job, self), check)
+            self._stream = BenchmarkStream(
+                worker, functools.partial(compat.run_benchmark_job, self), check, self._verifying()
+            )
         stream = self._stream
         try:
             results = super().benchmark(configs, **kwargs)
@@ -187,6 +193,15 @@ class KilnBenchmarkProvider(compat.LocalProvider):
         if stream is not None:
             stream.stop()
         return results
+
+    def _verifying(self) -> Verify | None:
+        """What the stream needs to run this search's re-benchmarks ahead (``None``: the setting
+        is off, or the search re-benchmarks nothing: a threshold of 1 or less)."""
+        if self._verify is None and self._verify_ahead:
+            threshold = compat.rebenchmark_threshold(self)
+            if threshold > 1.0:
+                self._verify = Verify(functools.partial(compat.run_rebenchmark_job, self), threshold)
+        return self._verify
 
     def precompile_future(self, config: Any, fn: Any) -> Any:
         ctx = self.precompile_context()

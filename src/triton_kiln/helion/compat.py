@@ -80,6 +80,13 @@ kiln does with each (the same in 1.5.0 and 1.5.1 unless a difference is named):
   job (:class:`~triton_kiln.helion.sandbox_jobs.FinalistRunsJob`) asks for every run instead;
   ``BenchmarkJob``'s ``warmup`` field; its ``rep`` and ``fixed_repetitions`` fields, which
   kiln's screening (``KILN_HELION_SCREEN_MS``) reads and shortens for a streamed search timing.
+* a batch's re-benchmark (kiln runs it ahead, ``KILN_HELION_VERIFY_AHEAD``; :mod:`.stream`):
+  after each batch the searches call ``rebenchmark_population``, which re-times the members
+  ``should_rebenchmark`` keeps (``perf < settings.get_rebenchmark_threshold() *
+  best_perf_so_far``; the effort profile's threshold, 0.9 at quick: none) through
+  ``rebenchmark`` -> ``benchmark_isolated`` -> ``_run_subprocess_benchmark_job(fn, warmup=1,
+  rep=PopulationBasedSearch._isolated_rep_ms(_REBENCHMARK_TARGET_MS_DEFAULT,
+  autotune_benchmark_timeout))``, one job per member in the benchmark worker.
 * public: ``helion.autotuner.logger``'s ``classify_triton_exception``,
   ``match_unrecoverable_runtime_error``, ``maybe_dump_triton_failure``;
   ``helion.runtime.settings.default_autotuner_fn``;
@@ -109,6 +116,7 @@ if VERSION not in SUPPORTED_HELION:
     raise UnsupportedHelionError(VERSION, SUPPORTED_HELION)
 
 try:
+    from helion.autotuner import base_search as _bs
     from helion.autotuner import benchmark_provider as _bp
     from helion.autotuner import precompile_future as _pf
     from helion.autotuner.base_search import BaseSearch, PopulationBasedSearch
@@ -148,6 +156,8 @@ for _owner, _name in (
     (PopulationBasedSearch, "rebenchmark"),
     (PopulationBasedSearch, "_resolve_isolated_rebenchmark_results"),
     (PopulationBasedSearch, "_apply_rebenchmark_timings"),
+    (PopulationBasedSearch, "_isolated_rep_ms"),
+    (_bs, "_REBENCHMARK_TARGET_MS_DEFAULT"),
 ):
     if not hasattr(_owner, _name):
         raise UnsupportedHelionError(VERSION, SUPPORTED_HELION, f"{_owner.__name__}.{_name} is missing")
@@ -326,6 +336,21 @@ def run_benchmark_job(provider: Any, fn: Any) -> float | None:
     runs it (``warmup=1, rep=50``); ``None`` when Helion cannot send ``fn`` to a worker."""
     result = provider._run_subprocess_benchmark_job(fn, warmup=1, rep=50)
     return None if result is None else float(result)
+
+
+def run_rebenchmark_job(provider: Any, fn: Any) -> float | None:
+    """One config's re-benchmark job, built and run as Helion's ``rebenchmark`` runs it for a
+    member after a batch; ``None`` when Helion cannot send ``fn`` to a worker."""
+    rep = PopulationBasedSearch._isolated_rep_ms(
+        _bs._REBENCHMARK_TARGET_MS_DEFAULT, provider.settings.autotune_benchmark_timeout
+    )
+    result = provider._run_subprocess_benchmark_job(fn, warmup=1, rep=rep)
+    return None if result is None else float(result)
+
+
+def rebenchmark_threshold(provider: Any) -> float:
+    """The search re-benchmarks a member whose timing is under this many times the best."""
+    return float(provider.settings.get_rebenchmark_threshold())
 
 
 def run_accuracy_job(provider: Any, fn: Any) -> Any:

@@ -30,7 +30,9 @@ matches it; a request that comes while the job runs waits for it. :meth:`forget`
 Helion did not ask for. With ``screen_ms`` (``KILN_HELION_SCREEN_MS``), a search timing run
 ahead is timed for that many ms rather than the job's own window, and its outcome answers
 Helion's request for the job as built (kiln's screening; Helion's re-benchmarks and final
-verification, never run ahead, keep their windows).
+verification keep their windows). A job run ahead with ``keep`` (a re-benchmark kiln expects
+Helion to ask for once the batch is over: :mod:`.stream`) outlives the batch's :meth:`forget`
+and is dropped at the next batch's (``kept=True``).
 """
 
 from __future__ import annotations
@@ -119,6 +121,8 @@ class SandboxStats:
     streamed: int = 0  # of those, run ahead of Helion's request
     screened: int = 0  # of those, search timings run with the screening's shorter window
     taken_from_stream: int = 0  # Helion's requests answered by a job run ahead
+    verified_ahead: int = 0  # of those run ahead, Helion's re-benchmarks (kept past the batch)
+    verified_taken: int = 0  # Helion's re-benchmark requests answered by one of them
     seconds: float = 0.0  # in sandbox calls, start-up waits included
     skipped: list[SkippedJob] = field(default_factory=list)
     kinds: dict[str, JobKindStats] = field(default_factory=dict)  # by the job's type name
@@ -159,6 +163,7 @@ class _Entry:
 
 class _Marks(threading.local):
     speculating = False
+    keeping = False
     capturing = False
 
 
@@ -174,6 +179,7 @@ class KilnBenchmarkWorker:
         self._lock = threading.Lock()
         self._ledger: dict[bytes, _Entry] = {}
         self._served: set[bytes] = set()
+        self._kept: set[bytes] = set()  # ledger keys run ahead with ``keep``
         self._marks = _Marks()
         self._used = False
 
@@ -206,9 +212,13 @@ class KilnBenchmarkWorker:
             if entry is None:
                 entry = self._ledger[key] = _Entry()
         if mine:
+            keeping = speculating and self._marks.keeping
+            if keeping:
+                with self._lock:
+                    self._kept.add(key)
             served = Served(error=RuntimeError("kiln's benchmark job did not finish"))
             try:
-                ran = self._screened(job) if speculating else job
+                ran = self._screened(job) if speculating and not keeping else job
                 served = self._execute(ran, timeout, ahead=speculating)
             finally:
                 entry.set(served)
@@ -218,6 +228,7 @@ class KilnBenchmarkWorker:
             if mine:
                 with self._lock:
                     self.stats.streamed += 1
+                    self.stats.verified_ahead += self._marks.keeping
             raise _Speculated(served)
         with self._lock:
             if self._ledger.get(key) is entry:
@@ -225,6 +236,9 @@ class KilnBenchmarkWorker:
             self._served.add(key)
             if not mine:
                 self.stats.taken_from_stream += 1
+                if key in self._kept:
+                    self.stats.verified_taken += 1
+            self._kept.discard(key)
         return self._deliver(served)
 
     def shutdown(self) -> None:
@@ -232,15 +246,18 @@ class KilnBenchmarkWorker:
         after the search, and between finalists that must not share a process."""
         self.sandbox.close()
         self._used = False
-        self.forget()
+        self.forget(kept=True)
 
     # -- ahead of Helion ---------------------------------------------------------------------
 
-    def speculate(self, request: Callable[[], object]) -> Served | None:
+    def speculate(self, request: Callable[[], object], *, keep: bool = False) -> Served | None:
         """Call ``request`` (one of Helion's methods that builds a job and runs it on this worker)
         so that its job runs now and its outcome waits in the ledger for Helion's own request.
+        ``keep``: the outcome waits past the batch's :meth:`forget` (a re-benchmark Helion asks
+        for after the batch), and the job keeps its own window (no screening).
         ``None``: nothing ran (Helion's method built no job, or Helion already took it)."""
         self._marks.speculating = True
+        self._marks.keeping = keep
         try:
             request()
         except _Speculated as done:
@@ -249,6 +266,7 @@ class KilnBenchmarkWorker:
             return None
         finally:
             self._marks.speculating = False
+            self._marks.keeping = False
         return None
 
     def capture(self, request: Callable[[], object]) -> Callable[[], Any] | None:
@@ -270,11 +288,14 @@ class KilnBenchmarkWorker:
         (the failure also in :attr:`SandboxStats.skipped`)."""
         return self._execute(job, timeout)
 
-    def forget(self) -> None:
+    def forget(self, *, kept: bool = False) -> None:
         """Drop every outcome Helion did not take (a batch is over; a job still running ahead
-        finishes, and its outcome is dropped)."""
+        finishes, and its outcome is dropped), except those run ahead with ``keep`` unless
+        ``kept`` (the next batch begins, or the worker shuts down)."""
         with self._lock:
-            self._ledger.clear()
+            if kept:
+                self._kept.clear()
+            self._ledger = {key: entry for key, entry in self._ledger.items() if key in self._kept}
             self._served.clear()
 
     # -- internals ---------------------------------------------------------------------------

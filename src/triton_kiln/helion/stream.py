@@ -21,11 +21,22 @@ streamed timing is the one Helion would have measured after the barrier, only ea
 its order and its bookkeeping (failures, metrics, logs) stay Helion's, in its thread. The GPU
 runs one job at a time (the sandbox is one process); what overlaps is the compiles on the CPU
 with the benchmarks on the GPU.
+
+**Verifying ahead** (``KILN_HELION_VERIFY_AHEAD``, where the search re-benchmarks: a threshold
+above 1, effort full). After each batch Helion re-times, with a longer window, every member
+whose timing is within its threshold of the best. When no config has landed for a moment
+(:data:`IDLE_BEFORE_VERIFY_S`) but the batch's barrier still holds (a slow compile; at effort
+full a config can compile for Helion's whole ``autotune_compile_timeout``), the GPU would idle:
+the stream runs those re-benchmark jobs then, best timing first, for the batch's configs within
+the threshold of the best timing it has seen in this search, each once. Their outcomes outlive the batch in the worker's ledger
+(``keep``) until Helion's re-benchmark takes them; the next batch drops what it did not. A
+config that lands meanwhile waits for at most the one re-benchmark in flight.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import queue
 import threading
 from collections.abc import Callable
@@ -34,6 +45,9 @@ from typing import Any
 from triton_kiln.helion.sandbox_worker import KilnBenchmarkWorker
 
 _STOP = object()
+IDLE_BEFORE_VERIFY_S = 0.2
+"""How long no config lands before the stream verifies ahead: a gap between landings shorter
+than this is not the wait for a slow compile."""
 
 
 class BenchmarkStream:
@@ -44,12 +58,17 @@ class BenchmarkStream:
         worker: KilnBenchmarkWorker,
         timing: Callable[[Any], object],
         check: Callable[[Any], object] | None,
+        verify: Verify | None = None,
     ) -> None:
         """``timing(fn)`` / ``check(fn)``: Helion's methods that build and run a config's timing and
-        accuracy-check jobs on ``worker`` (``check`` ``None``: Helion checks no output)."""
+        accuracy-check jobs on ``worker`` (``check`` ``None``: Helion checks no output);
+        ``verify``: its re-benchmark, run ahead while the barrier holds (``None``: not)."""
         self.worker = worker
         self._timing = timing
         self._check = check
+        self._verify = verify
+        self._timed: list[tuple[float, Any]] = []  # (search timing, fn) of this batch's configs
+        self._verified: set[int] = set()  # id() of the fns verified ahead (each fn kept in _timed)
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kiln-helion-stream", daemon=True)
@@ -63,7 +82,7 @@ class BenchmarkStream:
 
     def stop(self, wait: bool = True) -> None:
         """Drop what is queued; ``wait``: until the job in flight has finished. Then forget what
-        Helion did not take."""
+        Helion did not take (re-benchmarks run ahead stay for Helion's re-benchmark)."""
         self._stopping.set()
         self._queue.put(_STOP)
         if wait:
@@ -72,7 +91,7 @@ class BenchmarkStream:
 
     def _loop(self) -> None:
         while True:
-            item = self._queue.get()
+            item = self._next()
             if item is _STOP or self._stopping.is_set():
                 return
             fn, place = item
@@ -82,5 +101,53 @@ class BenchmarkStream:
             except Exception:  # Helion's own precompile result reports a compile that cannot be placed
                 continue
             served = self.worker.speculate(functools.partial(self._timing, fn))
-            if self._check is not None and served is not None and served.error is None:
+            if served is None or served.error is not None:
+                continue
+            perf = served.value
+            if self._verify is not None and isinstance(perf, float | int) and math.isfinite(perf):
+                self._timed.append((float(perf), fn))
+                self._verify.saw(float(perf))
+            if self._check is not None:
                 self.worker.speculate(functools.partial(self._check, fn))
+
+    def _next(self) -> Any:
+        """The next landed config; once none has come for :data:`IDLE_BEFORE_VERIFY_S`, the
+        re-benchmarks to run ahead, one at a time, until one comes."""
+        idle = False
+        while True:
+            try:
+                return self._queue.get(timeout=IDLE_BEFORE_VERIFY_S) if not idle else self._queue.get_nowait()
+            except queue.Empty:
+                idle = True
+            fn = self._to_verify() if not self._stopping.is_set() else None
+            if fn is None or self._verify is None:
+                return self._queue.get()
+            self.worker.speculate(functools.partial(self._verify.run, fn), keep=True)
+
+    def _to_verify(self) -> Any:
+        """The fastest config of the batch within the threshold not verified ahead yet, or ``None``."""
+        verify = self._verify
+        if verify is None:
+            return None
+        for perf, fn in sorted(self._timed, key=lambda timed: timed[0]):
+            if perf >= verify.threshold * verify.best:
+                return None
+            if id(fn) not in self._verified:
+                self._verified.add(id(fn))
+                return fn
+        return None
+
+
+class Verify:
+    """What verifying ahead needs across one search's batches: Helion's re-benchmark job builder
+    (``run(fn)``), its threshold, and the best search timing seen so far."""
+
+    def __init__(self, run: Callable[[Any], object], threshold: float) -> None:
+        self.run = run
+        self.threshold = threshold
+        self.best = math.inf
+        self._lock = threading.Lock()
+
+    def saw(self, perf: float) -> None:
+        with self._lock:
+            self.best = min(self.best, perf)
