@@ -459,6 +459,7 @@ class Compile(NamedTuple):
     landed: float | None
     compile_s: float | None
     outcome: str
+    label: str = ""  # the request's label (kernel and config), to name a compile no phase waited for
 
 
 def ptxas_running() -> list[int]:
@@ -473,6 +474,23 @@ def ptxas_running() -> list[int]:
     ]
 
 
+def ptxas_parents() -> list[str]:
+    """Who runs each ``ptxas`` of :func:`ptxas_running`: its parent's pid and command line
+    (shortened), so a ptxas outside kiln's workers (the sandbox compiling for itself, Helion's
+    process) is told apart."""
+    import psutil
+
+    out: list[str] = []
+    for pid in ptxas_running():
+        try:
+            parent = psutil.Process(pid).parent()
+            command = " ".join(parent.cmdline()) if parent is not None else "?"
+            out.append(f"{parent.pid if parent is not None else '?'}: {command[:120]}")
+        except psutil.Error:
+            continue
+    return out
+
+
 def record_compiles(pool: Any, compiles: list[Compile]) -> None:
     """From now on, each compile sent to ``pool`` (its ``submit``) is appended to ``compiles``
     and, when it lands, replaced by its outcome (see :class:`Compile`)."""
@@ -482,22 +500,26 @@ def record_compiles(pool: Any, compiles: list[Compile]) -> None:
     def timed_submit(request: Any, *a: Any, **kw: Any) -> Any:
         sent = time.perf_counter()
         future = send(request, *a, **kw)
+        try:
+            label = str(request.label())
+        except Exception:
+            label = type(request).__name__
         with lock:
             at = len(compiles)
-            compiles.append(Compile(sent, None, None, "out"))
+            compiles.append(Compile(sent, None, None, "out", label))
 
         def landed(done: Any) -> None:
             now = time.perf_counter()
             if done.cancelled():
-                compiles[at] = Compile(sent, now, None, "cancelled")
+                compiles[at] = Compile(sent, now, None, "cancelled", label)
             elif done.exception() is not None:
-                compiles[at] = Compile(sent, now, None, type(done.exception()).__name__)
+                compiles[at] = Compile(sent, now, None, type(done.exception()).__name__, label)
             elif float(done.result().compile_s) > now - sent:
                 # served by a compile this request did not start (kiln's cache, or an
                 # identical request's compile in flight): its seconds are not this wait's
-                compiles[at] = Compile(sent, now, None, "cached")
+                compiles[at] = Compile(sent, now, None, "cached", label)
             else:
-                compiles[at] = Compile(sent, now, float(done.result().compile_s), "ok")
+                compiles[at] = Compile(sent, now, float(done.result().compile_s), "ok", label)
 
         future.add_done_callback(landed)
         return future
@@ -519,12 +541,17 @@ def compile_timeline(
         end = start + seconds
         during = [c for c in compiles if c.landed is not None and start <= c.landed <= end + 1e-3]
         pending = [c for c in compiles if c.sent <= start and (c.landed is None or c.landed > start)]
+        # sent before the phase ended, still out when it ended: compiles the phase did not wait for
+        left = [c for c in compiles if c.sent <= end and (c.landed is None or c.landed > end + 1e-3)]
         row: dict[str, Any] = {
             "start_s": round(start - t0, 3),
             "seconds": round(seconds, 3),
             "landed": len(during),
             "out_at_start": len(pending),
         }
+        if left:
+            row["out_at_end"] = len(left)
+            row["out_at_end_labels"] = [c.label for c in left[:3]]
         if during:
             last = max(during, key=lambda c: c.landed or 0.0)
             assert last.landed is not None
@@ -661,10 +688,13 @@ def _child(opts: argparse.Namespace) -> None:
 
     phase_starts: list[float] = []
     ptxas_at_start: list[int] = []  # ptxas processes on the machine as each phase begins
+    ptxas_owners: list[list[str]] = []  # and who ran them (ptxas_parents)
 
     def started(n: int) -> None:
         phase_starts.append(time.perf_counter())
-        ptxas_at_start.append(len(ptxas_running()))
+        owners = ptxas_parents()
+        ptxas_at_start.append(len(owners))
+        ptxas_owners.append(owners)
         print(f"{PRECOMPILE}{n}", flush=True)
 
     compiles: list[Compile] = []
@@ -685,6 +715,8 @@ def _child(opts: argparse.Namespace) -> None:
     result["precompile_phases"] = [vars(p) for p in phases]
     # compiles a timeout should have ended still running would hold cores from the next phase
     result["ptxas_at_phase_start"] = ptxas_at_start
+    if any(ptxas_owners):
+        result["ptxas_parents_at_phase_start"] = ptxas_owners
     result["precompile_s"] = sum(p.seconds for p in phases)  # the waits alone (``wait_for_all``)
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
@@ -1248,6 +1280,9 @@ def _print_table(report: dict[str, Any]) -> None:
             if any(r.get("ptxas_at_phase_start") or []):
                 counts = ", ".join(str(n) for n in r["ptxas_at_phase_start"])
                 print(f"{'':12}   ptxas running as each precompile phase began: {counts}")
+                for i, owners in enumerate(r.get("ptxas_parents_at_phase_start") or []):
+                    for owner in owners:
+                        print(f"{'':12}     phase {i + 1}: ptxas of {owner}")
             for i, phase in enumerate((r.get("kiln") or {}).get("compile_phases") or []):
                 last = phase.get("last") or {}
                 print(
@@ -1257,6 +1292,11 @@ def _print_table(report: dict[str, Any]) -> None:
                     f"{f(last.get('wall_s'))} s out, compiling {f(last.get('compile_s'))} s, "
                     f"{last.get('outcome', '-')}"
                 )
+                if phase.get("out_at_end"):
+                    print(
+                        f"{'':12}     {phase['out_at_end']} compile(s) still out at its end: "
+                        + ", ".join(phase.get("out_at_end_labels") or [])
+                    )
             line = r.get("timeline")
             if line:
                 print(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import threading
 import time
@@ -519,6 +520,8 @@ def test_the_compile_timeline_names_what_each_precompile_phase_waited_for() -> N
     assert second["last"]["sent_s"] == 9.0
     assert second["last"]["wall_s"] == 11.0
     assert second["queued_s_max"] == pytest.approx(9.0)  # 11 s out, 2 s of it compiling
+    assert first["out_at_end"] == 1  # the one sent at 19 s, during phase 1, landed after it
+    assert (second["out_at_end"], second["out_at_end_labels"]) == (1, [""])  # never landed
     assert bench.compile_timeline([], [(10.0, 1.0)], t0) == [
         {"start_s": 0.0, "seconds": 1.0, "landed": 0, "out_at_start": 0}
     ]
@@ -590,6 +593,10 @@ def test_ptxas_processes_on_the_machine_are_counted(tmp_path: Path) -> None:
         while process.pid not in bench.ptxas_running() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert process.pid in bench.ptxas_running()
+        deadline = time.monotonic() + 5
+        while not bench.ptxas_parents() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert f"{os.getpid()}: " in "\n".join(bench.ptxas_parents())  # this test's process runs it
         process.kill()  # killed, not yet reaped: no longer running
         deadline = time.monotonic() + 5
         while process.pid in bench.ptxas_running() and time.monotonic() < deadline:
