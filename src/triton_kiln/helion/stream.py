@@ -28,9 +28,10 @@ whose timing is within its threshold of the best. When no config has landed for 
 (:data:`IDLE_BEFORE_VERIFY_S`) but the batch's barrier still holds (a slow compile; at effort
 full a config can compile for Helion's whole ``autotune_compile_timeout``), the GPU would idle:
 the stream runs those re-benchmark jobs then, best timing first, for the batch's configs within
-the threshold of the best timing it has seen in this search, each once. Their outcomes outlive the batch in the worker's ledger
-(``keep``) until Helion's re-benchmark takes them; the next batch drops what it did not. A
-config that lands meanwhile waits for at most the one re-benchmark in flight.
+the threshold of the best timing it has seen in this search, each once. Their outcomes outlive
+the batch in the worker's ledger (``keep``) until Helion's re-benchmark takes them; the next
+batch drops what it did not. A config that lands meanwhile waits for at most the one
+re-benchmark in flight.
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ class BenchmarkStream:
     def _next(self) -> Any:
         """The next landed config; once none has come for :data:`IDLE_BEFORE_VERIFY_S`, the
         re-benchmarks to run ahead, one at a time, until one comes."""
+        if self._verify is None:
+            return self._queue.get()
         idle = False
         while True:
             try:
@@ -120,7 +123,7 @@ class BenchmarkStream:
             except queue.Empty:
                 idle = True
             fn = self._to_verify() if not self._stopping.is_set() else None
-            if fn is None or self._verify is None:
+            if fn is None:
                 return self._queue.get()
             self.worker.speculate(functools.partial(self._verify.run, fn), keep=True)
 
