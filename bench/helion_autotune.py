@@ -491,6 +491,22 @@ def ptxas_parents() -> list[str]:
     return out
 
 
+class PhaseStarts:
+    """``on_start`` for ``adapter.probe_precompile``: as each precompile phase begins, the
+    ``ptxas`` processes on the machine and who runs them (:func:`ptxas_parents`), then the phase's
+    start. The start is taken last, just before Helion's wait begins, so a phase's window (its
+    start plus the probe's seconds) ends where the wait ended and holds the compile that ended it."""
+
+    def __init__(self) -> None:
+        self.at: list[float] = []  # each phase's start (``perf_counter``)
+        self.ptxas: list[list[str]] = []  # each phase's ptxas, by who runs them
+
+    def __call__(self, configs: int) -> None:
+        self.ptxas.append(ptxas_parents())
+        print(f"{PRECOMPILE}{configs}", flush=True)
+        self.at.append(time.perf_counter())
+
+
 def record_compiles(pool: Any, compiles: list[Compile]) -> None:
     """From now on, each compile sent to ``pool`` (its ``submit``) is appended to ``compiles``
     and, when it lands, replaced by its outcome (see :class:`Compile`)."""
@@ -686,16 +702,7 @@ def _child(opts: argparse.Namespace) -> None:
         settings["autotune_seed_configs"] = seeds
     bound = hk.make(opts.kernel, **settings).bind(args)
 
-    phase_starts: list[float] = []
-    ptxas_at_start: list[int] = []  # ptxas processes on the machine as each phase begins
-    ptxas_owners: list[list[str]] = []  # and who ran them (ptxas_parents)
-
-    def started(n: int) -> None:
-        phase_starts.append(time.perf_counter())
-        owners = ptxas_parents()
-        ptxas_at_start.append(len(owners))
-        ptxas_owners.append(owners)
-        print(f"{PRECOMPILE}{n}", flush=True)
+    started = PhaseStarts()
 
     compiles: list[Compile] = []
     if pool is not None:  # each compile kiln's loop sends, timed (compile_timeline)
@@ -714,9 +721,9 @@ def _child(opts: argparse.Namespace) -> None:
     result["autotune_s"] = wall
     result["precompile_phases"] = [vars(p) for p in phases]
     # compiles a timeout should have ended still running would hold cores from the next phase
-    result["ptxas_at_phase_start"] = ptxas_at_start
-    if any(ptxas_owners):
-        result["ptxas_parents_at_phase_start"] = ptxas_owners
+    result["ptxas_at_phase_start"] = [len(owners) for owners in started.ptxas]
+    if any(started.ptxas):
+        result["ptxas_parents_at_phase_start"] = started.ptxas
     result["precompile_s"] = sum(p.seconds for p in phases)  # the waits alone (``wait_for_all``)
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
@@ -743,7 +750,7 @@ def _child(opts: argparse.Namespace) -> None:
             "workers": pool.settings.workers,
             "replacement_s_max": max(stats.replacement_s, default=None),
             "compile_phases": compile_timeline(
-                compiles, [(a, p.seconds) for a, p in zip(phase_starts, phases, strict=False)], t0
+                compiles, [(a, p.seconds) for a, p in zip(started.at, phases, strict=False)], t0
             ),
         }
         pool.shutdown(wait=True, cancel_futures=True)

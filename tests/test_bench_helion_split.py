@@ -605,3 +605,26 @@ def test_ptxas_processes_on_the_machine_are_counted(tmp_path: Path) -> None:
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_phase_window_ends_where_helions_wait_ended(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phase's start is taken after the ptxas count (a scan of every process, tens of ms on a
+    busy host), so the window (start + the probe's seconds) ends where the wait ended: a compile
+    that lands as the wait ends is in its phase."""
+    pytest.importorskip("helion", reason="Helion is an optional integration: pip install -e '.[helion]'")
+    from triton_kiln.helion import adapter, compat
+
+    bench = _bench()
+
+    def slow_scan() -> list[str]:
+        time.sleep(0.2)
+        return []
+
+    monkeypatch.setattr(bench, "ptxas_parents", slow_scan)
+    starts = bench.PhaseStarts()
+    with adapter.probe_precompile(on_start=starts) as phases:
+        compat.PrecompileFuture.wait_for_all([])
+        ended = time.perf_counter()
+    (phase,) = phases
+    assert starts.ptxas == [[]]
+    assert starts.at[0] + phase.seconds == pytest.approx(ended, abs=0.02)
