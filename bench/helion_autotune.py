@@ -491,20 +491,23 @@ def ptxas_parents() -> list[str]:
     return out
 
 
-class PhaseStarts:
-    """``on_start`` for ``adapter.probe_precompile``: as each precompile phase begins, the
-    ``ptxas`` processes on the machine and who runs them (:func:`ptxas_parents`), then the phase's
-    start. The start is taken last, just before Helion's wait begins, so a phase's window (its
-    start plus the probe's seconds) ends where the wait ended and holds the compile that ended it."""
+class PhaseMarks:
+    """``on_start`` / ``on_end`` for ``adapter.probe_precompile``: each precompile phase's start
+    (``perf_counter``), and as it ends, the ``ptxas`` processes still running on the machine and
+    who runs them (:func:`ptxas_parents`). Every compile of a phase has ended when Helion's wait
+    returns, so a ptxas running then outlived its compile (a timed-out compile's, say) and holds
+    a core from what comes next. The scan runs after the phase's seconds are taken."""
 
     def __init__(self) -> None:
-        self.at: list[float] = []  # each phase's start (``perf_counter``)
-        self.ptxas: list[list[str]] = []  # each phase's ptxas, by who runs them
+        self.at: list[float] = []  # each phase's start
+        self.ptxas: list[list[str]] = []  # each phase's leftover ptxas, by who runs them
 
-    def __call__(self, configs: int) -> None:
-        self.ptxas.append(ptxas_parents())
+    def start(self, configs: int) -> None:
         print(f"{PRECOMPILE}{configs}", flush=True)
         self.at.append(time.perf_counter())
+
+    def end(self, configs: int) -> None:
+        self.ptxas.append(ptxas_parents())
 
 
 def record_compiles(pool: Any, compiles: list[Compile]) -> None:
@@ -702,7 +705,7 @@ def _child(opts: argparse.Namespace) -> None:
         settings["autotune_seed_configs"] = seeds
     bound = hk.make(opts.kernel, **settings).bind(args)
 
-    started = PhaseStarts()
+    marks = PhaseMarks()
 
     compiles: list[Compile] = []
     if pool is not None:  # each compile kiln's loop sends, timed (compile_timeline)
@@ -710,7 +713,10 @@ def _child(opts: argparse.Namespace) -> None:
 
     result: dict[str, Any] = {"arm": opts.arm, "kernel": opts.kernel, "helion_version": compat.VERSION}
     clock = PhaseClock()
-    with timed_phases(clock) as wrapped, adapter.probe_precompile(on_start=started) as phases:
+    with (
+        timed_phases(clock) as wrapped,
+        adapter.probe_precompile(on_start=marks.start, on_end=marks.end) as phases,
+    ):
         t0 = time.perf_counter()
         try:
             config = bound.autotune(args, force=True)
@@ -721,9 +727,9 @@ def _child(opts: argparse.Namespace) -> None:
     result["autotune_s"] = wall
     result["precompile_phases"] = [vars(p) for p in phases]
     # compiles a timeout should have ended still running would hold cores from the next phase
-    result["ptxas_at_phase_start"] = [len(owners) for owners in started.ptxas]
-    if any(started.ptxas):
-        result["ptxas_parents_at_phase_start"] = started.ptxas
+    result["ptxas_after_phase"] = [len(owners) for owners in marks.ptxas]
+    if any(marks.ptxas):
+        result["ptxas_parents_after_phase"] = marks.ptxas
     result["precompile_s"] = sum(p.seconds for p in phases)  # the waits alone (``wait_for_all``)
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
@@ -750,7 +756,7 @@ def _child(opts: argparse.Namespace) -> None:
             "workers": pool.settings.workers,
             "replacement_s_max": max(stats.replacement_s, default=None),
             "compile_phases": compile_timeline(
-                compiles, [(a, p.seconds) for a, p in zip(started.at, phases, strict=False)], t0
+                compiles, [(a, p.seconds) for a, p in zip(marks.at, phases, strict=False)], t0
             ),
         }
         pool.shutdown(wait=True, cancel_futures=True)
@@ -1284,10 +1290,13 @@ def _print_table(report: dict[str, Any]) -> None:
             if ahead:
                 taken = r["kiln"]["sandbox"].get("verified_taken", 0)
                 print(f"{'':12}   re-benchmarks run ahead: {ahead}, taken by Helion's re-benchmark: {taken}")
-            if any(r.get("ptxas_at_phase_start") or []):
+            if any(r.get("ptxas_at_phase_start") or []):  # older runs: a count as each phase began
                 counts = ", ".join(str(n) for n in r["ptxas_at_phase_start"])
                 print(f"{'':12}   ptxas running as each precompile phase began: {counts}")
-                for i, owners in enumerate(r.get("ptxas_parents_at_phase_start") or []):
+            if any(r.get("ptxas_after_phase") or []):
+                counts = ", ".join(str(n) for n in r["ptxas_after_phase"])
+                print(f"{'':12}   ptxas still running as each precompile phase ended: {counts}")
+                for i, owners in enumerate(r.get("ptxas_parents_after_phase") or []):
                     for owner in owners:
                         print(f"{'':12}     phase {i + 1}: ptxas of {owner}")
             for i, phase in enumerate((r.get("kiln") or {}).get("compile_phases") or []):

@@ -419,9 +419,11 @@ class PrecompilePhase:
 @contextlib.contextmanager
 def probe_precompile(
     on_start: Callable[[int], None] | None = None,
+    on_end: Callable[[int], None] | None = None,
 ) -> Iterator[list[PrecompilePhase]]:
     """Record every precompile phase Helion runs in this block (fork, spawn or kiln): for
-    benchmarks and diagnostics. ``on_start(n)`` is called as a phase of ``n`` configs begins."""
+    benchmarks and diagnostics. ``on_start(n)`` is called as a phase of ``n`` configs begins,
+    ``on_end(n)`` once it is recorded (outside its seconds)."""
     phases: list[PrecompilePhase] = []
 
     def wrap(original: Callable[[list[Any], str | None], list[bool]]) -> Callable[..., list[bool]]:
@@ -440,6 +442,8 @@ def probe_precompile(
                     seconds=time.perf_counter() - started,
                 )
             )
+            if on_end is not None:
+                on_end(len(futures))
             return oks
 
         return wait_for_all
