@@ -432,16 +432,10 @@ def probe_precompile(
                 on_start(len(futures))
             started = time.perf_counter()
             oks = original(futures, desc)
-            reasons = [f.failure_reason for f in futures]
-            phases.append(
-                PrecompilePhase(
-                    configs=len(futures),
-                    ok=sum(oks),
-                    failed=sum(not ok for ok in oks),
-                    timeouts=sum(r == "timeout" for r in reasons),
-                    seconds=time.perf_counter() - started,
-                )
-            )
+            seconds = time.perf_counter() - started
+            timeouts = sum(f.failure_reason == "timeout" for f in futures)
+            failed = sum(not ok for ok in oks)
+            phases.append(PrecompilePhase(len(futures), sum(oks), failed, timeouts, seconds))
             if on_end is not None:
                 on_end(len(futures))
             return oks
