@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import triton
@@ -61,17 +62,26 @@ def detonate(mode: str) -> Any:
     raise ValueError(f"unknown fault mode {mode!r}")
 
 
-class Detonator:
+class OnUnpickle:
+    """A constexpr value whose unpickling (in the worker that receives the request carrying it)
+    calls ``call(*args)``; its repr, as a request shows it, is ``Name(arg, ...)``."""
+
+    def __init__(self, call: Callable[..., Any], *args: Any) -> None:
+        self.call = call
+        self.args = args
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(map(repr, self.args))})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (self.call, self.args)
+
+
+class Detonator(OnUnpickle):
     """A constexpr value that detonates when a worker unpickles the request carrying it."""
 
     def __init__(self, mode: str) -> None:
-        self.mode = mode
-
-    def __repr__(self) -> str:
-        return f"Detonator({self.mode!r})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (detonate, (self.mode,))
+        super().__init__(detonate, mode)
 
 
 def noisy_value(text: str, value: int) -> int:
@@ -80,18 +90,11 @@ def noisy_value(text: str, value: int) -> int:
     return value
 
 
-class Noisy:
+class Noisy(OnUnpickle):
     """A constexpr value that prints to stderr when a worker unpickles it, then compiles fine."""
 
     def __init__(self, text: str, value: int) -> None:
-        self.text = text
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"Noisy({self.text!r}, {self.value})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (noisy_value, (self.text, self.value))
+        super().__init__(noisy_value, text, value)
 
 
 def temp_marker(report: str, mode: str, value: int) -> int:
@@ -106,19 +109,11 @@ def temp_marker(report: str, mode: str, value: int) -> int:
     return value if mode == "none" else detonate(mode)
 
 
-class TempMarker:
+class TempMarker(OnUnpickle):
     """A constexpr value that runs :func:`temp_marker` when a worker unpickles it."""
 
     def __init__(self, report: str, mode: str, value: int = 64) -> None:
-        self.report = report
-        self.mode = mode
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"TempMarker({self.report!r}, {self.mode!r}, {self.value})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (temp_marker, (self.report, self.mode, self.value))
+        super().__init__(temp_marker, report, mode, value)
 
 
 def run_child(program: str, seconds: str, value: int) -> int:
@@ -130,20 +125,12 @@ def run_child(program: str, seconds: str, value: int) -> int:
     return value
 
 
-class ChildInWorker:
+class ChildInWorker(OnUnpickle):
     """A constexpr value whose unpickling in a worker runs :func:`run_child` (a stand-in for a
     long ptxas: a copy of ``sleep`` named ``ptxas``)."""
 
     def __init__(self, program: str, seconds: str, value: int = 64) -> None:
-        self.program = program
-        self.seconds = seconds
-        self.value = value
-
-    def __repr__(self) -> str:
-        return f"ChildInWorker({self.program!r}, {self.seconds!r}, {self.value})"
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (run_child, (self.program, self.seconds, self.value))
+        super().__init__(run_child, program, seconds, value)
 
 
 class ResultBomb(Exception):
