@@ -42,9 +42,8 @@ def set_parent_death_signal(expected_parent: int, sig: int = signal.SIGKILL) -> 
     """
     if not sys.platform.startswith("linux"):  # pragma: no cover - kiln runs on Linux
         return
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        errno = ctypes.get_errno()
+    errno = _prctl(_PR_SET_PDEATHSIG, int(sig))
+    if errno:
         raise OSError(errno, f"prctl(PR_SET_PDEATHSIG) failed: {os.strerror(errno)}")
     if os.getppid() != expected_parent:
         os._exit(0)  # the parent died before the signal was armed
@@ -56,8 +55,13 @@ def become_child_subreaper() -> None:
     leaves the orphans to the next subreaper up, or PID 1, as before."""
     if not sys.platform.startswith("linux"):  # pragma: no cover - kiln runs on Linux
         return
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def _prctl(option: int, value: int) -> int:
+    """``prctl(option, value, 0, 0, 0)`` (Linux): 0, or the errno it failed with."""
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    return 0 if libc.prctl(option, value, 0, 0, 0) == 0 else ctypes.get_errno()
 
 
 def parent_channel(
