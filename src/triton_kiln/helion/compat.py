@@ -331,21 +331,20 @@ def subprocess_benchmark_enabled(provider: Any) -> bool:
     return bool(provider._subprocess_benchmark_enabled())
 
 
-def run_benchmark_job(provider: Any, fn: Any) -> float | None:
+def run_benchmark_job(provider: Any, fn: Any, rep: int = 50) -> float | None:
     """One config's timing job, built and run as Helion's ``_benchmark_function_subprocess`` first
     runs it (``warmup=1, rep=50``); ``None`` when Helion cannot send ``fn`` to a worker."""
-    result = provider._run_subprocess_benchmark_job(fn, warmup=1, rep=50)
+    result = provider._run_subprocess_benchmark_job(fn, warmup=1, rep=rep)
     return None if result is None else float(result)
 
 
 def run_rebenchmark_job(provider: Any, fn: Any) -> float | None:
     """One config's re-benchmark job, built and run as Helion's ``rebenchmark`` runs it for a
-    member after a batch; ``None`` when Helion cannot send ``fn`` to a worker."""
+    member after a batch (the timing job with its window)."""
     rep = PopulationBasedSearch._isolated_rep_ms(
         _bs._REBENCHMARK_TARGET_MS_DEFAULT, provider.settings.autotune_benchmark_timeout
     )
-    result = provider._run_subprocess_benchmark_job(fn, warmup=1, rep=rep)
-    return None if result is None else float(result)
+    return run_benchmark_job(provider, fn, rep)
 
 
 def rebenchmark_threshold(provider: Any) -> float:

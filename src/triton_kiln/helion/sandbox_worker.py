@@ -211,8 +211,8 @@ class KilnBenchmarkWorker:
             mine = entry is None
             if entry is None:
                 entry = self._ledger[key] = _Entry()
+        keeping = speculating and self._marks.keeping
         if mine:
-            keeping = speculating and self._marks.keeping
             if keeping:
                 with self._lock:
                     self._kept.add(key)
@@ -228,7 +228,7 @@ class KilnBenchmarkWorker:
             if mine:
                 with self._lock:
                     self.stats.streamed += 1
-                    self.stats.verified_ahead += self._marks.keeping
+                    self.stats.verified_ahead += keeping
             raise _Speculated(served)
         with self._lock:
             if self._ledger.get(key) is entry:

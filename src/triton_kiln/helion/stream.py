@@ -68,8 +68,7 @@ class BenchmarkStream:
         self._timing = timing
         self._check = check
         self._verify = verify
-        self._timed: list[tuple[float, Any]] = []  # (search timing, fn) of this batch's configs
-        self._verified: set[int] = set()  # id() of the fns verified ahead (each fn kept in _timed)
+        self._unverified: list[tuple[float, Any]] = []  # (search timing, fn), not verified ahead yet
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="kiln-helion-stream", daemon=True)
@@ -106,7 +105,7 @@ class BenchmarkStream:
                 continue
             perf = served.value
             if self._verify is not None and isinstance(perf, float | int) and math.isfinite(perf):
-                self._timed.append((float(perf), fn))
+                self._unverified.append((float(perf), fn))
                 self._verify.saw(float(perf))
             if self._check is not None:
                 self.worker.speculate(functools.partial(self._check, fn))
@@ -114,7 +113,8 @@ class BenchmarkStream:
     def _next(self) -> Any:
         """The next landed config; once none has come for :data:`IDLE_BEFORE_VERIFY_S`, the
         re-benchmarks to run ahead, one at a time, until one comes."""
-        if self._verify is None:
+        verify = self._verify
+        if verify is None:
             return self._queue.get()
         idle = False
         while True:
@@ -122,23 +122,20 @@ class BenchmarkStream:
                 return self._queue.get(timeout=IDLE_BEFORE_VERIFY_S) if not idle else self._queue.get_nowait()
             except queue.Empty:
                 idle = True
-            fn = self._to_verify() if not self._stopping.is_set() else None
+            fn = self._to_verify(verify) if not self._stopping.is_set() else None
             if fn is None:
                 return self._queue.get()
-            self.worker.speculate(functools.partial(self._verify.run, fn), keep=True)
+            self.worker.speculate(functools.partial(verify.run, fn), keep=True)
 
-    def _to_verify(self) -> Any:
-        """The fastest config of the batch within the threshold not verified ahead yet, or ``None``."""
-        verify = self._verify
-        if verify is None:
+    def _to_verify(self, verify: Verify) -> Any:
+        """The fastest config of the batch not verified ahead yet, taken off the list, if it is
+        within the threshold (the slower ones are then too); else ``None``."""
+        if not self._unverified:
             return None
-        for perf, fn in sorted(self._timed, key=lambda timed: timed[0]):
-            if perf >= verify.threshold * verify.best:
-                return None
-            if id(fn) not in self._verified:
-                self._verified.add(id(fn))
-                return fn
-        return None
+        at = min(range(len(self._unverified)), key=lambda i: self._unverified[i][0])
+        if self._unverified[at][0] >= verify.threshold * verify.best:
+            return None
+        return self._unverified.pop(at)[1]
 
 
 class Verify:
