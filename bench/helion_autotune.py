@@ -727,9 +727,7 @@ def _child(opts: argparse.Namespace) -> None:
     result["autotune_s"] = wall
     result["precompile_phases"] = [vars(p) for p in phases]
     # compiles a timeout should have ended still running would hold cores from the next phase
-    result["ptxas_after_phase"] = [len(owners) for owners in marks.ptxas]
-    if any(marks.ptxas):
-        result["ptxas_parents_after_phase"] = marks.ptxas
+    result["ptxas_after_phase"] = marks.ptxas
     result["precompile_s"] = sum(p.seconds for p in phases)  # the waits alone (``wait_for_all``)
     result["configs_compiled"] = sum(p.ok for p in phases)
     result["configs_failed"] = sum(p.failed for p in phases)
@@ -1294,9 +1292,9 @@ def _print_table(report: dict[str, Any]) -> None:
                 counts = ", ".join(str(n) for n in r["ptxas_at_phase_start"])
                 print(f"{'':12}   ptxas running as each precompile phase began: {counts}")
             if any(r.get("ptxas_after_phase") or []):
-                counts = ", ".join(str(n) for n in r["ptxas_after_phase"])
+                counts = ", ".join(str(len(owners)) for owners in r["ptxas_after_phase"])
                 print(f"{'':12}   ptxas still running as each precompile phase ended: {counts}")
-                for i, owners in enumerate(r.get("ptxas_parents_after_phase") or []):
+                for i, owners in enumerate(r["ptxas_after_phase"]):
                     for owner in owners:
                         print(f"{'':12}     phase {i + 1}: ptxas of {owner}")
             for i, phase in enumerate((r.get("kiln") or {}).get("compile_phases") or []):
