@@ -1119,6 +1119,7 @@ def main(argv: list[str] | None = None) -> None:
         "commit": opts.commit or machine_state.commit(),
         "settings": {"effort": opts.effort, "generations": opts.generations, "seed": opts.seed},
         "shapes": {k: GPU_SHAPES[k] for k in GPU_SHAPES},
+        "bytecode": machine_state.bytecode(),  # spawn mode's children import torch at every start
     }
     try:
         import torch
@@ -1179,6 +1180,14 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
     devices = {part.get("device") for part in parts}
     if len(devices) != 1:
         raise SystemExit(f"refusing to merge runs from different devices: {sorted(map(str, devices))}")
+    cached = {str(path): _torch_bytecode(part) for path, part in zip(paths, parts, strict=True)}
+    if len(set(cached.values())) != 1:
+        raise SystemExit(
+            "refusing to merge runs made with and without Python bytecode for torch (a process "
+            "without it, such as each of spawn mode's children, compiles torch from source at its "
+            f"start): {cached}. Merge the runs of one kind; on the GPU machine "
+            "GPU_SESSION_BYTECODE=0 runs without it, as the runs before the bench recorded it did."
+        )
     merged: dict[str, Any] = {
         **{k: v for k, v in parts[0].items() if k not in ("compare", "fault", "ctrl_c", "bench_s")},
         # a part that is itself a merge (a committed result joined with later runs) brings its
@@ -1234,6 +1243,13 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
     # each part's own command is in merged_from
     merged["command"] = "python bench/helion_autotune.py --merge <the runs in 'merged_from'>"
     return merged
+
+
+def _torch_bytecode(part: dict[str, Any]) -> bool:
+    """Whether a part's processes found torch's bytecode (``machine_state.bytecode``); a part
+    from before the bench recorded it ran on the GPU machine's image, which has none (a merge
+    keeps its parts' one record)."""
+    return bool((part.get("bytecode") or {}).get("torch_cached"))
 
 
 def _print_table(report: dict[str, Any]) -> None:

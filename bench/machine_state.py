@@ -1,6 +1,7 @@
 """What else the machine is doing when a benchmark process starts (bench/inductor_child.py),
-which host a benchmark ran on (:func:`host`: bench/realworld.py, autotune.py, ranks.py) and
-which commit it measured (:func:`commit`).
+which host a benchmark ran on (:func:`host`: bench/realworld.py, autotune.py, ranks.py), whether
+its processes keep Python bytecode (:func:`bytecode`) and which commit it measured
+(:func:`commit`).
 
 A warm ResNet-50 process with kiln imported torch more slowly than stock's in all 7 runs on the
 H100 (median 1.17x), before kiln was imported at all. This records, before ``import torch``,
@@ -11,8 +12,10 @@ compile workers, sandboxes) are still alive or busy, and how busy the machine's 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -80,7 +83,36 @@ def host() -> dict[str, Any]:
         "logical_cpus": psutil.cpu_count(logical=True),
         "cpu_mhz": round(freq.current, 1) if freq else None,
         "load_avg": [round(x, 2) for x in os.getloadavg()],
+        "bytecode": bytecode(),
     }
+
+
+def bytecode() -> dict[str, Any]:
+    """How the benchmark's processes, and the children that inherit their environment, keep
+    Python bytecode: ``dont_write`` (``PYTHONDONTWRITEBYTECODE``: a module not already compiled
+    is compiled from source in every new process) and ``cache_prefix`` (``PYTHONPYCACHEPREFIX``,
+    where bytecode is kept; None: beside the sources) and ``torch_cached`` (whether torch's
+    ``__init__`` has bytecode where this interpreter would read it; None without torch).
+
+    An installation made by pip has bytecode; the GPU machine's image has none and forbids
+    writing it, so there every new process compiles the modules it imports from source (~10 s for
+    torch): a spawned compile worker, each config's child in Helion's spawn precompile and a
+    sandbox pay it at every start, a forked child does not. Runs with and without bytecode are
+    not comparable; ``.ci/gpu/gpu_session.sh`` keeps it under ``/tmp/bench-pycache``, filled
+    before its first phase, unless ``GPU_SESSION_BYTECODE=0``."""
+    return {
+        "dont_write": bool(sys.flags.dont_write_bytecode or os.environ.get("PYTHONDONTWRITEBYTECODE")),
+        "cache_prefix": os.environ.get("PYTHONPYCACHEPREFIX") or sys.pycache_prefix,
+        "torch_cached": _has_bytecode("torch"),
+    }
+
+
+def _has_bytecode(package: str) -> bool | None:
+    """Whether ``package``'s ``__init__`` has bytecode at the path imports read (without importing it)."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return Path(importlib.util.cache_from_source(spec.origin)).is_file()
 
 
 def commit(*, mark_dirty: bool = False) -> str | None:

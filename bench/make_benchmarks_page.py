@@ -434,6 +434,27 @@ measure; earlier runs are in the git history of `bench/results/`.
 """
 
 
+def _conditions(data: dict[str, Any]) -> list[str]:
+    """What the reader must know of how a file's runs were made: whether their processes had
+    Python bytecode (``machine_state.bytecode``, in the file or its meta's host; without it each
+    new process compiles torch from source), and the file's own ``caveats``."""
+    meta = data.get("meta") or {}
+    meta = meta[-1] if isinstance(meta, list) and meta else meta
+    record = data.get("bytecode") or ((meta.get("host") or {}) if isinstance(meta, dict) else {}).get(
+        "bytecode"
+    )
+    lines = []
+    if isinstance(record, dict):
+        if record.get("torch_cached"):
+            lines.append(
+                f"Python bytecode: kept, as a pip installation has it (`{record.get('cache_prefix')}`)"
+            )
+        else:
+            lines.append("Python bytecode: none; each new process compiled torch from source at its start")
+    lines.extend(f"note: {caveat}" for caveat in data.get("caveats") or [])
+    return lines
+
+
 def render() -> str:
     parts = [HEADER.format(blob=BLOB)]
     for path in sorted(RESULTS.glob("*.json")):
@@ -445,7 +466,9 @@ def render() -> str:
         parts.append(f"{summary_of(ROOT / 'bench' / f'{benchmark}.py')}\n")
         parts.append(f"- file: [`bench/results/{path.name}`]({BLOB}/bench/results/{path.name})")
         parts.append(f"- device: {data['device']} (`{device}`); {_stamp(data)}")
-        parts.append(f"- command: `{data['command']}`\n")
+        parts.append(f"- command: `{data['command']}`")
+        parts.extend(f"- {line}" for line in _conditions(data))
+        parts.append("")
         head = "| case | measure | kiln | baseline | baseline value | ratio |"
         rule = "|---|---|---:|---|---:|---:|"
         if merged:

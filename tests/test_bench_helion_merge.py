@@ -40,9 +40,17 @@ def _row(
     }
 
 
-def _part(tmp: Path, name: str, rows: list[dict[str, Any]], device: str = "GPU") -> Path:
+def _part(
+    tmp: Path,
+    name: str,
+    rows: list[dict[str, Any]],
+    device: str = "GPU",
+    bytecode: dict[str, Any] | None = None,
+) -> Path:
     path = tmp / f"{name}.json"
     part = {"bench": "helion", "device": device, "date": name, "commit": f"c-{name}", "compare": rows}
+    if bytecode is not None:
+        part["bytecode"] = bytecode
     path.write_text(json.dumps(part))
     return path
 
@@ -94,6 +102,29 @@ def test_parts_from_different_devices_are_refused(tmp_path: Path) -> None:
     b = _part(tmp_path, "b", [_row("add", 1.0, 1.0)], device="NVIDIA H200")
     with pytest.raises(SystemExit, match="different devices"):
         bench._merge([a, b])
+
+
+def test_runs_with_and_without_torchs_bytecode_are_not_pooled(tmp_path: Path) -> None:
+    """Spawn mode's per-config children import torch at every start: from source on the GPU
+    machine's image, from bytecode with the session's cache. A part from before the bench
+    recorded it counts as without; parts of one kind still merge, and the merge keeps the record."""
+    bench = _bench()
+    with_cache = {"dont_write": False, "cache_prefix": "/tmp/bench-pycache", "torch_cached": True}
+    without = {"dont_write": True, "cache_prefix": None, "torch_cached": False}
+    old = _part(tmp_path, "old", [_row("add", 1.0, 1.0)])
+    cached = _part(tmp_path, "cached", [_row("add", 1.0, 1.0)], bytecode=with_cache)
+    uncached = _part(tmp_path, "uncached", [_row("add", 2.0, 1.0)], bytecode=without)
+    with pytest.raises(SystemExit, match="with and without Python bytecode"):
+        bench._merge([old, cached])
+    with pytest.raises(SystemExit, match="GPU_SESSION_BYTECODE=0"):
+        bench._merge([cached, uncached])
+    joined = tmp_path / "joined.json"
+    joined.write_text(json.dumps(bench._merge([uncached, old])))
+    assert bench._merge([joined, uncached])["bytecode"] == without
+    with pytest.raises(SystemExit):
+        bench._merge([joined, cached])
+    again = _part(tmp_path, "again", [_row("add", 3.0, 1.0)], bytecode=with_cache)
+    assert bench._merge([cached, again])["bytecode"] == with_cache
 
 
 def test_the_committed_h100_comparison_is_its_per_kernel_ratios() -> None:

@@ -4,6 +4,8 @@ compile floors can differ by 28-51%, and a run that does not name its CPU cannot
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -28,6 +30,41 @@ def test_the_host_names_its_cpu_and_its_load() -> None:
     if "model name" in cpuinfo:  # x86 and most others; some arm64 kernels leave it out
         assert host["cpu_model"]
         assert host["cpu_model"] in cpuinfo
+
+
+def test_the_host_says_whether_its_processes_find_torchs_bytecode(tmp_path: Path) -> None:
+    """Without bytecode every new process compiles torch from source (the GPU machine's image):
+    the record tells a run there from one with the session's cache, read where imports read it."""
+    pytest.importorskip("torch")
+    script = (
+        f"import sys; sys.path.insert(0, {str(BENCH)!r}); import json, machine_state; "
+        "print(json.dumps(machine_state.bytecode()))"
+    )
+
+    def state(**env: str) -> dict[str, object]:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, **env},
+        )
+        return dict(json.loads(done.stdout))
+
+    empty = state(PYTHONPYCACHEPREFIX=str(tmp_path / "empty"), PYTHONDONTWRITEBYTECODE="1")
+    assert empty == {"dont_write": True, "cache_prefix": str(tmp_path / "empty"), "torch_cached": False}
+    import torch
+
+    prefix = tmp_path / "filled"
+    subprocess.run(
+        [sys.executable, "-m", "py_compile", torch.__file__],
+        check=True,
+        env={**os.environ, "PYTHONPYCACHEPREFIX": str(prefix)},
+    )
+    filled = state(PYTHONPYCACHEPREFIX=str(prefix))
+    assert filled["torch_cached"] is True
+    assert filled["cache_prefix"] == str(prefix)
+    assert machine_state.host()["bytecode"] == machine_state.bytecode()
 
 
 def test_realworlds_meta_carries_the_host() -> None:

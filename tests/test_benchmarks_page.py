@@ -156,3 +156,22 @@ def test_a_joined_file_is_stamped_with_every_commit_and_the_span_of_dates_of_its
     assert page._stamp({**own, "merged_from": one}) == page._stamp(own)
     named = {**own, "merged_from": ["part-a.json", "part-b.json"]}  # files named, not runs
     assert page._stamp(named) == page._stamp(own)
+
+
+def test_a_files_bytecode_record_and_caveats_head_its_table() -> None:
+    """Without Python bytecode every new process compiles torch from source, which a spawned
+    baseline pays per child: the page says which the runs had, and a file's own caveats."""
+    conditions = _generator()._conditions
+    kept = {"dont_write": False, "cache_prefix": "/tmp/bench-pycache", "torch_cached": True}
+    none = {"dont_write": True, "cache_prefix": None, "torch_cached": False}
+    assert conditions({"bytecode": kept}) == [
+        "Python bytecode: kept, as a pip installation has it (`/tmp/bench-pycache`)"
+    ]
+    assert conditions({"meta": [{"host": {"bytecode": none}}]}) == [
+        "Python bytecode: none; each new process compiled torch from source at its start"
+    ]
+    assert conditions({"meta": {"host": {}}, "caveats": ["spawn paid it"]}) == ["note: spawn paid it"]
+    helion = json.loads((RESULTS / "helion_autotune-h100.json").read_text())
+    page = (ROOT / "docs" / "BENCHMARKS.md").read_text()
+    assert helion["caveats"]
+    assert all(f"- note: {caveat}" in page for caveat in helion["caveats"])
