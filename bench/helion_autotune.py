@@ -1174,20 +1174,14 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
     median run compared (so repeats and arms may be split over several invocations), the fault
     and Ctrl-C arms (a later run's replace an earlier one's), the geomeans over every kernel, and
     each part's command, date and device (which must all be one device). A part at other
-    settings than the first's (``--effort``, ``--generations``) gives rows of their own, named
-    with those settings and carrying them, outside the geomeans."""
+    settings than the first's (``--effort``, ``--generations``), or whose processes had torch's
+    bytecode where the first's did not or the other way round (spawn mode's per-config children
+    import torch at every start), gives rows of their own, named with those settings and
+    carrying them, outside the geomeans."""
     parts = [json.loads(path.read_text()) for path in paths]
     devices = {part.get("device") for part in parts}
     if len(devices) != 1:
         raise SystemExit(f"refusing to merge runs from different devices: {sorted(map(str, devices))}")
-    cached = {str(path): _torch_bytecode(part) for path, part in zip(paths, parts, strict=True)}
-    if len(set(cached.values())) != 1:
-        raise SystemExit(
-            "refusing to merge runs made with and without Python bytecode for torch (a process "
-            "without it, such as each of spawn mode's children, compiles torch from source at its "
-            f"start): {cached}. Merge the runs of one kind; on the GPU machine "
-            "GPU_SESSION_BYTECODE=0 runs without it, as the runs before the bench recorded it did."
-        )
     merged: dict[str, Any] = {
         **{k: v for k, v in parts[0].items() if k not in ("compare", "fault", "ctrl_c", "bench_s")},
         # a part that is itself a merge (a committed result joined with later runs) brings its
@@ -1209,18 +1203,29 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
     }
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}  # kernel -> arm -> runs, in run order
     base = parts[0].get("settings")
+    base_bytecode = _torch_bytecode(parts[0])
     own_settings: dict[str, dict[str, Any]] = {}  # the rows measured at other settings than base
     for part in parts:
         settings = part.get("settings")
+        bytecode = _torch_bytecode(part)
         for row in part.get("compare", []):
             kernel = row["kernel"]
             if row.get("settings"):  # a merged part's row with settings of its own
-                own_settings[kernel] = row["settings"]
-            elif settings != base and settings:
-                generations = settings["generations"]
-                plural = "" if generations == 1 else "s"
-                kernel = f"{kernel}, effort {settings['effort']}, {generations} generation{plural}"
-                own_settings[kernel] = settings
+                own = dict(row["settings"])
+                if bytecode != base_bytecode and "torch_bytecode" not in own:
+                    kernel += ", Python bytecode kept" if bytecode else ", no Python bytecode"
+                    own["torch_bytecode"] = bytecode
+                own_settings[kernel] = own
+            elif (settings != base and settings) or bytecode != base_bytecode:
+                own = dict(settings or base or {})
+                if settings != base and settings:
+                    generations = settings["generations"]
+                    plural = "" if generations == 1 else "s"
+                    kernel = f"{kernel}, effort {settings['effort']}, {generations} generation{plural}"
+                if bytecode != base_bytecode:
+                    kernel += ", Python bytecode kept" if bytecode else ", no Python bytecode"
+                    own["torch_bytecode"] = bytecode
+                own_settings[kernel] = own
             into = runs.setdefault(kernel, {})
             source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}
             for arm, arm_runs in source.items():
@@ -1248,7 +1253,7 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
 def _torch_bytecode(part: dict[str, Any]) -> bool:
     """Whether a part's processes found torch's bytecode (``machine_state.bytecode``); a part
     from before the bench recorded it ran on the GPU machine's image, which has none (a merge
-    keeps its parts' one record)."""
+    keeps its first part's record; its rows of the other kind carry ``torch_bytecode``)."""
     return bool((part.get("bytecode") or {}).get("torch_cached"))
 
 

@@ -104,26 +104,47 @@ def test_parts_from_different_devices_are_refused(tmp_path: Path) -> None:
         bench._merge([a, b])
 
 
-def test_runs_with_and_without_torchs_bytecode_are_not_pooled(tmp_path: Path) -> None:
+def test_runs_with_and_without_torchs_bytecode_are_rows_of_their_own(tmp_path: Path) -> None:
     """Spawn mode's per-config children import torch at every start: from source on the GPU
-    machine's image, from bytecode with the session's cache. A part from before the bench
-    recorded it counts as without; parts of one kind still merge, and the merge keeps the record."""
+    machine's image, from bytecode with the session's cache. Runs of the two kinds are never
+    pooled: those of another kind than the first part's are rows of their own, outside the
+    geomeans, also when the merged file is merged again. A part from before the bench recorded
+    it counts as without."""
     bench = _bench()
     with_cache = {"dont_write": False, "cache_prefix": "/tmp/bench-pycache", "torch_cached": True}
-    without = {"dont_write": True, "cache_prefix": None, "torch_cached": False}
-    old = _part(tmp_path, "old", [_row("add", 1.0, 1.0)])
-    cached = _part(tmp_path, "cached", [_row("add", 1.0, 1.0)], bytecode=with_cache)
-    uncached = _part(tmp_path, "uncached", [_row("add", 2.0, 1.0)], bytecode=without)
-    with pytest.raises(SystemExit, match="with and without Python bytecode"):
-        bench._merge([old, cached])
-    with pytest.raises(SystemExit, match="GPU_SESSION_BYTECODE=0"):
-        bench._merge([cached, uncached])
+    old = _part(tmp_path, "old", [_row("add", 10.0, 5.0)])
+    cached = _part(tmp_path, "cached", [_row("add", 8.0, 4.0)], bytecode=with_cache)
+    merged = bench._merge([old, cached])
+    by_kernel = {row["kernel"]: row for row in merged["compare"]}
+    assert set(by_kernel) == {"add", "add, Python bytecode kept"}
+    assert by_kernel["add"]["fork"]["autotune_s"] == 10.0
+    assert "runs" not in by_kernel["add"]
+    assert by_kernel["add, Python bytecode kept"]["settings"]["torch_bytecode"] is True
+    assert merged["geomean_kiln_over_fork"] == pytest.approx(0.5)
+    assert "bytecode" not in merged
+
     joined = tmp_path / "joined.json"
-    joined.write_text(json.dumps(bench._merge([uncached, old])))
-    assert bench._merge([joined, uncached])["bytecode"] == without
-    with pytest.raises(SystemExit):
-        bench._merge([joined, cached])
-    again = _part(tmp_path, "again", [_row("add", 3.0, 1.0)], bytecode=with_cache)
+    joined.write_text(json.dumps(merged))
+    again = _part(tmp_path, "again", [_row("add", 12.0, 4.0)], bytecode=with_cache)
+    rows = {row["kernel"]: row for row in bench._merge([joined, again])["compare"]}
+    assert [r["autotune_s"] for r in rows["add, Python bytecode kept"]["runs"]["fork"]] == [8.0, 12.0]
+    assert "runs" not in rows["add"]
+
+    first_cached = {row["kernel"] for row in bench._merge([cached, old])["compare"]}
+    assert first_cached == {"add", "add, no Python bytecode"}
+    # a merged file's row at other settings, behind a first part of the other kind, is not
+    # pooled with that kind's runs at those settings
+    full = {"effort": "full", "generations": 1, "seed": 1234}
+    old_full = _part(tmp_path, "old_full", [_row("add", 100.0, 50.0)])
+    old_full.write_text(json.dumps({**json.loads(old_full.read_text()), "settings": full}))
+    old_joined = tmp_path / "old_joined.json"
+    old_joined.write_text(json.dumps(bench._merge([old, old_full])))
+    new_full = _part(tmp_path, "new_full", [_row("add", 90.0, 40.0)], bytecode=with_cache)
+    new_full.write_text(json.dumps({**json.loads(new_full.read_text()), "settings": full}))
+    rows = {row["kernel"]: row for row in bench._merge([cached, old_joined, new_full])["compare"]}
+    assert rows["add, effort full, 1 generation"]["fork"]["autotune_s"] == 90.0
+    assert rows["add, effort full, 1 generation, no Python bytecode"]["fork"]["autotune_s"] == 100.0
+    assert "runs" not in rows["add, effort full, 1 generation"]
     assert bench._merge([cached, again])["bytecode"] == with_cache
 
 
