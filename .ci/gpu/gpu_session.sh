@@ -13,7 +13,7 @@
 # split over several commands, joined with --merge), helion-faults, helion-three-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (runtime-autotune, inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, inductor-block-aa, inductor-families, gla, realworld-corpus / -mm / -dplr / -gdr
+# inductor-block-1, inductor-block-aa, inductor-families, gla, realworld-part, realworld-corpus / -mm / -dplr / -gdr
 # (the ops not in the default set, four commands), node-share, cli-tune, ray-part-a, ray-install,
 # farm, farm-tests). Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
@@ -314,6 +314,14 @@ print('transformers', transformers.__version__, transformers.__file__); print('t
       # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
       TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
         --arms "${PA:-stock,kiln,stock,kiln,kiln+noquiet}" --out "$out/choice-probe-${PL:-1}.json" ;;
+    realworld-part)  # any ops (RW_OPS, required), the four arms a complete row needs unless RW_ARMS
+      # says otherwise, each arm within RW_ARM_S (240 s), one command of <= 590 s named RW_TAG;
+      # join the parts with bench/realworld.py --merge. Estimated with bytecode kept (not
+      # measured): an arm's process ~8 s beside its first call, the harness ~15 s an op; e.g. the
+      # two DyT ops, SwiGLU and simple GLA ~320 s; MoE and chunk GLA ~400 s; DPLR alone ~280 s
+      TAIL=14 run "realworld-${RW_TAG:-part}" 590 python3 bench/realworld.py --ops "$RW_OPS" \
+        --arms "${RW_ARMS:-triton,triton_parallel,kiln,harness}" --arm-timeout "${RW_ARM_S:-240}" \
+        --out "$out/realworld-${RW_TAG:-part}.json" --md "$out/realworld-${RW_TAG:-part}.md" ;;
     realworld-corpus*)  # the ops not in the default set, the four arms a complete row needs, in
       # four commands of <= 590 s (budgets estimated in bench/realworld.py's docstring); join the
       # JSON with bench/realworld.py --merge. RC_OPS overrides the ops of realworld-corpus.
