@@ -13,7 +13,7 @@
 # split over several commands, joined with --merge), helion-faults, helion-three-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (runtime-autotune, inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, inductor-block-aa, inductor-families, gla, realworld-part, realworld-corpus / -mm / -dplr / -gdr
+# inductor-block-1, inductor-block-aa, inductor-families, gla, aoti-diagnose, realworld-part, realworld-corpus / -mm / -dplr / -gdr
 # (the ops not in the default set, four commands), node-share, cli-tune, ray-part-a, ray-install,
 # farm, farm-tests). Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
@@ -314,6 +314,17 @@ print('transformers', transformers.__version__, transformers.__file__); print('t
       # stock against kiln and each against itself (PL stages, PA arms; ~40 s an arm at PL=1)
       TAIL=60 run choice-probe 580 python3 bench/inductor_choice_probe.py --layers "${PL:-1}" \
         --arms "${PA:-stock,kiln,stock,kiln,kiln+noquiet}" --out "$out/choice-probe-${PL:-1}.json" ;;
+    aoti-diagnose)  # where stock AOTInductor, kiln not installed, dies on this machine (SIGSEGV in
+      # aoti_load_package on the H100 image): the control's Python stack (faulthandler), then a
+      # native backtrace where gdb is installed (~60-120 s, estimated)
+      TAIL=40 run aoti-control 200 env PYTHONPATH="$PWD/tests:$PYTHONPATH" python3 -X faulthandler \
+        -m support.aoti_control /tmp/aoti-control
+      if command -v gdb >/dev/null; then
+        TAIL=60 run aoti-gdb 240 env PYTHONPATH="$PWD/tests:$PYTHONPATH" gdb -q -batch -ex run -ex bt \
+          --args python3 -m support.aoti_control /tmp/aoti-gdb
+      else
+        echo "no gdb on this machine: the faulthandler stack above is all"
+      fi ;;
     realworld-part)  # any ops (RW_OPS, required), the four arms a complete row needs unless RW_ARMS
       # says otherwise, each arm within RW_ARM_S (240 s), one command of <= 590 s named RW_TAG;
       # join the parts with bench/realworld.py --merge. Estimated with bytecode kept (not
