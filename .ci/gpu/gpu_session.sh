@@ -51,7 +51,8 @@ if [ "${GPU_SESSION_BYTECODE:-1}" != 0 ]; then
   if [ ! -e "$BENCH_BYTECODE_CACHE/.filled" ]; then
     filled_at=$SECONDS
     # (the -j 0 compile uses every core; a file of another Python's syntax is skipped)
-    timeout 300 python3 -m compileall -qq -j 0 $(python3 -c 'import site; print(*site.getsitepackages())') \
+    timeout 300 python3 -m compileall -qq -j 0 \
+      $(python3 -c 'import site, sysconfig; print(sysconfig.get_path("stdlib"), *site.getsitepackages())') \
       /tmp/site "$PWD/src" "$PWD/bench" >/dev/null 2>&1
     mkdir -p "$BENCH_BYTECODE_CACHE" && touch "$BENCH_BYTECODE_CACHE/.filled"
     echo "bytecode cache $BENCH_BYTECODE_CACHE filled in $((SECONDS - filled_at)) s" | tee -a "$out/device.txt"
