@@ -9,8 +9,9 @@
 # the program record kept), footprint, helion-split (Helion's
 # autotune split by phase, three arms), helion
 # (Helion GPU tests + bench/helion_autotune.py), helion-gpu (Helion GPU tests + a spawn-mode
-# diagnostic), helion-part (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison
-# split over several commands, joined with --merge), helion-faults, helion-three-faults, demo, suite (every GPU test),
+# diagnostic), helion-tests (Helion's GPU tests alone, with room for all of them), helion-part
+# (HK=kernels HR=repeats HO=offset HT=tag: one part of a comparison split over several commands,
+# joined with --merge), helion-faults, helion-three-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (runtime-autotune, inductor-warm, inductor-warm-block, inductor-default,
 # inductor-block-1, inductor-block-aa, inductor-families, gla, aoti-diagnose, realworld-part, realworld-corpus / -mm / -dplr / -gdr
@@ -133,6 +134,9 @@ for phase in "$@"; do
       TAIL=14 run gpu-tests-final 330 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ \
         --ignore=tests/test_helion_gpu.py
       TAIL=14 run launch-final 60 python3 bench/launch.py --batches 15 --json "$out/launch-final.json" ;;
+    helion-tests)  # Helion's GPU tests alone (6 passed in 354 s on an H100 without bytecode kept)
+      TAIL=12 run helion-tests 560 python3 -m pytest -q -p no:cacheprovider -rfEs --durations=10 \
+        tests/test_helion_gpu.py ;;
     helion-gpu)  # Helion's GPU tests, then Helion's own spawn precompile with its debug log
       run helion-tests 240 python3 -m pytest -q -p no:cacheprovider tests/test_helion_gpu.py
       TAIL=12 run helion-spawn 130 env HELION_AUTOTUNE_LOG_LEVEL=DEBUG python3 bench/helion_autotune.py \
