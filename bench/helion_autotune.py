@@ -1210,21 +1210,16 @@ def _merge(paths: list[Path]) -> dict[str, Any]:
         bytecode = _torch_bytecode(part)
         for row in part.get("compare", []):
             kernel = row["kernel"]
-            if row.get("settings"):  # a merged part's row with settings of its own
-                own = dict(row["settings"])
-                if bytecode != base_bytecode and "torch_bytecode" not in own:
-                    kernel += ", Python bytecode kept" if bytecode else ", no Python bytecode"
-                    own["torch_bytecode"] = bytecode
-                own_settings[kernel] = own
-            elif (settings != base and settings) or bytecode != base_bytecode:
-                own = dict(settings or base or {})
-                if settings != base and settings:
-                    generations = settings["generations"]
-                    plural = "" if generations == 1 else "s"
-                    kernel = f"{kernel}, effort {settings['effort']}, {generations} generation{plural}"
-                if bytecode != base_bytecode:
-                    kernel += ", Python bytecode kept" if bytecode else ", no Python bytecode"
-                    own["torch_bytecode"] = bytecode
+            own = dict(row["settings"]) if row.get("settings") else None  # a merged part's row
+            if own is None and settings and settings != base:
+                generations = settings["generations"]
+                plural = "" if generations == 1 else "s"
+                kernel = f"{kernel}, effort {settings['effort']}, {generations} generation{plural}"
+                own = dict(settings)
+            if bytecode != base_bytecode and "torch_bytecode" not in (own or {}):
+                kernel += ", Python bytecode kept" if bytecode else ", no Python bytecode"
+                own = {**(own or settings or base or {}), "torch_bytecode": bytecode}
+            if own is not None:
                 own_settings[kernel] = own
             into = runs.setdefault(kernel, {})
             source = row.get("runs") or {arm: [row[arm]] for arm in ARMS if arm in row}

@@ -434,15 +434,18 @@ measure; earlier runs are in the git history of `bench/results/`.
 """
 
 
+def _last_meta(data: dict[str, Any]) -> dict[str, Any]:
+    """A file's ``meta``; where it joins several runs (a list), the last run's."""
+    meta = data.get("meta") or {}
+    meta = meta[-1] if isinstance(meta, list) and meta else meta
+    return meta if isinstance(meta, dict) else {}
+
+
 def _conditions(data: dict[str, Any]) -> list[str]:
     """What the reader must know of how a file's runs were made: whether their processes had
     Python bytecode (``machine_state.bytecode``, in the file or its meta's host; without it each
     new process compiles torch from source), and the file's own ``caveats``."""
-    meta = data.get("meta") or {}
-    meta = meta[-1] if isinstance(meta, list) and meta else meta
-    record = data.get("bytecode") or ((meta.get("host") or {}) if isinstance(meta, dict) else {}).get(
-        "bytecode"
-    )
+    record = data.get("bytecode") or (_last_meta(data).get("host") or {}).get("bytecode")
     lines = []
     if isinstance(record, dict):
         if record.get("torch_cached"):
@@ -487,8 +490,7 @@ def render() -> str:
 def add(output: Path, device: str) -> Path:
     """File ``output`` as ``bench/results/<benchmark>-<device>.json``, with its four fields."""
     data = json.loads(output.read_text())
-    meta = data.get("meta", {})
-    meta = meta[-1] if isinstance(meta, list) else meta
+    meta = _last_meta(data)
     command = data.get("command") or meta.get("command")
     found = re.search(r"bench/(\w+)\.py", command or "")
     if found is None or found[1] not in EXTRACTORS:
