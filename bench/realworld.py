@@ -544,6 +544,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
         "host": machine_state.host(),  # the CPU model and the load as the run starts
         "repeats": args.repeats,
         "dry_run": args.dry_run,
+        "commit": args.commit or machine_state.commit(mark_dirty=True),
     }
     if args.baseline_src is not None:
         data["baseline_src"] = str(args.baseline_src)
@@ -616,6 +617,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="another checkout's src/: adds the kiln_baseline arm (kiln from there) before the kiln arm",
     )
     parser.add_argument("--baseline-commit", default=None, help="the commit --baseline-src holds (recorded)")
+    parser.add_argument(
+        "--commit",
+        default=None,
+        help="the commit this tree is (recorded; read from git where there is a repository)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds {args.rounds}: give 1 or more")

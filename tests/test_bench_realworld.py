@@ -326,3 +326,17 @@ def test_the_first_calls_jit_clock_counts_this_threads_outermost_compiles_only(
     assert JITFunction._do_compile is compile_  # Triton's own entry is back
     assert clock.report()["compiles"] == 2
     assert 0.15 <= clock.report()["seconds"] < 1.0
+
+
+def test_the_meta_names_the_commit_given_or_else_the_checkouts() -> None:
+    given = realworld.meta(
+        realworld.parse_args(["--ops", "liger_dyt_fwdbwd", "--dry-run", "--commit", "abc123"])
+    )
+    assert given["commit"] == "abc123"
+    read = realworld.meta(realworld.parse_args(["--ops", "liger_dyt_fwdbwd", "--dry-run"]))
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=BENCH.parent, capture_output=True, text=True, check=False
+    ).stdout.strip()
+    if not head:
+        pytest.skip("not a git checkout: no commit to read")
+    assert read["commit"] in (head, f"{head}-dirty")

@@ -198,7 +198,7 @@ for phase in "$@"; do
         --out "$out/before-after.json" --md "$out/before-after.md" ;;
     record-arm)  # RO ops' (liger_moe_fwd) first call on fresh caches holding only the kiln arm's program
       # record, against the kiln arm (~70 s for the MoE)
-      TAIL=8 run record-arm 300 python3 bench/realworld.py --ops "${RO:-liger_moe_fwd}" --arms kiln,kiln_record \
+      TAIL=8 run record-arm 300 python3 bench/realworld.py --ops "${RO:-liger_moe_fwd}" --arms kiln,kiln_record ${HC:+--commit "$HC"} \
         --out "$out/record-arm.json" --md "$out/record-arm.md" ;;
     runtime-autotune)  # the sandboxed runtime autotune on a GPU: its test, then its fault case (stock
       # against kiln's sandbox); ~100 s on an H100, estimated, not measured
@@ -331,12 +331,13 @@ print('transformers', transformers.__version__, transformers.__file__); print('t
         echo "no gdb on this machine: the faulthandler stack above is all"
       fi ;;
     realworld-part)  # any ops (RW_OPS, required), the four arms a complete row needs unless RW_ARMS
-      # says otherwise, each arm within RW_ARM_S (240 s), one command of <= 590 s named RW_TAG;
-      # join the parts with bench/realworld.py --merge. Estimated with bytecode kept (not
-      # measured): an arm's process ~8 s beside its first call, the harness ~15 s an op; e.g. the
-      # two DyT ops, SwiGLU and simple GLA ~320 s; MoE and chunk GLA ~400 s; DPLR alone ~280 s
+      # says otherwise, each arm within RW_ARM_S (240 s), one command of <= 590 s named RW_TAG, HC
+      # the commit as for helion_bench; join the parts with bench/realworld.py --merge. Estimated
+      # with bytecode kept (not measured): an arm's process ~8 s beside its first call, the
+      # harness ~15 s an op; e.g. the two DyT ops, SwiGLU and simple GLA ~320 s; MoE and chunk GLA
+      # ~400 s; DPLR alone ~280 s
       TAIL=14 run "realworld-${RW_TAG:-part}" 590 python3 bench/realworld.py --ops "$RW_OPS" \
-        --arms "${RW_ARMS:-triton,triton_parallel,kiln,harness}" --arm-timeout "${RW_ARM_S:-240}" \
+        --arms "${RW_ARMS:-triton,triton_parallel,kiln,harness}" --arm-timeout "${RW_ARM_S:-240}" ${HC:+--commit "$HC"} \
         --out "$out/realworld-${RW_TAG:-part}.json" --md "$out/realworld-${RW_TAG:-part}.md" ;;
     realworld-corpus*)  # the ops not in the default set, the four arms a complete row needs, in
       # four commands of <= 590 s (budgets estimated in bench/realworld.py's docstring); join the
