@@ -68,7 +68,7 @@ def test_the_host_says_whether_its_processes_find_torchs_bytecode(tmp_path: Path
 
 
 def test_realworlds_meta_carries_the_host() -> None:
-    meta = realworld.meta(argparse.Namespace(repeats=1, dry_run=True, baseline_src=None))
+    meta = realworld.meta(argparse.Namespace(repeats=1, dry_run=True, baseline_src=None, commit=None))
     assert meta["host"]["logical_cpus"] == machine_state.host()["logical_cpus"]
     assert meta["cores"] >= 1
 
