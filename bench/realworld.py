@@ -330,10 +330,10 @@ def summarize(op: str, arms: dict[str, dict[str, Any]], root: Path) -> dict[str,
         return arms.get(arm, {}).get(name)
 
     kiln = arms.get("kiln", {})
-    outputs = {
+    outputs = {  # (the harness arm times choices and writes no outputs)
         arm: compare_outputs(root / "triton" / "outputs.pt", root / arm / "outputs.pt")
         for arm in arms
-        if arm != "triton"
+        if arm not in ("triton", "harness")
     }
     left = [
         {**k, "reason": "refused by kiln.autotune at import"} for k in kiln.get("refused_by_kiln", [])

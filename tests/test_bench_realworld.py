@@ -340,3 +340,9 @@ def test_the_meta_names_the_commit_given_or_else_the_checkouts() -> None:
     if not head:
         pytest.skip("not a git checkout: no commit to read")
     assert read["commit"] in (head, f"{head}-dirty")
+
+
+def test_a_rows_outputs_compare_every_arm_but_triton_and_the_harness_with_triton(tmp_path: Path) -> None:
+    arms = {"triton": {"first_s": 9.0}, "kiln": {"first_s": 3.0}, "harness": {}}
+    outputs = realworld.summarize("liger_swiglu_fwd", arms, tmp_path)["outputs"]
+    assert set(outputs) == {"kiln"}
