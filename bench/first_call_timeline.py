@@ -52,6 +52,8 @@ WATCHED = (
     "triton_kiln.pool.pool.CompilePool.start",
     "triton_kiln.pool.pool.CompilePool.wait_ready",
     "triton_kiln.sandbox.registry.prestart",
+    "triton_kiln.sandbox.native_client.NativeSandbox.start",
+    "triton_kiln.sandbox.native_client.NativeSandbox._ensure_ready",
     "triton_kiln.triton_compat.triton_key",
     "triton.compiler.compiler.compile",
 )

@@ -14,7 +14,7 @@
 # joined with --merge), helion-faults, helion-three-faults, demo, suite (every GPU test),
 # record (bench/record_tuning.sh), ranks-gpus (node-share GPU tests, two ranks on two GPUs),
 # and the later ones documented at their case below (runtime-autotune, inductor-warm, inductor-warm-block, inductor-default,
-# inductor-block-1, inductor-block-aa, inductor-families, gla, aoti-diagnose, realworld-part, realworld-corpus / -mm / -dplr / -gdr
+# inductor-block-1, inductor-block-aa, inductor-families, gla, aoti-diagnose, timeline, realworld-part, realworld-corpus / -mm / -dplr / -gdr
 # (the ops not in the default set, four commands), node-share, cli-tune, ray-part-a, ray-install,
 # farm, farm-tests). Two at once on a two-GPU machine, one per GPU: .ci/gpu/gpu_pair.sh.
 # Wheels the device lacks travel in .whl/ (and scikit-learn in .whl_opt/, installed only if the
@@ -330,6 +330,10 @@ print('transformers', transformers.__version__, transformers.__file__); print('t
       else
         echo "no gdb on this machine: the faulthandler stack above is all"
       fi ;;
+    timeline)  # where a kiln arm's first call of TL_OP (liger_dyt_fwdbwd) spends its wall, the
+      # sandbox's start and first wait included (bench/first_call_timeline.py)
+      TAIL=30 run timeline 200 python3 bench/first_call_timeline.py --op "${TL_OP:-liger_dyt_fwdbwd}" \
+        --out "$out/timeline" ;;
     realworld-part)  # any ops (RW_OPS, required), the four arms a complete row needs unless RW_ARMS
       # says otherwise, each arm within RW_ARM_S (240 s), one command of <= 590 s named RW_TAG, HC
       # the commit as for helion_bench; join the parts with bench/realworld.py --merge. Estimated
