@@ -106,6 +106,43 @@ def test_compiles_inductor_makes_in_the_parent_go_through_kiln(
     assert pool.stats.compiled == 3
 
 
+def test_cpythons_ast_race_while_describing_a_config_is_retried_not_left_to_the_parent(
+    make_pool: Callable[..., CompilePool],
+    install_on: Callable[[CompilePool], None],  # noqa: F811
+    parent_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """CPython 3.11's AST constructor can raise a spurious ``SystemError`` while Inductor's
+    compile threads parse at once (seen on 3.11.7): the config is described again and still
+    compiles in kiln's pool, not in this process, where a compiler crash would kill it."""
+    from torch._inductor.codecache import PyCodeCache
+
+    from triton_kiln.triton_compat import inductor as compat
+
+    describe = compat.config_compile
+    raced: list[int] = []
+
+    def racing_once(autotuner: Any, cfg: Any) -> Any:
+        if not raced:
+            raced.append(1)
+            raise SystemError("AST constructor recursion depth mismatch (before=60, after=58)")
+        return describe(autotuner, cfg)
+
+    monkeypatch.setattr(compat, "config_compile", racing_once)
+    pool = make_pool()
+    install_on(pool)
+    name, text = source("pointwise")
+    with caplog.at_level(logging.WARNING, logger="kiln.inductor"):
+        kernel = getattr(PyCodeCache.load(text), name)
+        kernel.precompile(warm_cache_only=True)
+    assert raced == [1]
+    assert len(kernel.compile_results) == 2
+    assert parent_cannot_compile == []
+    assert pool.stats.compiled == 2
+    assert not [r for r in caplog.records if "in this process" in r.getMessage()]
+
+
 def test_without_kiln_the_same_compile_happens_in_the_parent(parent_cannot_compile: list[str]) -> None:  # noqa: F811
     """The check above can fail: Inductor's own worker path, run here, compiles in this process."""
     name, text = source("pointwise")

@@ -359,3 +359,31 @@ def test_kiln_autotune_1_at_import_routes_plain_jit(route_jit: str | None, expec
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == expected
+
+
+def test_cpythons_ast_race_while_describing_the_compile_is_retried_not_left_to_triton(
+    make_pool: Callable[..., CompilePool],
+    route_on: Callable[[CompilePool], None],  # noqa: F811
+    caller_cannot_compile: list[str],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CPython 3.11's AST constructor can raise a spurious ``SystemError`` when threads parse at
+    once (seen under Inductor's compile threads); described again, the compile still goes to
+    the pool instead of to Triton in this process, where a compiler crash kills it."""
+    describe = jit_routing.compat.jit_compile_inputs
+    raced: list[int] = []
+
+    def racing_once(*args: object) -> object:
+        if not raced:
+            raced.append(1)
+            raise SystemError("AST constructor recursion depth mismatch (before=60, after=58)")
+        return describe(*args)
+
+    monkeypatch.setattr(jit_routing.compat, "jit_compile_inputs", racing_once)
+    pool = make_pool()
+    route_on(pool)
+    kernel = warm_add()
+    assert raced == [1]
+    assert kernel is not None
+    assert caller_cannot_compile == []
+    assert pool.stats.compiled == 1

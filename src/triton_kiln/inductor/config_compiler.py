@@ -117,19 +117,7 @@ class ConfigCompiler:
         is in Triton's cache already (a load, no compile), the device is one kiln does not compile
         for, or kiln cannot describe the kernel (logged)."""
         try:
-            inputs = compat.config_compile(autotuner, cfg)
-            if inputs.target.backend not in ROUTED_BACKENDS:
-                return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
-            self._remember(inputs)
-            slot = _slot(inputs)
-            if slot.cached():
-                with self._lock:
-                    self.triton_cache_hits += 1
-                self._ready_for_tuning(autotuner)
-                return None  # Triton's cache holds the binary: Inductor's own code only loads it
-            request = self._request(inputs)
-            error = self.take_error(request.key)
-            future = _failed(error) if error is not None else self.pool.submit(request)
+            return triton_compat.retry_ast_race(lambda: self._submit(autotuner, cfg))
         except Exception as exc:
             log.warning(
                 "kiln: %s (%s) config %s is compiled by Inductor in this process, not in kiln's pool: %s",
@@ -139,6 +127,23 @@ class ConfigCompiler:
                 exc,
             )
             return None
+
+    def _submit(self, autotuner: Any, cfg: Any) -> ConfigJob | None:
+        """:meth:`submit`'s work, which raises where kiln cannot describe the kernel; done again
+        from the start where a parse met CPython's AST race (each step before it is safe to repeat)."""
+        inputs = compat.config_compile(autotuner, cfg)
+        if inputs.target.backend not in ROUTED_BACKENDS:
+            return None  # Inductor's Triton-on-CPU (or another device's) compiles stay Inductor's
+        self._remember(inputs)
+        slot = _slot(inputs)
+        if slot.cached():
+            with self._lock:
+                self.triton_cache_hits += 1
+            self._ready_for_tuning(autotuner)
+            return None  # Triton's cache holds the binary: Inductor's own code only loads it
+        request = self._request(inputs)
+        error = self.take_error(request.key)
+        future = _failed(error) if error is not None else self.pool.submit(request)
         return ConfigJob(cfg, inputs, slot, request, future)
 
     def _ready_for_tuning(self, autotuner: Any) -> None:

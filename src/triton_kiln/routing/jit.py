@@ -149,7 +149,8 @@ def _compile_in_pool(
     compiles it itself (already cached, or not routable: logged). Raises
     :class:`JitCompileCrashedError` when the compile died, the compile's own error otherwise."""
     name = compat.jit_kernel_name(fn)
-    try:
+
+    def dispatch() -> tuple[compat.JitCompile, Any, TritonSlot, Any, Any] | None:
         if compat.caller_stages_hooked():
             raise _Unroutable("this process rewrites Triton's compile pipeline (a stage hook)")
         inputs = compat.jit_compile_inputs(fn, device, signature, constexprs, options, attrs)
@@ -163,10 +164,17 @@ def _compile_in_pool(
             return None  # Triton's cache has it: its own _do_compile loads it, nothing to dispatch
         request = _request(inputs, pool)
         # raises, in this thread, for a kernel the pool cannot ship (KernelSpecError)
-        future = pool.submit(request)
+        return inputs, pool, slot, request, pool.submit(request)
+
+    try:
+        # (describing the compile parses the kernel's source: CPython's AST race is retried)
+        dispatched = triton_compat.retry_ast_race(dispatch)
     except Exception as exc:
         log.debug("kiln: %s is compiled by Triton in this process, not in kiln's pool: %s", name, exc)
         return None
+    if dispatched is None:
+        return None
+    inputs, pool, slot, request, future = dispatched
     launcher = None
     if pool.settings.prebuild_launchers:  # Triton 3.5/3.6's launcher: gcc beside the compile
         from triton_kiln.launch import prebuild
