@@ -1,6 +1,8 @@
 """``kiln.compile.parse``: CPython 3.11's transient ``SystemError`` from ``ast.parse`` in
 concurrent threads (seen on CI, where it sent one Inductor config's compile to the caller's
-process) is parsed again; any other error is raised as it is."""
+process) is parsed again, and a compile's description that meets it is made again
+(``again_after_ast_race``; the routing paths' own tests are in test_jit_routing.py and
+test_inductor.py); any other error is raised as it is."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from typing import Any
 import pytest
 
 from triton_kiln.compile import parse as parse_module
-from triton_kiln.compile.parse import RETRIES, parse
+from triton_kiln.compile.parse import RETRIES, again_after_ast_race, parse
 
 TRANSIENT = SystemError("AST constructor recursion depth mismatch (before=60, after=53)")
 
@@ -77,3 +79,20 @@ def test_kilns_parses_run_one_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None
     for t in threads:
         t.join()
     assert inside["most"] == 1
+
+
+def test_a_description_that_meets_the_transient_error_is_made_again() -> None:
+    calls: list[int] = []
+
+    def describe() -> str:
+        calls.append(1)
+        if len(calls) <= RETRIES:
+            raise TRANSIENT
+        return "described"
+
+    assert again_after_ast_race(describe) == "described"
+    assert len(calls) == RETRIES + 1
+    calls.clear()
+    with pytest.raises(ValueError):
+        again_after_ast_race(lambda: calls.append(1) or int("not a number"))
+    assert len(calls) == 1  # any other error at once

@@ -38,6 +38,7 @@ from triton_kiln.artifacts import triton_seed
 from triton_kiln.artifacts.artifact import CompiledArtifact
 from triton_kiln.artifacts.triton_seed import TritonSlot, triton_slot
 from triton_kiln.compile.kernel_spec import KernelSpec
+from triton_kiln.compile.parse import again_after_ast_race
 from triton_kiln.compile.request import CompileRequest
 from triton_kiln.errors import JobFailure, PoolClosedError, RemoteCompileError, RequestError
 from triton_kiln.inductor.errors import InductorConfigCrashedError, InductorKernelError
@@ -117,7 +118,7 @@ class ConfigCompiler:
         is in Triton's cache already (a load, no compile), the device is one kiln does not compile
         for, or kiln cannot describe the kernel (logged)."""
         try:
-            return triton_compat.retry_ast_race(lambda: self._submit(autotuner, cfg))
+            return again_after_ast_race(lambda: self._submit(autotuner, cfg))
         except Exception as exc:
             log.warning(
                 "kiln: %s (%s) config %s is compiled by Inductor in this process, not in kiln's pool: %s",

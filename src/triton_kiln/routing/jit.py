@@ -38,6 +38,7 @@ from typing import Any
 
 from triton_kiln import program, triton_compat
 from triton_kiln.artifacts.triton_seed import TritonSlot, seed_triton_cache, triton_slot
+from triton_kiln.compile.parse import again_after_ast_race
 from triton_kiln.errors import JobFailure, KilnError, RemoteCompileError
 from triton_kiln.procs import in_kiln_child
 from triton_kiln.triton_compat import jit_hook as compat
@@ -168,7 +169,7 @@ def _compile_in_pool(
 
     try:
         # (describing the compile parses the kernel's source: CPython's AST race is retried)
-        dispatched = triton_compat.retry_ast_race(dispatch)
+        dispatched = again_after_ast_race(dispatch)
     except Exception as exc:
         log.debug("kiln: %s is compiled by Triton in this process, not in kiln's pool: %s", name, exc)
         return None

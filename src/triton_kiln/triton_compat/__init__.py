@@ -143,9 +143,6 @@ from triton_kiln.triton_compat.core import (
     make_backend as make_backend,
 )
 from triton_kiln.triton_compat.core import (
-    retry_ast_race as retry_ast_race,
-)
-from triton_kiln.triton_compat.core import (
     seed_caller_triton_key as seed_caller_triton_key,
 )
 from triton_kiln.triton_compat.core import (

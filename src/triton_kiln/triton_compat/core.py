@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from triton.backends.compiler import GPUTarget
@@ -245,30 +245,3 @@ def seed_triton_key(key: str | Callable[[], str]) -> bool:
         if is_triton and getattr(module, "triton_key", None) is original:
             setattr(module, "triton_key", seeded)  # noqa: B010 - typed as ModuleType
     return True
-
-
-_AST_RACE = "AST constructor recursion depth mismatch"
-_AST_RACE_ATTEMPTS = 3
-
-_T = TypeVar("_T")
-
-
-def retry_ast_race(describe: Callable[[], _T]) -> _T:
-    """``describe()``, called again (up to three times in all) when CPython's AST constructor
-    raises its spurious ``SystemError: AST constructor recursion depth mismatch``.
-
-    Describing a compile parses Python source: Triton's key of a kernel parses its source (the
-    ``JITFunction``'s dependencies), and kiln reads helpers and unrolled loops from it. CPython
-    3.11's AST constructor keeps its recursion depth in state the interpreter's threads share,
-    so a parse on one thread can fail with that error while another thread parses too
-    (python/cpython#106905; seen on 3.11.7 with four Inductor compile threads). The source is
-    sound; parsed again it succeeds. Without the retry the compile would leave kiln's pool for
-    an in-process compile, where a compiler crash kills the process. Any other exception, and
-    the error's third occurrence in a row, propagate."""
-    for attempt in range(1, _AST_RACE_ATTEMPTS + 1):
-        try:
-            return describe()
-        except SystemError as exc:
-            if _AST_RACE not in str(exc) or attempt == _AST_RACE_ATTEMPTS:
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")
