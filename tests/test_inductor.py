@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from support.basics import ast_race_once
 from support.inductor_support import (
     KERNELS,
     cubin_hashes,
@@ -120,16 +121,8 @@ def test_cpythons_ast_race_while_describing_a_config_is_retried_not_left_to_the_
 
     from triton_kiln.triton_compat import inductor as compat
 
-    describe = compat.config_compile
-    raced: list[int] = []
-
-    def racing_once(autotuner: Any, cfg: Any) -> Any:
-        if not raced:
-            raced.append(1)
-            raise SystemError("AST constructor recursion depth mismatch (before=60, after=58)")
-        return describe(autotuner, cfg)
-
-    monkeypatch.setattr(compat, "config_compile", racing_once)
+    racing, raced = ast_race_once(compat.config_compile)
+    monkeypatch.setattr(compat, "config_compile", racing)
     pool = make_pool()
     install_on(pool)
     name, text = source("pointwise")

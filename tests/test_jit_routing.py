@@ -21,6 +21,7 @@ from triton.compiler.errors import CompilationError
 
 import triton_kiln as kiln
 from support import jit_fault_kernels, kernels
+from support.basics import ast_race_once
 from support.jit_support import (
     caller_cannot_compile,  # noqa: F401 - fixture
     cubin_sha,
@@ -370,16 +371,8 @@ def test_cpythons_ast_race_while_describing_the_compile_is_retried_not_left_to_t
     """CPython 3.11's AST constructor can raise a spurious ``SystemError`` when threads parse at
     once (seen under Inductor's compile threads); described again, the compile still goes to
     the pool instead of to Triton in this process, where a compiler crash kills it."""
-    describe = jit_routing.compat.jit_compile_inputs
-    raced: list[int] = []
-
-    def racing_once(*args: object) -> object:
-        if not raced:
-            raced.append(1)
-            raise SystemError("AST constructor recursion depth mismatch (before=60, after=58)")
-        return describe(*args)
-
-    monkeypatch.setattr(jit_routing.compat, "jit_compile_inputs", racing_once)
+    racing, raced = ast_race_once(jit_routing.compat.jit_compile_inputs)
+    monkeypatch.setattr(jit_routing.compat, "jit_compile_inputs", racing)
     pool = make_pool()
     route_on(pool)
     kernel = warm_add()

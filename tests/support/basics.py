@@ -1,10 +1,12 @@
 """What most tests use: the sm_90 target, a compile request for ``kernels.add_kernel``, a check
-that bytes are a cubin, whether a GPU is here, and the live processes of a pool."""
+that bytes are a cubin, whether a GPU is here, the live processes of a pool, and a function made
+to meet CPython's transient AST error once."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -55,3 +57,17 @@ def is_cubin(data: bytes) -> bool:
 
 def gpu_available() -> bool:
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
+
+
+def ast_race_once(real: Callable[..., Any]) -> tuple[Callable[..., Any], list[int]]:
+    """``real``, except that its first call raises CPython 3.11's transient ``SystemError`` (two
+    threads parsing Python source at once); and the list that counts the calls that raised it."""
+    raced: list[int] = []
+
+    def racing(*args: Any, **kwargs: Any) -> Any:
+        if not raced:
+            raced.append(1)
+            raise SystemError("AST constructor recursion depth mismatch (before=60, after=58)")
+        return real(*args, **kwargs)
+
+    return racing, raced
